@@ -1,0 +1,85 @@
+//===- Trainer.h - The contract between emitted code and the trainer -*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// `rondo-compile -o trainer` emits a C++ file that describes the model
+// (parameters, shapes, which are trainable) and one function that runs
+// forward + loss + backward for one microbatch by calling the kernels in
+// runtime/kernels. Everything else a training run needs -- the command line,
+// data loading, weight loading, AdamW, schedules, clipping, logging,
+// gradient dumps -- lives here, in the runtime library, so it is written and
+// tested once.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_TRAINER_H
+#define RONDO_RUNTIME_TRAINER_H
+
+#include <cstdint>
+
+namespace rondo::rt {
+
+constexpr int kMaxParamRank = 8;
+
+/// One ONNX initializer that the compiled step reads.
+struct ParamSpec {
+  const char *name;        ///< ONNX initializer name (the parameter name).
+  const char *displayName; ///< PyTorch name from exporter metadata, or "".
+  int rank;
+  int64_t dims[kMaxParamRank];
+  bool trainable; ///< false: frozen (no gradient buffer is passed).
+};
+
+/// Loss kinds the compiled step computes.
+enum class LossKind {
+  /// Hugging Face causal-LM: mean CE of logits[:, :-1] vs labels[:, 1:] over
+  /// all non-ignored (!= -100) targets of the whole global batch.
+  CausalLM,
+  /// The graph outputs a scalar loss; the step's loss is its mean over
+  /// microbatches.
+  GraphOutput,
+};
+
+struct ModelSpec {
+  const char *modelPath; ///< The ONNX file the weights come from by default.
+  const char *inputName; ///< Token input, int64 [batch, seqLen].
+  int64_t batch;         ///< Rows per microbatch the step was compiled for.
+  int64_t seqLen;
+  int64_t vocabSize; ///< For range checks of token ids (0 = unknown).
+  LossKind loss;
+  const ParamSpec *params;
+  int numParams;
+};
+
+/// Arguments of one call of the compiled forward/backward for one microbatch.
+struct StepArgs {
+  const float *const *params; ///< numParams pointers, fp32, contiguous.
+  /// numParams pointers; nullptr for frozen params. The step ADDS its
+  /// gradient (already multiplied by lossScale) into these buffers.
+  float *const *grads;
+  const int64_t *inputIds; ///< [batch, seqLen]
+  const int64_t *labels;   ///< [batch, seqLen], -100 = ignore (CausalLM).
+  /// The factor the loss is multiplied by before differentiation: for
+  /// CausalLM 1 / (non-ignored targets of the global batch), so that the sum
+  /// over microbatches is the global mean.
+  float lossScale;
+};
+
+struct StepResult {
+  double lossSum;    ///< CausalLM: sum of per-token CE; GraphOutput: loss.
+  int64_t lossCount; ///< CausalLM: number of non-ignored targets; else 1.
+};
+
+using StepFn = StepResult (*)(const StepArgs &);
+
+/// The trainer's main: parses the CLI (see ARCHITECTURE.md "CLI contract"),
+/// loads data and weights, runs the steps, writes logs and dumps. Returns
+/// the process exit code; every user error is reported on stderr naming the
+/// flag or file.
+int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step);
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_TRAINER_H
