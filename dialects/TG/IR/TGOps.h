@@ -1,0 +1,32 @@
+//===- TGOps.h - tg ops and interfaces --------------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_DIALECTS_TG_IR_TGOPS_H
+#define RONDO_DIALECTS_TG_IR_TGOPS_H
+
+#include "TG/IR/TGDialect.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace rondo::tg::detail {
+/// Sum of the byte sizes of the ranked tensors among `values`.
+double sumTensorBytes(mlir::ValueRange values);
+} // namespace rondo::tg::detail
+
+#include "TG/IR/TGInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "TG/IR/TGOps.h.inc"
+
+namespace rondo::tg {
+/// Broadcast shape of two shapes with NumPy rules, or failure.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
+/// Whether `from` broadcasts to `to` with NumPy rules.
+bool broadcastsTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
+} // namespace rondo::tg
+
+#endif // RONDO_DIALECTS_TG_IR_TGOPS_H

@@ -1,0 +1,407 @@
+//===- TGOps.td - tg op definitions ------------------------*- tablegen -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_TG_OPS
+#define RONDO_TG_OPS
+
+include "TG/IR/TGDialect.td"
+include "TG/IR/TGInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class TG_Op<string mnemonic, list<Trait> traits = []>
+    : Op<TG_Dialect, mnemonic,
+         !listconcat(traits, [Pure, DeclareOpInterfaceMethods<TG_CostOpInterface,
+                                  ["getFlops", "getActivationBytes"]>])>;
+
+// A forward op: it also has a gradient rule.
+class TG_DiffOp<string mnemonic, list<Trait> traits = []>
+    : TG_Op<mnemonic, !listconcat(traits,
+                                  [DeclareOpInterfaceMethods<TG_GradientOpInterface>])>;
+
+def TG_Tensor : RankedTensorOf<[F32, F64, BF16, F16, I64, I32, I1]>;
+def TG_FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
+def TG_IndexTensor : RankedTensorOf<[I64, I32]>;
+def TG_Scalar : 0DTensorOf<[F32]>;
+
+//===----------------------------------------------------------------------===//
+// Constants and elementwise
+//===----------------------------------------------------------------------===//
+
+def TG_ConstantOp : TG_Op<"constant", [ConstantLike, AllTypesMatch<["value", "result"]>]> {
+  let summary = "A folded, data-independent tensor";
+  let description = [{
+    Holds a tensor that the importer computed at compile time (rotary tables,
+    scalars). Parameters are never constants: they are function arguments.
+
+    ```mlir
+    %eps = tg.constant dense<1.0e-06> : tensor<f32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs TG_Tensor:$result);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+def TG_UnaryOp : TG_DiffOp<"unary", [SameOperandsAndResultType]> {
+  let summary = "Elementwise unary function";
+  let description = [{
+    Applies `kind` to every element. The GELU kinds are the fused forms the
+    importer recognises (`gelu_tanh` is PyTorch's `approximate='tanh'`).
+
+    ```mlir
+    %y = tg.unary silu %x : tensor<2x32x176xf32>
+    ```
+  }];
+  let arguments = (ins TG_UnaryKindAttr:$kind, TG_FloatTensor:$x);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$kind $x attr-dict `:` type($x)";
+}
+
+def TG_BinaryOp : TG_DiffOp<"binary", [InferTypeOpAdaptor]> {
+  let summary = "Elementwise binary function with NumPy broadcasting";
+  let description = [{
+    ```mlir
+    %y = tg.binary mul %x, %w : (tensor<2x32x64xf32>, tensor<64xf32>) -> tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins TG_BinaryKindAttr:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$kind $lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_MatmulOp : TG_DiffOp<"matmul", [InferTypeOpAdaptor]> {
+  let summary = "Batched matrix product with broadcast batch dimensions";
+  let description = [{
+    `a` is `[..., M, K]` (`[..., K, M]` with `transpose_a`), `b` is
+    `[..., K, N]` (`[..., N, K]` with `transpose_b`); batch dimensions
+    broadcast. A rank-1 operand is not accepted: the importer reshapes it.
+
+    ```mlir
+    %y = tg.matmul %x, %w : (tensor<2x32x64xf32>, tensor<64x176xf32>) -> tensor<2x32x176xf32>
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$a, TG_FloatTensor:$b,
+                   UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$a `,` $b attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_ReduceOp : TG_DiffOp<"reduce", [InferTypeOpAdaptor]> {
+  let summary = "Sum or mean over axes";
+  let description = [{
+    ```mlir
+    %m = tg.reduce mean %x {axes = array<i64: 2>, keepdims} : (tensor<2x32x64xf32>) -> tensor<2x32x1xf32>
+    ```
+  }];
+  let arguments = (ins TG_ReduceKindAttr:$kind, TG_FloatTensor:$x,
+                   DenseI64ArrayAttr:$axes, UnitAttr:$keepdims);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$kind $x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_SelectOp : TG_DiffOp<"select", [InferTypeOpAdaptor]> {
+  let summary = "Elementwise choice `cond ? a : b` with broadcasting";
+  let arguments = (ins RankedTensorOf<[I1]>:$cond, TG_FloatTensor:$a, TG_FloatTensor:$b);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$cond `,` $a `,` $b attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_IsNanOp : TG_Op<"is_nan"> {
+  let summary = "Elementwise NaN test";
+  let arguments = (ins TG_FloatTensor:$x);
+  let results = (outs RankedTensorOf<[I1]>:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Layout
+//===----------------------------------------------------------------------===//
+
+def TG_ReshapeOp : TG_DiffOp<"reshape"> {
+  let summary = "Same elements, new static shape";
+  let arguments = (ins TG_Tensor:$x);
+  let results = (outs TG_Tensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def TG_TransposeOp : TG_DiffOp<"transpose", [InferTypeOpAdaptor]> {
+  let summary = "Permutes dimensions: result dim i is operand dim perm[i]";
+  let arguments = (ins TG_Tensor:$x, DenseI64ArrayAttr:$perm);
+  let results = (outs TG_Tensor:$result);
+  let assemblyFormat = "$x $perm attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+  let hasCanonicalizer = 1;
+}
+
+def TG_BroadcastOp : TG_DiffOp<"broadcast"> {
+  let summary = "Broadcasts to the result shape with NumPy rules";
+  let arguments = (ins TG_Tensor:$x);
+  let results = (outs TG_Tensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def TG_SumToShapeOp : TG_DiffOp<"sum_to_shape"> {
+  let summary = "Sums over broadcast dimensions down to the result shape";
+  let description = [{
+    The adjoint of `tg.broadcast`: the result shape broadcasts to the operand
+    shape, and every result element is the sum of the operand elements that
+    broadcasting would have copied it to.
+  }];
+  let arguments = (ins TG_FloatTensor:$x);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def TG_SliceOp : TG_DiffOp<"slice"> {
+  let summary = "Strided slice; the result type gives the extents";
+  let description = [{
+    Result element `i` along dimension `d` is operand element
+    `starts[d] + i * steps[d]`; starts are normalised and in bounds.
+  }];
+  let arguments = (ins TG_Tensor:$x, DenseI64ArrayAttr:$starts, DenseI64ArrayAttr:$steps);
+  let results = (outs TG_Tensor:$result);
+  let assemblyFormat = "$x `[` $starts `]` `step` $steps attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def TG_SliceGradOp : TG_Op<"slice_grad"> {
+  let summary = "Adjoint of tg.slice: scatters into zeros of the result shape";
+  let arguments = (ins TG_FloatTensor:$dy, DenseI64ArrayAttr:$starts, DenseI64ArrayAttr:$steps);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$dy `[` $starts `]` `step` $steps attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_ConcatOp : TG_DiffOp<"concat", [InferTypeOpAdaptor]> {
+  let summary = "Concatenation along an axis";
+  let arguments = (ins Variadic<TG_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs TG_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_GatherOp : TG_DiffOp<"gather", [InferTypeOpAdaptor]> {
+  let summary = "Row lookup `table[ids]` (embedding)";
+  let description = [{
+    ```mlir
+    %h = tg.gather %table[%ids] : (tensor<512x64xf32>, tensor<2x32xi64>) -> tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$table, TG_IndexTensor:$ids);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$table `[` $ids `]` attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_GatherGradOp : TG_Op<"gather_grad"> {
+  let summary = "Adjoint of tg.gather: scatter-add of rows into zeros";
+  let arguments = (ins TG_IndexTensor:$ids, TG_FloatTensor:$dy);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$dy `into` `[` $ids `]` attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Matrix-free structures
+//===----------------------------------------------------------------------===//
+
+def TG_SoftmaxOp : TG_DiffOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "Softmax over the last axis";
+  let arguments = (ins TG_FloatTensor:$x);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+}
+
+def TG_SoftmaxGradOp : TG_Op<"softmax_grad", [SameOperandsAndResultType]> {
+  let summary = "Adjoint of tg.softmax from its output";
+  let arguments = (ins TG_FloatTensor:$y, TG_FloatTensor:$dy);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$y `,` $dy attr-dict `:` type($y)";
+}
+
+def TG_CausalMaskOp : TG_Op<"causal_mask"> {
+  let summary = "The additive causal mask, symbolically";
+  let description = [{
+    `[..., T, S]` with 0 where key `j <= i + S - T` and `-inf` elsewhere. The
+    importer produces it when it recognises the exporter's mask subgraph, so
+    that the `[B, 1, T, T]` tensor is never built; attention recognition
+    absorbs it into `tg.attention {causal}`.
+
+    ```mlir
+    %m = tg.causal_mask : tensor<1x1x32x32xf32>
+    ```
+  }];
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def TG_RmsNormOp : TG_DiffOp<"rms_norm"> {
+  let summary = "RMSNorm over the last axis";
+  let description = [{
+    `y = x * rsqrt(mean(x^2, -1) + eps) * w`.
+
+    ```mlir
+    %y = tg.rms_norm %x, %w {eps = 1.0e-06 : f32} : (tensor<2x32x64xf32>, tensor<64xf32>) -> tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$w, F32Attr:$eps);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $w attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_RmsNormGradOp : TG_Op<"rms_norm_grad"> {
+  let summary = "Adjoint of tg.rms_norm";
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$w, TG_FloatTensor:$dy, F32Attr:$eps);
+  let results = (outs TG_FloatTensor:$dx, TG_FloatTensor:$dw);
+  let assemblyFormat = "$x `,` $w `,` $dy attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_LayerNormOp : TG_DiffOp<"layer_norm"> {
+  let summary = "LayerNorm over the last axis with weight and bias";
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$w, TG_FloatTensor:$b, F32Attr:$eps);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $w `,` $b attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_LayerNormGradOp : TG_Op<"layer_norm_grad"> {
+  let summary = "Adjoint of tg.layer_norm";
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$w, TG_FloatTensor:$dy, F32Attr:$eps);
+  let results = (outs TG_FloatTensor:$dx, TG_FloatTensor:$dw, TG_FloatTensor:$db);
+  let assemblyFormat = "$x `,` $w `,` $dy attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_RotaryOp : TG_DiffOp<"rotary", [AllTypesMatch<["x", "result"]>]> {
+  let summary = "Rotary position embedding (rotate-half convention)";
+  let description = [{
+    `y = x * cos + rotate_half(x) * sin` for `x : [B, H, T, D]` and tables
+    `[T, D]`.
+  }];
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$cos, TG_FloatTensor:$sin);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $cos `,` $sin attr-dict `:` type($x) `,` type($cos) `,` type($sin)";
+  let hasVerifier = 1;
+}
+
+def TG_RotaryGradOp : TG_Op<"rotary_grad", [AllTypesMatch<["dy", "result"]>]> {
+  let summary = "Adjoint of tg.rotary";
+  let arguments = (ins TG_FloatTensor:$dy, TG_FloatTensor:$cos, TG_FloatTensor:$sin);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$dy `,` $cos `,` $sin attr-dict `:` type($dy) `,` type($cos) `,` type($sin)";
+}
+
+def TG_AttentionOp : TG_DiffOp<"attention"> {
+  let summary = "Scaled dot-product attention with grouped-query heads";
+  let description = [{
+    `q : [B, Hq, T, D]`, `k, v : [B, Hkv, S, D]`, `Hq % Hkv == 0`. Returns the
+    output and the per-row log-sum-exp of the scores, which the backward
+    reuses.
+
+    ```mlir
+    %o, %lse = tg.attention %q, %k, %v {causal, scale = 2.500000e-01 : f32}
+        : (tensor<2x4x32x16xf32>, tensor<2x2x32x16xf32>, tensor<2x2x32x16xf32>)
+        -> (tensor<2x4x32x16xf32>, tensor<2x4x32xf32>)
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$q, TG_FloatTensor:$k, TG_FloatTensor:$v,
+                   UnitAttr:$causal, F32Attr:$scale);
+  let results = (outs TG_FloatTensor:$out, TG_FloatTensor:$lse);
+  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_AttentionGradOp : TG_Op<"attention_grad"> {
+  let summary = "Adjoint of tg.attention";
+  let arguments = (ins TG_FloatTensor:$q, TG_FloatTensor:$k, TG_FloatTensor:$v,
+                   TG_FloatTensor:$out, TG_FloatTensor:$lse, TG_FloatTensor:$dout,
+                   UnitAttr:$causal, F32Attr:$scale);
+  let results = (outs TG_FloatTensor:$dq, TG_FloatTensor:$dk, TG_FloatTensor:$dv);
+  let assemblyFormat = "$q `,` $k `,` $v `,` $out `,` $lse `,` $dout attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def TG_CrossEntropyOp : TG_DiffOp<"cross_entropy"> {
+  let summary = "Summed cross-entropy of logits rows against labels";
+  let description = [{
+    `logits : [N, V]`, `labels : [N]`; rows whose label is `ignore_index`
+    contribute nothing. Returns the sum; the mean's denominator is the
+    global count of targets, which the trainer applies as the loss scale.
+  }];
+  let arguments = (ins TG_FloatTensor:$logits, TG_IndexTensor:$labels, I64Attr:$ignore_index);
+  let results = (outs TG_Scalar:$loss_sum);
+  let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_CrossEntropyGradOp : TG_Op<"cross_entropy_grad"> {
+  let summary = "Adjoint of tg.cross_entropy";
+  let arguments = (ins TG_FloatTensor:$logits, TG_IndexTensor:$labels, TG_Scalar:$dloss,
+                   I64Attr:$ignore_index);
+  let results = (outs TG_FloatTensor:$dlogits);
+  let assemblyFormat = "$logits `,` $labels `,` $dloss attr-dict `:` functional-type(operands, results)";
+}
+
+def TG_LinearCrossEntropyOp : TG_DiffOp<"linear_cross_entropy"> {
+  let summary = "Fused projection + cross-entropy, chunked over rows";
+  let description = [{
+    `sum_r CE(h[r] · W, labels[r])` for `h : [N, D]`, `W : [D, V]` (`[V, D]`
+    with `transpose_w`). Logits are produced `chunk_rows` rows at a time and
+    never exist as an `[N, V]` tensor; this is the form the causal-LM loss
+    takes after `tg-fuse-linear-cross-entropy`.
+  }];
+  let arguments = (ins TG_FloatTensor:$h, TG_FloatTensor:$w, TG_IndexTensor:$labels,
+                   UnitAttr:$transpose_w, I64Attr:$ignore_index, I64Attr:$chunk_rows);
+  let results = (outs TG_Scalar:$loss_sum);
+  let assemblyFormat = "$h `,` $w `,` $labels attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_LinearCrossEntropyGradOp : TG_Op<"linear_cross_entropy_grad"> {
+  let summary = "Adjoint of tg.linear_cross_entropy";
+  let arguments = (ins TG_FloatTensor:$h, TG_FloatTensor:$w, TG_IndexTensor:$labels,
+                   TG_Scalar:$dloss, UnitAttr:$transpose_w, I64Attr:$ignore_index,
+                   I64Attr:$chunk_rows);
+  let results = (outs TG_FloatTensor:$dh, TG_FloatTensor:$dw);
+  let assemblyFormat = "$h `,` $w `,` $labels `,` $dloss attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient helpers
+//===----------------------------------------------------------------------===//
+
+def TG_UnaryGradOp : TG_Op<"unary_grad", [AllTypesMatch<["x", "dy", "result"]>]> {
+  let summary = "dy * f'(x) for a tg.unary kind";
+  let arguments = (ins TG_UnaryKindAttr:$kind, TG_FloatTensor:$x, TG_FloatTensor:$dy);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$kind $x `,` $dy attr-dict `:` type($x)";
+}
+
+def TG_BinaryGradOp : TG_Op<"binary_grad"> {
+  let summary = "Both operand gradients of a tg.binary, reduced to their shapes";
+  let arguments = (ins TG_BinaryKindAttr:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs,
+                   TG_FloatTensor:$dy);
+  let results = (outs TG_FloatTensor:$dlhs, TG_FloatTensor:$drhs);
+  let assemblyFormat = "$kind $lhs `,` $rhs `,` $dy attr-dict `:` functional-type(operands, results)";
+}
+
+#endif // RONDO_TG_OPS
