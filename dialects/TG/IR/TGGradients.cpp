@@ -197,7 +197,9 @@ LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       ArrayRef<bool> needs,
                                       SmallVectorImpl<Value> &grads) {
   auto rt = tensorType(getResult());
-  int64_t axis = getAxis() < 0 ? getAxis() + rt.getRank() : getAxis();
+  int64_t axis = static_cast<int64_t>(getAxis());
+  if (axis < 0)
+    axis += rt.getRank();
   int64_t offset = 0;
   for (auto [i, in] : llvm::enumerate(getInputs())) {
     int64_t size = tensorType(in).getDimSize(axis);

@@ -315,34 +315,42 @@ struct CollapseLayoutChain : OpRewritePattern<OpTy> {
   using OpRewritePattern<OpTy>::OpRewritePattern;
   LogicalResult matchAndRewrite(OpTy op, PatternRewriter &rewriter) const override {
     SmallVector<Operation *> chain;
-    Value source = op.getResult();
-    while (Operation *def = source.getDefiningOp()) {
+    Value cursor = op.getResult();
+    while (Operation *def = cursor.getDefiningOp()) {
       if (!isa<ReshapeOp, TransposeOp>(def))
         break;
       chain.push_back(def);
-      source = def->getOperand(0);
+      cursor = def->getOperand(0);
     }
-    if (chain.size() < 2)
-      return failure();
-    auto srcType = tensorType(source);
-    StridedView view = StridedView::contiguous(srcType.getShape());
-    for (Operation *def : llvm::reverse(chain)) {
-      if (auto t = dyn_cast<TransposeOp>(def)) {
-        view.permute(t.getPerm());
-      } else if (failed(view.reshape(tensorType(def->getResult(0)).getShape()))) {
-        return failure();
+    // The longest prefix of the chain that is a plain transpose wins; a
+    // longer chain may start at a reshape that changes the rank for good.
+    for (size_t len = chain.size(); len >= 2; --len) {
+      Value source = chain[len - 1]->getOperand(0);
+      auto srcType = tensorType(source);
+      StridedView view = StridedView::contiguous(srcType.getShape());
+      bool ok = true;
+      for (Operation *def : llvm::reverse(ArrayRef<Operation *>(chain).take_front(len))) {
+        if (auto t = dyn_cast<TransposeOp>(def))
+          view.permute(t.getPerm());
+        else if (failed(view.reshape(tensorType(def->getResult(0)).getShape())))
+          ok = false;
+        if (!ok)
+          break;
       }
-    }
-    auto perm = view.asTransposeOf(srcType.getShape());
-    if (!perm)
-      return failure();
-    if (llvm::equal(*perm, llvm::seq<int64_t>(0, perm->size()))) {
-      rewriter.replaceOp(op, source);
+      if (!ok)
+        continue;
+      auto perm = view.asTransposeOf(srcType.getShape());
+      if (!perm)
+        continue;
+      if (llvm::equal(*perm, llvm::seq<int64_t>(0, perm->size()))) {
+        rewriter.replaceOp(op, source);
+        return success();
+      }
+      rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(), source,
+                                               rewriter.getDenseI64ArrayAttr(*perm));
       return success();
     }
-    rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(), source,
-                                             rewriter.getDenseI64ArrayAttr(*perm));
-    return success();
+    return failure();
   }
 };
 
@@ -492,7 +500,7 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   if (adaptor.getInputs().empty())
     return emitOptionalError(loc, "needs at least one input");
   auto first = tensorType(adaptor.getInputs().front());
-  int64_t axis = normalizeAxis(adaptor.getAxis(), first.getRank());
+  int64_t axis = normalizeAxis(static_cast<int64_t>(adaptor.getAxis()), first.getRank());
   if (axis < 0 || axis >= first.getRank())
     return emitOptionalError(loc, "axis ", adaptor.getAxis(), " out of range");
   SmallVector<int64_t> shape(first.getShape());
@@ -512,7 +520,8 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 
 LogicalResult ConcatOp::verify() {
   int64_t rank = tensorType(getResult()).getRank();
-  if (getAxis() < -rank || getAxis() >= rank)
+  int64_t axis = static_cast<int64_t>(getAxis());
+  if (axis < -rank || axis >= rank)
     return emitOpError("axis out of range");
   return success();
 }

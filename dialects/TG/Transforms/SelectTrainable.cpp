@@ -1,0 +1,57 @@
+//===- SelectTrainable.cpp - tg-select-trainable ----------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TG/Transforms/Passes.h"
+
+#include "llvm/Support/Regex.h"
+
+namespace rondo::tg {
+#define GEN_PASS_DEF_TGSELECTTRAINABLEPASS
+#include "TG/Transforms/Passes.h.inc"
+} // namespace rondo::tg
+
+using namespace mlir;
+using namespace rondo::tg;
+
+namespace {
+struct TGSelectTrainablePass : rondo::tg::impl::TGSelectTrainablePassBase<TGSelectTrainablePass> {
+  using Base::Base;
+  void runOnOperation() override {
+    auto func = getOperation().lookupSymbol<func::FuncOp>("main");
+    if (!func)
+      return;
+    std::string error;
+    llvm::Regex keep(trainable), freezeRe(freeze);
+    if (!trainable.empty() && !keep.isValid(error)) {
+      getOperation().emitError("--trainable: invalid regular expression '") << trainable << "': " << error;
+      return signalPassFailure();
+    }
+    if (!freeze.empty() && !freezeRe.isValid(error)) {
+      getOperation().emitError("--freeze: invalid regular expression '") << freeze << "': " << error;
+      return signalPassFailure();
+    }
+    for (unsigned k = 0; k < func.getNumArguments(); ++k) {
+      auto name = func.getArgAttrOfType<StringAttr>(k, kParamAttr);
+      if (!name)
+        continue;
+      auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
+      auto matches = [&](llvm::Regex &re) {
+        return re.match(name.getValue()) || (torch && re.match(torch.getValue()));
+      };
+      auto type = cast<RankedTensorType>(func.getArgument(k).getType());
+      bool on = isa<FloatType>(type.getElementType()) && type.getRank() >= 1;
+      if (!trainable.empty())
+        on = on && matches(keep);
+      if (!freeze.empty() && matches(freezeRe))
+        on = false;
+      if (on)
+        func.setArgAttr(k, kTrainableAttr, UnitAttr::get(&getContext()));
+      else
+        func.removeArgAttr(k, kTrainableAttr);
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,47 @@
+//===- OnnxImporter.h - ONNX to tg translation ------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_IMPORT_ONNXIMPORTER_H
+#define RONDO_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+
+namespace rondo {
+
+struct ImportOptions {
+  /// Values for the dynamic batch and sequence dimensions of token inputs
+  /// (-1: not given).
+  int64_t batch = -1;
+  int64_t seqLen = -1;
+  /// Explicit shapes by input name; they win over batch/seqLen.
+  llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
+  /// Data-independent values with more elements than this are kept
+  /// shape-only and must be recognised (the causal mask) rather than built.
+  int64_t maxFoldElements = int64_t(1) << 24;
+};
+
+/// Imports a binary ONNX model or ONNX text (recognised by a leading '<')
+/// into a module holding `func.func @main` in the tg dialect. On failure,
+/// diagnostics have been emitted (naming the node, op, domain and opset) and
+/// the result is null.
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxFile(mlir::MLIRContext *context,
+                                                 llvm::StringRef path,
+                                                 const ImportOptions &options);
+
+/// The same from bytes already in memory; `bufferName` is used in
+/// diagnostics and to resolve external data.
+mlir::OwningOpRef<mlir::ModuleOp>
+importOnnxBuffer(mlir::MLIRContext *context, llvm::StringRef contents,
+                 llvm::StringRef bufferName, const ImportOptions &options);
+
+} // namespace rondo
+
+#endif // RONDO_IMPORT_ONNXIMPORTER_H

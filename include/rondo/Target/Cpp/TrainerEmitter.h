@@ -1,0 +1,33 @@
+//===- TrainerEmitter.h - tg training function to C++ -----------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Prints the differentiated @main of a module as a C++ translation unit that
+// calls one runtime kernel per tg op, plus the model description the
+// runtime's trainerMain needs (runtime/include/rondo/runtime/Trainer.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_TARGET_CPP_TRAINEREMITTER_H
+#define RONDO_TARGET_CPP_TRAINEREMITTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+
+namespace rondo {
+
+struct TrainerEmitOptions {
+  /// The ONNX file initial weights are read from (made absolute).
+  std::string modelPath;
+};
+
+mlir::LogicalResult emitTrainerCpp(mlir::ModuleOp module, llvm::raw_ostream &os,
+                                   const TrainerEmitOptions &options);
+
+} // namespace rondo
+
+#endif // RONDO_TARGET_CPP_TRAINEREMITTER_H

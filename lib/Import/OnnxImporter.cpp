@@ -1,0 +1,1156 @@
+//===- OnnxImporter.cpp - ONNX to tg ----------------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The importer walks the ONNX graph once in topological order. Every value is
+// either *constant* (its data is known at compile time because it depends
+// only on shapes and on initializers that are not parameters) or *dynamic*
+// (it depends on token data or on a parameter). Constant nodes are evaluated
+// by HostTensor's folder; dynamic nodes become tg ops. So the tg function only
+// holds computation that depends on data, as ARCHITECTURE.md asks.
+//
+// Two structures need care:
+// - Rotary frequency tables are float initializers, but they are buffers in
+//   PyTorch: an initializer whose every path into the data flow passes
+//   through Cos/Sin is a constant, not a parameter.
+// - The causal mask ([B, 1, T, T]) is too large to fold at real sizes. When a
+//   large data-independent tensor meets data (Add to attention scores, or a
+//   Where), the importer proves that it is the causal mask by importing the
+//   same graph at two small probe shapes, where the mask is small enough to
+//   evaluate, and checking it elementwise. It then becomes tg.causal_mask.
+//   This relies on the mask being a function of the shapes only, which
+//   holds for every value the folder can compute (graph inputs that carry
+//   data, like attention_mask, are specialised to constants first).
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/Import/OnnxImporter.h"
+
+#include "HostTensor.h"
+#include "TG/IR/TGOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "onnx/defs/parser.h"
+#include "onnx/onnx_pb.h"
+
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/unknown_field_set.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Regex.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::import;
+using llvm::ArrayRef;
+using llvm::SmallVector;
+using llvm::StringRef;
+
+namespace {
+
+/// Per-node PyTorch provenance from the exporter's metadata_props (field 9,
+/// which libonnx 1.12 does not know and keeps as an unknown field).
+struct NodeMetadata {
+  std::string modulePath; ///< e.g. model.layers.0.self_attn.q_proj
+  SmallVector<std::string> torchParamArgs; ///< p_model_layers_0_..._weight
+};
+
+NodeMetadata readMetadata(const onnx::NodeProto &node) {
+  NodeMetadata md;
+  const auto &unknown = node.GetReflection()->GetUnknownFields(node);
+  for (int k = 0; k < unknown.field_count(); ++k) {
+    const auto &field = unknown.field(k);
+    if (field.number() != 9 ||
+        field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+      continue;
+    onnx::StringStringEntryProto entry;
+    if (!entry.ParseFromString(field.length_delimited()))
+      continue;
+    if (entry.key() == "pkg.torch.onnx.name_scopes") {
+      // "['', 'model', 'model.layers.0', ..., 'linear']": the module path is
+      // the entry before the node's own name.
+      SmallVector<StringRef> parts;
+      StringRef list = StringRef(entry.value()).trim("[] ");
+      list.split(parts, ", ");
+      if (parts.size() >= 2)
+        md.modulePath = parts[parts.size() - 2].trim("'").str();
+    } else if (entry.key() == "pkg.torch.onnx.fx_node") {
+      StringRef text = entry.value();
+      size_t pos = 0;
+      while ((pos = text.find("%p_", pos)) != StringRef::npos) {
+        size_t end = text.find_first_of(",) ", pos);
+        md.torchParamArgs.push_back(text.slice(pos + 1, end).str());
+        pos = end;
+      }
+    }
+  }
+  return md;
+}
+
+/// One imported ONNX value.
+struct Val {
+  bool isConst = false;
+  HostTensor host; ///< when isConst (data may be absent when too large)
+  Value value;     ///< when dynamic
+};
+
+class Importer {
+public:
+  Importer(MLIRContext *ctx, const onnx::ModelProto &model, StringRef bufferName,
+           const ImportOptions &opts, bool probe = false)
+      : ctx(ctx), model(model), bufferName(bufferName.str()), opts(opts), probe(probe),
+        builder(ctx) {}
+
+  OwningOpRef<ModuleOp> run();
+
+  /// After a successful run: the folded value of `name`, if constant.
+  const HostTensor *constantValue(StringRef name) const {
+    auto it = values.find(name);
+    return it != values.end() && it->second.isConst ? &it->second.host : nullptr;
+  }
+
+private:
+  // Graph-level steps.
+  LogicalResult readOpsets();
+  LogicalResult classifyInitializers();
+  LogicalResult declareInputs(SmallVectorImpl<Type> &argTypes,
+                              SmallVectorImpl<NamedAttrList> &argAttrs,
+                              SmallVectorImpl<std::string> &argNames);
+  LogicalResult convertNode(const onnx::NodeProto &node);
+  void recoverTorchNames();
+
+  // Diagnostics.
+  Location nodeLoc(const onnx::NodeProto &node);
+  InFlightDiagnostic nodeError(const onnx::NodeProto &node);
+
+  // Values.
+  FailureOr<Value> materialize(const Val &v, const onnx::NodeProto &node, Type floatType = {});
+  Value constant(const HostTensor &t);
+  FailureOr<SmallVector<Val>> convertDynamic(const onnx::NodeProto &node,
+                                             ArrayRef<const Val *> inputs);
+  /// Whether a constant is the causal mask: additive (0 / -inf) or boolean
+  /// (true = attend).
+  enum class MaskKind { None, Additive, Boolean };
+  MaskKind classifyMask(StringRef name, const HostTensor &t);
+  static MaskKind checkMaskData(const HostTensor &t);
+  Value causalMask(ArrayRef<int64_t> shape);
+
+  MLIRContext *ctx;
+  const onnx::ModelProto &model;
+  std::string bufferName;
+  ImportOptions opts;
+  bool probe;
+  OpBuilder builder;
+  Location loc = UnknownLoc::get(ctx);
+  int64_t opset = 0;
+  llvm::StringMap<int64_t> domainOpsets;
+  llvm::StringMap<Val> values;
+  llvm::StringMap<const onnx::TensorProto *> initializers;
+  llvm::StringSet<> params;
+  llvm::StringMap<std::string> torchNames;
+  llvm::StringMap<MaskKind> maskCache;
+  Operation *funcOp = nullptr;
+};
+
+Location Importer::nodeLoc(const onnx::NodeProto &node) {
+  std::string name = node.name().empty() ? node.op_type() : node.name();
+  Location inner = NameLoc::get(StringAttr::get(ctx, name));
+  NodeMetadata md = readMetadata(node);
+  if (md.modulePath.empty())
+    return inner;
+  return NameLoc::get(StringAttr::get(ctx, md.modulePath), inner);
+}
+
+InFlightDiagnostic Importer::nodeError(const onnx::NodeProto &node) {
+  StringRef domain = node.domain();
+  int64_t version = domainOpsets.lookup(domain.empty() ? "" : domain);
+  return emitError(nodeLoc(node)) << "node '" << node.name() << "' (op '" << node.op_type()
+                                  << "', domain '" << domain << "', opset " << version
+                                  << "): ";
+}
+
+LogicalResult Importer::readOpsets() {
+  for (const auto &o : model.opset_import()) {
+    std::string domain = o.domain() == "ai.onnx" ? "" : o.domain();
+    domainOpsets[domain] = o.version();
+  }
+  opset = domainOpsets.lookup("");
+  if (opset == 0)
+    return emitError(loc) << bufferName << ": the model imports no default-domain opset";
+  if (opset < 13 || opset > 20)
+    return emitError(loc) << bufferName << ": default-domain opset " << opset
+                          << " is not supported (supported: 13 to 20)";
+  return success();
+}
+
+/// Decides which initializers are parameters. A floating-point initializer
+/// of rank >= 1 is a parameter unless all its paths into the data flow pass
+/// through Cos or Sin (a rotary frequency table, a PyTorch buffer).
+LogicalResult Importer::classifyInitializers() {
+  const auto &graph = model.graph();
+  for (const auto &init : graph.initializer())
+    initializers[init.name()] = &init;
+
+  // Values that depend on token data (inputs), not counting shape queries.
+  llvm::StringSet<> dataDependent;
+  for (const auto &in : graph.input())
+    if (!initializers.count(in.name()))
+      dataDependent.insert(in.name());
+  llvm::StringMap<SmallVector<const onnx::NodeProto *>> users;
+  for (const auto &node : graph.node())
+    for (const auto &in : node.input())
+      users[in].push_back(&node);
+  auto isShapeQuery = [](const onnx::NodeProto &n) {
+    return n.op_type() == "Shape" || n.op_type() == "Size";
+  };
+  for (const auto &node : graph.node()) {
+    if (isShapeQuery(node))
+      continue;
+    if (llvm::any_of(node.input(), [&](const std::string &in) { return dataDependent.count(in); }))
+      for (const auto &out : node.output())
+        dataDependent.insert(out);
+  }
+
+  for (const auto &init : graph.initializer()) {
+    int t = init.data_type();
+    bool isFloatInit = t == onnx::TensorProto::FLOAT || t == onnx::TensorProto::FLOAT16 ||
+                       t == onnx::TensorProto::BFLOAT16 || t == onnx::TensorProto::DOUBLE;
+    if (!isFloatInit || init.dims_size() == 0)
+      continue;
+    // Forward walk from the initializer, stopping at Cos/Sin and shape queries.
+    bool reachesData = false, reachesTrig = false;
+    SmallVector<std::string> work{init.name()};
+    llvm::StringSet<> seen;
+    while (!work.empty() && !reachesData) {
+      std::string v = work.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (llvm::any_of(graph.output(), [&](const auto &o) { return o.name() == v; }))
+        reachesData = true;
+      for (const onnx::NodeProto *user : users.lookup(v)) {
+        if (isShapeQuery(*user))
+          continue;
+        if (user->op_type() == "Cos" || user->op_type() == "Sin") {
+          reachesTrig = true;
+          continue;
+        }
+        if (llvm::any_of(user->input(),
+                         [&](const std::string &in) { return dataDependent.count(in); })) {
+          reachesData = true;
+          break;
+        }
+        for (const auto &out : user->output())
+          work.push_back(out);
+      }
+    }
+    if (reachesData || !reachesTrig)
+      params.insert(init.name());
+  }
+  return success();
+}
+
+void Importer::recoverTorchNames() {
+  for (const auto &node : model.graph().node()) {
+    SmallVector<std::string> unnamed;
+    for (const auto &in : node.input())
+      if (params.count(in) && !torchNames.count(in))
+        unnamed.push_back(in);
+    if (unnamed.empty())
+      continue;
+    NodeMetadata md = readMetadata(node);
+    for (const std::string &p : unnamed) {
+      if (StringRef(p).contains('.')) {
+        torchNames[p] = p; // already a PyTorch name (norms, embeddings)
+        continue;
+      }
+      if (md.modulePath.empty() || md.torchParamArgs.size() != 1)
+        continue;
+      std::string prefix = "p_" + md.modulePath + "_";
+      std::replace(prefix.begin(), prefix.end(), '.', '_');
+      StringRef arg = md.torchParamArgs.front();
+      if (arg.starts_with(prefix))
+        torchNames[p] = md.modulePath + "." + arg.drop_front(prefix.size()).str();
+    }
+  }
+}
+
+LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
+                                      SmallVectorImpl<NamedAttrList> &argAttrs,
+                                      SmallVectorImpl<std::string> &argNames) {
+  const auto &graph = model.graph();
+  Type f32 = builder.getF32Type();
+  // Parameters first, in initializer order: they are the trainer's state.
+  for (const auto &init : graph.initializer()) {
+    if (!params.count(init.name()))
+      continue;
+    SmallVector<int64_t> shape(init.dims().begin(), init.dims().end());
+    for (int64_t d : shape)
+      if (d < 0)
+        return emitError(loc) << bufferName << ": initializer '" << init.name()
+                              << "' has negative dimension " << d;
+    argTypes.push_back(RankedTensorType::get(shape, f32));
+    NamedAttrList attrs;
+    attrs.set(tg::kParamAttr, builder.getStringAttr(init.name()));
+    auto torch = torchNames.find(init.name());
+    if (torch != torchNames.end() && torch->second != init.name())
+      attrs.set(tg::kTorchNameAttr, builder.getStringAttr(torch->second));
+    argAttrs.push_back(attrs);
+    argNames.push_back(init.name());
+  }
+  for (const auto &in : graph.input()) {
+    if (initializers.count(in.name()))
+      continue;
+    const auto &tt = in.type().tensor_type();
+    StringRef name = in.name();
+    if (name.starts_with("past_key_values") || name.starts_with("past."))
+      return emitError(loc) << bufferName << ": input '" << name
+                            << "' is a key/value cache; export the model without cache "
+                               "(use_cache=False) for training";
+    int et = tt.elem_type();
+    bool isInt = et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32;
+    SmallVector<int64_t> shape;
+    auto given = opts.inputShapes.find(name);
+    if (given != opts.inputShapes.end()) {
+      shape = given->second;
+      if ((int)shape.size() != tt.shape().dim_size())
+        return emitError(loc) << "--input-shape " << name << " has rank " << shape.size()
+                              << " but the model's input has rank " << tt.shape().dim_size();
+    } else {
+      for (int d = 0; d < tt.shape().dim_size(); ++d) {
+        const auto &dim = tt.shape().dim(d);
+        if (dim.has_dim_value() && dim.dim_value() > 0) {
+          shape.push_back(dim.dim_value());
+          continue;
+        }
+        int64_t v = -1;
+        const char *flag = "--input-shape";
+        if (isInt && tt.shape().dim_size() == 2) {
+          v = d == 0 ? opts.batch : opts.seqLen;
+          flag = d == 0 ? "--batch" : "--seq-len";
+        }
+        if (v <= 0)
+          return emitError(loc) << bufferName << ": input '" << name << "' dimension " << d
+                                << " ('" << dim.dim_param() << "') is dynamic; give " << flag
+                                << (StringRef(flag) == "--input-shape"
+                                        ? (" " + name + "=d0,d1,...").str()
+                                        : std::string())
+                                << " to specialise it";
+        shape.push_back(v);
+      }
+    }
+    for (int64_t d : shape)
+      if (d <= 0)
+        return emitError(loc) << "input '" << name << "' gets non-positive dimension " << d;
+    // Hugging Face exports may also take attention_mask and position_ids:
+    // unpadded causal training fixes them to ones and 0..T-1.
+    if (isInt && (name == "attention_mask" || name == "position_ids")) {
+      HostTensor t = HostTensor::zeros(DType::I64, shape);
+      int64_t last = shape.empty() ? 1 : shape.back();
+      for (int64_t k = 0; k < t.numel(); ++k)
+        t.i[k] = name == "attention_mask" ? 1 : k % last;
+      values[name] = Val{true, std::move(t), {}};
+      continue;
+    }
+    Type elem;
+    if (isInt)
+      elem = builder.getI64Type();
+    else if (et == onnx::TensorProto::FLOAT || et == onnx::TensorProto::FLOAT16 ||
+             et == onnx::TensorProto::BFLOAT16)
+      elem = f32;
+    else
+      return emitError(loc) << bufferName << ": input '" << name
+                            << "' has unsupported ONNX data type " << et;
+    argTypes.push_back(RankedTensorType::get(shape, elem));
+    NamedAttrList attrs;
+    attrs.set(tg::kInputAttr, builder.getStringAttr(name));
+    argAttrs.push_back(attrs);
+    argNames.push_back(name.str());
+  }
+  return success();
+}
+
+Value Importer::constant(const HostTensor &t) {
+  // Store the smallest tensor that broadcasts to t: positions and rotary
+  // tables are repeated over the batch.
+  SmallVector<int64_t> shape(t.shape);
+  auto strides = [&](ArrayRef<int64_t> s) {
+    SmallVector<int64_t> st(s.size(), 1);
+    for (int64_t d = int64_t(s.size()) - 2; d >= 0; --d)
+      st[d] = st[d + 1] * s[d + 1];
+    return st;
+  };
+  auto fullStrides = strides(t.shape);
+  SmallVector<bool> keep(shape.size(), true);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] <= 1)
+      continue;
+    bool same = true;
+    for (int64_t k = 0, n = t.numel(); k < n && same; ++k) {
+      int64_t idx = (k / fullStrides[d]) % shape[d];
+      if (idx == 0)
+        continue;
+      int64_t base = k - idx * fullStrides[d];
+      same = isFloat(t.dtype) ? t.f[k] == t.f[base] : t.i[k] == t.i[base];
+    }
+    keep[d] = !same;
+  }
+  SmallVector<int64_t> small;
+  for (size_t d = 0; d < shape.size(); ++d)
+    small.push_back(keep[d] ? shape[d] : 1);
+  auto smallStrides = strides(small);
+  int64_t n = 1;
+  for (int64_t d : small)
+    n *= d;
+  auto fullIndex = [&](int64_t k) {
+    int64_t off = 0;
+    for (size_t d = 0; d < small.size(); ++d)
+      off += ((k / smallStrides[d]) % small[d]) * fullStrides[d];
+    return off;
+  };
+  DenseElementsAttr attr;
+  if (isFloat(t.dtype)) {
+    SmallVector<float> data(n);
+    for (int64_t k = 0; k < n; ++k)
+      data[k] = float(t.f[fullIndex(k)]);
+    attr = DenseElementsAttr::get(RankedTensorType::get(small, builder.getF32Type()),
+                                  ArrayRef<float>(data));
+  } else if (t.dtype == DType::Bool) {
+    SmallVector<bool> data(n);
+    for (int64_t k = 0; k < n; ++k)
+      data[k] = t.i[fullIndex(k)] != 0;
+    attr = DenseElementsAttr::get(RankedTensorType::get(small, builder.getI1Type()),
+                                  ArrayRef<bool>(data));
+  } else {
+    SmallVector<int64_t> data(n);
+    for (int64_t k = 0; k < n; ++k)
+      data[k] = t.i[fullIndex(k)];
+    attr = DenseElementsAttr::get(RankedTensorType::get(small, builder.getI64Type()),
+                                  ArrayRef<int64_t>(data));
+  }
+  Value c = tg::ConstantOp::create(builder, loc, attr);
+  if (small != ArrayRef<int64_t>(t.shape))
+    c = tg::BroadcastOp::create(builder, loc,
+                                RankedTensorType::get(t.shape, attr.getElementType()), c);
+  return c;
+}
+
+FailureOr<Value> Importer::materialize(const Val &v, const onnx::NodeProto &node,
+                                       Type floatType) {
+  if (!v.isConst)
+    return v.value;
+  if (!v.host.hasData)
+    return nodeError(node) << "a data-independent tensor of shape ["
+                           << llvm::make_range(v.host.shape.begin(), v.host.shape.end())
+                           << "] (" << v.host.numel()
+                           << " elements) meets the data flow here, and it is too large to "
+                              "build and not a recognised structure (causal mask)",
+           failure();
+  return constant(v.host);
+}
+
+Importer::MaskKind Importer::checkMaskData(const HostTensor &t) {
+  if (t.shape.size() < 2 || !t.hasData)
+    return MaskKind::None;
+  int64_t rows = t.shape[t.shape.size() - 2], cols = t.shape.back();
+  if (rows < 2 || cols < rows)
+    return MaskKind::None;
+  bool boolean = t.dtype == DType::Bool;
+  if (!boolean && !isFloat(t.dtype))
+    return MaskKind::None;
+  for (int64_t k = 0, n = t.numel(); k < n; ++k) {
+    int64_t i = (k / cols) % rows, j = k % cols;
+    bool attend = j <= i + (cols - rows);
+    if (boolean) {
+      if ((t.i[k] != 0) != attend)
+        return MaskKind::None;
+    } else if (attend ? t.f[k] != 0.0 : !(t.f[k] <= -1e30)) {
+      return MaskKind::None;
+    }
+  }
+  return boolean ? MaskKind::Boolean : MaskKind::Additive;
+}
+
+Importer::MaskKind Importer::classifyMask(StringRef name, const HostTensor &t) {
+  if (t.hasData)
+    return checkMaskData(t);
+  if (probe)
+    return MaskKind::None;
+  auto cached = maskCache.find(name);
+  if (cached != maskCache.end())
+    return cached->second;
+  // Import the graph again at two small shapes and check the mask there.
+  MaskKind kind = MaskKind::None;
+  for (auto [b, s] : {std::pair<int64_t, int64_t>{2, 5}, {3, 7}}) {
+    ImportOptions probeOpts;
+    probeOpts.batch = b;
+    probeOpts.seqLen = s;
+    MLIRContext probeCtx;
+    probeCtx.loadDialect<tg::TGDialect, func::FuncDialect>();
+    probeCtx.getDiagEngine().registerHandler([](Diagnostic &) { return success(); });
+    Importer probeImporter(&probeCtx, model, bufferName, probeOpts, /*probe=*/true);
+    if (!probeImporter.run())
+      return maskCache[name] = MaskKind::None;
+    const HostTensor *small = probeImporter.constantValue(name);
+    MaskKind k = small ? checkMaskData(*small) : MaskKind::None;
+    if (k == MaskKind::None || (kind != MaskKind::None && k != kind))
+      return maskCache[name] = MaskKind::None;
+    kind = k;
+  }
+  return maskCache[name] = kind;
+}
+
+Value Importer::causalMask(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> s(shape.size(), 1);
+  s[s.size() - 2] = shape[shape.size() - 2];
+  s.back() = shape.back();
+  return tg::CausalMaskOp::create(builder, loc, RankedTensorType::get(s, builder.getF32Type()));
+}
+
+LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
+  StringRef domain = node.domain();
+  if (!domain.empty() && domain != "ai.onnx")
+    return nodeError(node) << "operators of domain '" << domain << "' are not supported";
+  loc = nodeLoc(node);
+  builder.setInsertionPointToEnd(&cast<func::FuncOp>(*funcOp).getBody().front());
+
+  SmallVector<const Val *> inputs;
+  bool allConst = true;
+  for (const auto &name : node.input()) {
+    if (name.empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    auto it = values.find(name);
+    if (it == values.end())
+      return nodeError(node) << "input '" << name << "' is not produced by any earlier node, "
+                             << "initializer or graph input";
+    inputs.push_back(&it->second);
+    allConst &= it->second.isConst;
+  }
+  // Shape queries of dynamic values are constants too: shapes are static.
+  bool shapeQuery = node.op_type() == "Shape" || node.op_type() == "Size";
+  if ((allConst || shapeQuery) && canEvaluate(node.op_type())) {
+    SmallVector<HostTensor> shapeOnly;
+    shapeOnly.reserve(inputs.size());
+    SmallVector<const HostTensor *> hosts;
+    for (const Val *v : inputs) {
+      if (!v) {
+        hosts.push_back(nullptr);
+      } else if (v->isConst) {
+        hosts.push_back(&v->host);
+      } else {
+        auto type = cast<RankedTensorType>(v->value.getType());
+        shapeOnly.push_back(HostTensor::shapeOnly(DType::F32, type.getShape()));
+        hosts.push_back(&shapeOnly.back());
+      }
+    }
+    auto results = evaluateNode(node, opset, hosts, opts.maxFoldElements);
+    if (!results)
+      return nodeError(node) << llvm::toString(results.takeError());
+    for (auto [name, t] : llvm::zip(node.output(), *results))
+      values[name] = Val{true, std::move(t), {}};
+    return success();
+  }
+  auto results = convertDynamic(node, inputs);
+  if (failed(results))
+    return failure();
+  for (auto [name, v] : llvm::zip(node.output(), *results))
+    if (!name.empty())
+      values[name] = std::move(v);
+  return success();
+}
+
+OwningOpRef<ModuleOp> Importer::run() {
+  if (failed(readOpsets()) || failed(classifyInitializers()))
+    return nullptr;
+  recoverTorchNames();
+  const auto &graph = model.graph();
+
+  // Non-parameter initializers are constants.
+  for (const auto &init : graph.initializer()) {
+    if (params.count(init.name()))
+      continue;
+    auto t = hostTensorFromProto(init, "initializer '" + init.name() + "'");
+    if (!t) {
+      emitError(loc) << bufferName << ": " << llvm::toString(t.takeError());
+      return nullptr;
+    }
+    values[init.name()] = Val{true, std::move(*t), {}};
+  }
+
+  SmallVector<Type> argTypes;
+  SmallVector<NamedAttrList> argAttrs;
+  SmallVector<std::string> argNames;
+  if (failed(declareInputs(argTypes, argAttrs, argNames)))
+    return nullptr;
+
+  OwningOpRef<ModuleOp> module = ModuleOp::create(FileLineColLoc::get(ctx, bufferName, 0, 0));
+  builder.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(builder, loc, "main", builder.getFunctionType(argTypes, {}));
+  funcOp = func;
+  Block *entry = func.addEntryBlock();
+  for (auto [k, attrs] : llvm::enumerate(argAttrs)) {
+    func.setArgAttrs(k, attrs.getDictionary(ctx));
+    values[argNames[k]] = Val{false, {}, entry->getArgument(k)};
+  }
+
+  for (const auto &node : graph.node())
+    if (failed(convertNode(node)))
+      return nullptr;
+
+  builder.setInsertionPointToEnd(entry);
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  for (const auto &out : graph.output()) {
+    auto it = values.find(out.name());
+    if (it == values.end()) {
+      emitError(loc) << bufferName << ": graph output '" << out.name() << "' is never produced";
+      return nullptr;
+    }
+    if (it->second.isConst) {
+      emitError(loc) << bufferName << ": graph output '" << out.name()
+                     << "' does not depend on the input data";
+      return nullptr;
+    }
+    results.push_back(it->second.value);
+    resultTypes.push_back(it->second.value.getType());
+  }
+  func::ReturnOp::create(builder, loc, results);
+  func.setFunctionType(builder.getFunctionType(argTypes, resultTypes));
+  for (auto [k, out] : llvm::enumerate(graph.output()))
+    func.setResultAttr(k, tg::kResultNameAttr, builder.getStringAttr(out.name()));
+  module->getOperation()->setAttr("tg.source", builder.getStringAttr(bufferName));
+  return module;
+}
+
+
+} // namespace
+
+namespace {
+const onnx::AttributeProto *findAttr(const onnx::NodeProto &n, StringRef name) {
+  for (const auto &a : n.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+int64_t attrInt(const onnx::NodeProto &n, StringRef name, int64_t dflt) {
+  auto *a = findAttr(n, name);
+  return a ? a->i() : dflt;
+}
+float attrFloat(const onnx::NodeProto &n, StringRef name, float dflt) {
+  auto *a = findAttr(n, name);
+  return a ? a->f() : dflt;
+}
+RankedTensorType typeOf(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+/// Constant integer list from an input (axes, shapes, splits).
+FailureOr<SmallVector<int64_t>> constInts(const Val *v) {
+  if (!v || !v->isConst || !v->host.hasData)
+    return failure();
+  SmallVector<int64_t> r;
+  for (int64_t k = 0; k < v->host.numel(); ++k)
+    r.push_back(v->host.getI(k));
+  return r;
+}
+} // namespace
+
+namespace {
+FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node,
+                                                     ArrayRef<const Val *> in) {
+  StringRef op = node.op_type();
+  auto dyn = [&](Val v) { return Val{false, {}, v.value}; };
+  auto wrap = [&](Value v) { return SmallVector<Val>{Val{false, {}, v}}; };
+  auto need = [&](size_t k) -> FailureOr<Value> {
+    if (k >= in.size() || !in[k])
+      return nodeError(node) << "input " << k << " is required", failure();
+    return materialize(*in[k], node);
+  };
+  auto requireFloat = [&](Value v) -> LogicalResult {
+    if (!isa<FloatType>(typeOf(v).getElementType()))
+      return nodeError(node) << "this op is only supported on floating-point data here, got "
+                             << v.getType(),
+             failure();
+    return success();
+  };
+  // Shape of a shape-changing op's result, computed by the folder on
+  // shape-only inputs so the ONNX rules live in one place.
+  auto foldedShape = [&]() -> FailureOr<SmallVector<int64_t>> {
+    SmallVector<HostTensor> shapeOnly;
+    shapeOnly.reserve(in.size());
+    SmallVector<const HostTensor *> hosts;
+    for (const Val *v : in) {
+      if (!v)
+        hosts.push_back(nullptr);
+      else if (v->isConst)
+        hosts.push_back(&v->host);
+      else {
+        shapeOnly.push_back(HostTensor::shapeOnly(DType::F32, typeOf(v->value).getShape()));
+        hosts.push_back(&shapeOnly.back());
+      }
+    }
+    auto r = evaluateNode(node, opset, hosts, 0);
+    if (!r)
+      return nodeError(node) << llvm::toString(r.takeError()), failure();
+    return SmallVector<int64_t>((*r)[0].shape);
+  };
+
+  static const llvm::StringMap<tg::BinaryKind> binaryKinds = {
+      {"Add", tg::BinaryKind::add}, {"Sub", tg::BinaryKind::sub}, {"Mul", tg::BinaryKind::mul},
+      {"Div", tg::BinaryKind::div}, {"Pow", tg::BinaryKind::pow}, {"Max", tg::BinaryKind::max},
+      {"Min", tg::BinaryKind::min}};
+  static const llvm::StringMap<tg::UnaryKind> unaryKinds = {
+      {"Neg", tg::UnaryKind::neg},         {"Exp", tg::UnaryKind::exp},
+      {"Log", tg::UnaryKind::log},         {"Sqrt", tg::UnaryKind::sqrt},
+      {"Reciprocal", tg::UnaryKind::reciprocal}, {"Sigmoid", tg::UnaryKind::sigmoid},
+      {"Tanh", tg::UnaryKind::tanh},       {"Relu", tg::UnaryKind::relu},
+      {"Abs", tg::UnaryKind::abs},         {"Sin", tg::UnaryKind::sin},
+      {"Cos", tg::UnaryKind::cos}};
+
+  if (auto it = binaryKinds.find(op); it != binaryKinds.end()) {
+    if (in.size() != 2 || !in[0] || !in[1])
+      return nodeError(node) << "expects exactly two inputs", failure();
+    // A data-independent operand that is the causal mask stays symbolic.
+    if (op == "Add")
+      for (int k = 0; k < 2; ++k)
+        if (in[k]->isConst && !in[1 - k]->isConst &&
+            classifyMask(node.input(k), in[k]->host) == MaskKind::Additive) {
+          Value x = in[1 - k]->value;
+          if (failed(requireFloat(x)))
+            return failure();
+          Value m = causalMask(in[k]->host.shape);
+          return wrap(tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, x, m));
+        }
+    auto a = need(0), b = need(1);
+    if (failed(a) || failed(b) || failed(requireFloat(*a)) || failed(requireFloat(*b)))
+      return failure();
+    auto shape = broadcastShape(typeOf(*a).getShape(), typeOf(*b).getShape());
+    if (!shape)
+      return nodeError(node) << llvm::toString(shape.takeError()), failure();
+    return wrap(tg::BinaryOp::create(builder, loc, it->second, *a, *b));
+  }
+  if (auto it = unaryKinds.find(op); it != unaryKinds.end()) {
+    auto x = need(0);
+    if (failed(x) || failed(requireFloat(*x)))
+      return failure();
+    return wrap(tg::UnaryOp::create(builder, loc, it->second, *x));
+  }
+  if (op == "Gelu") {
+    auto x = need(0);
+    if (failed(x) || failed(requireFloat(*x)))
+      return failure();
+    auto *a = findAttr(node, "approximate");
+    bool tanhApprox = a && a->s() == "tanh";
+    return wrap(tg::UnaryOp::create(builder, loc,
+                                    tanhApprox ? tg::UnaryKind::gelu_tanh : tg::UnaryKind::gelu_erf,
+                                    *x));
+  }
+  if (op == "Identity" || op == "Dropout") {
+    if (op == "Dropout" && node.input_size() > 2 && !node.input(2).empty()) {
+      auto mode = constInts(in[2]);
+      if (failed(mode) || (*mode)[0] != 0)
+        return nodeError(node) << "dropout in training mode is not supported", failure();
+    }
+    if (op == "Dropout" && node.output_size() > 1 && !node.output(1).empty())
+      return nodeError(node) << "the dropout mask output is not supported", failure();
+    return SmallVector<Val>{dyn(*in[0])};
+  }
+  if (op == "Cast") {
+    auto x = need(0);
+    if (failed(x))
+      return failure();
+    int to = attrInt(node, "to", 0);
+    bool toFloat = to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::FLOAT16 ||
+                   to == onnx::TensorProto::BFLOAT16 || to == onnx::TensorProto::DOUBLE;
+    bool toInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
+    Type elem = typeOf(*x).getElementType();
+    // Host compute is fp32 everywhere: casts between float types, and
+    // between integer types, are the identity here.
+    if ((toFloat && isa<FloatType>(elem)) || (toInt && elem.isInteger(64)))
+      return wrap(*x);
+    return nodeError(node) << "cast of data from " << elem << " to ONNX type " << to
+                           << " is not supported",
+           failure();
+  }
+  if (op == "MatMul" || op == "Gemm") {
+    auto a = need(0), b = need(1);
+    if (failed(a) || failed(b) || failed(requireFloat(*a)) || failed(requireFloat(*b)))
+      return failure();
+    bool ta = op == "Gemm" && attrInt(node, "transA", 0);
+    bool tb = op == "Gemm" && attrInt(node, "transB", 0);
+    Value x = *a, w = *b;
+    auto xt = typeOf(x), wt = typeOf(w);
+    if (op == "Gemm" && (xt.getRank() != 2 || wt.getRank() != 2))
+      return nodeError(node) << "Gemm needs rank-2 operands", failure();
+    // Rank-1 operands follow NumPy: promote, multiply, drop the added dim.
+    bool vecA = xt.getRank() == 1, vecB = wt.getRank() == 1;
+    if (vecA)
+      x = tg::ReshapeOp::create(builder, loc,
+                                RankedTensorType::get({1, xt.getDimSize(0)}, xt.getElementType()), x);
+    if (vecB)
+      w = tg::ReshapeOp::create(builder, loc,
+                                RankedTensorType::get({wt.getDimSize(0), 1}, wt.getElementType()), w);
+    auto xs = typeOf(x).getShape(), ws = typeOf(w).getShape();
+    int64_t ka = ta ? xs[xs.size() - 2] : xs.back(), kb = tb ? ws.back() : ws[ws.size() - 2];
+    if (ka != kb)
+      return nodeError(node) << "contraction sizes differ: " << xt << " and " << wt, failure();
+    if (failed(tg::broadcastShapes(xs.drop_back(2), ws.drop_back(2))))
+      return nodeError(node) << "batch dimensions do not broadcast: " << xt << " and " << wt,
+             failure();
+    Value y = tg::MatmulOp::create(builder, loc, x, w, ta, tb);
+    if (vecA || vecB) {
+      SmallVector<int64_t> shape(typeOf(y).getShape());
+      if (vecB)
+        shape.pop_back();
+      if (vecA)
+        shape.erase(shape.end() - (vecB ? 1 : 2));
+      y = tg::ReshapeOp::create(builder, loc, RankedTensorType::get(shape, typeOf(y).getElementType()), y);
+    }
+    if (op == "Gemm") {
+      float alpha = attrFloat(node, "alpha", 1.0f), beta = attrFloat(node, "beta", 1.0f);
+      auto scalar = [&](float v) {
+        return tg::ConstantOp::create(
+            builder, loc, DenseElementsAttr::get(RankedTensorType::get({}, builder.getF32Type()), v));
+      };
+      if (alpha != 1.0f)
+        y = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, y, scalar(alpha));
+      if (in.size() > 2 && in[2]) {
+        auto c = need(2);
+        if (failed(c))
+          return failure();
+        Value bias = *c;
+        if (beta != 1.0f)
+          bias = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, bias, scalar(beta));
+        y = tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, y, bias);
+      }
+    }
+    return wrap(y);
+  }
+  if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten") {
+    auto x = need(0);
+    auto shape = foldedShape();
+    if (failed(x) || failed(shape))
+      return failure();
+    return wrap(tg::ReshapeOp::create(builder, loc,
+                                      RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
+  }
+  if (op == "Expand") {
+    auto x = need(0);
+    auto shape = foldedShape();
+    if (failed(x) || failed(shape))
+      return failure();
+    return wrap(tg::BroadcastOp::create(
+        builder, loc, RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
+  }
+  if (op == "Transpose") {
+    auto x = need(0);
+    if (failed(x))
+      return failure();
+    int64_t rank = typeOf(*x).getRank();
+    SmallVector<int64_t> perm;
+    if (auto *a = findAttr(node, "perm"))
+      perm.assign(a->ints().begin(), a->ints().end());
+    else
+      for (int64_t d = rank - 1; d >= 0; --d)
+        perm.push_back(d);
+    if ((int64_t)perm.size() != rank)
+      return nodeError(node) << "perm has " << perm.size() << " entries for rank " << rank,
+             failure();
+    return wrap(tg::TransposeOp::create(builder, loc, *x, builder.getDenseI64ArrayAttr(perm)));
+  }
+  if (op == "Slice") {
+    auto x = need(0);
+    if (failed(x))
+      return failure();
+    SmallVector<const HostTensor *> hosts{nullptr};
+    for (size_t k = 1; k < in.size(); ++k)
+      hosts.push_back(in[k] && in[k]->isConst ? &in[k]->host : nullptr);
+    auto p = sliceParams(node, opset, hosts, typeOf(*x).getShape());
+    if (!p)
+      return nodeError(node) << llvm::toString(p.takeError()), failure();
+    return wrap(tg::SliceOp::create(builder, loc,
+                                    RankedTensorType::get(p->shape, typeOf(*x).getElementType()),
+                                    *x, builder.getDenseI64ArrayAttr(p->starts),
+                                    builder.getDenseI64ArrayAttr(p->steps)));
+  }
+  if (op == "Split") {
+    auto x = need(0);
+    if (failed(x))
+      return failure();
+    auto xt = typeOf(*x);
+    int64_t axis = attrInt(node, "axis", 0);
+    if (axis < 0)
+      axis += xt.getRank();
+    if (axis < 0 || axis >= xt.getRank())
+      return nodeError(node) << "axis out of range", failure();
+    int64_t dim = xt.getDimSize(axis), n = node.output_size();
+    SmallVector<int64_t> sizes;
+    if (in.size() > 1 && in[1]) {
+      auto s = constInts(in[1]);
+      if (failed(s))
+        return nodeError(node) << "split sizes must be compile-time constants", failure();
+      sizes = *s;
+    } else if (auto *a = findAttr(node, "split")) {
+      sizes.assign(a->ints().begin(), a->ints().end());
+    } else {
+      int64_t parts = opset >= 18 ? attrInt(node, "num_outputs", n) : n;
+      int64_t chunk = (dim + parts - 1) / parts;
+      for (int64_t k = 0; k < parts; ++k)
+        sizes.push_back(std::min(chunk, dim - k * chunk));
+    }
+    if ((int64_t)sizes.size() != n || llvm::sum_of(sizes) != dim)
+      return nodeError(node) << "split sizes do not add up to dimension " << dim, failure();
+    SmallVector<Val> outs;
+    int64_t offset = 0;
+    for (int64_t size : sizes) {
+      SmallVector<int64_t> starts(xt.getRank(), 0), steps(xt.getRank(), 1), shape(xt.getShape());
+      starts[axis] = offset;
+      shape[axis] = size;
+      outs.push_back(Val{false, {},
+                         tg::SliceOp::create(builder, loc,
+                                             RankedTensorType::get(shape, xt.getElementType()), *x,
+                                             builder.getDenseI64ArrayAttr(starts),
+                                             builder.getDenseI64ArrayAttr(steps))});
+      offset += size;
+    }
+    return outs;
+  }
+  if (op == "Concat") {
+    SmallVector<Value> xs;
+    for (size_t k = 0; k < in.size(); ++k) {
+      auto x = need(k);
+      if (failed(x))
+        return failure();
+      xs.push_back(*x);
+    }
+    return wrap(tg::ConcatOp::create(builder, loc, xs, attrInt(node, "axis", 0)));
+  }
+  if (op == "Gather") {
+    int64_t axis = attrInt(node, "axis", 0);
+    if (!in[1]->isConst) {
+      // Embedding lookup: a table indexed by token data.
+      auto table = need(0), ids = need(1);
+      if (failed(table) || failed(ids))
+        return failure();
+      if (typeOf(*table).getRank() != 2 || (axis != 0 && axis != -2))
+        return nodeError(node) << "a data-dependent Gather must index the rows of a rank-2 "
+                                  "table (an embedding), got "
+                               << typeOf(*table) << " axis " << axis,
+               failure();
+      return wrap(tg::GatherOp::create(builder, loc, *table, *ids));
+    }
+    // Constant indices into data: a slice (a single index also drops the
+    // axis).
+    auto x = need(0);
+    auto idx = constInts(in[1]);
+    if (failed(x) || failed(idx))
+      return failure();
+    auto xt = typeOf(*x);
+    if (axis < 0)
+      axis += xt.getRank();
+    int64_t dim = xt.getDimSize(axis);
+    SmallVector<int64_t> ids;
+    for (int64_t v : *idx)
+      ids.push_back(v < 0 ? v + dim : v);
+    bool arithmetic = !ids.empty() && ids[0] >= 0 && ids[0] < dim;
+    int64_t step = ids.size() > 1 ? ids[1] - ids[0] : 1;
+    for (size_t k = 1; k < ids.size() && arithmetic; ++k)
+      arithmetic = ids[k] - ids[k - 1] == step && step != 0 && ids[k] >= 0 && ids[k] < dim;
+    if (!arithmetic)
+      return nodeError(node) << "constant Gather indices must be an arithmetic sequence in "
+                                "range",
+             failure();
+    SmallVector<int64_t> starts(xt.getRank(), 0), steps(xt.getRank(), 1), shape(xt.getShape());
+    starts[axis] = ids[0];
+    steps[axis] = step;
+    shape[axis] = ids.size();
+    Value s = tg::SliceOp::create(builder, loc, RankedTensorType::get(shape, xt.getElementType()),
+                                  *x, builder.getDenseI64ArrayAttr(starts),
+                                  builder.getDenseI64ArrayAttr(steps));
+    auto outShape = foldedShape();
+    if (failed(outShape))
+      return failure();
+    return wrap(tg::ReshapeOp::create(builder, loc,
+                                      RankedTensorType::get(*outShape, xt.getElementType()), s));
+  }
+  if (op == "Softmax") {
+    auto x = need(0);
+    if (failed(x) || failed(requireFloat(*x)))
+      return failure();
+    int64_t rank = typeOf(*x).getRank();
+    int64_t axis = attrInt(node, "axis", -1);
+    if (axis < 0)
+      axis += rank;
+    if (axis != rank - 1)
+      return nodeError(node) << "softmax over axis " << axis << " of " << rank
+                             << " dimensions is not supported (only the last)",
+             failure();
+    return wrap(tg::SoftmaxOp::create(builder, loc, *x));
+  }
+  if (op == "ReduceMean" || op == "ReduceSum") {
+    auto x = need(0);
+    if (failed(x) || failed(requireFloat(*x)))
+      return failure();
+    bool axesAsInput = op == "ReduceSum" ? opset >= 13 : opset >= 18;
+    SmallVector<int64_t> axes;
+    if (axesAsInput) {
+      if (in.size() > 1 && in[1]) {
+        auto a = constInts(in[1]);
+        if (failed(a))
+          return nodeError(node) << "axes must be compile-time constants", failure();
+        axes = *a;
+      }
+    } else if (auto *a = findAttr(node, "axes")) {
+      axes.assign(a->ints().begin(), a->ints().end());
+    }
+    int64_t rank = typeOf(*x).getRank();
+    if (axes.empty()) {
+      if (attrInt(node, "noop_with_empty_axes", 0))
+        return wrap(*x);
+      for (int64_t d = 0; d < rank; ++d)
+        axes.push_back(d);
+    }
+    for (int64_t &a : axes) {
+      if (a < -rank || a >= rank)
+        return nodeError(node) << "axis " << a << " out of range for rank " << rank, failure();
+      if (a < 0)
+        a += rank;
+    }
+    return wrap(tg::ReduceOp::create(builder, loc,
+                                     op == "ReduceMean" ? tg::ReduceKind::mean : tg::ReduceKind::sum,
+                                     *x, builder.getDenseI64ArrayAttr(axes),
+                                     attrInt(node, "keepdims", 1) != 0));
+  }
+  if (op == "LayerNormalization") {
+    auto x = need(0), w = need(1);
+    if (failed(x) || failed(w) || failed(requireFloat(*x)))
+      return failure();
+    int64_t rank = typeOf(*x).getRank(), axis = attrInt(node, "axis", -1);
+    if (axis < 0)
+      axis += rank;
+    if (axis != rank - 1)
+      return nodeError(node) << "layer normalisation over more than the last axis is not "
+                                "supported",
+             failure();
+    for (int k = 1; k < node.output_size(); ++k)
+      if (!node.output(k).empty())
+        return nodeError(node) << "the mean and inverse-std outputs are not supported", failure();
+    Value bias;
+    if (in.size() > 2 && in[2]) {
+      auto b = need(2);
+      if (failed(b))
+        return failure();
+      bias = *b;
+    } else {
+      bias = tg::ConstantOp::create(builder, loc,
+                                    DenseElementsAttr::get(typeOf(*w), builder.getF32FloatAttr(0)));
+    }
+    for (Value v : {*w, bias})
+      if (typeOf(v).getRank() != 1)
+        return nodeError(node) << "scale and bias must be rank 1, got " << v.getType(), failure();
+    return wrap(tg::LayerNormOp::create(builder, loc, x->getType(), *x, *w, bias,
+                                        builder.getF32FloatAttr(attrFloat(node, "epsilon", 1e-5f))));
+  }
+  if (op == "Where") {
+    // The exporter's masked attention: Where(causal, scores, -inf).
+    if (in.size() == 3 && in[0] && in[0]->isConst &&
+        classifyMask(node.input(0), in[0]->host) == MaskKind::Boolean && in[1] &&
+        !in[1]->isConst && in[2] && in[2]->isConst && in[2]->host.hasData &&
+        in[2]->host.numel() == 1 && in[2]->host.getF(0) <= -1e30) {
+      Value m = causalMask(in[0]->host.shape);
+      return wrap(tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, in[1]->value, m));
+    }
+    auto c = need(0), a = need(1), b = need(2);
+    if (failed(c) || failed(a) || failed(b) || failed(requireFloat(*a)) ||
+        failed(requireFloat(*b)))
+      return failure();
+    if (!typeOf(*c).getElementType().isInteger(1))
+      return nodeError(node) << "condition must be boolean", failure();
+    return wrap(tg::SelectOp::create(builder, loc, *c, *a, *b));
+  }
+  if (op == "IsNaN") {
+    auto x = need(0);
+    if (failed(x) || failed(requireFloat(*x)))
+      return failure();
+    return wrap(tg::IsNanOp::create(builder, loc,
+                                    RankedTensorType::get(typeOf(*x).getShape(), builder.getI1Type()),
+                                    *x));
+  }
+  if (op == "TopK" || op == "NonZero" || op == "ScatterND" || op == "ScatterElements")
+    return nodeError(node) << "data-dependent routing (" << op
+                           << " on activations, as in a mixture-of-experts router) is "
+                              "recognised but not supported",
+           failure();
+  if (canEvaluate(op))
+    return nodeError(node) << "this op is only supported on data-independent values (shapes, "
+                              "positions, masks), not on activations",
+           failure();
+  return nodeError(node) << "unsupported operator", failure();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx, StringRef contents,
+                                              StringRef bufferName, const ImportOptions &opts) {
+  ctx->loadDialect<tg::TGDialect, func::FuncDialect>();
+  Location fileLoc = FileLineColLoc::get(ctx, bufferName, 0, 0);
+  onnx::ModelProto model;
+  if (contents.ltrim().starts_with("<")) {
+    std::string text = contents.str();
+    onnx::Status status;
+    try {
+      status = onnx::OnnxParser::Parse(model, text.c_str());
+    } catch (const std::exception &e) {
+      emitError(fileLoc) << "malformed ONNX text: " << e.what();
+      return nullptr;
+    }
+    if (!status.IsOK()) {
+      emitError(fileLoc) << "malformed ONNX text: " << status.ErrorMessage();
+      return nullptr;
+    }
+  } else {
+    google::protobuf::io::ArrayInputStream raw(contents.data(), int(contents.size()));
+    google::protobuf::io::CodedInputStream coded(&raw);
+    coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
+    coded.SetRecursionLimit(64);
+    if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
+      emitError(fileLoc) << "not a valid ONNX model (protobuf parse failed; the file is "
+                            "truncated or not ONNX)";
+      return nullptr;
+    }
+  }
+  if (!model.has_graph() || model.graph().node_size() == 0) {
+    emitError(fileLoc) << "the ONNX model has no graph nodes";
+    return nullptr;
+  }
+  Importer importer(ctx, model, bufferName, opts);
+  return importer.run();
+}
+
+OwningOpRef<ModuleOp> rondo::importOnnxFile(MLIRContext *ctx, StringRef path,
+                                            const ImportOptions &opts) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    emitError(UnknownLoc::get(ctx)) << "cannot read '" << path << "': "
+                                    << buffer.getError().message();
+    return nullptr;
+  }
+  return importOnnxBuffer(ctx, (*buffer)->getBuffer(), path, opts);
+}

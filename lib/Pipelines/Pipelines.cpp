@@ -1,0 +1,51 @@
+//===- Pipelines.cpp - Rondo's phase pipelines ------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/Pipelines/Pipelines.h"
+
+#include "TG/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void rondo::buildTGPipeline(OpPassManager &pm) {
+  // Canonicalisation first: the importer's reshape/transpose chains must be
+  // collapsed before the structural patterns can see the shapes they match.
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  OpPassManager &fn = pm.nest<func::FuncOp>();
+  fn.addPass(tg::createTGFuseActivationsPass());
+  fn.addPass(tg::createTGFuseNormsPass());
+  fn.addPass(tg::createTGFuseRotaryPass());
+  fn.addPass(tg::createTGFuseAttentionPass());
+  // The fusions leave their matched primitives dead.
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void rondo::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options) {
+  pm.addPass(tg::createTGAttachLossPass(tg::TGAttachLossPassOptions{options.loss}));
+  // Fuse the head before differentiating, so the backward never needs the
+  // [tokens x vocab] logits either.
+  pm.nest<func::FuncOp>().addPass(tg::createTGFuseLinearCrossEntropyPass(
+      tg::TGFuseLinearCrossEntropyPassOptions{options.chunkRows}));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(tg::createTGSelectTrainablePass(
+      tg::TGSelectTrainablePassOptions{options.trainable, options.freeze}));
+  pm.addPass(tg::createTGAutodiffPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void rondo::registerPipelines() {
+  PassPipelineRegistration<>("rondo-tg-pipeline", "Import cleanup and structure recognition",
+                             buildTGPipeline);
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "rondo-train-pipeline", "Loss, trainable selection and reverse mode", buildTrainPipeline);
+}

@@ -1,0 +1,259 @@
+//===- rondo-compile.cpp - The Rondo compiler driver ------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// rondo-compile MODEL.onnx [-o OUT] --batch B --seq-len T --emit=tg|train|cpp|exe
+//
+// Every output is written to a temporary file next to its destination and
+// renamed into place only when the whole phase succeeded, so a failed
+// compile never leaves a partial output behind.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TG/IR/TGOps.h"
+#include "TG/Transforms/Passes.h"
+#include "rondo/Import/OnnxImporter.h"
+#include "rondo/Pipelines/Pipelines.h"
+#include "rondo/Target/Cpp/TrainerEmitter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory category("rondo-compile options");
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"), cl::Required,
+                                      cl::cat(category));
+static cl::opt<std::string> outputFile("o", cl::desc("output file ('-' for stdout)"),
+                                       cl::value_desc("path"), cl::cat(category));
+static cl::opt<int64_t> batch("batch", cl::desc("rows per step (the dynamic batch dimension)"),
+                              cl::init(-1), cl::cat(category));
+static cl::opt<int64_t> seqLen("seq-len", cl::desc("tokens per row (the dynamic sequence dimension)"),
+                               cl::init(-1), cl::cat(category));
+static cl::list<std::string> inputShapes("input-shape",
+                                         cl::desc("NAME=d0,d1,...: the shape of a graph input"),
+                                         cl::cat(category));
+enum class Emit { TG, Train, Cpp, Exe };
+static cl::opt<Emit> emit("emit", cl::desc("what to produce"), cl::init(Emit::Exe),
+                          cl::values(clEnumValN(Emit::TG, "tg", "imported, recognised tg IR"),
+                                     clEnumValN(Emit::Train, "train",
+                                                "the training function (loss and gradients)"),
+                                     clEnumValN(Emit::Cpp, "cpp", "the trainer's C++ source"),
+                                     clEnumValN(Emit::Exe, "exe", "the trainer executable")),
+                          cl::cat(category));
+static cl::opt<std::string> loss("loss", cl::desc("causal-lm or output:NAME"),
+                                 cl::init("causal-lm"), cl::cat(category));
+static cl::opt<std::string> trainable("trainable", cl::desc("regex: only these parameters train"),
+                                      cl::init(""), cl::cat(category));
+static cl::opt<std::string> freeze("freeze", cl::desc("regex: these parameters are frozen"),
+                                   cl::init(""), cl::cat(category));
+static cl::opt<std::string> target("target", cl::desc("host (CPU worker threads)"),
+                                   cl::init("host"), cl::cat(category));
+static cl::opt<int64_t> chunkRows("loss-chunk-rows",
+                                  cl::desc("rows of logits the fused loss holds at once"),
+                                  cl::init(1024), cl::cat(category));
+static cl::opt<bool> summary("summary", cl::desc("print a summary of the model on stderr"),
+                             cl::init(false), cl::cat(category));
+
+static LogicalResult parseInputShapes(rondo::ImportOptions &opts) {
+  for (const std::string &spec : inputShapes) {
+    auto [name, dims] = llvm::StringRef(spec).split('=');
+    if (name.empty() || dims.empty()) {
+      llvm::errs() << "error: --input-shape '" << spec << "' is not NAME=d0,d1,...\n";
+      return failure();
+    }
+    llvm::SmallVector<llvm::StringRef> parts;
+    dims.split(parts, ',');
+    llvm::SmallVector<int64_t> shape;
+    for (llvm::StringRef p : parts) {
+      int64_t v;
+      if (p.trim().getAsInteger(10, v) || v <= 0) {
+        llvm::errs() << "error: --input-shape '" << spec << "': '" << p
+                     << "' is not a positive integer\n";
+        return failure();
+      }
+      shape.push_back(v);
+    }
+    opts.inputShapes[name] = shape;
+  }
+  return success();
+}
+
+static void printSummary(ModuleOp module) {
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    return;
+  int64_t params = 0, elements = 0, trainableParams = 0, trainableElements = 0;
+  for (unsigned k = 0; k < func.getNumArguments(); ++k) {
+    if (!func.getArgAttr(k, rondo::tg::kParamAttr))
+      continue;
+    int64_t n = cast<RankedTensorType>(func.getArgument(k).getType()).getNumElements();
+    ++params;
+    elements += n;
+    if (func.getArgAttr(k, rondo::tg::kTrainableAttr)) {
+      ++trainableParams;
+      trainableElements += n;
+    }
+  }
+  llvm::StringMap<int64_t> histogram;
+  double flops = 0;
+  func.walk([&](Operation *op) {
+    if (op->getDialect() && op->getDialect()->getNamespace() == "tg")
+      ++histogram[op->getName().getStringRef()];
+    if (auto cost = dyn_cast<rondo::tg::CostOpInterface>(op))
+      flops += cost.getFlops();
+  });
+  llvm::errs() << "model: " << inputFile << "\n"
+               << llvm::formatv("parameters: {0} tensors, {1} elements", params, elements);
+  if (trainableParams)
+    llvm::errs() << llvm::formatv(" ({0} tensors, {1} elements trainable)", trainableParams,
+                                  trainableElements);
+  llvm::errs() << llvm::formatv("\nFLOPs per step (analytic): {0:e3}\nops:", flops);
+  llvm::SmallVector<std::pair<std::string, int64_t>> sorted;
+  for (auto &e : histogram)
+    sorted.push_back({e.getKey().str(), e.getValue()});
+  llvm::sort(sorted);
+  for (auto &[name, count] : sorted)
+    llvm::errs() << " " << name << "=" << count;
+  llvm::errs() << "\n";
+}
+
+/// Compiles the generated C++ into an executable with the system compiler.
+static LogicalResult buildExecutable(llvm::StringRef cppPath, llvm::StringRef exePath) {
+  auto cxx = llvm::sys::findProgramByName(RONDO_CXX);
+  if (!cxx) {
+    cxx = llvm::sys::findProgramByName("c++");
+    if (!cxx) {
+      llvm::errs() << "error: no C++ compiler found (looked for " << RONDO_CXX << " and c++)\n";
+      return failure();
+    }
+  }
+  llvm::SmallVector<llvm::StringRef> args = {
+      *cxx, "-std=c++17", "-O2", "-fopenmp", "-I", RONDO_RUNTIME_INCLUDE_DIR, "-I",
+      RONDO_KERNELS_INCLUDE_DIR, cppPath, "-o", exePath, RONDO_RUNTIME_LIB, RONDO_KERNELS_LIB,
+      RONDO_ONNX_PROTO_LIB, "-lprotobuf", "-lopenblas", "-lpthread"};
+  std::string message;
+  int rc = llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &message);
+  if (rc != 0) {
+    llvm::errs() << "error: compiling the generated trainer failed (" << *cxx << " exited with "
+                 << rc << (message.empty() ? "" : ": " + message) << ")\n";
+    return failure();
+  }
+  return success();
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  registerAsmPrinterCLOptions();
+  registerMLIRContextCLOptions();
+  registerPassManagerCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  cl::ParseCommandLineOptions(argc, argv, "Rondo: ONNX to a standalone training program\n");
+
+  if (target != "host") {
+    llvm::errs() << "error: --target=" << target
+                 << " is not available in this build (supported: host)\n";
+    return 2;
+  }
+  rondo::ImportOptions opts;
+  opts.batch = batch;
+  opts.seqLen = seqLen;
+  if (failed(parseInputShapes(opts)))
+    return 2;
+  if (outputFile.empty())
+    outputFile = emit == Emit::Exe ? "trainer" : "-";
+
+  DialectRegistry registry;
+  registry.insert<rondo::tg::TGDialect, func::FuncDialect>();
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  OwningOpRef<ModuleOp> module = rondo::importOnnxFile(&ctx, inputFile, opts);
+  if (!module)
+    return 1;
+
+  PassManager pm(&ctx);
+  if (failed(applyPassManagerCLOptions(pm)))
+    return 2;
+  DefaultTimingManager tm;
+  applyDefaultTimingManagerCLOptions(tm);
+  pm.enableTiming(tm.getRootScope());
+  rondo::buildTGPipeline(pm);
+  if (emit != Emit::TG) {
+    rondo::TrainPipelineOptions trainOpts;
+    trainOpts.loss = loss;
+    trainOpts.trainable = trainable;
+    trainOpts.freeze = freeze;
+    trainOpts.chunkRows = chunkRows;
+    rondo::buildTrainPipeline(pm, trainOpts);
+  }
+  if (failed(pm.run(*module)))
+    return 1;
+  if (summary)
+    printSummary(*module);
+
+  if (emit == Emit::TG || emit == Emit::Train || emit == Emit::Cpp) {
+    std::string error;
+    auto out = openOutputFile(outputFile, &error);
+    if (!out) {
+      llvm::errs() << "error: cannot write '" << outputFile << "': " << error << "\n";
+      return 1;
+    }
+    if (emit == Emit::Cpp) {
+      llvm::SmallString<256> abs(inputFile);
+      llvm::sys::fs::make_absolute(abs);
+      if (failed(rondo::emitTrainerCpp(*module, out->os(), {abs.str().str()})))
+        return 1;
+    } else {
+      module->print(out->os());
+    }
+    out->keep();
+    return 0;
+  }
+
+  // --emit=exe: generate C++ into a temporary file and compile it to a
+  // temporary executable, then move it into place.
+  llvm::SmallString<256> abs(inputFile);
+  llvm::sys::fs::make_absolute(abs);
+  llvm::SmallString<256> cppPath;
+  int fd;
+  if (llvm::sys::fs::createTemporaryFile("rondo-trainer", "cpp", fd, cppPath)) {
+    llvm::errs() << "error: cannot create a temporary file for the generated C++\n";
+    return 1;
+  }
+  {
+    llvm::raw_fd_ostream cppOut(fd, /*shouldClose=*/true);
+    if (failed(rondo::emitTrainerCpp(*module, cppOut, {abs.str().str()}))) {
+      llvm::sys::fs::remove(cppPath);
+      return 1;
+    }
+  }
+  std::string tmpExe = outputFile + ".tmp-rondo";
+  LogicalResult built = buildExecutable(cppPath, tmpExe);
+  llvm::sys::fs::remove(cppPath);
+  if (failed(built)) {
+    llvm::sys::fs::remove(tmpExe);
+    return 1;
+  }
+  if (auto ec = llvm::sys::fs::rename(tmpExe, outputFile)) {
+    llvm::errs() << "error: cannot write '" << outputFile << "': " << ec.message() << "\n";
+    llvm::sys::fs::remove(tmpExe);
+    return 1;
+  }
+  return 0;
+}

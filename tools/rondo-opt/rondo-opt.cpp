@@ -1,0 +1,30 @@
+//===- rondo-opt.cpp - Rondo's pass driver ----------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// MlirOptMain with only the dialects and passes Rondo uses; the workhorse of
+// the lit tests.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TG/IR/TGOps.h"
+#include "TG/Transforms/Passes.h"
+#include "rondo/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Tools/mlir-opt/MlirOptMain.h"
+#include "mlir/Transforms/Passes.h"
+
+int main(int argc, char **argv) {
+  mlir::DialectRegistry registry;
+  registry.insert<rondo::tg::TGDialect, mlir::func::FuncDialect>();
+  rondo::tg::registerTGPasses();
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  rondo::registerPipelines();
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "Rondo optimizer driver\n", registry));
+}

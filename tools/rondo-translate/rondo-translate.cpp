@@ -1,0 +1,52 @@
+//===- rondo-translate.cpp - Rondo's translations ---------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// --import-onnx: ONNX (binary or text) -> tg.
+// --export-trainer-cpp: a differentiated tg module -> the trainer's C++.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TG/IR/TGOps.h"
+#include "rondo/Import/OnnxImporter.h"
+#include "rondo/Target/Cpp/TrainerEmitter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/SourceMgr.h"
+
+static llvm::cl::opt<int64_t> batch("batch", llvm::cl::desc("batch size for dynamic inputs"),
+                                    llvm::cl::init(-1));
+static llvm::cl::opt<int64_t> seqLen("seq-len", llvm::cl::desc("sequence length"),
+                                     llvm::cl::init(-1));
+
+int main(int argc, char **argv) {
+  mlir::TranslateToMLIRRegistration importOnnx(
+      "import-onnx", "import an ONNX model (binary or text) into tg",
+      [](llvm::SourceMgr &sourceMgr, mlir::MLIRContext *ctx) -> mlir::OwningOpRef<mlir::Operation *> {
+        const llvm::MemoryBuffer *buffer = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+        rondo::ImportOptions opts;
+        opts.batch = batch;
+        opts.seqLen = seqLen;
+        auto module = rondo::importOnnxBuffer(ctx, buffer->getBuffer(),
+                                              buffer->getBufferIdentifier(), opts);
+        return mlir::OwningOpRef<mlir::Operation *>(module.release());
+      },
+      [](mlir::DialectRegistry &registry) {
+        registry.insert<rondo::tg::TGDialect, mlir::func::FuncDialect>();
+      });
+  mlir::TranslateFromMLIRRegistration exportCpp(
+      "export-trainer-cpp", "print a differentiated tg module as the trainer's C++",
+      [](mlir::Operation *op, llvm::raw_ostream &os) {
+        return rondo::emitTrainerCpp(llvm::cast<mlir::ModuleOp>(op), os,
+                                     rondo::TrainerEmitOptions{"model.onnx"});
+      },
+      [](mlir::DialectRegistry &registry) {
+        registry.insert<rondo::tg::TGDialect, mlir::func::FuncDialect>();
+      });
+  return mlir::failed(mlir::mlirTranslateMain(argc, argv, "Rondo translations"));
+}
