@@ -1,0 +1,370 @@
+//===- Cli.cpp - The trainer's command line -------------------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Cli.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+namespace rondo::rt {
+
+namespace {
+
+/// One flag: its spelling, help, and how its value is stored. A handler
+/// returns an error message (without the flag name) or "".
+struct Flag {
+  const char *name;
+  const char *valueName; ///< nullptr: a boolean flag without value.
+  const char *help;
+  std::function<std::string(const std::string &)> apply;
+};
+
+/// Flags of the CLI contract that this trainer does not implement yet: they
+/// get a precise message rather than "unknown flag".
+const char *const kReservedFlags[] = {
+    "gpus",      "save-every", "checkpoint-dir", "resume",
+    "eval-data", "eval-every", "trace",
+};
+
+std::string parseDouble(const std::string &text, double &out) {
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end || errno == ERANGE || !std::isfinite(v))
+    return "expected a finite number";
+  out = v;
+  return "";
+}
+
+std::string parseInt(const std::string &text, int64_t &out) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end || errno == ERANGE)
+    return "expected an integer";
+  out = v;
+  return "";
+}
+
+std::string parseBool(const std::string &text, bool &out) {
+  if (text == "true" || text == "1") {
+    out = true;
+    return "";
+  }
+  if (text == "false" || text == "0") {
+    out = false;
+    return "";
+  }
+  return "expected true or false";
+}
+
+size_t editDistance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::vector<Flag> makeFlags(TrainerOptions &o) {
+  auto real = [](double &dst, double lo, bool loOpen, double hi, bool hiOpen) {
+    return [&dst, lo, loOpen, hi, hiOpen](const std::string &v) {
+      double x = 0;
+      if (std::string err = parseDouble(v, x); !err.empty())
+        return err;
+      if (x < lo || (loOpen && x == lo) || x > hi || (hiOpen && x == hi)) {
+        std::ostringstream os;
+        os << "must be in " << (loOpen ? "(" : "[") << lo << ", " << hi
+           << (hiOpen ? ")" : "]");
+        return os.str();
+      }
+      dst = x;
+      return std::string();
+    };
+  };
+  auto integer = [](int64_t &dst, int64_t lo) {
+    return [&dst, lo](const std::string &v) {
+      int64_t x = 0;
+      if (std::string err = parseInt(v, x); !err.empty())
+        return err;
+      if (x < lo)
+        return "must be at least " + std::to_string(lo);
+      dst = x;
+      return std::string();
+    };
+  };
+  auto text = [](std::string &dst) {
+    return [&dst](const std::string &v) {
+      if (v.empty())
+        return std::string("expected a non-empty value");
+      dst = v;
+      return std::string();
+    };
+  };
+  const double inf = HUGE_VAL;
+  return {
+      {"data", "FILE",
+       "Token ids: .npy int32/int64/uint16/uint32 [rows, seq], or a flat "
+       "token stream (.bin) cut into rows of seq tokens. Required.",
+       text(o.data)},
+      {"data-dtype", "uint16|uint32",
+       "Token type of a flat stream (default uint16).",
+       [&o](const std::string &v) {
+         std::optional<TokenDType> t = parseTokenDType(v);
+         if (!t || (*t != TokenDType::UInt16 && *t != TokenDType::UInt32))
+           return std::string("expected uint16 or uint32");
+         o.dataDType = t;
+         return std::string();
+       }},
+      {"labels", "FILE",
+       "Labels .npy, same shape as the data, -100 = ignore; not shifted "
+       "(labels[b][t] is the target of position t-1). Default: the inputs.",
+       text(o.labels)},
+      {"steps", "N",
+       "Optimizer steps (default 1). Step s logs the loss of its "
+       "forward pass, then updates.",
+       integer(o.steps, 0)},
+      {"optimizer", "adamw", "The optimizer (only adamw).",
+       [](const std::string &v) {
+         return v == "adamw" ? std::string() : std::string("expected adamw");
+       }},
+      {"optimizer-mode", "sync",
+       "sync: the update follows the whole backward pass (PyTorch order). "
+       "overlap is not implemented yet.",
+       [](const std::string &v) {
+         if (v == "sync")
+           return std::string();
+         if (v == "overlap")
+           return std::string("overlap is not implemented yet; use sync");
+         return std::string("expected sync");
+       }},
+      {"lr", "X", "Peak learning rate (default 1e-3).",
+       real(o.lr, 0, false, inf, false)},
+      {"betas", "B1,B2", "AdamW betas (default 0.9,0.999).",
+       [&o](const std::string &v) {
+         size_t comma = v.find(',');
+         double b1 = 0, b2 = 0;
+         if (comma == std::string::npos ||
+             !parseDouble(v.substr(0, comma), b1).empty() ||
+             !parseDouble(v.substr(comma + 1), b2).empty())
+           return std::string("expected two numbers B1,B2");
+         if (b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+           return std::string("betas must be in [0, 1)");
+         o.beta1 = b1;
+         o.beta2 = b2;
+         return std::string();
+       }},
+      {"eps", "X", "AdamW epsilon (default 1e-8).",
+       real(o.eps, 0, false, inf, false)},
+      {"weight-decay", "X", "Decoupled weight decay (default 0.01).",
+       real(o.weightDecay, 0, false, inf, false)},
+      {"no-decay", "REGEX",
+       "Parameters whose ONNX or PyTorch name contains a match get no "
+       "weight decay (ECMAScript regex, searched).",
+       [&o](const std::string &v) {
+         try {
+           std::regex re(v);
+         } catch (const std::regex_error &e) {
+           return std::string("invalid regular expression: ") + e.what();
+         }
+         o.noDecay = v;
+         return std::string();
+       }},
+      {"clip-grad-norm", "X",
+       "Clip the global L2 norm of the gradients to X "
+       "(torch.nn.utils.clip_grad_norm_).",
+       [&o, real](const std::string &v) {
+         double x = 0;
+         std::string err = real(x, 0, true, HUGE_VAL, false)(v);
+         if (err.empty())
+           o.clipGradNorm = x;
+         return err;
+       }},
+      {"grad-accum", "K",
+       "Microbatch calls per step; the loss is the mean over all K*batch "
+       "rows (default 1).",
+       integer(o.gradAccum, 1)},
+      {"lr-schedule", "constant|cosine|linear",
+       "Learning-rate schedule over --steps, as transformers' "
+       "get_*_schedule_with_warmup (default constant).",
+       [&o](const std::string &v) {
+         std::optional<LrSchedule> s = parseLrSchedule(v);
+         if (!s)
+           return std::string("expected constant, cosine or linear");
+         o.schedule = *s;
+         return std::string();
+       }},
+      {"warmup", "N", "Linear warm-up steps (default 0).",
+       integer(o.warmup, 0)},
+      {"init", "onnx|random",
+       "Initial weights: from the ONNX model (default) or random "
+       "(normal(0, 0.02); ones for 1-D *norm*, zeros for 1-D *bias*).",
+       [&o](const std::string &v) {
+         if (v == "onnx")
+           o.init = InitKind::Onnx;
+         else if (v == "random")
+           o.init = InitKind::Random;
+         else
+           return std::string("expected onnx or random");
+         return std::string();
+       }},
+      {"seed", "S", "Seed of --init=random (default 0).",
+       [&o](const std::string &v) {
+         int64_t x = 0;
+         if (std::string err = parseInt(v, x); !err.empty())
+           return err;
+         o.seed = uint64_t(x);
+         return std::string();
+       }},
+      {"weights", "FILE.onnx",
+       "Read initial weights from this ONNX model instead of the compiled "
+       "one's.",
+       text(o.weights)},
+      {"log-json", "FILE",
+       "Write one JSON object per step: step (0-based), loss, tokens, "
+       "seconds, lr, grad_norm.",
+       text(o.logJson)},
+      {"dump-gradients", "FILE.onnx",
+       "Write the gradients of the first step (before clipping and any "
+       "update) as ONNX initializers, as the *.ref.onnx references are.",
+       text(o.dumpGradients)},
+      {"export-onnx", "FILE",
+       "Write the trained weights into a copy of the model.",
+       text(o.exportOnnx)},
+      {"workers", "N", "Host worker threads (default: OpenMP's default).",
+       [&o](const std::string &v) {
+         int64_t x = 0;
+         if (std::string err = parseInt(v, x); !err.empty())
+           return err;
+         if (x < 1 || x > 4096)
+           return std::string("must be in [1, 4096]");
+         o.workers = int(x);
+         return std::string();
+       }},
+      {"quiet", nullptr, "No progress output.",
+       [&o](const std::string &v) { return parseBool(v, o.quiet); }},
+  };
+}
+
+} // namespace
+
+CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
+                              std::string &message) {
+  std::vector<Flag> flags = makeFlags(options);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-help" || arg == "-h")
+      return CliStatus::Help;
+    if (arg.size() < 2 || arg[0] != '-') {
+      message = "unexpected argument '" + arg + "' (flags start with --)";
+      return CliStatus::Error;
+    }
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::optional<std::string> value;
+    if (size_t eq = body.find('='); eq != std::string::npos) {
+      value = body.substr(eq + 1);
+      body.resize(eq);
+    }
+    if (body == "help")
+      return CliStatus::Help;
+    auto flag = std::find_if(flags.begin(), flags.end(),
+                             [&](const Flag &f) { return body == f.name; });
+    if (flag == flags.end()) {
+      for (const char *reserved : kReservedFlags)
+        if (body == reserved) {
+          message = "--" + body + " is not supported by this trainer yet";
+          return CliStatus::Error;
+        }
+      message = "unknown flag '--" + body + "'";
+      const Flag *best = nullptr;
+      size_t bestDistance = 3;
+      for (const Flag &f : flags)
+        if (size_t d = editDistance(body, f.name); d < bestDistance) {
+          best = &f;
+          bestDistance = d;
+        }
+      if (best)
+        message += "; did you mean '--" + std::string(best->name) + "'?";
+      message += " (see --help)";
+      return CliStatus::Error;
+    }
+    if (flag->valueName && !value) {
+      if (i + 1 >= argc) {
+        message = "--" + body + " needs a value (" + flag->valueName + ")";
+        return CliStatus::Error;
+      }
+      value = argv[++i];
+    }
+    std::string err = flag->apply(value ? *value : "true");
+    if (!err.empty()) {
+      message = "invalid value '" + *value + "' for --" + body + ": " + err;
+      return CliStatus::Error;
+    }
+  }
+  if (options.data.empty()) {
+    message = "--data FILE is required (see --help)";
+    return CliStatus::Error;
+  }
+  return CliStatus::Ok;
+}
+
+std::string trainerHelp(const char *argv0, const ModelSpec &model) {
+  TrainerOptions scratch;
+  std::ostringstream os;
+  os << "USAGE: " << (argv0 ? argv0 : "trainer") << " --data FILE [options]\n\n"
+     << "A Rondo training program for " << model.modelPath << ": "
+     << model.batch << " rows x " << model.seqLen
+     << " tokens per microbatch, loss "
+     << (model.loss == LossKind::CausalLM ? "causal-lm" : "graph output")
+     << ".\n\nOPTIONS:\n";
+  for (const Flag &f : makeFlags(scratch)) {
+    std::string spelling = std::string("  --") + f.name;
+    if (f.valueName)
+      spelling += std::string("=") + f.valueName;
+    os << spelling;
+    if (spelling.size() < 30)
+      os << std::string(30 - spelling.size(), ' ');
+    else
+      os << "\n" << std::string(30, ' ');
+    // Wrap the help at 80 columns.
+    std::istringstream words(f.help);
+    std::string word;
+    size_t column = 30;
+    bool first = true;
+    while (words >> word) {
+      if (!first && column + 1 + word.size() > 80) {
+        os << "\n" << std::string(30, ' ');
+        column = 30;
+        first = true;
+      }
+      os << (first ? "" : " ") << word;
+      column += word.size() + (first ? 0 : 1);
+      first = false;
+    }
+    os << "\n";
+  }
+  os << "  --help                      Show this text.\n\n"
+     << "Values may be given as --flag=value or --flag value. Errors exit "
+        "with status 2\n(command line) or 1 (files, model, data).\n";
+  return os.str();
+}
+
+} // namespace rondo::rt

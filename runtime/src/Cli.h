@@ -1,0 +1,65 @@
+//===- Cli.h - The trainer's command line -----------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Flags follow LLVM's conventions: `--flag value`, `--flag=value` and the
+// single-dash spellings are all accepted, the last occurrence wins, and a
+// boolean flag takes no value (or `=true`/`=false`). Parsing never prints or
+// exits; trainerMain decides what to do with the result.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_CLI_H
+#define RONDO_RUNTIME_SRC_CLI_H
+
+#include "rondo/runtime/Data.h"
+#include "rondo/runtime/Schedule.h"
+#include "rondo/runtime/Trainer.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace rondo::rt {
+
+enum class InitKind { Onnx, Random };
+
+struct TrainerOptions {
+  std::string data;
+  std::optional<TokenDType> dataDType; ///< For flat streams; default uint16.
+  std::string labels;
+  int64_t steps = 1;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+  std::string noDecay; ///< Regex; empty: every parameter decays.
+  std::optional<double> clipGradNorm;
+  int64_t gradAccum = 1;
+  LrSchedule schedule = LrSchedule::Constant;
+  int64_t warmup = 0;
+  InitKind init = InitKind::Onnx;
+  uint64_t seed = 0;
+  std::string weights; ///< Overrides ModelSpec::modelPath.
+  std::string logJson;
+  std::string dumpGradients;
+  std::string exportOnnx;
+  int workers = 0; ///< 0: OpenMP's default.
+  bool quiet = false;
+};
+
+enum class CliStatus { Ok, Help, Error };
+
+/// Parses argv[1..argc). On CliStatus::Error, `message` names the flag.
+CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
+                              std::string &message);
+
+/// The --help text.
+std::string trainerHelp(const char *argv0, const ModelSpec &model);
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_CLI_H

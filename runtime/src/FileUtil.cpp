@@ -1,0 +1,120 @@
+//===- FileUtil.cpp - Mapped input files and atomic output files ----------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FileUtil.h"
+
+#include "rondo/runtime/Error.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace rondo::rt {
+
+MappedFile mapFile(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw Error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw Error(path + ": cannot stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file");
+  }
+  MappedFile file;
+  file.size = size_t(st.st_size);
+  if (file.size == 0) {
+    ::close(fd);
+    throw Error(path + ": file is empty");
+  }
+  void *addr = ::mmap(nullptr, file.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int err = errno;
+  ::close(fd);
+  if (addr == MAP_FAILED)
+    throw Error(path + ": cannot map: " + std::strerror(err));
+  file.data = static_cast<const unsigned char *>(addr);
+  size_t len = file.size;
+  file.keepAlive = std::shared_ptr<const void>(
+      addr, [len](const void *p) { ::munmap(const_cast<void *>(p), len); });
+  return file;
+}
+
+AtomicFile::AtomicFile(std::string destination) : path(std::move(destination)) {
+  // The temporary lives next to the destination so rename() is atomic.
+  tmpPath = path + ".tmp." + std::to_string(::getpid());
+  handle =
+      ::open(tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (handle < 0)
+    throw Error(path + ": cannot create '" + tmpPath +
+                "': " + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (handle >= 0)
+    ::close(handle);
+  if (!committed)
+    ::unlink(tmpPath.c_str());
+}
+
+void AtomicFile::write(const void *data, size_t size) {
+  const char *p = static_cast<const char *>(data);
+  while (size > 0) {
+    ssize_t n = ::write(handle, p, size);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      throw Error(path + ": write failed: " + std::strerror(errno));
+    }
+    p += n;
+    size -= size_t(n);
+    written += uint64_t(n);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(handle) != 0)
+    throw Error(path + ": fsync failed: " + std::strerror(errno));
+  if (::close(handle) != 0) {
+    handle = -1;
+    throw Error(path + ": close failed: " + std::strerror(errno));
+  }
+  handle = -1;
+  if (::rename(tmpPath.c_str(), path.c_str()) != 0)
+    throw Error(path + ": cannot rename '" + tmpPath +
+                "' into place: " + std::strerror(errno));
+  committed = true;
+}
+
+void writeFileAtomically(const std::string &path, const void *data,
+                         size_t size) {
+  AtomicFile file(path);
+  file.write(data, size);
+  file.commit();
+}
+
+std::string parentDirectory(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos)
+    return ".";
+  if (slash == 0)
+    return "/";
+  return path.substr(0, slash);
+}
+
+std::string baseName(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+} // namespace rondo::rt

@@ -1,0 +1,79 @@
+//===- Log.cpp - Progress lines and the JSON step log ---------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Log.h"
+
+#include "rondo/runtime/Error.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+namespace rondo::rt {
+
+std::string jsonNumber(double value) {
+  if (!std::isfinite(value))
+    return "null";
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+std::string formatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0)
+    return "?";
+  int64_t s = int64_t(seconds + 0.5);
+  char buffer[64];
+  if (s >= 3600)
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld",
+                  (long long)(s / 3600), (long long)(s / 60 % 60),
+                  (long long)(s % 60));
+  else
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", (long long)(s / 60),
+                  (long long)(s % 60));
+  return buffer;
+}
+
+std::string progressLine(const StepRecord &r, int64_t totalSteps,
+                         double elapsedSeconds) {
+  int64_t done = r.step + 1;
+  double eta = elapsedSeconds / double(done) * double(totalSteps - done);
+  double tokensPerSecond = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
+  char buffer[256];
+  std::snprintf(buffer, sizeof(buffer),
+                "step %lld/%lld | loss %.6f | lr %.3e | grad norm %.4g | "
+                "%.0f tok/s | elapsed %s | ETA %s",
+                (long long)done, (long long)totalSteps, r.loss, r.lr,
+                r.gradNorm, tokensPerSecond,
+                formatDuration(elapsedSeconds).c_str(),
+                formatDuration(eta).c_str());
+  return buffer;
+}
+
+JsonStepLog::JsonStepLog(const std::string &path) : path(path) {
+  file = std::fopen(path.c_str(), "w");
+  if (!file)
+    throw Error(path + ": cannot create the JSON log: " + std::strerror(errno));
+}
+
+JsonStepLog::~JsonStepLog() {
+  if (file)
+    std::fclose(file);
+}
+
+void JsonStepLog::write(const StepRecord &r) {
+  std::string line = "{\"step\": " + std::to_string(r.step) +
+                     ", \"loss\": " + jsonNumber(r.loss) +
+                     ", \"tokens\": " + std::to_string(r.tokens) +
+                     ", \"seconds\": " + jsonNumber(r.seconds) +
+                     ", \"lr\": " + jsonNumber(r.lr) +
+                     ", \"grad_norm\": " + jsonNumber(r.gradNorm) + "}\n";
+  if (std::fputs(line.c_str(), file) < 0 || std::fflush(file) != 0)
+    throw Error(path + ": cannot write the JSON log: " + std::strerror(errno));
+}
+
+} // namespace rondo::rt

@@ -1,0 +1,56 @@
+//===- Log.h - Progress lines and the JSON step log -------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_LOG_H
+#define RONDO_RUNTIME_SRC_LOG_H
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace rondo::rt {
+
+/// What one optimizer step reports.
+struct StepRecord {
+  int64_t step = 0; ///< 0-based.
+  double loss = 0;
+  int64_t tokens = 0;
+  double seconds = 0;
+  double lr = 0;
+  double gradNorm = 0;
+};
+
+/// Shortest decimal that reads back as the same double; "null" for NaN and
+/// infinities, which JSON cannot express.
+std::string jsonNumber(double value);
+
+/// "H:MM:SS" (or "M:SS" under an hour).
+std::string formatDuration(double seconds);
+
+/// The human progress line of a step.
+std::string progressLine(const StepRecord &record, int64_t totalSteps,
+                         double elapsedSeconds);
+
+/// One JSON object per line, flushed after every step so tools can follow
+/// a running job.
+class JsonStepLog {
+public:
+  /// Truncates `path`; throws rt::Error when it cannot be created.
+  explicit JsonStepLog(const std::string &path);
+  ~JsonStepLog();
+  JsonStepLog(const JsonStepLog &) = delete;
+  JsonStepLog &operator=(const JsonStepLog &) = delete;
+
+  void write(const StepRecord &record);
+
+private:
+  std::string path;
+  std::FILE *file = nullptr;
+};
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_LOG_H

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Compares a trainer's outputs with the PyTorch references in models/.
+
+  check_reference.py grads  GRADS.onnx REF.onnx          every gradient
+  check_reference.py losses LOG.jsonl REF.json [--steps N] initial + AdamW losses
+  check_reference.py npy    REF.onnx OUT.npy             writes input_ids
+
+Tolerances are those of models/README.md. Exits non-zero with a message
+naming the first tensor or step that disagrees.
+"""
+import json
+import sys
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def tensors(path):
+    model = onnx.load(path)
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def check_grads(grads_path, ref_path):
+    got, ref = tensors(grads_path), tensors(ref_path)
+    got = {k: v for k, v in got.items() if k not in ("input_ids", "loss")}
+    ref_grads = {k: v for k, v in ref.items() if k not in ("input_ids", "loss")}
+    if set(got) != set(ref_grads):
+        print("trainable set differs: extra %s, missing %s"
+              % (sorted(set(got) - set(ref_grads)), sorted(set(ref_grads) - set(got))))
+        return 1
+    worst = 0.0
+    for name, r in sorted(ref_grads.items()):
+        g = got[name]
+        if g.shape != r.shape:
+            print("%s: shape %s, reference %s" % (name, g.shape, r.shape))
+            return 1
+        err = float(np.max(np.abs(g.astype(np.float64) - r)) / max(np.max(np.abs(r)), 1e-30))
+        worst = max(worst, err)
+        if err > 1e-4:
+            print("%s: max|g-ref|/max|ref| = %.3e > 1e-4" % (name, err))
+            return 1
+    print("%d gradients match (worst relative error %.2e)" % (len(ref_grads), worst))
+    return 0
+
+
+def check_losses(log_path, ref_path, steps):
+    ref = json.load(open(ref_path))
+    expected = [ref["loss"]] + ref["adamw"]["losses_after_each_step"]
+    got = [json.loads(line)["loss"] for line in open(log_path) if line.strip()]
+    expected = expected[:steps]
+    if len(got) < len(expected):
+        print("log has %d losses, expected %d" % (len(got), len(expected)))
+        return 1
+    for step, (g, e) in enumerate(zip(got, expected)):
+        rel = abs(g - e) / abs(e)
+        tol = 1e-5 if step == 0 else 1e-4
+        if rel > tol:
+            print("step %d: loss %.7f, reference %.7f (relative error %.2e > %g)"
+                  % (step, g, e, rel, tol))
+            return 1
+    print("%d losses match the reference" % len(expected))
+    return 0
+
+
+def main(argv):
+    if len(argv) >= 4 and argv[1] == "grads":
+        return check_grads(argv[2], argv[3])
+    if len(argv) >= 4 and argv[1] == "losses":
+        steps = int(argv[5]) if len(argv) >= 6 and argv[4] == "--steps" else 6
+        return check_losses(argv[2], argv[3], steps)
+    if len(argv) >= 4 and argv[1] == "npy":
+        np.save(argv[3], tensors(argv[2])["input_ids"])
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
