@@ -74,9 +74,10 @@ enum class UnaryKind {
 /// out = a (op) b with NumPy broadcasting: a.shape and b.shape broadcast to
 /// out.shape (ranks right-aligned).
 void binary(BinaryKind kind, CFView a, CFView b, FView out);
-/// Gradients of `binary` for the operand shapes, before reduction to the
-/// operand shape: fills dA and/or dB (either may have data == nullptr to skip)
-/// already reduced (summed over broadcast dimensions) to a.shape / b.shape.
+/// Gradients of `binary`: fills dA and/or dB (either may have data == nullptr
+/// to skip) already reduced (summed over broadcast dimensions, in sumToShape's
+/// order) to a.shape / b.shape. Max/Min give a tie's gradient to a; Pow's
+/// gradient w.r.t. b is 0 where a <= 0 (ln a undefined).
 void binaryBackward(BinaryKind kind, CFView a, CFView b, CFView dOut, FView dA,
                     FView dB);
 
@@ -109,11 +110,12 @@ void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out);
 /// positions.
 void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
                    FView dX);
-/// out = concat(inputs, axis).
+/// out = concat(inputs, axis); a negative axis counts from the end.
 void concat(const CFView *inputs, int numInputs, int axis, FView out);
 
 /// out[i..., :] = table[ids[i...], :]. table is [rows, width]; out is
-/// ids.shape + [width]. Negative ids count from the end (ONNX Gather).
+/// ids.shape + [width]. Negative ids count from the end (ONNX Gather); an id
+/// outside [-rows, rows) aborts with a message (there is no error channel).
 void gatherRows(CFView table, IView ids, FView out);
 /// dTable += scatter of dOut rows into ids. Accumulates in index order of
 /// `ids` for each destination row, so it is deterministic.
@@ -127,7 +129,8 @@ void gatherRowsBackward(IView ids, CFView dOut, FView dTable);
 /// [..., K, M] when transA), b is [..., K, N] (or [..., N, K] when transB),
 /// out is [..., M, N]. Batch dimensions broadcast like `binary`. When
 /// `accumulate` is set, out += a·b instead of out = a·b. OpenBLAS sgemm per
-/// batch entry.
+/// batch entry. A rank-1 operand follows NumPy (a: [K] as [1, K], b: [K] as
+/// [K, 1], that dimension dropped from out; its trans flag is ignored).
 void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
             bool accumulate = false);
 
@@ -144,13 +147,16 @@ void softmaxBackward(CFView y, CFView dY, FView dX);
 /// w has shape [D] (D = last dim of x); w.data may be null for no weight.
 void rmsNorm(CFView x, CFView w, float eps, FView y);
 /// Gradients of rmsNorm; dW (if data non-null) is overwritten (not
-/// accumulated), summed over rows in ascending row order.
+/// accumulated), summed over rows in ascending row order. dX may also have
+/// null data to skip it.
 void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
                      FView dW);
 
 /// LayerNorm over the last axis: y = (x - mean) * rsqrt(var + eps) * w + b.
 /// w/b may have null data.
 void layerNorm(CFView x, CFView w, CFView b, float eps, FView y);
+/// dX, dW, dB: any may have null data to skip it; dW/dB are overwritten, summed
+/// over rows in ascending row order.
 void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
                        FView dW, FView dB);
 
@@ -165,11 +171,12 @@ void rotaryBackward(CFView dY, CFView cos, CFView sin, FView dX);
 ///   q [B, Hq, T, D], k and v [B, Hkv, S, D] with Hq % Hkv == 0; query head h
 ///   uses kv head h / (Hq / Hkv). out [B, Hq, T, D]; lse [B, Hq, T] receives
 ///   the log-sum-exp of each score row (for the backward). When causal,
-///   query i attends keys j <= i + (S - T).
+///   query i attends keys j <= i + (S - T). A query row with no key to attend
+///   (causal with S < T) gets out = 0 and lse = -inf. lse may have null data.
 void attention(CFView q, CFView k, CFView v, bool causal, float scale,
                FView out, FView lse);
-/// dQ, dK, dV overwritten. dK/dV sum the contributions of the query heads of
-/// a group in ascending head order.
+/// dQ, dK, dV overwritten (any may have null data to skip it). dK/dV sum the
+/// contributions of the query heads of a group in ascending head order.
 void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
                        CFView dOut, bool causal, float scale, FView dQ,
                        FView dK, FView dV);
@@ -181,17 +188,20 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
 ///             logsumexp(logits[r]) - logits[r, labels[r]],
 ///   *count = number of such rows.
 /// h is [N, D], labels [N]. Labels outside [0, V) other than ignoreIndex are
-/// an error (returns false).
+/// an error (returns false, *lossSum = 0, *count = 0). chunkRows <= 0 means
+/// all N rows in one chunk.
 bool linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
                         int64_t ignoreIndex, int64_t chunkRows,
                         double *lossSum, int64_t *count);
 /// Gradient of (gradScale * lossSum): dH overwritten, dW overwritten (either
-/// may be null to skip). Recomputes logits chunk by chunk.
+/// may be null to skip). Recomputes logits chunk by chunk. Rows with invalid
+/// labels are treated as ignored (zero gradient).
 void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
                                 int64_t ignoreIndex, int64_t chunkRows,
                                 float gradScale, FView dH, FView dW);
 
-/// The same loss on given logits [N, V].
+/// The same loss on given logits [N, V]. The backward overwrites dLogits
+/// (zero rows for ignored or invalid labels).
 bool crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
                   double *lossSum, int64_t *count);
 void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,

@@ -1,0 +1,282 @@
+//===- Attention.cpp - Scaled dot-product attention -----------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The matrix products (Q K^T, P V and, in the backward, dO V^T, dS K, dS^T Q,
+// P^T dO) are cblas_sgemm calls on blocks of up to kRowBlock query rows; only
+// the row-wise softmax work is done here. For a causal block the products
+// stop at the last key visible to any row of the block, and each row's
+// probabilities beyond its own last visible key are set to exactly 0 (exp is
+// never evaluated there), so masked positions contribute exactly 0.
+//
+// Forward keeps the numerically stable form: scores are shifted by the row
+// max before exp, the row sum is carried in double, P is normalised before
+// the P V product, and lse = max + log(sum) is saved. The backward recomputes
+// P = exp(s - lse) from that lse (no second max/sum pass) and uses
+// delta_i = dO_i . O_i in place of sum_j P_ij dP_ij, as FlashAttention does.
+// dK and dV are zeroed and then accumulated with beta = 1 products over the
+// query heads of the group in ascending order (row blocks ascending within a
+// head), so their sum order is fixed.
+//
+// Parallelism is chosen from the shapes alone, never from the thread count:
+// small heads (where OpenBLAS would run single-threaded anyway) are spread
+// over threads one head (forward) or one kv group (backward) per task; large
+// heads are processed one after another with OpenBLAS threading each product
+// and OpenMP splitting the softmax rows. Either way every output element is
+// produced by one fixed sequence of operations.
+//
+// A causal query row with no visible key (only possible when S < T) gets
+// out = 0 and lse = -inf, and passes no gradient.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <algorithm>
+#include <cblas.h>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace rondo::cpu {
+
+namespace {
+
+struct AttnDims {
+  int64_t B, Hq, Hkv, T, S, D, group;
+};
+
+AttnDims attnDims(const Shape &q, const Shape &k, const Shape &v) {
+  if (q.rank != 4 || k.rank != 4 || v.rank != 4)
+    detail::fatal("attention: q, k and v must be rank 4");
+  AttnDims d{q.dims[0], q.dims[1], k.dims[1], q.dims[2],
+             k.dims[2], q.dims[3], 1};
+  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
+    detail::fatal("attention: %lld query heads not a multiple of %lld kv heads",
+                  (long long)d.Hq, (long long)d.Hkv);
+  if (k.dims[0] != d.B || !(k == v) || k.dims[3] != d.D)
+    detail::fatal("attention: k/v shapes do not match q");
+  d.group = d.Hq / d.Hkv;
+  return d;
+}
+
+/// Query rows per block: bounds the [rows, S] score buffers.
+constexpr int64_t kRowBlock = 256;
+
+/// Heads with T * S * D at most this are "small": below OpenBLAS's own
+/// threading threshold (65536 * 4 multiply-adds per call), so they are
+/// parallelised over heads instead.
+constexpr int64_t kSmallHead = 65536 * 4;
+
+/// Number of keys visible to query row i.
+inline int64_t visibleKeys(const AttnDims &d, bool causal, int64_t i) {
+  if (!causal)
+    return d.S;
+  return std::clamp<int64_t>(i + d.S - d.T + 1, 0, d.S);
+}
+
+/// Runs fn(r) for r in [0, n), on OpenMP threads when `parallel`.
+template <typename Fn>
+void forRows(bool parallel, int64_t n, int64_t cost, Fn &&fn) {
+  if (parallel)
+    detail::parallelFor(n, cost, fn);
+  else
+    for (int64_t r = 0; r < n; ++r)
+      fn(r);
+}
+
+/// C[m, n] = alpha * A . B^T + beta * C with A [m, k], B [n, k] row-major.
+void gemmNT(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+            int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+            int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k),
+              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+/// C[m, n] = alpha * A . B + beta * C with A [m, k], B [k, n].
+void gemmNN(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+            int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+            int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k),
+              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+/// C[m, n] = alpha * A^T . B + beta * C with A [k, m], B [k, n].
+void gemmTN(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+            int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+            int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(m), int(n), int(k),
+              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+/// Forward for one query head. `scratch` holds kRowBlock * S floats.
+void attentionHead(const AttnDims &d, bool causal, float scale, const float *q,
+                   const float *k, const float *v, float *out, float *lse,
+                   float *scratch, bool parallelRows) {
+  for (int64_t i0 = 0; i0 < d.T; i0 += kRowBlock) {
+    int64_t rows = std::min(kRowBlock, d.T - i0);
+    int64_t nMax = visibleKeys(d, causal, i0 + rows - 1);
+    if (nMax == 0) {
+      std::fill(out + i0 * d.D, out + (i0 + rows) * d.D, 0.0f);
+      if (lse)
+        std::fill(lse + i0, lse + i0 + rows,
+                  -std::numeric_limits<float>::infinity());
+      continue;
+    }
+    // scores[r, j] = scale * q_r . k_j for j < nMax.
+    gemmNT(rows, nMax, d.D, scale, q + i0 * d.D, d.D, k, d.D, 0.0f, scratch,
+           nMax);
+    forRows(parallelRows, rows, nMax * 4, [&](int64_t r) {
+      float *p = scratch + r * nMax;
+      int64_t n = visibleKeys(d, causal, i0 + r);
+      if (n == 0) {
+        std::fill(p, p + nMax, 0.0f);
+        if (lse)
+          lse[i0 + r] = -std::numeric_limits<float>::infinity();
+        return;
+      }
+      float m = p[0];
+      for (int64_t j = 1; j < n; ++j)
+        m = std::max(m, p[j]);
+      double sum = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        float e = std::exp(p[j] - m);
+        p[j] = e;
+        sum += e;
+      }
+      double inv = 1.0 / sum;
+      for (int64_t j = 0; j < n; ++j)
+        p[j] = float(p[j] * inv);
+      std::fill(p + n, p + nMax, 0.0f);
+      if (lse)
+        lse[i0 + r] = float(double(m) + std::log(sum));
+    });
+    // out = P . V
+    gemmNN(rows, d.D, nMax, 1.0f, scratch, nMax, v, d.D, 0.0f, out + i0 * d.D,
+           d.D);
+  }
+}
+
+/// Backward for one kv group (the query heads hq0 .. hq0 + group - 1 of one
+/// batch entry and their kv head). dK/dV of the group must be zero on entry.
+/// `p` and `ds` hold kRowBlock * S floats each.
+void attentionGroupBackward(const AttnDims &d, bool causal, float scale,
+                            CFView q, CFView k, CFView v, CFView out,
+                            CFView lse, CFView dOut, int64_t b, int64_t hk,
+                            FView dQ, FView dK, FView dV, float *p, float *ds,
+                            bool parallelRows) {
+  int64_t T = d.T, S = d.S, D = d.D;
+  int64_t kvOff = (b * d.Hkv + hk) * S * D;
+  const float *kh = k.data + kvOff, *vh = v.data + kvOff;
+  for (int64_t hl = 0; hl < d.group; ++hl) {
+    int64_t head = b * d.Hq + hk * d.group + hl; // flat (b, h)
+    for (int64_t i0 = 0; i0 < T; i0 += kRowBlock) {
+      int64_t rows = std::min(kRowBlock, T - i0);
+      int64_t row0 = head * T + i0; // flat index of the block's first row
+      int64_t nMax = visibleKeys(d, causal, i0 + rows - 1);
+      if (nMax == 0) {
+        if (dQ.data)
+          std::fill(dQ.data + row0 * D, dQ.data + (row0 + rows) * D, 0.0f);
+        continue;
+      }
+      const float *qb = q.data + row0 * D, *gb = dOut.data + row0 * D;
+      gemmNT(rows, nMax, D, scale, qb, D, kh, D, 0.0f, p, nMax); // scores
+      gemmNT(rows, nMax, D, 1.0f, gb, D, vh, D, 0.0f, ds, nMax); // dP
+      forRows(parallelRows, rows, nMax * 4, [&](int64_t r) {
+        float *pr = p + r * nMax, *dsr = ds + r * nMax;
+        int64_t n = visibleKeys(d, causal, i0 + r);
+        float l = lse.data[row0 + r];
+        if (n == 0 || std::isinf(l)) {
+          std::fill(pr, pr + nMax, 0.0f);
+          std::fill(dsr, dsr + nMax, 0.0f);
+          return;
+        }
+        const float *gr = gb + r * D, *orow = out.data + (row0 + r) * D;
+        double delta = 0.0;
+        for (int64_t e = 0; e < D; ++e)
+          delta += double(gr[e]) * orow[e];
+        float dl = float(delta);
+        for (int64_t j = 0; j < n; ++j) {
+          float pj = std::exp(pr[j] - l);
+          pr[j] = pj;
+          dsr[j] = pj * (dsr[j] - dl);
+        }
+        std::fill(pr + n, pr + nMax, 0.0f);
+        std::fill(dsr + n, dsr + nMax, 0.0f);
+      });
+      if (dQ.data) // dQ = scale * dS . K
+        gemmNN(rows, D, nMax, scale, ds, nMax, kh, D, 0.0f, dQ.data + row0 * D,
+               D);
+      if (dK.data) // dK += scale * dS^T . Q
+        gemmTN(nMax, D, rows, scale, ds, nMax, qb, D, 1.0f, dK.data + kvOff, D);
+      if (dV.data) // dV += P^T . dO
+        gemmTN(nMax, D, rows, 1.0f, p, nMax, gb, D, 1.0f, dV.data + kvOff, D);
+    }
+  }
+}
+
+bool smallHeads(const AttnDims &d) { return d.T * d.S * d.D <= kSmallHead; }
+
+} // namespace
+
+void attention(CFView q, CFView k, CFView v, bool causal, float scale,
+               FView out, FView lse) {
+  AttnDims d = attnDims(q.shape, k.shape, v.shape);
+  int64_t heads = d.B * d.Hq;
+  if (heads == 0 || d.T == 0)
+    return;
+  int64_t blockRows = std::min(kRowBlock, d.T);
+  auto run = [&](int64_t head, float *scratch, bool parallelRows) {
+    int64_t b = head / d.Hq, h = head % d.Hq;
+    int64_t kvOff = (b * d.Hkv + h / d.group) * d.S * d.D;
+    attentionHead(d, causal, scale, q.data + head * d.T * d.D, k.data + kvOff,
+                  v.data + kvOff, out.data + head * d.T * d.D,
+                  lse.data ? lse.data + head * d.T : nullptr, scratch,
+                  parallelRows);
+  };
+  if (smallHeads(d)) {
+    detail::parallelFor(heads, d.T * d.S * d.D * 2, [&](int64_t head) {
+      std::vector<float> scratch(size_t(blockRows * std::max<int64_t>(d.S, 1)));
+      run(head, scratch.data(), false);
+    });
+    return;
+  }
+  std::vector<float> scratch(size_t(blockRows * std::max<int64_t>(d.S, 1)));
+  for (int64_t head = 0; head < heads; ++head)
+    run(head, scratch.data(), true);
+}
+
+void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
+                       CFView dOut, bool causal, float scale, FView dQ,
+                       FView dK, FView dV) {
+  AttnDims d = attnDims(q.shape, k.shape, v.shape);
+  if (dK.data)
+    fill(dK, 0.0f);
+  if (dV.data)
+    fill(dV, 0.0f);
+  int64_t groups = d.B * d.Hkv;
+  if (groups == 0 || d.T == 0) {
+    if (dQ.data)
+      fill(dQ, 0.0f);
+    return;
+  }
+  size_t bufSize = size_t(std::min(kRowBlock, d.T) * std::max<int64_t>(d.S, 1));
+  auto run = [&](int64_t g, float *p, float *ds, bool parallelRows) {
+    attentionGroupBackward(d, causal, scale, q, k, v, out, lse, dOut, g / d.Hkv,
+                           g % d.Hkv, dQ, dK, dV, p, ds, parallelRows);
+  };
+  if (smallHeads(d)) {
+    detail::parallelFor(groups, d.group * d.T * d.S * d.D * 5, [&](int64_t g) {
+      std::vector<float> p(bufSize), ds(bufSize);
+      run(g, p.data(), ds.data(), false);
+    });
+    return;
+  }
+  std::vector<float> p(bufSize), ds(bufSize);
+  for (int64_t g = 0; g < groups; ++g)
+    run(g, p.data(), ds.data(), true);
+}
+
+} // namespace rondo::cpu
