@@ -1111,7 +1111,11 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx, StringRef conten
   ctx->loadDialect<tg::TGDialect, func::FuncDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, bufferName, 0, 0);
   onnx::ModelProto model;
-  if (contents.ltrim().starts_with("<")) {
+  // ONNX text starts with '<' (the model header), after '#' comment lines.
+  StringRef head = contents.ltrim();
+  while (head.starts_with("#"))
+    head = head.drop_until([](char c) { return c == '\n'; }).ltrim();
+  if (head.starts_with("<")) {
     std::string text = contents.str();
     onnx::Status status;
     try {

@@ -4,6 +4,10 @@
   check_reference.py grads  GRADS.onnx REF.onnx          every gradient
   check_reference.py losses LOG.jsonl REF.json [--steps N] initial + AdamW losses
   check_reference.py npy    REF.onnx OUT.npy             writes input_ids
+  check_reference.py ignore  IDS.npy K LABELS.npy PREFIX.npy
+      labels equal to the ids except -100 after position K, and the ids cut
+      to K+1 tokens: by causality both give the same loss and gradients
+  check_reference.py same   A.onnx B.onnx                 two gradient dumps agree
 
 Tolerances are those of models/README.md. Exits non-zero with a message
 naming the first tensor or step that disagrees.
@@ -63,7 +67,37 @@ def check_losses(log_path, ref_path, steps):
     return 0
 
 
+def make_ignore(ids_path, k, labels_path, prefix_path):
+    ids = np.load(ids_path)
+    labels = ids.copy()
+    labels[:, k + 1:] = -100
+    np.save(labels_path, labels)
+    np.save(prefix_path, np.ascontiguousarray(ids[:, :k + 1]))
+    return 0
+
+
+def check_same(a_path, b_path):
+    a, b = tensors(a_path), tensors(b_path)
+    a.pop("input_ids", None)
+    b.pop("input_ids", None)
+    for name in sorted(set(a) | set(b)):
+        if name not in a or name not in b:
+            print("%s is only in one of the dumps" % name)
+            return 1
+        scale = max(float(np.max(np.abs(b[name]))), 1e-30)
+        err = float(np.max(np.abs(a[name].astype(np.float64) - b[name]))) / scale
+        if err > 1e-5:
+            print("%s: relative difference %.3e > 1e-5" % (name, err))
+            return 1
+    print("%d tensors agree" % len(a))
+    return 0
+
+
 def main(argv):
+    if len(argv) >= 6 and argv[1] == "ignore":
+        return make_ignore(argv[2], int(argv[3]), argv[4], argv[5])
+    if len(argv) >= 4 and argv[1] == "same":
+        return check_same(argv[2], argv[3])
     if len(argv) >= 4 and argv[1] == "grads":
         return check_grads(argv[2], argv[3])
     if len(argv) >= 4 and argv[1] == "losses":

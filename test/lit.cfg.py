@@ -1,0 +1,29 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "Rondo"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".onnxtxt", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "data"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.rondo_obj_root, "test")
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+config.substitutions.append(("%models", os.path.join(config.rondo_src_root, "test", "data", "models")))
+config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%check_reference",
+                             config.python_executable + " " +
+                             os.path.join(config.rondo_src_root, "test", "E2E", "check_reference.py")))
+
+tools = ["rondo-opt", "rondo-translate", "rondo-compile", "rondo-run"]
+llvm_config.add_tool_substitutions([ToolSubst(t, unresolved="ignore") for t in tools],
+                                   [config.rondo_tools_dir, config.llvm_tools_dir])
+
+if os.path.isdir("/usr/share/libonnx-testdata/data/node"):
+    config.available_features.add("onnx-testdata")
