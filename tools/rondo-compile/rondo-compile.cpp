@@ -22,6 +22,7 @@
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/CommandLine.h"
@@ -192,7 +193,8 @@ int main(int argc, char **argv) {
     return 2;
   DefaultTimingManager tm;
   applyDefaultTimingManagerCLOptions(tm);
-  pm.enableTiming(tm.getRootScope());
+  TimingScope timing = tm.getRootScope();
+  pm.enableTiming(timing);
   rondo::buildTGPipeline(pm);
   if (emit != Emit::TG) {
     rondo::TrainPipelineOptions trainOpts;

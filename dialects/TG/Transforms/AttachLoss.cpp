@@ -55,6 +55,8 @@ struct TGAttachLossPass : rondo::tg::impl::TGAttachLossPassBase<TGAttachLossPass
       func::ReturnOp::create(b, ret.getLoc(), loss);
       ret.erase();
       func.setFunctionType(FunctionType::get(&getContext(), func.getArgumentTypes(), loss.getType()));
+      // Result attributes are positional: reset them for the new results.
+      func.setAllResultAttrs(SmallVector<DictionaryAttr>(func.getNumResults(), DictionaryAttr::get(&getContext())));
       func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss"));
       getOperation()->setAttr("tg.loss", b.getStringAttr("output"));
       return success();
@@ -119,6 +121,8 @@ struct TGAttachLossPass : rondo::tg::impl::TGAttachLossPassBase<TGAttachLossPass
     func::ReturnOp::create(b, ret.getLoc(), loss);
     ret.erase();
     func.setFunctionType(FunctionType::get(&getContext(), func.getArgumentTypes(), scalarF32));
+    // Result attributes are positional: reset them for the new results.
+    func.setAllResultAttrs(SmallVector<DictionaryAttr>(func.getNumResults(), DictionaryAttr::get(&getContext())));
     func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss_sum"));
     getOperation()->setAttr("tg.loss", b.getStringAttr("causal-lm"));
     return success();

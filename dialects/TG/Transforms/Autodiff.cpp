@@ -137,6 +137,8 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
     for (Value v : results)
       types.push_back(v.getType());
     func.setFunctionType(FunctionType::get(&getContext(), func.getArgumentTypes(), types));
+    // Result attributes are positional: reset them for the new results.
+    func.setAllResultAttrs(SmallVector<DictionaryAttr>(func.getNumResults(), DictionaryAttr::get(&getContext())));
     func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss_sum"));
     for (auto [k, argIdx] : llvm::enumerate(trainable)) {
       auto name = func.getArgAttrOfType<StringAttr>(argIdx, kParamAttr);
