@@ -17,17 +17,10 @@ using namespace rondo::tg;
 #include "TG/IR/TGDialect.cpp.inc"
 #include "TG/IR/TGEnums.cpp.inc"
 
-#define GET_ATTRDEF_CLASSES
-#include "TG/IR/TGAttrs.cpp.inc"
-
 void TGDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "TG/IR/TGOps.cpp.inc"
-      >();
-  addAttributes<
-#define GET_ATTRDEF_LIST
-#include "TG/IR/TGAttrs.cpp.inc"
       >();
 }
 

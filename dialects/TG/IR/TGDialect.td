@@ -36,7 +36,6 @@ def TG_Dialect : Dialect {
     `GradientOpInterface`, which builds its vector-Jacobian product from other
     `tg` ops.
   }];
-  let useDefaultAttributePrinterParser = 1;
   let hasConstantMaterializer = 1;
 }
 
@@ -50,9 +49,7 @@ def TG_UnaryKind : I32EnumAttr<"UnaryKind", "elementwise unary function", [
     I32EnumAttrCase<"abs", 12>, I32EnumAttrCase<"sin", 13>,
     I32EnumAttrCase<"cos", 14>]> {
   let cppNamespace = "::rondo::tg";
-  let genSpecializedAttr = 0;
 }
-def TG_UnaryKindAttr : EnumAttr<TG_Dialect, TG_UnaryKind, "unary_kind">;
 
 def TG_BinaryKind : I32EnumAttr<"BinaryKind", "elementwise binary function", [
     I32EnumAttrCase<"add", 0>, I32EnumAttrCase<"sub", 1>,
@@ -60,15 +57,11 @@ def TG_BinaryKind : I32EnumAttr<"BinaryKind", "elementwise binary function", [
     I32EnumAttrCase<"pow", 4>, I32EnumAttrCase<"max", 5>,
     I32EnumAttrCase<"min", 6>]> {
   let cppNamespace = "::rondo::tg";
-  let genSpecializedAttr = 0;
 }
-def TG_BinaryKindAttr : EnumAttr<TG_Dialect, TG_BinaryKind, "binary_kind">;
 
 def TG_ReduceKind : I32EnumAttr<"ReduceKind", "reduction", [
     I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"mean", 1>]> {
   let cppNamespace = "::rondo::tg";
-  let genSpecializedAttr = 0;
 }
-def TG_ReduceKindAttr : EnumAttr<TG_Dialect, TG_ReduceKind, "reduce_kind">;
 
 #endif // RONDO_TG_DIALECT

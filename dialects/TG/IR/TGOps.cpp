@@ -67,6 +67,73 @@ static int64_t normalizeAxis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+/// Verifies that an op's result types are the inferred ones.
+template <typename OpTy>
+static LogicalResult verifyInferred(OpTy op) {
+  SmallVector<Type> types;
+  if (failed(OpTy::inferReturnTypes(op.getContext(), op.getLoc(), typename OpTy::Adaptor(op),
+                                    types)))
+    return failure();
+  if (TypeRange(types) != op->getResultTypes())
+    return op.emitOpError("result type ")
+           << op->getResultTypes()[0] << " does not match the inferred " << types[0];
+  return success();
+}
+
+LogicalResult BinaryOp::verify() { return verifyInferred(*this); }
+LogicalResult MatmulOp::verify() { return verifyInferred(*this); }
+LogicalResult SelectOp::verify() { return verifyInferred(*this); }
+LogicalResult GatherOp::verify() { return verifyInferred(*this); }
+
+static Type shaped(ArrayRef<int64_t> shape, Value like) {
+  return RankedTensorType::get(shape, tensorType(like).getElementType());
+}
+
+Type rondo::tg::inferBinaryType(Value lhs, Value rhs) {
+  auto shape = broadcastShapes(tensorType(lhs).getShape(), tensorType(rhs).getShape());
+  return succeeded(shape) ? shaped(*shape, lhs) : lhs.getType();
+}
+
+Type rondo::tg::inferSelectType(Value cond, Value a, Value b) {
+  auto ab = broadcastShapes(tensorType(a).getShape(), tensorType(b).getShape());
+  if (failed(ab))
+    return a.getType();
+  auto all = broadcastShapes(*ab, tensorType(cond).getShape());
+  return succeeded(all) ? shaped(*all, a) : a.getType();
+}
+
+Type rondo::tg::inferMatmulType(Value a, Value b, bool transA, bool transB) {
+  ArrayRef<int64_t> as = tensorType(a).getShape(), bs = tensorType(b).getShape();
+  auto batch = broadcastShapes(as.drop_back(2), bs.drop_back(2));
+  SmallVector<int64_t> shape = succeeded(batch) ? *batch : SmallVector<int64_t>();
+  shape.push_back(transA ? as.back() : as[as.size() - 2]);
+  shape.push_back(transB ? bs[bs.size() - 2] : bs.back());
+  return shaped(shape, a);
+}
+
+Type rondo::tg::inferTransposeType(Value x, ArrayRef<int64_t> perm) {
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm)
+    shape.push_back(tensorType(x).getDimSize(p));
+  return shaped(shape, x);
+}
+
+Type rondo::tg::inferConcatType(ValueRange inputs, int64_t axis) {
+  auto first = tensorType(inputs.front());
+  int64_t a = normalizeAxis(axis, first.getRank());
+  SmallVector<int64_t> shape(first.getShape());
+  shape[a] = 0;
+  for (Value in : inputs)
+    shape[a] += tensorType(in).getDimSize(a);
+  return shaped(shape, inputs.front());
+}
+
+Type rondo::tg::inferGatherType(Value table, Value ids) {
+  SmallVector<int64_t> shape(tensorType(ids).getShape());
+  shape.push_back(tensorType(table).getShape().back());
+  return shaped(shape, table);
+}
+
 //===----------------------------------------------------------------------===//
 // ConstantOp
 //===----------------------------------------------------------------------===//
@@ -183,7 +250,12 @@ LogicalResult ReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 LogicalResult ReduceOp::verify() {
   if (getAxes().empty())
     return emitOpError("needs at least one axis");
-  return success();
+  return verifyInferred(*this);
+}
+
+Type rondo::tg::inferReduceType(Value x, ArrayRef<int64_t> axes, bool keepdims) {
+  auto shape = reducedShape(tensorType(x).getShape(), axes, keepdims, std::nullopt);
+  return succeeded(shape) ? shaped(*shape, x) : x.getType();
 }
 
 //===----------------------------------------------------------------------===//
@@ -410,11 +482,13 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 LogicalResult TransposeOp::verify() {
   SmallVector<bool> seen(getPerm().size(), false);
   for (int64_t p : getPerm()) {
+    if (p < 0 || p >= (int64_t)seen.size())
+      return emitOpError("permutation entry ") << p << " out of range";
     if (seen[p])
       return emitOpError("permutation repeats dimension ") << p;
     seen[p] = true;
   }
-  return success();
+  return verifyInferred(*this);
 }
 
 OpFoldResult TransposeOp::fold(FoldAdaptor) {
@@ -523,7 +597,7 @@ LogicalResult ConcatOp::verify() {
   int64_t axis = static_cast<int64_t>(getAxis());
   if (axis < -rank || axis >= rank)
     return emitOpError("axis out of range");
-  return success();
+  return verifyInferred(*this);
 }
 
 LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -538,7 +612,6 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
-LogicalResult GatherOp::verify() { return success(); }
 
 //===----------------------------------------------------------------------===//
 // Structures

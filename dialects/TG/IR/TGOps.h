@@ -18,6 +18,18 @@ double sumTensorBytes(mlir::ValueRange values);
 
 #include "TG/IR/TGInterfaces.h.inc"
 
+namespace rondo::tg {
+/// Result types implied by operands, for the builders of ops whose result
+/// type is determined (the verifiers check the same rules with messages).
+mlir::Type inferBinaryType(mlir::Value lhs, mlir::Value rhs);
+mlir::Type inferMatmulType(mlir::Value a, mlir::Value b, bool transA, bool transB);
+mlir::Type inferReduceType(mlir::Value x, llvm::ArrayRef<int64_t> axes, bool keepdims);
+mlir::Type inferSelectType(mlir::Value cond, mlir::Value a, mlir::Value b);
+mlir::Type inferTransposeType(mlir::Value x, llvm::ArrayRef<int64_t> perm);
+mlir::Type inferConcatType(mlir::ValueRange inputs, int64_t axis);
+mlir::Type inferGatherType(mlir::Value table, mlir::Value ids);
+} // namespace rondo::tg
+
 #define GET_OP_CLASSES
 #include "TG/IR/TGOps.h.inc"
 

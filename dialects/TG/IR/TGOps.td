@@ -58,24 +58,35 @@ def TG_UnaryOp : TG_DiffOp<"unary", [SameOperandsAndResultType]> {
     %y = tg.unary silu %x : tensor<2x32x176xf32>
     ```
   }];
-  let arguments = (ins TG_UnaryKindAttr:$kind, TG_FloatTensor:$x);
+  let arguments = (ins TG_UnaryKind:$kind, TG_FloatTensor:$x);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$kind $x attr-dict `:` type($x)";
 }
 
-def TG_BinaryOp : TG_DiffOp<"binary", [InferTypeOpAdaptor]> {
+def TG_BinaryOp : TG_DiffOp<"binary"> {
   let summary = "Elementwise binary function with NumPy broadcasting";
   let description = [{
     ```mlir
     %y = tg.binary mul %x, %w : (tensor<2x32x64xf32>, tensor<64xf32>) -> tensor<2x32x64xf32>
     ```
   }];
-  let arguments = (ins TG_BinaryKindAttr:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs);
+  let arguments = (ins TG_BinaryKind:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$kind $lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "BinaryKind":$kind, "::mlir::Value":$lhs, "::mlir::Value":$rhs), [{
+    build($_builder, $_state, inferBinaryType(lhs, rhs), kind, lhs, rhs);
+  }]>];
+  let hasVerifier = 1;
 }
 
-def TG_MatmulOp : TG_DiffOp<"matmul", [InferTypeOpAdaptor]> {
+def TG_MatmulOp : TG_DiffOp<"matmul"> {
   let summary = "Batched matrix product with broadcast batch dimensions";
   let description = [{
     `a` is `[..., M, K]` (`[..., K, M]` with `transpose_a`), `b` is
@@ -90,27 +101,60 @@ def TG_MatmulOp : TG_DiffOp<"matmul", [InferTypeOpAdaptor]> {
                    UnitAttr:$transpose_a, UnitAttr:$transpose_b);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$a `,` $b attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$a, "::mlir::Value":$b, "bool":$transpose_a, "bool":$transpose_b), [{
+    build($_builder, $_state, inferMatmulType(a, b, transpose_a, transpose_b), a, b, transpose_a, transpose_b);
+  }]>];
+  let hasVerifier = 1;
 }
 
-def TG_ReduceOp : TG_DiffOp<"reduce", [InferTypeOpAdaptor]> {
+def TG_ReduceOp : TG_DiffOp<"reduce"> {
   let summary = "Sum or mean over axes";
   let description = [{
     ```mlir
     %m = tg.reduce mean %x {axes = array<i64: 2>, keepdims} : (tensor<2x32x64xf32>) -> tensor<2x32x1xf32>
     ```
   }];
-  let arguments = (ins TG_ReduceKindAttr:$kind, TG_FloatTensor:$x,
+  let arguments = (ins TG_ReduceKind:$kind, TG_FloatTensor:$x,
                    DenseI64ArrayAttr:$axes, UnitAttr:$keepdims);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$kind $x attr-dict `:` functional-type(operands, results)";
+
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "ReduceKind":$kind, "::mlir::Value":$x, "::mlir::DenseI64ArrayAttr":$axes, "bool":$keepdims), [{
+    build($_builder, $_state, inferReduceType(x, axes.asArrayRef(), keepdims), kind, x, axes, keepdims);
+  }]>];
   let hasVerifier = 1;
 }
 
-def TG_SelectOp : TG_DiffOp<"select", [InferTypeOpAdaptor]> {
+def TG_SelectOp : TG_DiffOp<"select"> {
   let summary = "Elementwise choice `cond ? a : b` with broadcasting";
   let arguments = (ins RankedTensorOf<[I1]>:$cond, TG_FloatTensor:$a, TG_FloatTensor:$b);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$cond `,` $a `,` $b attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$cond, "::mlir::Value":$a, "::mlir::Value":$b), [{
+    build($_builder, $_state, inferSelectType(cond, a, b), cond, a, b);
+  }]>];
+  let hasVerifier = 1;
 }
 
 def TG_IsNanOp : TG_Op<"is_nan"> {
@@ -135,14 +179,24 @@ def TG_ReshapeOp : TG_DiffOp<"reshape"> {
   let hasCanonicalizer = 1;
 }
 
-def TG_TransposeOp : TG_DiffOp<"transpose", [InferTypeOpAdaptor]> {
+def TG_TransposeOp : TG_DiffOp<"transpose"> {
   let summary = "Permutes dimensions: result dim i is operand dim perm[i]";
   let arguments = (ins TG_Tensor:$x, DenseI64ArrayAttr:$perm);
   let results = (outs TG_Tensor:$result);
   let assemblyFormat = "$x $perm attr-dict `:` functional-type(operands, results)";
-  let hasVerifier = 1;
   let hasFolder = 1;
   let hasCanonicalizer = 1;
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::DenseI64ArrayAttr":$perm), [{
+    build($_builder, $_state, inferTransposeType(x, perm.asArrayRef()), x, perm);
+  }]>];
+  let hasVerifier = 1;
 }
 
 def TG_BroadcastOp : TG_DiffOp<"broadcast"> {
@@ -176,7 +230,7 @@ def TG_SliceOp : TG_DiffOp<"slice"> {
   }];
   let arguments = (ins TG_Tensor:$x, DenseI64ArrayAttr:$starts, DenseI64ArrayAttr:$steps);
   let results = (outs TG_Tensor:$result);
-  let assemblyFormat = "$x `[` $starts `]` `step` $steps attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$x $starts `step` $steps attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let hasFolder = 1;
 }
@@ -185,18 +239,29 @@ def TG_SliceGradOp : TG_Op<"slice_grad"> {
   let summary = "Adjoint of tg.slice: scatters into zeros of the result shape";
   let arguments = (ins TG_FloatTensor:$dy, DenseI64ArrayAttr:$starts, DenseI64ArrayAttr:$steps);
   let results = (outs TG_FloatTensor:$result);
-  let assemblyFormat = "$dy `[` $starts `]` `step` $steps attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$dy $starts `step` $steps attr-dict `:` functional-type(operands, results)";
 }
 
-def TG_ConcatOp : TG_DiffOp<"concat", [InferTypeOpAdaptor]> {
+def TG_ConcatOp : TG_DiffOp<"concat"> {
   let summary = "Concatenation along an axis";
   let arguments = (ins Variadic<TG_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs TG_Tensor:$result);
   let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "::mlir::ValueRange":$inputs, "int64_t":$axis), [{
+    build($_builder, $_state, inferConcatType(inputs, axis), inputs, axis);
+  }]>];
   let hasVerifier = 1;
 }
 
-def TG_GatherOp : TG_DiffOp<"gather", [InferTypeOpAdaptor]> {
+def TG_GatherOp : TG_DiffOp<"gather"> {
   let summary = "Row lookup `table[ids]` (embedding)";
   let description = [{
     ```mlir
@@ -206,6 +271,17 @@ def TG_GatherOp : TG_DiffOp<"gather", [InferTypeOpAdaptor]> {
   let arguments = (ins TG_FloatTensor:$table, TG_IndexTensor:$ids);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$table `[` $ids `]` attr-dict `:` functional-type(operands, results)";
+
+  let extraClassDeclaration = [{
+    /// The result type the operands and attributes imply; `loc` receives the
+    /// reason when there is none. Shared by the verifier and the importer.
+    static ::llvm::LogicalResult inferReturnTypes(::mlir::MLIRContext *context,
+        std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types);
+  }];
+  let builders = [OpBuilder<(ins "::mlir::Value":$table, "::mlir::Value":$ids), [{
+    build($_builder, $_state, inferGatherType(table, ids), table, ids);
+  }]>];
   let hasVerifier = 1;
 }
 
@@ -391,14 +467,14 @@ def TG_LinearCrossEntropyGradOp : TG_Op<"linear_cross_entropy_grad"> {
 
 def TG_UnaryGradOp : TG_Op<"unary_grad", [AllTypesMatch<["x", "dy", "result"]>]> {
   let summary = "dy * f'(x) for a tg.unary kind";
-  let arguments = (ins TG_UnaryKindAttr:$kind, TG_FloatTensor:$x, TG_FloatTensor:$dy);
+  let arguments = (ins TG_UnaryKind:$kind, TG_FloatTensor:$x, TG_FloatTensor:$dy);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$kind $x `,` $dy attr-dict `:` type($x)";
 }
 
 def TG_BinaryGradOp : TG_Op<"binary_grad"> {
   let summary = "Both operand gradients of a tg.binary, reduced to their shapes";
-  let arguments = (ins TG_BinaryKindAttr:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs,
+  let arguments = (ins TG_BinaryKind:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs,
                    TG_FloatTensor:$dy);
   let results = (outs TG_FloatTensor:$dlhs, TG_FloatTensor:$drhs);
   let assemblyFormat = "$kind $lhs `,` $rhs `,` $dy attr-dict `:` functional-type(operands, results)";

@@ -1,0 +1,169 @@
+// RUN: rondo-opt %s --split-input-file --verify-diagnostics
+
+// Each op's verifier rejects malformed IR with a message naming the problem.
+
+func.func @binary_no_broadcast(%a: tensor<2x3xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{operand shapes do not broadcast}}
+  %0 = tg.binary add %a, %b : (tensor<2x3xf32>, tensor<4xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) {
+  // expected-error @+1 {{contraction sizes differ: 3 vs 4}}
+  %0 = tg.matmul %a, %b : (tensor<2x3xf32>, tensor<4x5xf32>) -> tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<3xf32>, %b: tensor<3x5xf32>) {
+  // expected-error @+1 {{operands must have rank >= 2}}
+  %0 = tg.matmul %a, %b : (tensor<3xf32>, tensor<3x5xf32>) -> tensor<5xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_axis(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{reduction axis 2 out of range for rank 2}}
+  %0 = tg.reduce sum %a {axes = array<i64: 2>} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{element count changes}}
+  %0 = tg.reshape %a : (tensor<2x3xf32>) -> tensor<7xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_repeat(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{permutation repeats dimension 0}}
+  %0 = tg.transpose %a [0, 0] : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast_bad(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{does not broadcast to}}
+  %0 = tg.broadcast %a : (tensor<2x3xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @sum_to_shape_bad(%a: tensor<2x3xf32>) {
+  // expected-error @+1 {{does not broadcast to operand}}
+  %0 = tg.sum_to_shape %a : (tensor<2x3xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @slice_oob(%a: tensor<4xf32>) {
+  // expected-error @+1 {{dimension 0 reads [2, 5] outside [0, 4)}}
+  %0 = tg.slice %a [2] step [1] : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @slice_zero_step(%a: tensor<4xf32>) {
+  // expected-error @+1 {{step of dimension 0 is zero}}
+  %0 = tg.slice %a [0] step [0] : (tensor<4xf32>) -> tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @concat_mismatch(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+  // expected-error @+1 {{inputs differ in dimension 0}}
+  %0 = tg.concat %a, %b {axis = 1} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @gather_rank(%t: tensor<4x2x2xf32>, %i: tensor<3xi64>) {
+  // expected-error @+1 {{table must be rank 2}}
+  %0 = tg.gather %t[%i] : (tensor<4x2x2xf32>, tensor<3xi64>) -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+func.func @rms_weight(%x: tensor<2x8xf32>, %w: tensor<4xf32>) {
+  // expected-error @+1 {{weight must be rank 1 of the last dimension}}
+  %0 = tg.rms_norm %x, %w {eps = 1.0e-6 : f32} : (tensor<2x8xf32>, tensor<4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_bias(%x: tensor<2x8xf32>, %w: tensor<8xf32>, %b: tensor<2xf32>) {
+  // expected-error @+1 {{bias must be rank 1 of the last dimension}}
+  %0 = tg.layer_norm %x, %w, %b {eps = 1.0e-5 : f32} : (tensor<2x8xf32>, tensor<8xf32>, tensor<2xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_table(%x: tensor<1x2x4x8xf32>, %c: tensor<4x6xf32>) {
+  // expected-error @+1 {{cos/sin tables must both be [T, D] = [4, 8]}}
+  %0 = tg.rotary %x, %c, %c : tensor<1x2x4x8xf32>, tensor<4x6xf32>, tensor<4x6xf32>
+  return
+}
+
+// -----
+
+func.func @attention_heads(%q: tensor<1x3x4x8xf32>, %k: tensor<1x2x4x8xf32>) {
+  // expected-error @+1 {{query heads (3) must be a multiple of key/value heads (2)}}
+  %o, %l = tg.attention %q, %k, %k {causal, scale = 1.0 : f32} : (tensor<1x3x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x3x4x8xf32>, tensor<1x3x4xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_kv(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x5x8xf32>) {
+  // expected-error @+1 {{k and v types differ}}
+  %o, %l = tg.attention %q, %k, %v {scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x5x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return
+}
+
+// -----
+
+func.func @mask_rank() {
+  // expected-error @+1 {{mask must have rank >= 2}}
+  %0 = tg.causal_mask : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @ce_shapes(%l: tensor<4x10xf32>, %y: tensor<3xi64>) {
+  // expected-error @+1 {{expects logits [N, V] and labels [N]}}
+  %0 = tg.cross_entropy %l, %y {ignore_index = -100} : (tensor<4x10xf32>, tensor<3xi64>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lce_hidden(%h: tensor<4x8xf32>, %w: tensor<6x10xf32>, %y: tensor<4xi64>) {
+  // expected-error @+1 {{hidden size 8 does not match w}}
+  %0 = tg.linear_cross_entropy %h, %w, %y {chunk_rows = 2, ignore_index = -100} : (tensor<4x8xf32>, tensor<6x10xf32>, tensor<4xi64>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @lce_chunk(%h: tensor<4x8xf32>, %w: tensor<8x10xf32>, %y: tensor<4xi64>) {
+  // expected-error @+1 {{chunk_rows must be positive}}
+  %0 = tg.linear_cross_entropy %h, %w, %y {chunk_rows = 0, ignore_index = -100} : (tensor<4x8xf32>, tensor<8x10xf32>, tensor<4xi64>) -> tensor<f32>
+  return
+}
