@@ -289,7 +289,7 @@ def TG_GatherGradOp : TG_Op<"gather_grad"> {
   let summary = "Adjoint of tg.gather: scatter-add of rows into zeros";
   let arguments = (ins TG_IndexTensor:$ids, TG_FloatTensor:$dy);
   let results = (outs TG_FloatTensor:$result);
-  let assemblyFormat = "$dy `into` `[` $ids `]` attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$dy `into` $ids attr-dict `:` functional-type(operands, results)";
 }
 
 //===----------------------------------------------------------------------===//

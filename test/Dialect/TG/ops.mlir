@@ -44,8 +44,8 @@ func.func @layout(%x: tensor<2x3x4xf32>, %ids: tensor<2x3xi64>, %t: tensor<16x4x
   %red = tg.reduce sum %st {axes = array<i64: 1>, keepdims} : (tensor<4x12xf32>) -> tensor<4x1xf32>
   // CHECK: tg.gather %{{.*}}[%{{.*}}] : (tensor<16x4xf32>, tensor<2x3xi64>) -> tensor<2x3x4xf32>
   %e = tg.gather %t[%ids] : (tensor<16x4xf32>, tensor<2x3xi64>) -> tensor<2x3x4xf32>
-  // CHECK: tg.gather_grad %{{.*}} into [%{{.*}}]
-  %eg = tg.gather_grad %e into [%ids] : (tensor<2x3xi64>, tensor<2x3x4xf32>) -> tensor<16x4xf32>
+  // CHECK: tg.gather_grad %{{.*}} into %{{.*}} :
+  %eg = tg.gather_grad %e into %ids : (tensor<2x3xi64>, tensor<2x3x4xf32>) -> tensor<16x4xf32>
   return %e : tensor<2x3x4xf32>
 }
 
