@@ -1,0 +1,65 @@
+// RUN: rondo-opt %s --tg-autodiff --split-input-file | FileCheck %s
+
+// Checks the backward of a small decoder step: the loss is seeded with the
+// loss-scale argument; every trainable parameter gets one gradient result,
+// in argument order; a weight shared by every batch row gets one GEMM over
+// the flattened rows; the tied embedding/head weight sums both uses.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: -> (tensor<f32> {tg.result = "loss_sum"}, tensor<16x8xf32> {tg.grad_of = "emb"}, tensor<8xf32> {tg.grad_of = "norm"}, tensor<8x8xf32> {tg.grad_of = "w"})
+// CHECK: %[[LOSS:.*]] = tg.linear_cross_entropy
+// CHECK: %[[DH:.*]], %[[DEMB_HEAD:.*]] = tg.linear_cross_entropy_grad %{{.*}}, %arg0, %{{.*}}, %arg5 {{.*}}transpose_w
+// CHECK: tg.unary_grad silu
+// CHECK: %[[A2:.*]] = tg.reshape %{{.*}} : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+// CHECK: %[[C2:.*]] = tg.reshape %{{.*}} : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+// CHECK: %[[DW:.*]] = tg.matmul %[[A2]], %[[C2]] {transpose_a} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+// CHECK: %[[DX:.*]], %[[DN:.*]] = tg.rms_norm_grad
+// CHECK: %[[DEMB_LOOKUP:.*]] = tg.gather_grad %{{.*}} into %arg3
+// CHECK: %[[DEMB:.*]] = tg.binary add %[[DEMB_HEAD]], %[[DEMB_LOOKUP]]
+// CHECK: return %[[LOSS]], %[[DEMB]], %[[DN]], %[[DW]]
+func.func @main(%emb: tensor<16x8xf32> {tg.param = "emb", tg.trainable},
+                %norm: tensor<8xf32> {tg.param = "norm", tg.trainable},
+                %w: tensor<8x8xf32> {tg.param = "w", tg.trainable},
+                %ids: tensor<2x4xi64> {tg.input = "input_ids"},
+                %labels: tensor<8xi64> {tg.labels},
+                %scale: tensor<f32> {tg.loss_scale}) -> tensor<f32> {
+  %h = tg.gather %emb[%ids] : (tensor<16x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+  %n = tg.rms_norm %h, %norm {eps = 1.0e-6 : f32} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %p = tg.matmul %n, %w : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %a = tg.unary silu %p : tensor<2x4x8xf32>
+  %r = tg.reshape %a : (tensor<2x4x8xf32>) -> tensor<8x8xf32>
+  %l = tg.linear_cross_entropy %r, %emb, %labels {chunk_rows = 4, ignore_index = -100, transpose_w} : (tensor<8x8xf32>, tensor<16x8xf32>, tensor<8xi64>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// Checks that frozen parameters get no gradient work: only the adapter-like
+// %b is trainable, so no gradient flows into %w and no matmul computes one.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: -> (tensor<f32> {tg.result = "loss_sum"}, tensor<4xf32> {tg.grad_of = "b"})
+// CHECK-NOT: transpose_a
+// CHECK: return
+func.func @main(%w: tensor<4x4xf32> {tg.param = "w"}, %b: tensor<4xf32> {tg.param = "b", tg.trainable},
+                %x: tensor<3x4xf32> {tg.input = "x"}) -> tensor<f32> {
+  %y = tg.matmul %x, %w : (tensor<3x4xf32>, tensor<4x4xf32>) -> tensor<3x4xf32>
+  %z = tg.binary add %y, %b : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+  %s = tg.reduce sum %z {axes = array<i64: 0, 1>} : (tensor<3x4xf32>) -> tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// Checks the attention and rotary backward: one attention_grad reading the
+// saved output and log-sum-exp, then rotary_grad on the query gradient.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[O:.*]], %[[LSE:.*]] = tg.attention
+// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]] = tg.attention_grad %{{.*}}, %arg1, %arg1, %[[O]], %[[LSE]], %{{.*}} {causal, scale = 2.500000e-01 : f32}
+// CHECK: tg.rotary_grad %[[DQ]]
+func.func @main(%q: tensor<1x2x4x8xf32> {tg.param = "q", tg.trainable}, %k: tensor<1x1x4x8xf32> {tg.param = "k", tg.trainable},
+                %t: tensor<4x8xf32> {tg.input = "t"}) -> tensor<f32> {
+  %c = tg.constant dense<0.5> : tensor<4x8xf32>
+  %qr = tg.rotary %q, %c, %c : tensor<1x2x4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+  %o, %lse = tg.attention %qr, %k, %k {causal, scale = 0.25 : f32} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  %s = tg.reduce sum %o {axes = array<i64: 0, 1, 2, 3>} : (tensor<1x2x4x8xf32>) -> tensor<f32>
+  return %s : tensor<f32>
+}
