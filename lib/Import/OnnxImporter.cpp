@@ -100,6 +100,15 @@ NodeMetadata readMetadata(const onnx::NodeProto &node) {
   return md;
 }
 
+/// Hugging Face exports may also take attention_mask and position_ids:
+/// unpadded causal training fixes them to ones and 0..T-1, so they are
+/// constants rather than data.
+bool isSpecialisedInput(const onnx::ValueInfoProto &in) {
+  int et = in.type().tensor_type().elem_type();
+  bool isInt = et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32;
+  return isInt && (in.name() == "attention_mask" || in.name() == "position_ids");
+}
+
 /// One imported ONNX value.
 struct Val {
   bool isConst = false;
@@ -154,7 +163,7 @@ private:
   ImportOptions opts;
   bool probe;
   OpBuilder builder;
-  Location loc = UnknownLoc::get(ctx);
+  Location loc = FileLineColLoc::get(ctx, bufferName, 0, 0);
   int64_t opset = 0;
   llvm::StringMap<int64_t> domainOpsets;
   llvm::StringMap<Val> values;
@@ -167,7 +176,8 @@ private:
 
 Location Importer::nodeLoc(const onnx::NodeProto &node) {
   std::string name = node.name().empty() ? node.op_type() : node.name();
-  Location inner = NameLoc::get(StringAttr::get(ctx, name));
+  Location inner =
+      NameLoc::get(StringAttr::get(ctx, name), FileLineColLoc::get(ctx, bufferName, 0, 0));
   NodeMetadata md = readMetadata(node);
   if (md.modulePath.empty())
     return inner;
@@ -177,7 +187,10 @@ Location Importer::nodeLoc(const onnx::NodeProto &node) {
 InFlightDiagnostic Importer::nodeError(const onnx::NodeProto &node) {
   StringRef domain = node.domain();
   int64_t version = domainOpsets.lookup(domain.empty() ? "" : domain);
-  return emitError(nodeLoc(node)) << "node '" << node.name() << "' (op '" << node.op_type()
+  std::string who = !node.name().empty()       ? "node '" + node.name() + "'"
+                    : node.output_size() > 0 ? "node producing '" + node.output(0) + "'"
+                                             : "unnamed node";
+  return emitError(nodeLoc(node)) << who << " (op '" << node.op_type()
                                   << "', domain '" << domain << "', opset " << version
                                   << "): ";
 }
@@ -189,9 +202,9 @@ LogicalResult Importer::readOpsets() {
   }
   opset = domainOpsets.lookup("");
   if (opset == 0)
-    return emitError(loc) << bufferName << ": the model imports no default-domain opset";
+    return emitError(loc) << "the model imports no default-domain opset";
   if (opset < 13 || opset > 20)
-    return emitError(loc) << bufferName << ": default-domain opset " << opset
+    return emitError(loc) << "default-domain opset " << opset
                           << " is not supported (supported: 13 to 20)";
   return success();
 }
@@ -207,7 +220,7 @@ LogicalResult Importer::classifyInitializers() {
   // Values that depend on token data (inputs), not counting shape queries.
   llvm::StringSet<> dataDependent;
   for (const auto &in : graph.input())
-    if (!initializers.count(in.name()))
+    if (!initializers.count(in.name()) && !isSpecialisedInput(in))
       dataDependent.insert(in.name());
   llvm::StringMap<SmallVector<const onnx::NodeProto *>> users;
   for (const auto &node : graph.node())
@@ -299,7 +312,7 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     SmallVector<int64_t> shape(init.dims().begin(), init.dims().end());
     for (int64_t d : shape)
       if (d < 0)
-        return emitError(loc) << bufferName << ": initializer '" << init.name()
+        return emitError(loc) << "initializer '" << init.name()
                               << "' has negative dimension " << d;
     argTypes.push_back(RankedTensorType::get(shape, f32));
     NamedAttrList attrs;
@@ -316,7 +329,7 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     const auto &tt = in.type().tensor_type();
     StringRef name = in.name();
     if (name.starts_with("past_key_values") || name.starts_with("past."))
-      return emitError(loc) << bufferName << ": input '" << name
+      return emitError(loc) << "input '" << name
                             << "' is a key/value cache; export the model without cache "
                                "(use_cache=False) for training";
     int et = tt.elem_type();
@@ -342,7 +355,7 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
           flag = d == 0 ? "--batch" : "--seq-len";
         }
         if (v <= 0)
-          return emitError(loc) << bufferName << ": input '" << name << "' dimension " << d
+          return emitError(loc) << "input '" << name << "' dimension " << d
                                 << " ('" << dim.dim_param() << "') is dynamic; give " << flag
                                 << (StringRef(flag) == "--input-shape"
                                         ? (" " + name + "=d0,d1,...").str()
@@ -354,9 +367,7 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     for (int64_t d : shape)
       if (d <= 0)
         return emitError(loc) << "input '" << name << "' gets non-positive dimension " << d;
-    // Hugging Face exports may also take attention_mask and position_ids:
-    // unpadded causal training fixes them to ones and 0..T-1.
-    if (isInt && (name == "attention_mask" || name == "position_ids")) {
+    if (isSpecialisedInput(in)) {
       HostTensor t = HostTensor::zeros(DType::I64, shape);
       int64_t last = shape.empty() ? 1 : shape.back();
       for (int64_t k = 0; k < t.numel(); ++k)
@@ -371,7 +382,7 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
              et == onnx::TensorProto::BFLOAT16)
       elem = f32;
     else
-      return emitError(loc) << bufferName << ": input '" << name
+      return emitError(loc) << "input '" << name
                             << "' has unsupported ONNX data type " << et;
     argTypes.push_back(RankedTensorType::get(shape, elem));
     NamedAttrList attrs;
@@ -585,7 +596,7 @@ OwningOpRef<ModuleOp> Importer::run() {
       continue;
     auto t = hostTensorFromProto(init, "initializer '" + init.name() + "'");
     if (!t) {
-      emitError(loc) << bufferName << ": " << llvm::toString(t.takeError());
+      emitError(loc) << "" << llvm::toString(t.takeError());
       return nullptr;
     }
     values[init.name()] = Val{true, std::move(*t), {}};
@@ -610,6 +621,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (const auto &node : graph.node())
     if (failed(convertNode(node)))
       return nullptr;
+  loc = FileLineColLoc::get(ctx, bufferName, 0, 0);
 
   builder.setInsertionPointToEnd(entry);
   SmallVector<Value> results;
@@ -617,11 +629,11 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (const auto &out : graph.output()) {
     auto it = values.find(out.name());
     if (it == values.end()) {
-      emitError(loc) << bufferName << ": graph output '" << out.name() << "' is never produced";
+      emitError(loc) << "graph output '" << out.name() << "' is never produced";
       return nullptr;
     }
     if (it->second.isConst) {
-      emitError(loc) << bufferName << ": graph output '" << out.name()
+      emitError(loc) << "graph output '" << out.name()
                      << "' does not depend on the input data";
       return nullptr;
     }
@@ -952,12 +964,18 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
       return wrap(tg::GatherOp::create(builder, loc, *table, *ids));
     }
     // Constant indices into data: a slice (a single index also drops the
-    // axis).
+    // axis), or a row lookup with constant ids (learned positions).
     auto x = need(0);
     auto idx = constInts(in[1]);
     if (failed(x) || failed(idx))
       return failure();
     auto xt = typeOf(*x);
+    if (in[1]->host.shape.size() > 1 && xt.getRank() == 2 && (axis == 0 || axis == -2)) {
+      auto ids = need(1);
+      if (failed(ids))
+        return failure();
+      return wrap(tg::GatherOp::create(builder, loc, *x, *ids));
+    }
     if (axis < 0)
       axis += xt.getRank();
     int64_t dim = xt.getDimSize(axis);

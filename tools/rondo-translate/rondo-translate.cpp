@@ -24,6 +24,13 @@ static llvm::cl::opt<int64_t> batch("batch", llvm::cl::desc("batch size for dyna
 static llvm::cl::opt<int64_t> seqLen("seq-len", llvm::cl::desc("sequence length"),
                                      llvm::cl::init(-1));
 
+static llvm::cl::opt<int64_t> maxFoldElements(
+    "max-fold-elements",
+    llvm::cl::desc("largest data-independent tensor the importer builds (testing aid)"),
+    llvm::cl::init(int64_t(1) << 24));
+static llvm::cl::list<std::string> inputShapes(
+    "input-shape", llvm::cl::desc("NAME=d0,d1,...: the shape of a graph input"));
+
 int main(int argc, char **argv) {
   mlir::TranslateToMLIRRegistration importOnnx(
       "import-onnx", "import an ONNX model (binary or text) into tg",
@@ -32,6 +39,23 @@ int main(int argc, char **argv) {
         rondo::ImportOptions opts;
         opts.batch = batch;
         opts.seqLen = seqLen;
+        opts.maxFoldElements = maxFoldElements;
+        for (llvm::StringRef spec : inputShapes) {
+          auto [name, dims] = spec.split('=');
+          llvm::SmallVector<llvm::StringRef> parts;
+          dims.split(parts, ',');
+          llvm::SmallVector<int64_t> shape;
+          for (llvm::StringRef p : parts) {
+            int64_t v;
+            if (p.trim().getAsInteger(10, v) || v <= 0) {
+              mlir::emitError(mlir::UnknownLoc::get(ctx))
+                  << "--input-shape '" << spec << "' is not NAME=d0,d1,... with positive sizes";
+              return nullptr;
+            }
+            shape.push_back(v);
+          }
+          opts.inputShapes[name] = shape;
+        }
         auto module = rondo::importOnnxBuffer(ctx, buffer->getBuffer(),
                                               buffer->getBufferIdentifier(), opts);
         return mlir::OwningOpRef<mlir::Operation *>(module.release());
