@@ -148,15 +148,31 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
     Value q = peelScale(qk.getA(), scale);
     Value kT = peelScale(qk.getB(), scale);
     Value k = qk.getTransposeB() ? stripRepeatKv(kT) : matchKeyTranspose(kT);
-    if (!k)
+    // k^T = transpose(x, p) after canonicalisation merged the head split and
+    // the key transpose: k is transpose(x, p with its last two entries
+    // swapped), created once the match is certain.
+    TransposeOp mergedKeyTranspose;
+    SmallVector<int64_t> keyPerm;
+    if (!k && !qk.getTransposeB()) {
+      mergedKeyTranspose = kT.getDefiningOp<TransposeOp>();
+      if (!mergedKeyTranspose || mergedKeyTranspose.getPerm().size() != 4)
+        return failure();
+      keyPerm.assign(mergedKeyTranspose.getPerm().begin(), mergedKeyTranspose.getPerm().end());
+      std::swap(keyPerm[2], keyPerm[3]);
+    } else if (!k) {
       return failure();
+    }
     Value v = stripRepeatKv(op.getB());
     auto qt = cast<RankedTensorType>(q.getType());
-    auto kt = cast<RankedTensorType>(k.getType());
-    if (qt.getRank() != 4 || kt.getRank() != 4 || k.getType() != v.getType() ||
+    auto kt = k ? cast<RankedTensorType>(k.getType())
+                : cast<RankedTensorType>(inferTransposeType(mergedKeyTranspose.getX(), keyPerm));
+    if (qt.getRank() != 4 || kt.getRank() != 4 || kt != v.getType() ||
         kt.getDimSize(1) == 0 || qt.getDimSize(1) % kt.getDimSize(1) ||
         op.getType() != q.getType())
       return failure();
+    if (!k)
+      k = TransposeOp::create(rewriter, op.getLoc(), mergedKeyTranspose.getX(),
+                              rewriter.getDenseI64ArrayAttr(keyPerm));
     auto lseType = RankedTensorType::get(qt.getShape().drop_back(), qt.getElementType());
     auto attn = AttentionOp::create(rewriter, op.getLoc(), TypeRange{qt, lseType}, q, k, v,
                                     rewriter.getUnitAttr(), rewriter.getF32FloatAttr(float(scale)));
