@@ -323,6 +323,15 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     argAttrs.push_back(attrs);
     argNames.push_back(init.name());
   }
+  for (const auto &entry : opts.inputShapes)
+    if (!llvm::any_of(graph.input(), [&](const auto &in) { return in.name() == entry.getKey(); })) {
+      std::string names;
+      for (const auto &in : graph.input())
+        if (!initializers.count(in.name()))
+          names += (names.empty() ? "'" : ", '") + in.name() + "'";
+      return emitError(loc) << "--input-shape names '" << entry.getKey()
+                            << "', which is not a graph input (inputs: " << names << ")";
+    }
   for (const auto &in : graph.input()) {
     if (initializers.count(in.name()))
       continue;
@@ -344,7 +353,10 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     } else {
       for (int d = 0; d < tt.shape().dim_size(); ++d) {
         const auto &dim = tt.shape().dim(d);
-        if (dim.has_dim_value() && dim.dim_value() > 0) {
+        if (dim.has_dim_value()) {
+          if (dim.dim_value() <= 0)
+            return emitError(loc) << "input '" << name << "' dimension " << d << " has size "
+                                  << dim.dim_value() << "; empty tensors are not supported";
           shape.push_back(dim.dim_value());
           continue;
         }
