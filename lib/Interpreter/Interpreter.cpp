@@ -440,6 +440,16 @@ LogicalResult Interpreter::execute(Operation *op) {
                    view(result(u)));
         return success();
       })
+      .Case([&](tg::GatedActOp g) -> LogicalResult {
+        // The emitter's two calls: act(gate) into a temporary, then * up.
+        const Tensor &gate = get(g.getGate());
+        std::vector<float> act(gate.numel());
+        cpu::FView actView{act.data(), shapeOf(gate.shape)};
+        cpu::unary(unaryKind(g.getAct()), cview(gate), actView);
+        cpu::binary(cpu::BinaryKind::Mul, {act.data(), actView.shape},
+                    cview(get(g.getUp())), view(result(g)));
+        return success();
+      })
       .Case([&](tg::BinaryOp b) -> LogicalResult {
         cpu::binary(binaryKind(b.getKind()), cview(get(b.getLhs())),
                     cview(get(b.getRhs())), view(result(b)));

@@ -65,6 +65,9 @@ double BinaryOp::getActivationBytes() {
   }
 }
 
+double GatedActOp::getFlops() { return 2 * numel(getResult()); }
+double GatedActOp::getActivationBytes() { return bytes({getGate(), getUp()}); }
+
 double MatmulOp::getFlops() {
   auto a = cast<RankedTensorType>(getA().getType());
   double k = getTransposeA() ? a.getShape()[a.getRank() - 2] : a.getShape().back();

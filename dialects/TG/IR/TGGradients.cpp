@@ -45,6 +45,25 @@ LogicalResult UnaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+// d up = dy * act(gate); d gate = act'(gate) * (dy * up). Recomputing
+// act(gate) is cheaper than keeping it.
+LogicalResult GatedActOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                        ArrayRef<bool> needs,
+                                        SmallVectorImpl<Value> &grads) {
+  Location loc = getLoc();
+  Value dy = resultGrads[0];
+  Value dGate, dUp;
+  if (needs[0])
+    dGate = UnaryGradOp::create(b, loc, getAct(), getGate(),
+                                BinaryOp::create(b, loc, BinaryKind::mul, dy, getUp()));
+  if (needs[1])
+    dUp = BinaryOp::create(b, loc, BinaryKind::mul, dy,
+                           UnaryOp::create(b, loc, getAct(), getGate()));
+  grads.push_back(dGate);
+  grads.push_back(dUp);
+  return success();
+}
+
 LogicalResult BinaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       ArrayRef<bool> needs,
                                       SmallVectorImpl<Value> &grads) {

@@ -180,6 +180,19 @@ LogicalResult IsNanOp::verify() {
   return success();
 }
 
+LogicalResult GatedActOp::verify() {
+  switch (getAct()) {
+  case UnaryKind::silu:
+  case UnaryKind::gelu_tanh:
+  case UnaryKind::gelu_erf:
+  case UnaryKind::sigmoid:
+  case UnaryKind::relu:
+    return success();
+  default:
+    return emitOpError("gate activation must be silu, gelu_tanh, gelu_erf, sigmoid or relu");
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // MatmulOp
 //===----------------------------------------------------------------------===//

@@ -63,6 +63,23 @@ def TG_UnaryOp : TG_DiffOp<"unary", [SameOperandsAndResultType]> {
   let assemblyFormat = "$kind $x attr-dict `:` type($x)";
 }
 
+def TG_GatedActOp : TG_DiffOp<"gated_act", [AllTypesMatch<["gate", "up", "result"]>]> {
+  let summary = "Gated activation of a gated MLP: act(gate) * up";
+  let description = [{
+    The elementwise core of SwiGLU/GeGLU MLPs (Llama, Qwen, Mistral, Phi-3):
+    `act(gate) * up`, recognised from the exporter's primitives so that the
+    backward reads only `gate` and `up`.
+
+    ```mlir
+    %h = tg.gated_act silu %gate, %up : tensor<2x32x176xf32>
+    ```
+  }];
+  let arguments = (ins TG_UnaryKind:$act, TG_FloatTensor:$gate, TG_FloatTensor:$up);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$act $gate `,` $up attr-dict `:` type($gate)";
+  let hasVerifier = 1;
+}
+
 def TG_BinaryOp : TG_DiffOp<"binary"> {
   let summary = "Elementwise binary function with NumPy broadcasting";
   let description = [{

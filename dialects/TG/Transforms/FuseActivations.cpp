@@ -78,11 +78,31 @@ struct FuseGeluTanh : OpRewritePattern<BinaryOp> {
   }
 };
 
+/// act(gate) * up -> gated_act(gate, up): the gated MLP's elementwise core.
+struct FuseGatedAct : OpRewritePattern<BinaryOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(BinaryOp op, PatternRewriter &rewriter) const override {
+    Value act, up;
+    UnaryKind kind;
+    if (!matchBinary(op.getResult(), BinaryKind::mul, act, up, [&](Value l, Value r) {
+          auto u = l.getDefiningOp<UnaryOp>();
+          if (!u || l.getType() != r.getType() || r.getType() != op.getType())
+            return false;
+          kind = u.getKind();
+          return kind == UnaryKind::silu || kind == UnaryKind::gelu_tanh ||
+                 kind == UnaryKind::gelu_erf;
+        }))
+      return failure();
+    rewriter.replaceOpWithNewOp<GatedActOp>(op, kind, act.getDefiningOp<UnaryOp>().getX(), up);
+    return success();
+  }
+};
+
 struct TGFuseActivationsPass : rondo::tg::impl::TGFuseActivationsPassBase<TGFuseActivationsPass> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<FuseSilu, FuseGeluTanh>(&getContext());
+    patterns.add<FuseSilu, FuseGeluTanh, FuseGatedAct>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }

@@ -37,7 +37,8 @@ def TGFuseActivationsPass : Pass<"tg-fuse-activations", "mlir::func::FuncOp"> {
   let description = [{
     `x * sigmoid(x)` becomes `tg.unary silu`; the tanh-polynomial GELU
     (`0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, GPT-2's "gelu_new")
-    becomes `tg.unary gelu_tanh`.
+    becomes `tg.unary gelu_tanh`; `act(gate) * up`, the core of a gated
+    MLP, becomes `tg.gated_act act %gate, %up`.
   }];
   let dependentDialects = ["rondo::tg::TGDialect"];
 }

@@ -168,6 +168,16 @@ LogicalResult Emitter::emitOp(Operation *op) {
                           view(u.getX()), out());
     return success();
   }
+  if (auto g = dyn_cast<GatedActOp>(op)) {
+    auto t = cast<RankedTensorType>(g.getType());
+    std::string o = out();
+    body << llvm::formatv("  {{ std::vector<float> act({0});\n"
+                          "    unary(UnaryKind::{1}, {2}, FView{{act.data(), {3}});\n"
+                          "    binary(BinaryKind::Mul, CFView{{act.data(), {3}}, {4}, {5}); }\n",
+                          t.getNumElements(), unaryName(g.getAct()), view(g.getGate()),
+                          shapeList(t.getShape()), view(g.getUp()), o);
+    return success();
+  }
   if (auto b = dyn_cast<BinaryOp>(op)) {
     body << llvm::formatv("  binary(BinaryKind::{0}, {1}, {2}, {3});\n", binaryName(b.getKind()),
                           view(b.getLhs()), view(b.getRhs()), out());

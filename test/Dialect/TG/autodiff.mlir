@@ -63,3 +63,20 @@ func.func @main(%q: tensor<1x2x4x8xf32> {tg.param = "q", tg.trainable}, %k: tens
   %s = tg.reduce sum %o {axes = array<i64: 0, 1, 2, 3>} : (tensor<1x2x4x8xf32>) -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// Checks the gated activation's backward: act'(gate) * (dy * up) for the
+// gate and dy * act(gate) for the up projection.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[DYU:.*]] = tg.binary mul %{{.*}}, %arg1
+// CHECK: %[[DG:.*]] = tg.unary_grad silu %arg0, %[[DYU]]
+// CHECK: %[[ACT:.*]] = tg.unary silu %arg0
+// CHECK: %[[DU:.*]] = tg.binary mul %{{.*}}, %[[ACT]]
+// CHECK: return %{{.*}}, %[[DG]], %[[DU]]
+func.func @main(%g: tensor<4xf32> {tg.param = "g", tg.trainable}, %u: tensor<4xf32> {tg.param = "u", tg.trainable},
+                %x: tensor<4xf32> {tg.input = "x"}) -> tensor<f32> {
+  %h = tg.gated_act silu %g, %u : tensor<4xf32>
+  %s = tg.reduce sum %h {axes = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
+  return %s : tensor<f32>
+}

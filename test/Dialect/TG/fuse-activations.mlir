@@ -41,3 +41,14 @@ func.func @not_silu(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
   %a = tg.binary mul %x, %s : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %a : tensor<4xf32>
 }
+
+// Checks the gated MLP core: silu(gate) * up becomes one tg.gated_act.
+// CHECK-LABEL: func.func @swiglu
+// CHECK-NEXT: %[[G:.*]] = tg.gated_act silu %arg0, %arg1 : tensor<4x8xf32>
+// CHECK-NEXT: return %[[G]]
+func.func @swiglu(%gate: tensor<4x8xf32>, %up: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %s = tg.unary sigmoid %gate : tensor<4x8xf32>
+  %a = tg.binary mul %gate, %s : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y = tg.binary mul %a, %up : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}

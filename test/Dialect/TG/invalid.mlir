@@ -167,3 +167,11 @@ func.func @lce_chunk(%h: tensor<4x8xf32>, %w: tensor<8x10xf32>, %y: tensor<4xi64
   %0 = tg.linear_cross_entropy %h, %w, %y {chunk_rows = 0, ignore_index = -100} : (tensor<4x8xf32>, tensor<8x10xf32>, tensor<4xi64>) -> tensor<f32>
   return
 }
+
+// -----
+
+func.func @gated_act_kind(%a: tensor<4xf32>) {
+  // expected-error @+1 {{gate activation must be silu, gelu_tanh, gelu_erf, sigmoid or relu}}
+  %0 = tg.gated_act exp %a, %a : tensor<4xf32>
+  return
+}

@@ -19,6 +19,8 @@ func.func @elementwise(%x: tensor<2x8xf32>, %w: tensor<8xf32>, %c: tensor<2x8xi1
   %s = tg.select %c, %d, %two : (tensor<2x8xi1>, tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
   // CHECK: tg.unary_grad gelu_tanh
   %g = tg.unary_grad gelu_tanh %s, %d : tensor<2x8xf32>
+  // CHECK: tg.gated_act gelu_tanh
+  %ga = tg.gated_act gelu_tanh %x, %x : tensor<2x8xf32>
   // CHECK: tg.binary_grad div
   %gl, %gr = tg.binary_grad div %g, %w, %d : (tensor<2x8xf32>, tensor<8xf32>, tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<8xf32>)
   return %gl : tensor<2x8xf32>
