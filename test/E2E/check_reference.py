@@ -8,6 +8,7 @@
       labels equal to the ids except -100 after position K, and the ids cut
       to K+1 tokens: by causality both give the same loss and gradients
   check_reference.py same   A.onnx B.onnx                 two gradient dumps agree
+  check_reference.py logits-loss LOGITS.npy IDS.npy REF.onnx  HF loss of logits vs ref
 
 Tolerances are those of models/README.md. Exits non-zero with a message
 naming the first tensor or step that disagrees.
@@ -93,7 +94,25 @@ def check_same(a_path, b_path):
     return 0
 
 
+def check_logits_loss(logits_path, ids_path, ref_path):
+    logits = np.load(logits_path).astype(np.float64)
+    ids = np.load(ids_path)
+    ref = float(tensors(ref_path)["loss"])
+    z = logits[:, :-1].reshape(-1, logits.shape[-1])
+    y = ids[:, 1:].reshape(-1)
+    z = z - z.max(-1, keepdims=True)
+    loss = float(np.mean(np.log(np.exp(z).sum(-1)) - z[np.arange(len(y)), y]))
+    rel = abs(loss - ref) / abs(ref)
+    if rel > 1e-5:
+        print("loss from logits %.8f, reference %.8f (relative error %.2e)" % (loss, ref, rel))
+        return 1
+    print("loss from logits matches the reference (%.8f, relative error %.1e)" % (loss, rel))
+    return 0
+
+
 def main(argv):
+    if len(argv) >= 5 and argv[1] == "logits-loss":
+        return check_logits_loss(argv[2], argv[3], argv[4])
     if len(argv) >= 6 and argv[1] == "ignore":
         return make_ignore(argv[2], int(argv[3]), argv[4], argv[5])
     if len(argv) >= 4 and argv[1] == "same":
