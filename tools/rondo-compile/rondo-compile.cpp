@@ -100,16 +100,29 @@ static void printSummary(ModuleOp module) {
   if (!func)
     return;
   int64_t params = 0, elements = 0, trainableParams = 0, trainableElements = 0;
+  std::string table;
+  llvm::raw_string_ostream tableOs(table);
   for (unsigned k = 0; k < func.getNumArguments(); ++k) {
-    if (!func.getArgAttr(k, rondo::tg::kParamAttr))
+    auto name = func.getArgAttrOfType<StringAttr>(k, rondo::tg::kParamAttr);
+    if (!name)
       continue;
-    int64_t n = cast<RankedTensorType>(func.getArgument(k).getType()).getNumElements();
+    auto type = cast<RankedTensorType>(func.getArgument(k).getType());
+    int64_t n = type.getNumElements();
     ++params;
     elements += n;
-    if (func.getArgAttr(k, rondo::tg::kTrainableAttr)) {
+    bool on = func.getArgAttr(k, rondo::tg::kTrainableAttr) != nullptr;
+    if (on) {
       ++trainableParams;
       trainableElements += n;
     }
+    auto torch = func.getArgAttrOfType<StringAttr>(k, rondo::tg::kTorchNameAttr);
+    tableOs << "  " << (emit == Emit::TG ? "param    " : on ? "trainable" : "frozen   ") << "  "
+            << name.getValue();
+    if (torch)
+      tableOs << " (" << torch.getValue() << ")";
+    tableOs << " [";
+    llvm::interleave(type.getShape(), tableOs, ",");
+    tableOs << "]\n";
   }
   llvm::StringMap<int64_t> histogram;
   double flops = 0;
@@ -131,7 +144,7 @@ static void printSummary(ModuleOp module) {
   llvm::sort(sorted);
   for (auto &[name, count] : sorted)
     llvm::errs() << " " << name << "=" << count;
-  llvm::errs() << "\n";
+  llvm::errs() << "\n" << table;
 }
 
 /// Compiles the generated C++ into an executable with the system compiler.
