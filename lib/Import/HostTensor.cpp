@@ -25,7 +25,9 @@ using namespace rondo::import;
 using llvm::ArrayRef;
 using llvm::SmallVector;
 
-bool rondo::import::isFloat(DType t) { return t == DType::F32 || t == DType::F64; }
+bool rondo::import::isFloat(DType t) {
+  return t == DType::F32 || t == DType::F64;
+}
 
 const char *rondo::import::dtypeName(DType t) {
   switch (t) {
@@ -87,9 +89,10 @@ rondo::import::broadcastShape(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
     int64_t da = k < rank - a.size() ? 1 : a[k - (rank - a.size())];
     int64_t db = k < rank - b.size() ? 1 : b[k - (rank - b.size())];
     if (da != db && da != 1 && db != 1)
-      return llvm::createStringError(llvm::formatv(
-          "shapes [{0}] and [{1}] do not broadcast", llvm::make_range(a.begin(), a.end()),
-          llvm::make_range(b.begin(), b.end())));
+      return llvm::createStringError(
+          llvm::formatv("shapes [{0}] and [{1}] do not broadcast",
+                        llvm::make_range(a.begin(), a.end()),
+                        llvm::make_range(b.begin(), b.end())));
     out[k] = da == 1 ? db : da;
   }
   return out;
@@ -102,7 +105,8 @@ llvm::Error err(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }
 
-const onnx::AttributeProto *findAttr(const onnx::NodeProto &n, llvm::StringRef name) {
+const onnx::AttributeProto *findAttr(const onnx::NodeProto &n,
+                                     llvm::StringRef name) {
   for (const auto &a : n.attribute())
     if (a.name() == name)
       return &a;
@@ -112,7 +116,8 @@ int64_t attrInt(const onnx::NodeProto &n, llvm::StringRef name, int64_t dflt) {
   auto *a = findAttr(n, name);
   return a ? a->i() : dflt;
 }
-std::optional<SmallVector<int64_t>> attrInts(const onnx::NodeProto &n, llvm::StringRef name) {
+std::optional<SmallVector<int64_t>> attrInts(const onnx::NodeProto &n,
+                                             llvm::StringRef name) {
   auto *a = findAttr(n, name);
   if (!a)
     return std::nullopt;
@@ -121,7 +126,8 @@ std::optional<SmallVector<int64_t>> attrInts(const onnx::NodeProto &n, llvm::Str
 
 /// Strides of `shape` laid out in a broadcast output of rank `rank`; 0 for
 /// broadcast dimensions.
-SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> shape, ArrayRef<int64_t> out) {
+SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> shape,
+                                      ArrayRef<int64_t> out) {
   SmallVector<int64_t> strides(out.size(), 0);
   int64_t s = 1;
   for (int64_t k = shape.size() - 1; k >= 0; --k) {
@@ -135,7 +141,8 @@ SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> shape, ArrayRef<int64_t>
 /// Calls fn(outIndex, offsets...) for every element of `out`, where offsets
 /// are the linear positions in each broadcast input.
 template <size_t N, typename Fn>
-void forEachBroadcast(ArrayRef<int64_t> out, const std::array<SmallVector<int64_t>, N> &strides,
+void forEachBroadcast(ArrayRef<int64_t> out,
+                      const std::array<SmallVector<int64_t>, N> &strides,
                       Fn fn) {
   int64_t total = 1;
   for (int64_t d : out)
@@ -157,7 +164,9 @@ void forEachBroadcast(ArrayRef<int64_t> out, const std::array<SmallVector<int64_
   }
 }
 
-double roundTo(DType t, double v) { return t == DType::F32 ? double(float(v)) : v; }
+double roundTo(DType t, double v) {
+  return t == DType::F32 ? double(float(v)) : v;
+}
 
 void finishFloat(HostTensor &t) {
   if (t.dtype == DType::F32)
@@ -165,7 +174,9 @@ void finishFloat(HostTensor &t) {
       v = double(float(v));
 }
 
-HostTensor withData(DType t, ArrayRef<int64_t> shape) { return HostTensor::zeros(t, shape); }
+HostTensor withData(DType t, ArrayRef<int64_t> shape) {
+  return HostTensor::zeros(t, shape);
+}
 
 bool tooBig(ArrayRef<int64_t> shape, int64_t maxElements) {
   int64_t n = 1;
@@ -175,15 +186,17 @@ bool tooBig(ArrayRef<int64_t> shape, int64_t maxElements) {
 }
 
 /// Normalises an axis against `rank`, or errors.
-llvm::Expected<int64_t> axisOf(int64_t axis, int64_t rank, llvm::StringRef what) {
+llvm::Expected<int64_t> axisOf(int64_t axis, int64_t rank,
+                               llvm::StringRef what) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank)
-    return err(llvm::formatv("{0} {1} is out of range for rank {2}", what, axis, rank));
+    return err(llvm::formatv("{0} {1} is out of range for rank {2}", what, axis,
+                             rank));
   return a;
 }
 
-llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a, const HostTensor &b,
-                                 int64_t maxElements) {
+llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a,
+                                 const HostTensor &b, int64_t maxElements) {
   auto shape = broadcastShape(a.shape, b.shape);
   if (!shape)
     return shape.takeError();
@@ -194,65 +207,138 @@ llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a, const 
   if (!a.hasData || !b.hasData || tooBig(*shape, maxElements))
     return Tensors{HostTensor::shapeOnly(outT, *shape)};
   HostTensor r = withData(outT, *shape);
-  std::array<SmallVector<int64_t>, 2> strides = {broadcastStrides(a.shape, *shape),
-                                                 broadcastStrides(b.shape, *shape)};
+  std::array<SmallVector<int64_t>, 2> strides = {
+      broadcastStrides(a.shape, *shape), broadcastStrides(b.shape, *shape)};
   bool floatMath = isFloat(a.dtype) || isFloat(b.dtype);
   auto fop = llvm::StringSwitch<int>(op)
-                 .Case("Add", 0).Case("Sub", 1).Case("Mul", 2).Case("Div", 3)
-                 .Case("Pow", 4).Case("Max", 5).Case("Min", 6).Case("Equal", 7)
-                 .Case("Less", 8).Case("LessOrEqual", 9).Case("Greater", 10)
-                 .Case("GreaterOrEqual", 11).Case("And", 12).Case("Or", 13)
-                 .Case("Xor", 14).Case("Mod", 15).Default(-1);
-  forEachBroadcast<2>(*shape, strides, [&](int64_t k, const std::array<int64_t, 2> &o) {
-    if (floatMath) {
-      double x = a.getF(o[0]), y = b.getF(o[1]), v = 0;
-      switch (fop) {
-      case 0: v = x + y; break;
-      case 1: v = x - y; break;
-      case 2: v = x * y; break;
-      case 3: v = x / y; break;
-      case 4: v = std::pow(x, y); break;
-      case 5: v = std::max(x, y); break;
-      case 6: v = std::min(x, y); break;
-      case 7: v = x == y; break;
-      case 8: v = x < y; break;
-      case 9: v = x <= y; break;
-      case 10: v = x > y; break;
-      case 11: v = x >= y; break;
-      case 15: v = std::fmod(x, y); break;
-      default: v = 0;
-      }
-      if (compare)
-        r.i[k] = int64_t(v);
-      else
-        r.f[k] = roundTo(outT, v);
-    } else {
-      int64_t x = a.i[o[0]], y = b.i[o[1]], v = 0;
-      switch (fop) {
-      case 0: v = x + y; break;
-      case 1: v = x - y; break;
-      case 2: v = x * y; break;
-      case 3: v = y == 0 ? 0 : x / y; break;
-      case 4: v = int64_t(std::pow(double(x), double(y))); break;
-      case 5: v = std::max(x, y); break;
-      case 6: v = std::min(x, y); break;
-      case 7: v = x == y; break;
-      case 8: v = x < y; break;
-      case 9: v = x <= y; break;
-      case 10: v = x > y; break;
-      case 11: v = x >= y; break;
-      case 12: v = x && y; break;
-      case 13: v = x || y; break;
-      case 14: v = (x != 0) != (y != 0); break;
-      case 15: v = y == 0 ? 0 : ((x % y) + y) % y; break;
-      }
-      r.i[k] = v;
-    }
-  });
+                 .Case("Add", 0)
+                 .Case("Sub", 1)
+                 .Case("Mul", 2)
+                 .Case("Div", 3)
+                 .Case("Pow", 4)
+                 .Case("Max", 5)
+                 .Case("Min", 6)
+                 .Case("Equal", 7)
+                 .Case("Less", 8)
+                 .Case("LessOrEqual", 9)
+                 .Case("Greater", 10)
+                 .Case("GreaterOrEqual", 11)
+                 .Case("And", 12)
+                 .Case("Or", 13)
+                 .Case("Xor", 14)
+                 .Case("Mod", 15)
+                 .Default(-1);
+  forEachBroadcast<2>(*shape, strides,
+                      [&](int64_t k, const std::array<int64_t, 2> &o) {
+                        if (floatMath) {
+                          double x = a.getF(o[0]), y = b.getF(o[1]), v = 0;
+                          switch (fop) {
+                          case 0:
+                            v = x + y;
+                            break;
+                          case 1:
+                            v = x - y;
+                            break;
+                          case 2:
+                            v = x * y;
+                            break;
+                          case 3:
+                            v = x / y;
+                            break;
+                          case 4:
+                            v = std::pow(x, y);
+                            break;
+                          case 5:
+                            v = std::max(x, y);
+                            break;
+                          case 6:
+                            v = std::min(x, y);
+                            break;
+                          case 7:
+                            v = x == y;
+                            break;
+                          case 8:
+                            v = x < y;
+                            break;
+                          case 9:
+                            v = x <= y;
+                            break;
+                          case 10:
+                            v = x > y;
+                            break;
+                          case 11:
+                            v = x >= y;
+                            break;
+                          case 15:
+                            v = std::fmod(x, y);
+                            break;
+                          default:
+                            v = 0;
+                          }
+                          if (compare)
+                            r.i[k] = int64_t(v);
+                          else
+                            r.f[k] = roundTo(outT, v);
+                        } else {
+                          int64_t x = a.i[o[0]], y = b.i[o[1]], v = 0;
+                          switch (fop) {
+                          case 0:
+                            v = x + y;
+                            break;
+                          case 1:
+                            v = x - y;
+                            break;
+                          case 2:
+                            v = x * y;
+                            break;
+                          case 3:
+                            v = y == 0 ? 0 : x / y;
+                            break;
+                          case 4:
+                            v = int64_t(std::pow(double(x), double(y)));
+                            break;
+                          case 5:
+                            v = std::max(x, y);
+                            break;
+                          case 6:
+                            v = std::min(x, y);
+                            break;
+                          case 7:
+                            v = x == y;
+                            break;
+                          case 8:
+                            v = x < y;
+                            break;
+                          case 9:
+                            v = x <= y;
+                            break;
+                          case 10:
+                            v = x > y;
+                            break;
+                          case 11:
+                            v = x >= y;
+                            break;
+                          case 12:
+                            v = x && y;
+                            break;
+                          case 13:
+                            v = x || y;
+                            break;
+                          case 14:
+                            v = (x != 0) != (y != 0);
+                            break;
+                          case 15:
+                            v = y == 0 ? 0 : ((x % y) + y) % y;
+                            break;
+                          }
+                          r.i[k] = v;
+                        }
+                      });
   return Tensors{std::move(r)};
 }
 
-llvm::Expected<Tensors> unaryOp(llvm::StringRef op, const HostTensor &x, int64_t maxElements) {
+llvm::Expected<Tensors> unaryOp(llvm::StringRef op, const HostTensor &x,
+                                int64_t maxElements) {
   DType outT = op == "Not" || op == "IsNaN" ? DType::Bool : x.dtype;
   if (!x.hasData)
     return Tensors{HostTensor::shapeOnly(outT, x.shape)};
@@ -275,17 +361,26 @@ llvm::Expected<Tensors> unaryOp(llvm::StringRef op, const HostTensor &x, int64_t
       else if (op == "Sign")
         r.i[k] = (v > 0) - (v < 0);
       else
-        return err("'" + op + "' needs a floating-point input, got " + dtypeName(x.dtype));
+        return err("'" + op + "' needs a floating-point input, got " +
+                   dtypeName(x.dtype));
       continue;
     }
     double v = x.f[k];
     double out = llvm::StringSwitch<double>(op)
-                     .Case("Neg", -v).Case("Cos", std::cos(v)).Case("Sin", std::sin(v))
-                     .Case("Sqrt", std::sqrt(v)).Case("Reciprocal", 1.0 / v)
-                     .Case("Exp", std::exp(v)).Case("Log", std::log(v)).Case("Abs", std::fabs(v))
-                     .Case("Floor", std::floor(v)).Case("Ceil", std::ceil(v))
-                     .Case("Sigmoid", 1.0 / (1.0 + std::exp(-v))).Case("Tanh", std::tanh(v))
-                     .Case("Relu", v > 0 ? v : 0.0).Case("Sign", double((v > 0) - (v < 0)))
+                     .Case("Neg", -v)
+                     .Case("Cos", std::cos(v))
+                     .Case("Sin", std::sin(v))
+                     .Case("Sqrt", std::sqrt(v))
+                     .Case("Reciprocal", 1.0 / v)
+                     .Case("Exp", std::exp(v))
+                     .Case("Log", std::log(v))
+                     .Case("Abs", std::fabs(v))
+                     .Case("Floor", std::floor(v))
+                     .Case("Ceil", std::ceil(v))
+                     .Case("Sigmoid", 1.0 / (1.0 + std::exp(-v)))
+                     .Case("Tanh", std::tanh(v))
+                     .Case("Relu", v > 0 ? v : 0.0)
+                     .Case("Sign", double((v > 0) - (v < 0)))
                      .Default(NAN);
     r.f[k] = roundTo(outT, out);
   }
@@ -334,7 +429,8 @@ HostTensor castTo(const HostTensor &x, DType t) {
 /// Copies elements of `x` (contiguous) into a new tensor of `shape` in the
 /// order given by `srcIndex(k)`.
 template <typename IndexFn>
-HostTensor gatherElements(const HostTensor &x, ArrayRef<int64_t> shape, IndexFn srcIndex) {
+HostTensor gatherElements(const HostTensor &x, ArrayRef<int64_t> shape,
+                          IndexFn srcIndex) {
   HostTensor r = withData(x.dtype, shape);
   for (int64_t k = 0, n = r.numel(); k < n; ++k) {
     int64_t s = srcIndex(k);
@@ -353,7 +449,8 @@ SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
   return s;
 }
 
-llvm::Expected<std::vector<int64_t>> intsOf(const HostTensor *t, const llvm::Twine &what) {
+llvm::Expected<std::vector<int64_t>> intsOf(const HostTensor *t,
+                                            const llvm::Twine &what) {
   if (!t || !t->hasData)
     return err(what + " must be a compile-time constant");
   std::vector<int64_t> v(t->numel());
@@ -365,89 +462,103 @@ llvm::Expected<std::vector<int64_t>> intsOf(const HostTensor *t, const llvm::Twi
 
 llvm::Expected<SliceParams>
 rondo::import::sliceParams(const onnx::NodeProto &node, int64_t opset,
-                           ArrayRef<const HostTensor *> in, ArrayRef<int64_t> xShape) {
+                           ArrayRef<const HostTensor *> in,
+                           ArrayRef<int64_t> xShape) {
   int64_t rank = xShape.size();
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (opset >= 10) {
-      auto s = intsOf(in.size() > 1 ? in[1] : nullptr, "Slice starts");
-      auto e = intsOf(in.size() > 2 ? in[2] : nullptr, "Slice ends");
-      if (!s)
-        return s.takeError();
-      if (!e)
-        return e.takeError();
-      starts = *s;
-      ends = *e;
-      if (in.size() > 3 && in[3]) {
-        auto a = intsOf(in[3], "Slice axes");
-        if (!a)
-          return a.takeError();
-        axes = *a;
-      }
-      if (in.size() > 4 && in[4]) {
-        auto st = intsOf(in[4], "Slice steps");
-        if (!st)
-          return st.takeError();
-        steps = *st;
-      }
-    } else {
-      auto s = attrInts(node, "starts"), e = attrInts(node, "ends");
-      if (!s || !e)
-        return err("Slice needs starts and ends");
-      starts.assign(s->begin(), s->end());
-      ends.assign(e->begin(), e->end());
-      if (auto a = attrInts(node, "axes"))
-        axes.assign(a->begin(), a->end());
-    }
-    if (axes.empty())
-      for (size_t k = 0; k < starts.size(); ++k)
-        axes.push_back(k);
-    if (steps.empty())
-      steps.assign(starts.size(), 1);
-    if (starts.size() != ends.size() || axes.size() != starts.size() ||
-        steps.size() != starts.size())
-      return err("Slice starts, ends, axes and steps differ in length");
-    SmallVector<int64_t> st(rank, 0), sp(rank, 1), shape(xShape.begin(), xShape.end());
-    for (size_t k = 0; k < axes.size(); ++k) {
-      auto a = axisOf(axes[k], rank, "Slice axis");
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (opset >= 10) {
+    auto s = intsOf(in.size() > 1 ? in[1] : nullptr, "Slice starts");
+    auto e = intsOf(in.size() > 2 ? in[2] : nullptr, "Slice ends");
+    if (!s)
+      return s.takeError();
+    if (!e)
+      return e.takeError();
+    starts = *s;
+    ends = *e;
+    if (in.size() > 3 && in[3]) {
+      auto a = intsOf(in[3], "Slice axes");
       if (!a)
         return a.takeError();
-      int64_t dim = xShape[*a], step = steps[k];
-      if (step == 0)
-        return err("Slice step is zero");
-      int64_t s = starts[k], e = ends[k];
-      if (s < 0)
-        s += dim;
-      if (e < 0)
-        e += dim;
-      if (step > 0) {
-        s = std::clamp<int64_t>(s, 0, dim);
-        e = std::clamp<int64_t>(e, 0, dim);
-        shape[*a] = e > s ? (e - s + step - 1) / step : 0;
-      } else {
-        s = std::clamp<int64_t>(s, 0, dim - 1);
-        e = std::clamp<int64_t>(e, -1, dim - 1);
-        shape[*a] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-      }
-      st[*a] = s;
-      sp[*a] = step;
+      axes = *a;
     }
+    if (in.size() > 4 && in[4]) {
+      auto st = intsOf(in[4], "Slice steps");
+      if (!st)
+        return st.takeError();
+      steps = *st;
+    }
+  } else {
+    auto s = attrInts(node, "starts"), e = attrInts(node, "ends");
+    if (!s || !e)
+      return err("Slice needs starts and ends");
+    starts.assign(s->begin(), s->end());
+    ends.assign(e->begin(), e->end());
+    if (auto a = attrInts(node, "axes"))
+      axes.assign(a->begin(), a->end());
+  }
+  if (axes.empty())
+    for (size_t k = 0; k < starts.size(); ++k)
+      axes.push_back(k);
+  if (steps.empty())
+    steps.assign(starts.size(), 1);
+  if (starts.size() != ends.size() || axes.size() != starts.size() ||
+      steps.size() != starts.size())
+    return err("Slice starts, ends, axes and steps differ in length");
+  SmallVector<int64_t> st(rank, 0), sp(rank, 1),
+      shape(xShape.begin(), xShape.end());
+  for (size_t k = 0; k < axes.size(); ++k) {
+    auto a = axisOf(axes[k], rank, "Slice axis");
+    if (!a)
+      return a.takeError();
+    int64_t dim = xShape[*a], step = steps[k];
+    if (step == 0)
+      return err("Slice step is zero");
+    int64_t s = starts[k], e = ends[k];
+    if (s < 0)
+      s += dim;
+    if (e < 0)
+      e += dim;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      shape[*a] = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      shape[*a] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+    }
+    st[*a] = s;
+    sp[*a] = step;
+  }
   return SliceParams{st, sp, shape};
 }
 
 bool rondo::import::canEvaluate(llvm::StringRef op) {
-  return llvm::is_contained(
-      {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual",
-       "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "Neg", "Not", "Cos", "Sin",
-       "Sqrt", "Reciprocal", "Exp", "Log", "Abs", "Floor", "Ceil", "IsNaN", "Sigmoid", "Tanh",
-       "Relu", "Sign", "Where", "Shape", "Size", "Identity", "Cast", "Constant",
-       "ConstantOfShape", "Range", "CumSum", "Unsqueeze", "Squeeze", "Reshape", "Flatten",
-       "Expand", "Slice", "Concat", "Gather", "GatherND", "Transpose", "MatMul", "Trilu"},
-      op);
+  return llvm::is_contained({"Add",         "Sub",      "Mul",
+                             "Div",         "Pow",      "Max",
+                             "Min",         "Equal",    "Less",
+                             "LessOrEqual", "Greater",  "GreaterOrEqual",
+                             "And",         "Or",       "Xor",
+                             "Mod",         "Neg",      "Not",
+                             "Cos",         "Sin",      "Sqrt",
+                             "Reciprocal",  "Exp",      "Log",
+                             "Abs",         "Floor",    "Ceil",
+                             "IsNaN",       "Sigmoid",  "Tanh",
+                             "Relu",        "Sign",     "Where",
+                             "Shape",       "Size",     "Identity",
+                             "Cast",        "Constant", "ConstantOfShape",
+                             "Range",       "CumSum",   "Unsqueeze",
+                             "Squeeze",     "Reshape",  "Flatten",
+                             "Expand",      "Slice",    "Concat",
+                             "Gather",      "GatherND", "Transpose",
+                             "MatMul",      "Trilu"},
+                            op);
 }
 
 llvm::Expected<std::vector<HostTensor>>
 rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
-                            ArrayRef<const HostTensor *> in, int64_t maxElements) {
+                            ArrayRef<const HostTensor *> in,
+                            int64_t maxElements) {
   llvm::StringRef op = node.op_type();
   auto need = [&](size_t k) -> llvm::Expected<const HostTensor *> {
     if (k >= in.size() || !in[k])
@@ -460,18 +571,20 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     return var##OrErr.takeError();                                             \
   const HostTensor &var = **var##OrErr;
 
-  if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less",
-                          "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor",
-                          "Mod"},
+  if (llvm::is_contained({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
+                          "Equal", "Less", "LessOrEqual", "Greater",
+                          "GreaterOrEqual", "And", "Or", "Xor", "Mod"},
                          op)) {
     NEED(a, 0);
     NEED(b, 1);
     if ((op == "Max" || op == "Min") && in.size() != 2)
-      return err("variadic " + op + " with other than two inputs is not supported");
+      return err("variadic " + op +
+                 " with other than two inputs is not supported");
     return binaryOp(op, a, b, maxElements);
   }
-  if (llvm::is_contained({"Neg", "Not", "Cos", "Sin", "Sqrt", "Reciprocal", "Exp", "Log",
-                          "Abs", "Floor", "Ceil", "IsNaN", "Sigmoid", "Tanh", "Relu", "Sign"},
+  if (llvm::is_contained({"Neg", "Not", "Cos", "Sin", "Sqrt", "Reciprocal",
+                          "Exp", "Log", "Abs", "Floor", "Ceil", "IsNaN",
+                          "Sigmoid", "Tanh", "Relu", "Sign"},
                          op)) {
     NEED(x, 0);
     return unaryOp(op, x, maxElements);
@@ -493,16 +606,17 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     if (!c.hasData || !a.hasData || !b.hasData || tooBig(*shape, maxElements))
       return Tensors{HostTensor::shapeOnly(a.dtype, *shape)};
     HostTensor r = withData(a.dtype, *shape);
-    std::array<SmallVector<int64_t>, 3> strides = {broadcastStrides(c.shape, *shape),
-                                                   broadcastStrides(a.shape, *shape),
-                                                   broadcastStrides(b.shape, *shape)};
-    forEachBroadcast<3>(*shape, strides, [&](int64_t k, const std::array<int64_t, 3> &o) {
-      bool pick = c.i[o[0]] != 0;
-      if (isFloat(a.dtype))
-        r.f[k] = pick ? a.f[o[1]] : b.getF(o[2]);
-      else
-        r.i[k] = pick ? a.i[o[1]] : b.getI(o[2]);
-    });
+    std::array<SmallVector<int64_t>, 3> strides = {
+        broadcastStrides(c.shape, *shape), broadcastStrides(a.shape, *shape),
+        broadcastStrides(b.shape, *shape)};
+    forEachBroadcast<3>(*shape, strides,
+                        [&](int64_t k, const std::array<int64_t, 3> &o) {
+                          bool pick = c.i[o[0]] != 0;
+                          if (isFloat(a.dtype))
+                            r.f[k] = pick ? a.f[o[1]] : b.getF(o[2]);
+                          else
+                            r.i[k] = pick ? a.i[o[1]] : b.getI(o[2]);
+                        });
     return Tensors{std::move(r)};
   }
   if (op == "Shape") {
@@ -539,7 +653,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     if (auto *a = findAttr(node, "value_int"))
       return Tensors{HostTensor::scalarI64(a->i())};
     if (auto *a = findAttr(node, "value_ints"))
-      return Tensors{HostTensor::vectorI64(SmallVector<int64_t>(a->ints().begin(), a->ints().end()))};
+      return Tensors{HostTensor::vectorI64(
+          SmallVector<int64_t>(a->ints().begin(), a->ints().end()))};
     if (auto *a = findAttr(node, "value_float")) {
       HostTensor r = withData(DType::F32, {});
       r.f[0] = a->f();
@@ -584,7 +699,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     double start = s.getF(0), limit = l.getF(0), delta = d.getF(0);
     if (delta == 0)
       return err("Range delta is zero");
-    int64_t n = std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
+    int64_t n =
+        std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
     HostTensor r = withData(s.dtype, {n});
     for (int64_t k = 0; k < n; ++k) {
       if (isFloat(s.dtype))
@@ -605,7 +721,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
       return axis.takeError();
     if (!x.hasData)
       return Tensors{HostTensor::shapeOnly(x.dtype, x.shape)};
-    bool exclusive = attrInt(node, "exclusive", 0), reverse = attrInt(node, "reverse", 0);
+    bool exclusive = attrInt(node, "exclusive", 0),
+         reverse = attrInt(node, "reverse", 0);
     HostTensor r = withData(x.dtype, x.shape);
     auto strides = contiguousStrides(x.shape);
     int64_t len = x.shape[*axis], stride = strides[*axis];
@@ -618,11 +735,21 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         int64_t jj = reverse ? len - 1 - j : j;
         int64_t pos = k + jj * stride;
         if (isFloat(x.dtype)) {
-          if (exclusive) { r.f[pos] = roundTo(x.dtype, accF); accF += x.f[pos]; }
-          else { accF += x.f[pos]; r.f[pos] = roundTo(x.dtype, accF); }
+          if (exclusive) {
+            r.f[pos] = roundTo(x.dtype, accF);
+            accF += x.f[pos];
+          } else {
+            accF += x.f[pos];
+            r.f[pos] = roundTo(x.dtype, accF);
+          }
         } else {
-          if (exclusive) { r.i[pos] = accI; accI += x.i[pos]; }
-          else { accI += x.i[pos]; r.i[pos] = accI; }
+          if (exclusive) {
+            r.i[pos] = accI;
+            accI += x.i[pos];
+          } else {
+            accI += x.i[pos];
+            r.i[pos] = accI;
+          }
         }
       }
     }
@@ -662,7 +789,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         if (!n)
           return n.takeError();
         if (x.shape[*n] != 1)
-          return err(llvm::formatv("Squeeze axis {0} has size {1}, not 1", a, x.shape[*n]));
+          return err(llvm::formatv("Squeeze axis {0} has size {1}, not 1", a,
+                                   x.shape[*n]));
         drop[*n] = true;
       }
       for (int64_t d = 0; d < rank; ++d)
@@ -694,7 +822,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         int64_t v = (*target)[d];
         if (v == 0 && !allowZero) {
           if (d >= x.shape.size())
-            return err("Reshape copies dimension " + llvm::Twine(d) + " that the input lacks");
+            return err("Reshape copies dimension " + llvm::Twine(d) +
+                       " that the input lacks");
           v = x.shape[d];
         }
         if (v == -1) {
@@ -711,15 +840,17 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
       }
       if (inferAt >= 0) {
         if (known == 0 || x.numel() % known)
-          return err(llvm::formatv("cannot infer -1 in Reshape of {0} elements", x.numel()));
+          return err(llvm::formatv("cannot infer -1 in Reshape of {0} elements",
+                                   x.numel()));
         shape[inferAt] = x.numel() / known;
       }
     }
     HostTensor r = x;
     r.shape = shape;
     if (r.numel() != x.numel())
-      return err(llvm::formatv("Reshape changes the element count from {0} to {1}", x.numel(),
-                               r.numel()));
+      return err(
+          llvm::formatv("Reshape changes the element count from {0} to {1}",
+                        x.numel(), r.numel()));
     return Tensors{std::move(r)};
   }
   if (op == "Expand") {
@@ -728,7 +859,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto target = intsOf(&s, "Expand shape");
     if (!target)
       return target.takeError();
-    auto shape = broadcastShape(x.shape, SmallVector<int64_t>(target->begin(), target->end()));
+    auto shape = broadcastShape(
+        x.shape, SmallVector<int64_t>(target->begin(), target->end()));
     if (!shape)
       return shape.takeError();
     if (!x.hasData || tooBig(*shape, maxElements))
@@ -736,12 +868,13 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto strides = broadcastStrides(x.shape, *shape);
     HostTensor r = withData(x.dtype, *shape);
     std::array<SmallVector<int64_t>, 1> st = {strides};
-    forEachBroadcast<1>(*shape, st, [&](int64_t k, const std::array<int64_t, 1> &o) {
-      if (isFloat(x.dtype))
-        r.f[k] = x.f[o[0]];
-      else
-        r.i[k] = x.i[o[0]];
-    });
+    forEachBroadcast<1>(*shape, st,
+                        [&](int64_t k, const std::array<int64_t, 1> &o) {
+                          if (isFloat(x.dtype))
+                            r.f[k] = x.f[o[0]];
+                          else
+                            r.i[k] = x.i[o[0]];
+                        });
     return Tensors{std::move(r)};
   }
   if (op == "Slice") {
@@ -750,7 +883,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto params = sliceParams(node, opset, in, x.shape);
     if (!params)
       return params.takeError();
-    SmallVector<int64_t> st = params->starts, sp = params->steps, shape = params->shape;
+    SmallVector<int64_t> st = params->starts, sp = params->steps,
+                         shape = params->shape;
     if (!x.hasData || tooBig(shape, maxElements))
       return Tensors{HostTensor::shapeOnly(x.dtype, shape)};
     auto inStrides = contiguousStrides(x.shape);
@@ -825,8 +959,9 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
       inner *= x.shape[d];
     for (int64_t k = 0; k < nIdx; ++k)
       if (idx.i[k] < -dim || idx.i[k] >= dim)
-        return err(llvm::formatv("Gather index {0} is out of range for dimension {1}",
-                                 idx.i[k], dim));
+        return err(
+            llvm::formatv("Gather index {0} is out of range for dimension {1}",
+                          idx.i[k], dim));
     HostTensor r = gatherElements(x, shape, [&](int64_t k) {
       int64_t in_ = k % inner, j = (k / inner) % nIdx, o = k / (inner * nIdx);
       int64_t i = idx.i[j] < 0 ? idx.i[j] + dim : idx.i[j];
@@ -879,7 +1014,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
       shape.push_back(x.shape[p]);
     if (!x.hasData)
       return Tensors{HostTensor::shapeOnly(x.dtype, shape)};
-    auto inStrides = contiguousStrides(x.shape), outStrides = contiguousStrides(shape);
+    auto inStrides = contiguousStrides(x.shape),
+         outStrides = contiguousStrides(shape);
     return Tensors{gatherElements(x, shape, [&](int64_t k) {
       int64_t src = 0;
       for (int64_t d = 0; d < rank; ++d)
@@ -909,15 +1045,17 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto sa = broadcastStrides(ArrayRef<int64_t>(a.shape).drop_back(2), *batch);
     auto sb = broadcastStrides(ArrayRef<int64_t>(b.shape).drop_back(2), *batch);
     std::array<SmallVector<int64_t>, 2> st = {sa, sb};
-    forEachBroadcast<2>(*batch, st, [&](int64_t bi, const std::array<int64_t, 2> &o) {
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          double acc = 0;
-          for (int64_t p = 0; p < k; ++p)
-            acc += a.getF(o[0] * m * k + i * k + p) * b.getF(o[1] * k * n + p * n + j);
-          r.f[bi * m * n + i * n + j] = roundTo(a.dtype, acc);
-        }
-    });
+    forEachBroadcast<2>(
+        *batch, st, [&](int64_t bi, const std::array<int64_t, 2> &o) {
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              double acc = 0;
+              for (int64_t p = 0; p < k; ++p)
+                acc += a.getF(o[0] * m * k + i * k + p) *
+                       b.getF(o[1] * k * n + p * n + j);
+              r.f[bi * m * n + i * n + j] = roundTo(a.dtype, acc);
+            }
+        });
     return Tensors{std::move(r)};
   }
   if (op == "Trilu") {
@@ -951,11 +1089,13 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
 }
 
 llvm::Expected<HostTensor>
-rondo::import::hostTensorFromProto(const onnx::TensorProto &proto, llvm::StringRef what) {
+rondo::import::hostTensorFromProto(const onnx::TensorProto &proto,
+                                   llvm::StringRef what) {
   bool ok;
   DType t = dtypeFromOnnx(proto.data_type(), ok);
   if (!ok)
-    return err(llvm::formatv("{0} has unsupported ONNX data type {1}", what, proto.data_type()));
+    return err(llvm::formatv("{0} has unsupported ONNX data type {1}", what,
+                             proto.data_type()));
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)
     return err(what + " is stored as external data; constants must be inline");
   SmallVector<int64_t> shape(proto.dims().begin(), proto.dims().end());
@@ -967,7 +1107,8 @@ rondo::import::hostTensorFromProto(const onnx::TensorProto &proto, llvm::StringR
   const std::string &raw = proto.raw_data();
   int dt = proto.data_type();
   auto sizeError = [&](size_t have) {
-    return err(llvm::formatv("{0} holds {1} values but its shape needs {2}", what, have, n));
+    return err(llvm::formatv("{0} holds {1} values but its shape needs {2}",
+                             what, have, n));
   };
   auto halfToFloat = [&](uint16_t h, bool bf16) -> double {
     if (bf16) {
@@ -977,18 +1118,20 @@ rondo::import::hostTensorFromProto(const onnx::TensorProto &proto, llvm::StringR
       return f;
     }
     uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    double v = exp == 0 ? std::ldexp(double(mant), -24)
+    double v = exp == 0    ? std::ldexp(double(mant), -24)
                : exp == 31 ? (mant ? NAN : INFINITY)
                            : std::ldexp(double(mant | 0x400), int(exp) - 25);
     return sign ? -v : v;
   };
   if (!raw.empty()) {
-    size_t elem = dt == onnx::TensorProto::FLOAT || dt == onnx::TensorProto::INT32 ? 4
-                  : dt == onnx::TensorProto::DOUBLE || dt == onnx::TensorProto::INT64 ? 8
-                  : dt == onnx::TensorProto::FLOAT16 || dt == onnx::TensorProto::BFLOAT16 ||
-                          dt == onnx::TensorProto::INT16
-                      ? 2
-                      : 1;
+    size_t elem =
+        dt == onnx::TensorProto::FLOAT || dt == onnx::TensorProto::INT32    ? 4
+        : dt == onnx::TensorProto::DOUBLE || dt == onnx::TensorProto::INT64 ? 8
+        : dt == onnx::TensorProto::FLOAT16 ||
+                dt == onnx::TensorProto::BFLOAT16 ||
+                dt == onnx::TensorProto::INT16
+            ? 2
+            : 1;
     if (raw.size() != size_t(n) * elem)
       return sizeError(raw.size() / elem);
     const char *p = raw.data();
@@ -1058,7 +1201,8 @@ rondo::import::hostTensorFromProto(const onnx::TensorProto &proto, llvm::StringR
       return sizeError(proto.int32_data_size());
     for (int64_t k = 0; k < n; ++k) {
       if (isFloat(t))
-        r.f[k] = halfToFloat(uint16_t(proto.int32_data(k)), dt == onnx::TensorProto::BFLOAT16);
+        r.f[k] = halfToFloat(uint16_t(proto.int32_data(k)),
+                             dt == onnx::TensorProto::BFLOAT16);
       else
         r.i[k] = proto.int32_data(k);
     }

@@ -25,7 +25,7 @@
 namespace onnx {
 class NodeProto;
 class TensorProto;
-}
+} // namespace onnx
 
 namespace rondo::import {
 
@@ -45,7 +45,9 @@ struct HostTensor {
 
   int64_t numel() const;
   double getF(int64_t k) const { return isFloat(dtype) ? f[k] : double(i[k]); }
-  int64_t getI(int64_t k) const { return isFloat(dtype) ? int64_t(f[k]) : i[k]; }
+  int64_t getI(int64_t k) const {
+    return isFloat(dtype) ? int64_t(f[k]) : i[k];
+  }
 
   static HostTensor shapeOnly(DType t, llvm::ArrayRef<int64_t> shape);
   static HostTensor zeros(DType t, llvm::ArrayRef<int64_t> shape);
@@ -70,9 +72,10 @@ llvm::Expected<HostTensor> hostTensorFromProto(const onnx::TensorProto &proto,
 struct SliceParams {
   llvm::SmallVector<int64_t> starts, steps, shape;
 };
-llvm::Expected<SliceParams> sliceParams(const onnx::NodeProto &node, int64_t opset,
-                                        llvm::ArrayRef<const HostTensor *> inputs,
-                                        llvm::ArrayRef<int64_t> inputShape);
+llvm::Expected<SliceParams>
+sliceParams(const onnx::NodeProto &node, int64_t opset,
+            llvm::ArrayRef<const HostTensor *> inputs,
+            llvm::ArrayRef<int64_t> inputShape);
 
 /// Whether the evaluator knows `opType` (default domain).
 bool canEvaluate(llvm::StringRef opType);

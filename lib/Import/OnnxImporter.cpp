@@ -106,7 +106,8 @@ NodeMetadata readMetadata(const onnx::NodeProto &node) {
 bool isSpecialisedInput(const onnx::ValueInfoProto &in) {
   int et = in.type().tensor_type().elem_type();
   bool isInt = et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32;
-  return isInt && (in.name() == "attention_mask" || in.name() == "position_ids");
+  return isInt &&
+         (in.name() == "attention_mask" || in.name() == "position_ids");
 }
 
 /// One imported ONNX value.
@@ -118,17 +119,18 @@ struct Val {
 
 class Importer {
 public:
-  Importer(MLIRContext *ctx, const onnx::ModelProto &model, StringRef bufferName,
-           const ImportOptions &opts, bool probe = false)
-      : ctx(ctx), model(model), bufferName(bufferName.str()), opts(opts), probe(probe),
-        builder(ctx) {}
+  Importer(MLIRContext *ctx, const onnx::ModelProto &model,
+           StringRef bufferName, const ImportOptions &opts, bool probe = false)
+      : ctx(ctx), model(model), bufferName(bufferName.str()), opts(opts),
+        probe(probe), builder(ctx) {}
 
   OwningOpRef<ModuleOp> run();
 
   /// After a successful run: the folded value of `name`, if constant.
   const HostTensor *constantValue(StringRef name) const {
     auto it = values.find(name);
-    return it != values.end() && it->second.isConst ? &it->second.host : nullptr;
+    return it != values.end() && it->second.isConst ? &it->second.host
+                                                    : nullptr;
   }
 
 private:
@@ -146,7 +148,8 @@ private:
   InFlightDiagnostic nodeError(const onnx::NodeProto &node);
 
   // Values.
-  FailureOr<Value> materialize(const Val &v, const onnx::NodeProto &node, Type floatType = {});
+  FailureOr<Value> materialize(const Val &v, const onnx::NodeProto &node,
+                               Type floatType = {});
   Value constant(const HostTensor &t);
   FailureOr<SmallVector<Val>> convertDynamic(const onnx::NodeProto &node,
                                              ArrayRef<const Val *> inputs);
@@ -176,8 +179,8 @@ private:
 
 Location Importer::nodeLoc(const onnx::NodeProto &node) {
   std::string name = node.name().empty() ? node.op_type() : node.name();
-  Location inner =
-      NameLoc::get(StringAttr::get(ctx, name), FileLineColLoc::get(ctx, bufferName, 0, 0));
+  Location inner = NameLoc::get(StringAttr::get(ctx, name),
+                                FileLineColLoc::get(ctx, bufferName, 0, 0));
   NodeMetadata md = readMetadata(node);
   if (md.modulePath.empty())
     return inner;
@@ -187,12 +190,13 @@ Location Importer::nodeLoc(const onnx::NodeProto &node) {
 InFlightDiagnostic Importer::nodeError(const onnx::NodeProto &node) {
   StringRef domain = node.domain();
   int64_t version = domainOpsets.lookup(domain.empty() ? "" : domain);
-  std::string who = !node.name().empty()       ? "node '" + node.name() + "'"
-                    : node.output_size() > 0 ? "node producing '" + node.output(0) + "'"
-                                             : "unnamed node";
-  return emitError(nodeLoc(node)) << who << " (op '" << node.op_type()
-                                  << "', domain '" << domain << "', opset " << version
-                                  << "): ";
+  std::string who = !node.name().empty() ? "node '" + node.name() + "'"
+                    : node.output_size() > 0
+                        ? "node producing '" + node.output(0) + "'"
+                        : "unnamed node";
+  return emitError(nodeLoc(node))
+         << who << " (op '" << node.op_type() << "', domain '" << domain
+         << "', opset " << version << "): ";
 }
 
 LogicalResult Importer::readOpsets() {
@@ -232,15 +236,18 @@ LogicalResult Importer::classifyInitializers() {
   for (const auto &node : graph.node()) {
     if (isShapeQuery(node))
       continue;
-    if (llvm::any_of(node.input(), [&](const std::string &in) { return dataDependent.count(in); }))
+    if (llvm::any_of(node.input(), [&](const std::string &in) {
+          return dataDependent.count(in);
+        }))
       for (const auto &out : node.output())
         dataDependent.insert(out);
   }
 
   for (const auto &init : graph.initializer()) {
     int t = init.data_type();
-    bool isFloatInit = t == onnx::TensorProto::FLOAT || t == onnx::TensorProto::FLOAT16 ||
-                       t == onnx::TensorProto::BFLOAT16 || t == onnx::TensorProto::DOUBLE;
+    bool isFloatInit =
+        t == onnx::TensorProto::FLOAT || t == onnx::TensorProto::FLOAT16 ||
+        t == onnx::TensorProto::BFLOAT16 || t == onnx::TensorProto::DOUBLE;
     if (!isFloatInit || init.dims_size() == 0)
       continue;
     // Forward walk from the initializer, stopping at Cos/Sin and shape queries.
@@ -251,7 +258,8 @@ LogicalResult Importer::classifyInitializers() {
       std::string v = work.pop_back_val();
       if (!seen.insert(v).second)
         continue;
-      if (llvm::any_of(graph.output(), [&](const auto &o) { return o.name() == v; }))
+      if (llvm::any_of(graph.output(),
+                       [&](const auto &o) { return o.name() == v; }))
         reachesData = true;
       for (const onnx::NodeProto *user : users.lookup(v)) {
         if (isShapeQuery(*user))
@@ -260,8 +268,9 @@ LogicalResult Importer::classifyInitializers() {
           reachesTrig = true;
           continue;
         }
-        if (llvm::any_of(user->input(),
-                         [&](const std::string &in) { return dataDependent.count(in); })) {
+        if (llvm::any_of(user->input(), [&](const std::string &in) {
+              return dataDependent.count(in);
+            })) {
           reachesData = true;
           break;
         }
@@ -295,7 +304,8 @@ void Importer::recoverTorchNames() {
       std::replace(prefix.begin(), prefix.end(), '.', '_');
       StringRef arg = md.torchParamArgs.front();
       if (arg.starts_with(prefix))
-        torchNames[p] = md.modulePath + "." + arg.drop_front(prefix.size()).str();
+        torchNames[p] =
+            md.modulePath + "." + arg.drop_front(prefix.size()).str();
     }
   }
 }
@@ -324,13 +334,16 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     argNames.push_back(init.name());
   }
   for (const auto &entry : opts.inputShapes)
-    if (!llvm::any_of(graph.input(), [&](const auto &in) { return in.name() == entry.getKey(); })) {
+    if (!llvm::any_of(graph.input(), [&](const auto &in) {
+          return in.name() == entry.getKey();
+        })) {
       std::string names;
       for (const auto &in : graph.input())
         if (!initializers.count(in.name()))
           names += (names.empty() ? "'" : ", '") + in.name() + "'";
-      return emitError(loc) << "--input-shape names '" << entry.getKey()
-                            << "', which is not a graph input (inputs: " << names << ")";
+      return emitError(loc)
+             << "--input-shape names '" << entry.getKey()
+             << "', which is not a graph input (inputs: " << names << ")";
     }
   for (const auto &in : graph.input()) {
     if (initializers.count(in.name()))
@@ -338,25 +351,29 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     const auto &tt = in.type().tensor_type();
     StringRef name = in.name();
     if (name.starts_with("past_key_values") || name.starts_with("past."))
-      return emitError(loc) << "input '" << name
-                            << "' is a key/value cache; export the model without cache "
-                               "(use_cache=False) for training";
+      return emitError(loc)
+             << "input '" << name
+             << "' is a key/value cache; export the model without cache "
+                "(use_cache=False) for training";
     int et = tt.elem_type();
-    bool isInt = et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32;
+    bool isInt =
+        et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32;
     SmallVector<int64_t> shape;
     auto given = opts.inputShapes.find(name);
     if (given != opts.inputShapes.end()) {
       shape = given->second;
       if ((int)shape.size() != tt.shape().dim_size())
-        return emitError(loc) << "--input-shape " << name << " has rank " << shape.size()
-                              << " but the model's input has rank " << tt.shape().dim_size();
+        return emitError(loc)
+               << "--input-shape " << name << " has rank " << shape.size()
+               << " but the model's input has rank " << tt.shape().dim_size();
     } else {
       for (int d = 0; d < tt.shape().dim_size(); ++d) {
         const auto &dim = tt.shape().dim(d);
         if (dim.has_dim_value()) {
           if (dim.dim_value() <= 0)
-            return emitError(loc) << "input '" << name << "' dimension " << d << " has size "
-                                  << dim.dim_value() << "; empty tensors are not supported";
+            return emitError(loc)
+                   << "input '" << name << "' dimension " << d << " has size "
+                   << dim.dim_value() << "; empty tensors are not supported";
           shape.push_back(dim.dim_value());
           continue;
         }
@@ -367,18 +384,20 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
           flag = d == 0 ? "--batch" : "--seq-len";
         }
         if (v <= 0)
-          return emitError(loc) << "input '" << name << "' dimension " << d
-                                << " ('" << dim.dim_param() << "') is dynamic; give " << flag
-                                << (StringRef(flag) == "--input-shape"
-                                        ? (" " + name + "=d0,d1,...").str()
-                                        : std::string())
-                                << " to specialise it";
+          return emitError(loc)
+                 << "input '" << name << "' dimension " << d << " ('"
+                 << dim.dim_param() << "') is dynamic; give " << flag
+                 << (StringRef(flag) == "--input-shape"
+                         ? (" " + name + "=d0,d1,...").str()
+                         : std::string())
+                 << " to specialise it";
         shape.push_back(v);
       }
     }
     for (int64_t d : shape)
       if (d <= 0)
-        return emitError(loc) << "input '" << name << "' gets non-positive dimension " << d;
+        return emitError(loc)
+               << "input '" << name << "' gets non-positive dimension " << d;
     if (isSpecialisedInput(in)) {
       HostTensor t = HostTensor::zeros(DType::I64, shape);
       int64_t last = shape.empty() ? 1 : shape.back();
@@ -390,12 +409,13 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     Type elem;
     if (isInt)
       elem = builder.getI64Type();
-    else if (et == onnx::TensorProto::FLOAT || et == onnx::TensorProto::FLOAT16 ||
+    else if (et == onnx::TensorProto::FLOAT ||
+             et == onnx::TensorProto::FLOAT16 ||
              et == onnx::TensorProto::BFLOAT16)
       elem = f32;
     else
-      return emitError(loc) << "input '" << name
-                            << "' has unsupported ONNX data type " << et;
+      return emitError(loc)
+             << "input '" << name << "' has unsupported ONNX data type " << et;
     argTypes.push_back(RankedTensorType::get(shape, elem));
     NamedAttrList attrs;
     attrs.set(tg::kInputAttr, builder.getStringAttr(name));
@@ -448,38 +468,43 @@ Value Importer::constant(const HostTensor &t) {
     SmallVector<float> data(n);
     for (int64_t k = 0; k < n; ++k)
       data[k] = float(t.f[fullIndex(k)]);
-    attr = DenseElementsAttr::get(RankedTensorType::get(small, builder.getF32Type()),
-                                  ArrayRef<float>(data));
+    attr = DenseElementsAttr::get(
+        RankedTensorType::get(small, builder.getF32Type()),
+        ArrayRef<float>(data));
   } else if (t.dtype == DType::Bool) {
     SmallVector<bool> data(n);
     for (int64_t k = 0; k < n; ++k)
       data[k] = t.i[fullIndex(k)] != 0;
-    attr = DenseElementsAttr::get(RankedTensorType::get(small, builder.getI1Type()),
-                                  ArrayRef<bool>(data));
+    attr = DenseElementsAttr::get(
+        RankedTensorType::get(small, builder.getI1Type()),
+        ArrayRef<bool>(data));
   } else {
     SmallVector<int64_t> data(n);
     for (int64_t k = 0; k < n; ++k)
       data[k] = t.i[fullIndex(k)];
-    attr = DenseElementsAttr::get(RankedTensorType::get(small, builder.getI64Type()),
-                                  ArrayRef<int64_t>(data));
+    attr = DenseElementsAttr::get(
+        RankedTensorType::get(small, builder.getI64Type()),
+        ArrayRef<int64_t>(data));
   }
   Value c = tg::ConstantOp::create(builder, loc, attr);
   if (small != ArrayRef<int64_t>(t.shape))
-    c = tg::BroadcastOp::create(builder, loc,
-                                RankedTensorType::get(t.shape, attr.getElementType()), c);
+    c = tg::BroadcastOp::create(
+        builder, loc, RankedTensorType::get(t.shape, attr.getElementType()), c);
   return c;
 }
 
-FailureOr<Value> Importer::materialize(const Val &v, const onnx::NodeProto &node,
+FailureOr<Value> Importer::materialize(const Val &v,
+                                       const onnx::NodeProto &node,
                                        Type floatType) {
   if (!v.isConst)
     return v.value;
   if (!v.host.hasData)
-    return nodeError(node) << "a data-independent tensor of shape ["
-                           << llvm::make_range(v.host.shape.begin(), v.host.shape.end())
-                           << "] (" << v.host.numel()
-                           << " elements) meets the data flow here, and it is too large to "
-                              "build and not a recognised structure (causal mask)",
+    return nodeError(node)
+               << "a data-independent tensor of shape ["
+               << llvm::make_range(v.host.shape.begin(), v.host.shape.end())
+               << "] (" << v.host.numel()
+               << " elements) meets the data flow here, and it is too large to "
+                  "build and not a recognised structure (causal mask)",
            failure();
   return constant(v.host);
 }
@@ -522,8 +547,10 @@ Importer::MaskKind Importer::classifyMask(StringRef name, const HostTensor &t) {
     probeOpts.seqLen = s;
     MLIRContext probeCtx;
     probeCtx.loadDialect<tg::TGDialect, func::FuncDialect>();
-    probeCtx.getDiagEngine().registerHandler([](Diagnostic &) { return success(); });
-    Importer probeImporter(&probeCtx, model, bufferName, probeOpts, /*probe=*/true);
+    probeCtx.getDiagEngine().registerHandler(
+        [](Diagnostic &) { return success(); });
+    Importer probeImporter(&probeCtx, model, bufferName, probeOpts,
+                           /*probe=*/true);
     if (!probeImporter.run())
       return maskCache[name] = MaskKind::None;
     const HostTensor *small = probeImporter.constantValue(name);
@@ -539,15 +566,18 @@ Value Importer::causalMask(ArrayRef<int64_t> shape) {
   SmallVector<int64_t> s(shape.size(), 1);
   s[s.size() - 2] = shape[shape.size() - 2];
   s.back() = shape.back();
-  return tg::CausalMaskOp::create(builder, loc, RankedTensorType::get(s, builder.getF32Type()));
+  return tg::CausalMaskOp::create(
+      builder, loc, RankedTensorType::get(s, builder.getF32Type()));
 }
 
 LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
   StringRef domain = node.domain();
   if (!domain.empty() && domain != "ai.onnx")
-    return nodeError(node) << "operators of domain '" << domain << "' are not supported";
+    return nodeError(node) << "operators of domain '" << domain
+                           << "' are not supported";
   loc = nodeLoc(node);
-  builder.setInsertionPointToEnd(&cast<func::FuncOp>(*funcOp).getBody().front());
+  builder.setInsertionPointToEnd(
+      &cast<func::FuncOp>(*funcOp).getBody().front());
 
   SmallVector<const Val *> inputs;
   bool allConst = true;
@@ -558,8 +588,9 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
     }
     auto it = values.find(name);
     if (it == values.end())
-      return nodeError(node) << "input '" << name << "' is not produced by any earlier node, "
-                             << "initializer or graph input";
+      return nodeError(node)
+             << "input '" << name << "' is not produced by any earlier node, "
+             << "initializer or graph input";
     inputs.push_back(&it->second);
     allConst &= it->second.isConst;
   }
@@ -620,9 +651,11 @@ OwningOpRef<ModuleOp> Importer::run() {
   if (failed(declareInputs(argTypes, argAttrs, argNames)))
     return nullptr;
 
-  OwningOpRef<ModuleOp> module = ModuleOp::create(FileLineColLoc::get(ctx, bufferName, 0, 0));
+  OwningOpRef<ModuleOp> module =
+      ModuleOp::create(FileLineColLoc::get(ctx, bufferName, 0, 0));
   builder.setInsertionPointToEnd(module->getBody());
-  auto func = func::FuncOp::create(builder, loc, "main", builder.getFunctionType(argTypes, {}));
+  auto func = func::FuncOp::create(builder, loc, "main",
+                                   builder.getFunctionType(argTypes, {}));
   funcOp = func;
   Block *entry = func.addEntryBlock();
   for (auto [k, attrs] : llvm::enumerate(argAttrs)) {
@@ -655,11 +688,12 @@ OwningOpRef<ModuleOp> Importer::run() {
   func::ReturnOp::create(builder, loc, results);
   func.setFunctionType(builder.getFunctionType(argTypes, resultTypes));
   for (auto [k, out] : llvm::enumerate(graph.output()))
-    func.setResultAttr(k, tg::kResultNameAttr, builder.getStringAttr(out.name()));
-  module->getOperation()->setAttr("tg.source", builder.getStringAttr(bufferName));
+    func.setResultAttr(k, tg::kResultNameAttr,
+                       builder.getStringAttr(out.name()));
+  module->getOperation()->setAttr("tg.source",
+                                  builder.getStringAttr(bufferName));
   return module;
 }
-
 
 } // namespace
 
@@ -692,8 +726,9 @@ FailureOr<SmallVector<int64_t>> constInts(const Val *v) {
 } // namespace
 
 namespace {
-FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node,
-                                                     ArrayRef<const Val *> in) {
+FailureOr<SmallVector<Val>>
+Importer::convertDynamic(const onnx::NodeProto &node,
+                         ArrayRef<const Val *> in) {
   StringRef op = node.op_type();
   auto dyn = [&](Val v) { return Val{false, {}, v.value}; };
   auto wrap = [&](Value v) { return SmallVector<Val>{Val{false, {}, v}}; };
@@ -704,7 +739,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
   };
   auto requireFloat = [&](Value v) -> LogicalResult {
     if (!isa<FloatType>(typeOf(v).getElementType()))
-      return nodeError(node) << "this op is only supported on floating-point data here, got "
+      return nodeError(node) << "this op is only supported on floating-point "
+                                "data here, got "
                              << v.getType(),
              failure();
     return success();
@@ -721,7 +757,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
       else if (v->isConst)
         hosts.push_back(&v->host);
       else {
-        shapeOnly.push_back(HostTensor::shapeOnly(DType::F32, typeOf(v->value).getShape()));
+        shapeOnly.push_back(
+            HostTensor::shapeOnly(DType::F32, typeOf(v->value).getShape()));
         hosts.push_back(&shapeOnly.back());
       }
     }
@@ -732,15 +769,21 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
   };
 
   static const llvm::StringMap<tg::BinaryKind> binaryKinds = {
-      {"Add", tg::BinaryKind::add}, {"Sub", tg::BinaryKind::sub}, {"Mul", tg::BinaryKind::mul},
-      {"Div", tg::BinaryKind::div}, {"Pow", tg::BinaryKind::pow}, {"Max", tg::BinaryKind::max},
+      {"Add", tg::BinaryKind::add}, {"Sub", tg::BinaryKind::sub},
+      {"Mul", tg::BinaryKind::mul}, {"Div", tg::BinaryKind::div},
+      {"Pow", tg::BinaryKind::pow}, {"Max", tg::BinaryKind::max},
       {"Min", tg::BinaryKind::min}};
   static const llvm::StringMap<tg::UnaryKind> unaryKinds = {
-      {"Neg", tg::UnaryKind::neg},         {"Exp", tg::UnaryKind::exp},
-      {"Log", tg::UnaryKind::log},         {"Sqrt", tg::UnaryKind::sqrt},
-      {"Reciprocal", tg::UnaryKind::reciprocal}, {"Sigmoid", tg::UnaryKind::sigmoid},
-      {"Tanh", tg::UnaryKind::tanh},       {"Relu", tg::UnaryKind::relu},
-      {"Abs", tg::UnaryKind::abs},         {"Sin", tg::UnaryKind::sin},
+      {"Neg", tg::UnaryKind::neg},
+      {"Exp", tg::UnaryKind::exp},
+      {"Log", tg::UnaryKind::log},
+      {"Sqrt", tg::UnaryKind::sqrt},
+      {"Reciprocal", tg::UnaryKind::reciprocal},
+      {"Sigmoid", tg::UnaryKind::sigmoid},
+      {"Tanh", tg::UnaryKind::tanh},
+      {"Relu", tg::UnaryKind::relu},
+      {"Abs", tg::UnaryKind::abs},
+      {"Sin", tg::UnaryKind::sin},
       {"Cos", tg::UnaryKind::cos}};
 
   if (auto it = binaryKinds.find(op); it != binaryKinds.end()) {
@@ -755,10 +798,12 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
           if (failed(requireFloat(x)))
             return failure();
           Value m = causalMask(in[k]->host.shape);
-          return wrap(tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, x, m));
+          return wrap(
+              tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, x, m));
         }
     auto a = need(0), b = need(1);
-    if (failed(a) || failed(b) || failed(requireFloat(*a)) || failed(requireFloat(*b)))
+    if (failed(a) || failed(b) || failed(requireFloat(*a)) ||
+        failed(requireFloat(*b)))
       return failure();
     auto shape = broadcastShape(typeOf(*a).getShape(), typeOf(*b).getShape());
     if (!shape)
@@ -777,18 +822,20 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
       return failure();
     auto *a = findAttr(node, "approximate");
     bool tanhApprox = a && a->s() == "tanh";
-    return wrap(tg::UnaryOp::create(builder, loc,
-                                    tanhApprox ? tg::UnaryKind::gelu_tanh : tg::UnaryKind::gelu_erf,
-                                    *x));
+    return wrap(tg::UnaryOp::create(
+        builder, loc,
+        tanhApprox ? tg::UnaryKind::gelu_tanh : tg::UnaryKind::gelu_erf, *x));
   }
   if (op == "Identity" || op == "Dropout") {
     if (op == "Dropout" && node.input_size() > 2 && !node.input(2).empty()) {
       auto mode = constInts(in[2]);
       if (failed(mode) || (*mode)[0] != 0)
-        return nodeError(node) << "dropout in training mode is not supported", failure();
+        return nodeError(node) << "dropout in training mode is not supported",
+               failure();
     }
     if (op == "Dropout" && node.output_size() > 1 && !node.output(1).empty())
-      return nodeError(node) << "the dropout mask output is not supported", failure();
+      return nodeError(node) << "the dropout mask output is not supported",
+             failure();
     return SmallVector<Val>{dyn(*in[0])};
   }
   if (op == "Cast") {
@@ -796,21 +843,24 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     if (failed(x))
       return failure();
     int to = attrInt(node, "to", 0);
-    bool toFloat = to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::FLOAT16 ||
-                   to == onnx::TensorProto::BFLOAT16 || to == onnx::TensorProto::DOUBLE;
-    bool toInt = to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
+    bool toFloat =
+        to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::FLOAT16 ||
+        to == onnx::TensorProto::BFLOAT16 || to == onnx::TensorProto::DOUBLE;
+    bool toInt =
+        to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32;
     Type elem = typeOf(*x).getElementType();
     // Host compute is fp32 everywhere: casts between float types, and
     // between integer types, are the identity here.
     if ((toFloat && isa<FloatType>(elem)) || (toInt && elem.isInteger(64)))
       return wrap(*x);
-    return nodeError(node) << "cast of data from " << elem << " to ONNX type " << to
-                           << " is not supported",
+    return nodeError(node) << "cast of data from " << elem << " to ONNX type "
+                           << to << " is not supported",
            failure();
   }
   if (op == "MatMul" || op == "Gemm") {
     auto a = need(0), b = need(1);
-    if (failed(a) || failed(b) || failed(requireFloat(*a)) || failed(requireFloat(*b)))
+    if (failed(a) || failed(b) || failed(requireFloat(*a)) ||
+        failed(requireFloat(*b)))
       return failure();
     bool ta = op == "Gemm" && attrInt(node, "transA", 0);
     bool tb = op == "Gemm" && attrInt(node, "transB", 0);
@@ -821,17 +871,23 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     // Rank-1 operands follow NumPy: promote, multiply, drop the added dim.
     bool vecA = xt.getRank() == 1, vecB = wt.getRank() == 1;
     if (vecA)
-      x = tg::ReshapeOp::create(builder, loc,
-                                RankedTensorType::get({1, xt.getDimSize(0)}, xt.getElementType()), x);
+      x = tg::ReshapeOp::create(
+          builder, loc,
+          RankedTensorType::get({1, xt.getDimSize(0)}, xt.getElementType()), x);
     if (vecB)
-      w = tg::ReshapeOp::create(builder, loc,
-                                RankedTensorType::get({wt.getDimSize(0), 1}, wt.getElementType()), w);
+      w = tg::ReshapeOp::create(
+          builder, loc,
+          RankedTensorType::get({wt.getDimSize(0), 1}, wt.getElementType()), w);
     auto xs = typeOf(x).getShape(), ws = typeOf(w).getShape();
-    int64_t ka = ta ? xs[xs.size() - 2] : xs.back(), kb = tb ? ws.back() : ws[ws.size() - 2];
+    int64_t ka = ta ? xs[xs.size() - 2] : xs.back(),
+            kb = tb ? ws.back() : ws[ws.size() - 2];
     if (ka != kb)
-      return nodeError(node) << "contraction sizes differ: " << xt << " and " << wt, failure();
+      return nodeError(node)
+                 << "contraction sizes differ: " << xt << " and " << wt,
+             failure();
     if (failed(tg::broadcastShapes(xs.drop_back(2), ws.drop_back(2))))
-      return nodeError(node) << "batch dimensions do not broadcast: " << xt << " and " << wt,
+      return nodeError(node) << "batch dimensions do not broadcast: " << xt
+                             << " and " << wt,
              failure();
     Value y = tg::MatmulOp::create(builder, loc, x, w, ta, tb);
     if (vecA || vecB) {
@@ -840,35 +896,44 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
         shape.pop_back();
       if (vecA)
         shape.erase(shape.end() - (vecB ? 1 : 2));
-      y = tg::ReshapeOp::create(builder, loc, RankedTensorType::get(shape, typeOf(y).getElementType()), y);
+      y = tg::ReshapeOp::create(
+          builder, loc,
+          RankedTensorType::get(shape, typeOf(y).getElementType()), y);
     }
     if (op == "Gemm") {
-      float alpha = attrFloat(node, "alpha", 1.0f), beta = attrFloat(node, "beta", 1.0f);
+      float alpha = attrFloat(node, "alpha", 1.0f),
+            beta = attrFloat(node, "beta", 1.0f);
       auto scalar = [&](float v) {
         return tg::ConstantOp::create(
-            builder, loc, DenseElementsAttr::get(RankedTensorType::get({}, builder.getF32Type()), v));
+            builder, loc,
+            DenseElementsAttr::get(
+                RankedTensorType::get({}, builder.getF32Type()), v));
       };
       if (alpha != 1.0f)
-        y = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, y, scalar(alpha));
+        y = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, y,
+                                 scalar(alpha));
       if (in.size() > 2 && in[2]) {
         auto c = need(2);
         if (failed(c))
           return failure();
         Value bias = *c;
         if (beta != 1.0f)
-          bias = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, bias, scalar(beta));
+          bias = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, bias,
+                                      scalar(beta));
         y = tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, y, bias);
       }
     }
     return wrap(y);
   }
-  if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" || op == "Flatten") {
+  if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "Flatten") {
     auto x = need(0);
     auto shape = foldedShape();
     if (failed(x) || failed(shape))
       return failure();
-    return wrap(tg::ReshapeOp::create(builder, loc,
-                                      RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
+    return wrap(tg::ReshapeOp::create(
+        builder, loc,
+        RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
   }
   if (op == "Expand") {
     auto x = need(0);
@@ -876,7 +941,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     if (failed(x) || failed(shape))
       return failure();
     return wrap(tg::BroadcastOp::create(
-        builder, loc, RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
+        builder, loc,
+        RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
   }
   if (op == "Transpose") {
     auto x = need(0);
@@ -890,9 +956,11 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
       for (int64_t d = rank - 1; d >= 0; --d)
         perm.push_back(d);
     if ((int64_t)perm.size() != rank)
-      return nodeError(node) << "perm has " << perm.size() << " entries for rank " << rank,
+      return nodeError(node)
+                 << "perm has " << perm.size() << " entries for rank " << rank,
              failure();
-    return wrap(tg::TransposeOp::create(builder, loc, *x, builder.getDenseI64ArrayAttr(perm)));
+    return wrap(tg::TransposeOp::create(builder, loc, *x,
+                                        builder.getDenseI64ArrayAttr(perm)));
   }
   if (op == "Slice") {
     auto x = need(0);
@@ -904,10 +972,11 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     auto p = sliceParams(node, opset, hosts, typeOf(*x).getShape());
     if (!p)
       return nodeError(node) << llvm::toString(p.takeError()), failure();
-    return wrap(tg::SliceOp::create(builder, loc,
-                                    RankedTensorType::get(p->shape, typeOf(*x).getElementType()),
-                                    *x, builder.getDenseI64ArrayAttr(p->starts),
-                                    builder.getDenseI64ArrayAttr(p->steps)));
+    return wrap(tg::SliceOp::create(
+        builder, loc,
+        RankedTensorType::get(p->shape, typeOf(*x).getElementType()), *x,
+        builder.getDenseI64ArrayAttr(p->starts),
+        builder.getDenseI64ArrayAttr(p->steps)));
   }
   if (op == "Split") {
     auto x = need(0);
@@ -924,7 +993,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     if (in.size() > 1 && in[1]) {
       auto s = constInts(in[1]);
       if (failed(s))
-        return nodeError(node) << "split sizes must be compile-time constants", failure();
+        return nodeError(node) << "split sizes must be compile-time constants",
+               failure();
       sizes = *s;
     } else if (auto *a = findAttr(node, "split")) {
       sizes.assign(a->ints().begin(), a->ints().end());
@@ -935,18 +1005,23 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
         sizes.push_back(std::min(chunk, dim - k * chunk));
     }
     if ((int64_t)sizes.size() != n || llvm::sum_of(sizes) != dim)
-      return nodeError(node) << "split sizes do not add up to dimension " << dim, failure();
+      return nodeError(node)
+                 << "split sizes do not add up to dimension " << dim,
+             failure();
     SmallVector<Val> outs;
     int64_t offset = 0;
     for (int64_t size : sizes) {
-      SmallVector<int64_t> starts(xt.getRank(), 0), steps(xt.getRank(), 1), shape(xt.getShape());
+      SmallVector<int64_t> starts(xt.getRank(), 0), steps(xt.getRank(), 1),
+          shape(xt.getShape());
       starts[axis] = offset;
       shape[axis] = size;
-      outs.push_back(Val{false, {},
-                         tg::SliceOp::create(builder, loc,
-                                             RankedTensorType::get(shape, xt.getElementType()), *x,
-                                             builder.getDenseI64ArrayAttr(starts),
-                                             builder.getDenseI64ArrayAttr(steps))});
+      outs.push_back(Val{
+          false,
+          {},
+          tg::SliceOp::create(builder, loc,
+                              RankedTensorType::get(shape, xt.getElementType()),
+                              *x, builder.getDenseI64ArrayAttr(starts),
+                              builder.getDenseI64ArrayAttr(steps))});
       offset += size;
     }
     return outs;
@@ -959,7 +1034,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
         return failure();
       xs.push_back(*x);
     }
-    return wrap(tg::ConcatOp::create(builder, loc, xs, attrInt(node, "axis", 0)));
+    return wrap(
+        tg::ConcatOp::create(builder, loc, xs, attrInt(node, "axis", 0)));
   }
   if (op == "Gather") {
     int64_t axis = attrInt(node, "axis", 0);
@@ -969,9 +1045,10 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
       if (failed(table) || failed(ids))
         return failure();
       if (typeOf(*table).getRank() != 2 || (axis != 0 && axis != -2))
-        return nodeError(node) << "a data-dependent Gather must index the rows of a rank-2 "
-                                  "table (an embedding), got "
-                               << typeOf(*table) << " axis " << axis,
+        return nodeError(node)
+                   << "a data-dependent Gather must index the rows of a rank-2 "
+                      "table (an embedding), got "
+                   << typeOf(*table) << " axis " << axis,
                failure();
       return wrap(tg::GatherOp::create(builder, loc, *table, *ids));
     }
@@ -982,7 +1059,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     if (failed(x) || failed(idx))
       return failure();
     auto xt = typeOf(*x);
-    if (in[1]->host.shape.size() > 1 && xt.getRank() == 2 && (axis == 0 || axis == -2)) {
+    if (in[1]->host.shape.size() > 1 && xt.getRank() == 2 &&
+        (axis == 0 || axis == -2)) {
       auto ids = need(1);
       if (failed(ids))
         return failure();
@@ -997,23 +1075,28 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     bool arithmetic = !ids.empty() && ids[0] >= 0 && ids[0] < dim;
     int64_t step = ids.size() > 1 ? ids[1] - ids[0] : 1;
     for (size_t k = 1; k < ids.size() && arithmetic; ++k)
-      arithmetic = ids[k] - ids[k - 1] == step && step != 0 && ids[k] >= 0 && ids[k] < dim;
+      arithmetic = ids[k] - ids[k - 1] == step && step != 0 && ids[k] >= 0 &&
+                   ids[k] < dim;
     if (!arithmetic)
-      return nodeError(node) << "constant Gather indices must be an arithmetic sequence in "
-                                "range",
+      return nodeError(node)
+                 << "constant Gather indices must be an arithmetic sequence in "
+                    "range",
              failure();
-    SmallVector<int64_t> starts(xt.getRank(), 0), steps(xt.getRank(), 1), shape(xt.getShape());
+    SmallVector<int64_t> starts(xt.getRank(), 0), steps(xt.getRank(), 1),
+        shape(xt.getShape());
     starts[axis] = ids[0];
     steps[axis] = step;
     shape[axis] = ids.size();
-    Value s = tg::SliceOp::create(builder, loc, RankedTensorType::get(shape, xt.getElementType()),
-                                  *x, builder.getDenseI64ArrayAttr(starts),
-                                  builder.getDenseI64ArrayAttr(steps));
+    Value s = tg::SliceOp::create(
+        builder, loc, RankedTensorType::get(shape, xt.getElementType()), *x,
+        builder.getDenseI64ArrayAttr(starts),
+        builder.getDenseI64ArrayAttr(steps));
     auto outShape = foldedShape();
     if (failed(outShape))
       return failure();
-    return wrap(tg::ReshapeOp::create(builder, loc,
-                                      RankedTensorType::get(*outShape, xt.getElementType()), s));
+    return wrap(tg::ReshapeOp::create(
+        builder, loc, RankedTensorType::get(*outShape, xt.getElementType()),
+        s));
   }
   if (op == "Softmax") {
     auto x = need(0);
@@ -1039,7 +1122,8 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
       if (in.size() > 1 && in[1]) {
         auto a = constInts(in[1]);
         if (failed(a))
-          return nodeError(node) << "axes must be compile-time constants", failure();
+          return nodeError(node) << "axes must be compile-time constants",
+                 failure();
         axes = *a;
       }
     } else if (auto *a = findAttr(node, "axes")) {
@@ -1054,14 +1138,16 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     }
     for (int64_t &a : axes) {
       if (a < -rank || a >= rank)
-        return nodeError(node) << "axis " << a << " out of range for rank " << rank, failure();
+        return nodeError(node)
+                   << "axis " << a << " out of range for rank " << rank,
+               failure();
       if (a < 0)
         a += rank;
     }
-    return wrap(tg::ReduceOp::create(builder, loc,
-                                     op == "ReduceMean" ? tg::ReduceKind::mean : tg::ReduceKind::sum,
-                                     *x, builder.getDenseI64ArrayAttr(axes),
-                                     attrInt(node, "keepdims", 1) != 0));
+    return wrap(tg::ReduceOp::create(
+        builder, loc,
+        op == "ReduceMean" ? tg::ReduceKind::mean : tg::ReduceKind::sum, *x,
+        builder.getDenseI64ArrayAttr(axes), attrInt(node, "keepdims", 1) != 0));
   }
   if (op == "LayerNormalization") {
     auto x = need(0), w = need(1);
@@ -1071,12 +1157,15 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     if (axis < 0)
       axis += rank;
     if (axis != rank - 1)
-      return nodeError(node) << "layer normalisation over more than the last axis is not "
-                                "supported",
+      return nodeError(node)
+                 << "layer normalisation over more than the last axis is not "
+                    "supported",
              failure();
     for (int k = 1; k < node.output_size(); ++k)
       if (!node.output(k).empty())
-        return nodeError(node) << "the mean and inverse-std outputs are not supported", failure();
+        return nodeError(node)
+                   << "the mean and inverse-std outputs are not supported",
+               failure();
     Value bias;
     if (in.size() > 2 && in[2]) {
       auto b = need(2);
@@ -1084,23 +1173,29 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
         return failure();
       bias = *b;
     } else {
-      bias = tg::ConstantOp::create(builder, loc,
-                                    DenseElementsAttr::get(typeOf(*w), builder.getF32FloatAttr(0)));
+      bias = tg::ConstantOp::create(
+          builder, loc,
+          DenseElementsAttr::get(typeOf(*w), builder.getF32FloatAttr(0)));
     }
     for (Value v : {*w, bias})
       if (typeOf(v).getRank() != 1)
-        return nodeError(node) << "scale and bias must be rank 1, got " << v.getType(), failure();
-    return wrap(tg::LayerNormOp::create(builder, loc, x->getType(), *x, *w, bias,
-                                        builder.getF32FloatAttr(attrFloat(node, "epsilon", 1e-5f))));
+        return nodeError(node)
+                   << "scale and bias must be rank 1, got " << v.getType(),
+               failure();
+    return wrap(tg::LayerNormOp::create(
+        builder, loc, x->getType(), *x, *w, bias,
+        builder.getF32FloatAttr(attrFloat(node, "epsilon", 1e-5f))));
   }
   if (op == "Where") {
     // The exporter's masked attention: Where(causal, scores, -inf).
     if (in.size() == 3 && in[0] && in[0]->isConst &&
-        classifyMask(node.input(0), in[0]->host) == MaskKind::Boolean && in[1] &&
-        !in[1]->isConst && in[2] && in[2]->isConst && in[2]->host.hasData &&
-        in[2]->host.numel() == 1 && in[2]->host.getF(0) <= -1e30) {
+        classifyMask(node.input(0), in[0]->host) == MaskKind::Boolean &&
+        in[1] && !in[1]->isConst && in[2] && in[2]->isConst &&
+        in[2]->host.hasData && in[2]->host.numel() == 1 &&
+        in[2]->host.getF(0) <= -1e30) {
       Value m = causalMask(in[0]->host.shape);
-      return wrap(tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, in[1]->value, m));
+      return wrap(tg::BinaryOp::create(builder, loc, tg::BinaryKind::add,
+                                       in[1]->value, m));
     }
     auto c = need(0), a = need(1), b = need(2);
     if (failed(c) || failed(a) || failed(b) || failed(requireFloat(*a)) ||
@@ -1114,17 +1209,20 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
     auto x = need(0);
     if (failed(x) || failed(requireFloat(*x)))
       return failure();
-    return wrap(tg::IsNanOp::create(builder, loc,
-                                    RankedTensorType::get(typeOf(*x).getShape(), builder.getI1Type()),
-                                    *x));
+    return wrap(tg::IsNanOp::create(
+        builder, loc,
+        RankedTensorType::get(typeOf(*x).getShape(), builder.getI1Type()), *x));
   }
-  if (op == "TopK" || op == "NonZero" || op == "ScatterND" || op == "ScatterElements")
-    return nodeError(node) << "data-dependent routing (" << op
-                           << " on activations, as in a mixture-of-experts router) is "
-                              "recognised but not supported",
+  if (op == "TopK" || op == "NonZero" || op == "ScatterND" ||
+      op == "ScatterElements")
+    return nodeError(node)
+               << "data-dependent routing (" << op
+               << " on activations, as in a mixture-of-experts router) is "
+                  "recognised but not supported",
            failure();
   if (canEvaluate(op))
-    return nodeError(node) << "this op is only supported on data-independent values (shapes, "
+    return nodeError(node) << "this op is only supported on data-independent "
+                              "values (shapes, "
                               "positions, masks), not on activations",
            failure();
   return nodeError(node) << "unsupported operator", failure();
@@ -1136,8 +1234,10 @@ FailureOr<SmallVector<Val>> Importer::convertDynamic(const onnx::NodeProto &node
 // Entry points
 //===----------------------------------------------------------------------===//
 
-OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx, StringRef contents,
-                                              StringRef bufferName, const ImportOptions &opts) {
+OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
+                                              StringRef contents,
+                                              StringRef bufferName,
+                                              const ImportOptions &opts) {
   ctx->loadDialect<tg::TGDialect, func::FuncDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, bufferName, 0, 0);
   onnx::ModelProto model;
@@ -1159,13 +1259,15 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx, StringRef conten
       return nullptr;
     }
   } else {
-    google::protobuf::io::ArrayInputStream raw(contents.data(), int(contents.size()));
+    google::protobuf::io::ArrayInputStream raw(contents.data(),
+                                               int(contents.size()));
     google::protobuf::io::CodedInputStream coded(&raw);
     coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
     coded.SetRecursionLimit(64);
     if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
-      emitError(fileLoc) << "not a valid ONNX model (protobuf parse failed; the file is "
-                            "truncated or not ONNX)";
+      emitError(fileLoc)
+          << "not a valid ONNX model (protobuf parse failed; the file is "
+             "truncated or not ONNX)";
       return nullptr;
     }
   }
@@ -1182,8 +1284,8 @@ OwningOpRef<ModuleOp> rondo::importOnnxFile(MLIRContext *ctx, StringRef path,
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer) {
-    emitError(UnknownLoc::get(ctx)) << "cannot read '" << path << "': "
-                                    << buffer.getError().message();
+    emitError(UnknownLoc::get(ctx))
+        << "cannot read '" << path << "': " << buffer.getError().message();
     return nullptr;
   }
   return importOnnxBuffer(ctx, (*buffer)->getBuffer(), path, opts);

@@ -29,8 +29,10 @@ void rondo::buildTGPipeline(OpPassManager &pm) {
   pm.addPass(createCSEPass());
 }
 
-void rondo::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &options) {
-  pm.addPass(tg::createTGAttachLossPass(tg::TGAttachLossPassOptions{options.loss}));
+void rondo::buildTrainPipeline(OpPassManager &pm,
+                               const TrainPipelineOptions &options) {
+  pm.addPass(
+      tg::createTGAttachLossPass(tg::TGAttachLossPassOptions{options.loss}));
   // Fuse the head before differentiating, so the backward never needs the
   // [tokens x vocab] logits either.
   pm.nest<func::FuncOp>().addPass(tg::createTGFuseLinearCrossEntropyPass(
@@ -44,8 +46,10 @@ void rondo::buildTrainPipeline(OpPassManager &pm, const TrainPipelineOptions &op
 }
 
 void rondo::registerPipelines() {
-  PassPipelineRegistration<>("rondo-tg-pipeline", "Import cleanup and structure recognition",
+  PassPipelineRegistration<>("rondo-tg-pipeline",
+                             "Import cleanup and structure recognition",
                              buildTGPipeline);
   PassPipelineRegistration<TrainPipelineOptions>(
-      "rondo-train-pipeline", "Loss, trainable selection and reverse mode", buildTrainPipeline);
+      "rondo-train-pipeline", "Loss, trainable selection and reverse mode",
+      buildTrainPipeline);
 }

@@ -4,7 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// rondo-compile MODEL.onnx [-o OUT] --batch B --seq-len T --emit=tg|train|cpp|exe
+// rondo-compile MODEL.onnx [-o OUT] --batch B --seq-len T
+// --emit=tg|train|cpp|exe
 //
 // Every output is written to a temporary file next to its destination and
 // renamed into place only when the whole phase succeeded, so a failed
@@ -38,44 +39,57 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 static cl::OptionCategory category("rondo-compile options");
-static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"), cl::Required,
-                                      cl::cat(category));
-static cl::opt<std::string> outputFile("o", cl::desc("output file ('-' for stdout)"),
-                                       cl::value_desc("path"), cl::cat(category));
-static cl::opt<int64_t> batch("batch", cl::desc("rows per step (the dynamic batch dimension)"),
-                              cl::init(-1), cl::cat(category));
-static cl::opt<int64_t> seqLen("seq-len", cl::desc("tokens per row (the dynamic sequence dimension)"),
-                               cl::init(-1), cl::cat(category));
-static cl::list<std::string> inputShapes("input-shape",
-                                         cl::desc("NAME=d0,d1,...: the shape of a graph input"),
-                                         cl::cat(category));
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx>"),
+                                      cl::Required, cl::cat(category));
+static cl::opt<std::string> outputFile("o",
+                                       cl::desc("output file ('-' for stdout)"),
+                                       cl::value_desc("path"),
+                                       cl::cat(category));
+static cl::opt<int64_t>
+    batch("batch", cl::desc("rows per step (the dynamic batch dimension)"),
+          cl::init(-1), cl::cat(category));
+static cl::opt<int64_t>
+    seqLen("seq-len",
+           cl::desc("tokens per row (the dynamic sequence dimension)"),
+           cl::init(-1), cl::cat(category));
+static cl::list<std::string>
+    inputShapes("input-shape",
+                cl::desc("NAME=d0,d1,...: the shape of a graph input"),
+                cl::cat(category));
 enum class Emit { TG, Train, Cpp, Exe };
-static cl::opt<Emit> emit("emit", cl::desc("what to produce"), cl::init(Emit::Exe),
-                          cl::values(clEnumValN(Emit::TG, "tg", "imported, recognised tg IR"),
-                                     clEnumValN(Emit::Train, "train",
-                                                "the training function (loss and gradients)"),
-                                     clEnumValN(Emit::Cpp, "cpp", "the trainer's C++ source"),
-                                     clEnumValN(Emit::Exe, "exe", "the trainer executable")),
-                          cl::cat(category));
+static cl::opt<Emit>
+    emit("emit", cl::desc("what to produce"), cl::init(Emit::Exe),
+         cl::values(clEnumValN(Emit::TG, "tg", "imported, recognised tg IR"),
+                    clEnumValN(Emit::Train, "train",
+                               "the training function (loss and gradients)"),
+                    clEnumValN(Emit::Cpp, "cpp", "the trainer's C++ source"),
+                    clEnumValN(Emit::Exe, "exe", "the trainer executable")),
+         cl::cat(category));
 static cl::opt<std::string> loss("loss", cl::desc("causal-lm or output:NAME"),
                                  cl::init("causal-lm"), cl::cat(category));
-static cl::opt<std::string> trainable("trainable", cl::desc("regex: only these parameters train"),
-                                      cl::init(""), cl::cat(category));
-static cl::opt<std::string> freeze("freeze", cl::desc("regex: these parameters are frozen"),
-                                   cl::init(""), cl::cat(category));
-static cl::opt<std::string> target("target", cl::desc("host (CPU worker threads)"),
+static cl::opt<std::string>
+    trainable("trainable", cl::desc("regex: only these parameters train"),
+              cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    freeze("freeze", cl::desc("regex: these parameters are frozen"),
+           cl::init(""), cl::cat(category));
+static cl::opt<std::string> target("target",
+                                   cl::desc("host (CPU worker threads)"),
                                    cl::init("host"), cl::cat(category));
-static cl::opt<int64_t> chunkRows("loss-chunk-rows",
-                                  cl::desc("rows of logits the fused loss holds at once"),
-                                  cl::init(1024), cl::cat(category));
-static cl::opt<bool> summary("summary", cl::desc("print a summary of the model on stderr"),
+static cl::opt<int64_t>
+    chunkRows("loss-chunk-rows",
+              cl::desc("rows of logits the fused loss holds at once"),
+              cl::init(1024), cl::cat(category));
+static cl::opt<bool> summary("summary",
+                             cl::desc("print a summary of the model on stderr"),
                              cl::init(false), cl::cat(category));
 
 static LogicalResult parseInputShapes(rondo::ImportOptions &opts) {
   for (const std::string &spec : inputShapes) {
     auto [name, dims] = llvm::StringRef(spec).split('=');
     if (name.empty() || dims.empty()) {
-      llvm::errs() << "error: --input-shape '" << spec << "' is not NAME=d0,d1,...\n";
+      llvm::errs() << "error: --input-shape '" << spec
+                   << "' is not NAME=d0,d1,...\n";
       return failure();
     }
     llvm::SmallVector<llvm::StringRef> parts;
@@ -115,9 +129,13 @@ static void printSummary(ModuleOp module) {
       ++trainableParams;
       trainableElements += n;
     }
-    auto torch = func.getArgAttrOfType<StringAttr>(k, rondo::tg::kTorchNameAttr);
-    tableOs << "  " << (emit == Emit::TG ? "param    " : on ? "trainable" : "frozen   ") << "  "
-            << name.getValue();
+    auto torch =
+        func.getArgAttrOfType<StringAttr>(k, rondo::tg::kTorchNameAttr);
+    tableOs << "  "
+            << (emit == Emit::TG ? "param    "
+                : on             ? "trainable"
+                                 : "frozen   ")
+            << "  " << name.getValue();
     if (torch)
       tableOs << " (" << torch.getValue() << ")";
     tableOs << " [";
@@ -133,11 +151,13 @@ static void printSummary(ModuleOp module) {
       flops += cost.getFlops();
   });
   llvm::errs() << "model: " << inputFile << "\n"
-               << llvm::formatv("parameters: {0} tensors, {1} elements", params, elements);
+               << llvm::formatv("parameters: {0} tensors, {1} elements", params,
+                                elements);
   if (trainableParams)
-    llvm::errs() << llvm::formatv(" ({0} tensors, {1} elements trainable)", trainableParams,
-                                  trainableElements);
-  llvm::errs() << llvm::formatv("\nFLOPs per step (analytic): {0:e3}\nops:", flops);
+    llvm::errs() << llvm::formatv(" ({0} tensors, {1} elements trainable)",
+                                  trainableParams, trainableElements);
+  llvm::errs() << llvm::formatv("\nFLOPs per step (analytic): {0:e3}\nops:",
+                                flops);
   llvm::SmallVector<std::pair<std::string, int64_t>> sorted;
   for (auto &e : histogram)
     sorted.push_back({e.getKey().str(), e.getValue()});
@@ -148,24 +168,41 @@ static void printSummary(ModuleOp module) {
 }
 
 /// Compiles the generated C++ into an executable with the system compiler.
-static LogicalResult buildExecutable(llvm::StringRef cppPath, llvm::StringRef exePath) {
+static LogicalResult buildExecutable(llvm::StringRef cppPath,
+                                     llvm::StringRef exePath) {
   auto cxx = llvm::sys::findProgramByName(RONDO_CXX);
   if (!cxx) {
     cxx = llvm::sys::findProgramByName("c++");
     if (!cxx) {
-      llvm::errs() << "error: no C++ compiler found (looked for " << RONDO_CXX << " and c++)\n";
+      llvm::errs() << "error: no C++ compiler found (looked for " << RONDO_CXX
+                   << " and c++)\n";
       return failure();
     }
   }
-  llvm::SmallVector<llvm::StringRef> args = {
-      *cxx, "-std=c++17", "-O2", "-fopenmp", "-I", RONDO_RUNTIME_INCLUDE_DIR, "-I",
-      RONDO_KERNELS_INCLUDE_DIR, cppPath, "-o", exePath, RONDO_RUNTIME_LIB, RONDO_KERNELS_LIB,
-      RONDO_ONNX_PROTO_LIB, "-lprotobuf", "-lopenblas", "-lpthread"};
+  llvm::SmallVector<llvm::StringRef> args = {*cxx,
+                                             "-std=c++17",
+                                             "-O2",
+                                             "-fopenmp",
+                                             "-I",
+                                             RONDO_RUNTIME_INCLUDE_DIR,
+                                             "-I",
+                                             RONDO_KERNELS_INCLUDE_DIR,
+                                             cppPath,
+                                             "-o",
+                                             exePath,
+                                             RONDO_RUNTIME_LIB,
+                                             RONDO_KERNELS_LIB,
+                                             RONDO_ONNX_PROTO_LIB,
+                                             "-lprotobuf",
+                                             "-lopenblas",
+                                             "-lpthread"};
   std::string message;
-  int rc = llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &message);
+  int rc =
+      llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &message);
   if (rc != 0) {
-    llvm::errs() << "error: compiling the generated trainer failed (" << *cxx << " exited with "
-                 << rc << (message.empty() ? "" : ": " + message) << ")\n";
+    llvm::errs() << "error: compiling the generated trainer failed (" << *cxx
+                 << " exited with " << rc
+                 << (message.empty() ? "" : ": " + message) << ")\n";
     return failure();
   }
   return success();
@@ -178,7 +215,8 @@ int main(int argc, char **argv) {
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
   cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
-  cl::ParseCommandLineOptions(argc, argv, "Rondo: ONNX to a standalone training program\n");
+  cl::ParseCommandLineOptions(argc, argv,
+                              "Rondo: ONNX to a standalone training program\n");
 
   if (target != "host") {
     llvm::errs() << "error: --target=" << target
@@ -226,7 +264,8 @@ int main(int argc, char **argv) {
     std::string error;
     auto out = openOutputFile(outputFile, &error);
     if (!out) {
-      llvm::errs() << "error: cannot write '" << outputFile << "': " << error << "\n";
+      llvm::errs() << "error: cannot write '" << outputFile << "': " << error
+                   << "\n";
       return 1;
     }
     if (emit == Emit::Cpp) {
@@ -248,7 +287,8 @@ int main(int argc, char **argv) {
   llvm::SmallString<256> cppPath;
   int fd;
   if (llvm::sys::fs::createTemporaryFile("rondo-trainer", "cpp", fd, cppPath)) {
-    llvm::errs() << "error: cannot create a temporary file for the generated C++\n";
+    llvm::errs()
+        << "error: cannot create a temporary file for the generated C++\n";
     return 1;
   }
   {
@@ -266,7 +306,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (auto ec = llvm::sys::fs::rename(tmpExe, outputFile)) {
-    llvm::errs() << "error: cannot write '" << outputFile << "': " << ec.message() << "\n";
+    llvm::errs() << "error: cannot write '" << outputFile
+                 << "': " << ec.message() << "\n";
     llvm::sys::fs::remove(tmpExe);
     return 1;
   }

@@ -19,23 +19,28 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/SourceMgr.h"
 
-static llvm::cl::opt<int64_t> batch("batch", llvm::cl::desc("batch size for dynamic inputs"),
-                                    llvm::cl::init(-1));
-static llvm::cl::opt<int64_t> seqLen("seq-len", llvm::cl::desc("sequence length"),
-                                     llvm::cl::init(-1));
+static llvm::cl::opt<int64_t>
+    batch("batch", llvm::cl::desc("batch size for dynamic inputs"),
+          llvm::cl::init(-1));
+static llvm::cl::opt<int64_t>
+    seqLen("seq-len", llvm::cl::desc("sequence length"), llvm::cl::init(-1));
 
 static llvm::cl::opt<int64_t> maxFoldElements(
     "max-fold-elements",
-    llvm::cl::desc("largest data-independent tensor the importer builds (testing aid)"),
+    llvm::cl::desc(
+        "largest data-independent tensor the importer builds (testing aid)"),
     llvm::cl::init(int64_t(1) << 24));
-static llvm::cl::list<std::string> inputShapes(
-    "input-shape", llvm::cl::desc("NAME=d0,d1,...: the shape of a graph input"));
+static llvm::cl::list<std::string>
+    inputShapes("input-shape",
+                llvm::cl::desc("NAME=d0,d1,...: the shape of a graph input"));
 
 int main(int argc, char **argv) {
   mlir::TranslateToMLIRRegistration importOnnx(
       "import-onnx", "import an ONNX model (binary or text) into tg",
-      [](llvm::SourceMgr &sourceMgr, mlir::MLIRContext *ctx) -> mlir::OwningOpRef<mlir::Operation *> {
-        const llvm::MemoryBuffer *buffer = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
+      [](llvm::SourceMgr &sourceMgr,
+         mlir::MLIRContext *ctx) -> mlir::OwningOpRef<mlir::Operation *> {
+        const llvm::MemoryBuffer *buffer =
+            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID());
         rondo::ImportOptions opts;
         opts.batch = batch;
         opts.seqLen = seqLen;
@@ -49,22 +54,24 @@ int main(int argc, char **argv) {
             int64_t v;
             if (p.trim().getAsInteger(10, v) || v <= 0) {
               mlir::emitError(mlir::UnknownLoc::get(ctx))
-                  << "--input-shape '" << spec << "' is not NAME=d0,d1,... with positive sizes";
+                  << "--input-shape '" << spec
+                  << "' is not NAME=d0,d1,... with positive sizes";
               return nullptr;
             }
             shape.push_back(v);
           }
           opts.inputShapes[name] = shape;
         }
-        auto module = rondo::importOnnxBuffer(ctx, buffer->getBuffer(),
-                                              buffer->getBufferIdentifier(), opts);
+        auto module = rondo::importOnnxBuffer(
+            ctx, buffer->getBuffer(), buffer->getBufferIdentifier(), opts);
         return mlir::OwningOpRef<mlir::Operation *>(module.release());
       },
       [](mlir::DialectRegistry &registry) {
         registry.insert<rondo::tg::TGDialect, mlir::func::FuncDialect>();
       });
   mlir::TranslateFromMLIRRegistration exportCpp(
-      "export-trainer-cpp", "print a differentiated tg module as the trainer's C++",
+      "export-trainer-cpp",
+      "print a differentiated tg module as the trainer's C++",
       [](mlir::Operation *op, llvm::raw_ostream &os) {
         return rondo::emitTrainerCpp(llvm::cast<mlir::ModuleOp>(op), os,
                                      rondo::TrainerEmitOptions{"model.onnx"});
@@ -72,5 +79,6 @@ int main(int argc, char **argv) {
       [](mlir::DialectRegistry &registry) {
         registry.insert<rondo::tg::TGDialect, mlir::func::FuncDialect>();
       });
-  return mlir::failed(mlir::mlirTranslateMain(argc, argv, "Rondo translations"));
+  return mlir::failed(
+      mlir::mlirTranslateMain(argc, argv, "Rondo translations"));
 }

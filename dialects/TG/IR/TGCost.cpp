@@ -20,7 +20,9 @@ using namespace rondo::tg;
 static double numel(Value v) {
   return double(cast<RankedTensorType>(v.getType()).getNumElements());
 }
-static double bytes(Value v) { return rondo::tg::detail::sumTensorBytes(ValueRange(v)); }
+static double bytes(Value v) {
+  return rondo::tg::detail::sumTensorBytes(ValueRange(v));
+}
 static double bytes(std::initializer_list<Value> vs) {
   double total = 0;
   for (Value v : vs)
@@ -70,7 +72,8 @@ double GatedActOp::getActivationBytes() { return bytes({getGate(), getUp()}); }
 
 double MatmulOp::getFlops() {
   auto a = cast<RankedTensorType>(getA().getType());
-  double k = getTransposeA() ? a.getShape()[a.getRank() - 2] : a.getShape().back();
+  double k =
+      getTransposeA() ? a.getShape()[a.getRank() - 2] : a.getShape().back();
   return 2 * numel(getResult()) * k;
 }
 double MatmulOp::getActivationBytes() { return bytes({getA(), getB()}); }

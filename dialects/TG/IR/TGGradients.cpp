@@ -36,7 +36,8 @@ static Value scalarConstant(OpBuilder &b, Location loc, float value) {
 }
 
 LogicalResult UnaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                     ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
+                                     ArrayRef<bool>,
+                                     SmallVectorImpl<Value> &grads) {
   Value dy = resultGrads[0];
   if (getKind() == UnaryKind::neg)
     grads.push_back(UnaryOp::create(b, getLoc(), UnaryKind::neg, dy));
@@ -47,15 +48,17 @@ LogicalResult UnaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 
 // d up = dy * act(gate); d gate = act'(gate) * (dy * up). Recomputing
 // act(gate) is cheaper than keeping it.
-LogicalResult GatedActOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+LogicalResult GatedActOp::buildGradient(OpBuilder &b,
+                                        ArrayRef<Value> resultGrads,
                                         ArrayRef<bool> needs,
                                         SmallVectorImpl<Value> &grads) {
   Location loc = getLoc();
   Value dy = resultGrads[0];
   Value dGate, dUp;
   if (needs[0])
-    dGate = UnaryGradOp::create(b, loc, getAct(), getGate(),
-                                BinaryOp::create(b, loc, BinaryKind::mul, dy, getUp()));
+    dGate = UnaryGradOp::create(
+        b, loc, getAct(), getGate(),
+        BinaryOp::create(b, loc, BinaryKind::mul, dy, getUp()));
   if (needs[1])
     dUp = BinaryOp::create(b, loc, BinaryKind::mul, dy,
                            UnaryOp::create(b, loc, getAct(), getGate()));
@@ -82,13 +85,16 @@ LogicalResult BinaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
     break;
   case BinaryKind::mul:
     if (needs[0])
-      dl = sumTo(b, loc, BinaryOp::create(b, loc, BinaryKind::mul, dy, rhs), lhs);
+      dl = sumTo(b, loc, BinaryOp::create(b, loc, BinaryKind::mul, dy, rhs),
+                 lhs);
     if (needs[1])
-      dr = sumTo(b, loc, BinaryOp::create(b, loc, BinaryKind::mul, dy, lhs), rhs);
+      dr = sumTo(b, loc, BinaryOp::create(b, loc, BinaryKind::mul, dy, lhs),
+                 rhs);
     break;
   default: {
-    auto g = BinaryGradOp::create(b, loc, TypeRange{lhs.getType(), rhs.getType()},
-                                  getKindAttr(), lhs, rhs, dy);
+    auto g =
+        BinaryGradOp::create(b, loc, TypeRange{lhs.getType(), rhs.getType()},
+                             getKindAttr(), lhs, rhs, dy);
     dl = needs[0] ? g.getDlhs() : Value();
     dr = needs[1] ? g.getDrhs() : Value();
   }
@@ -126,8 +132,10 @@ LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
       int64_t rows = at.getNumElements() / k;
       auto ct = tensorType(dc);
       int64_t n = ct.getShape().back();
-      Value a2 = ReshapeOp::create(b, loc, RankedTensorType::get({rows, k}, at.getElementType()), a);
-      Value c2 = ReshapeOp::create(b, loc, RankedTensorType::get({rows, n}, ct.getElementType()), dc);
+      Value a2 = ReshapeOp::create(
+          b, loc, RankedTensorType::get({rows, k}, at.getElementType()), a);
+      Value c2 = ReshapeOp::create(
+          b, loc, RankedTensorType::get({rows, n}, ct.getElementType()), dc);
       db = tb ? mm(c2, a2, true, false) : mm(a2, c2, true, false);
     } else {
       if (!tb)
@@ -143,7 +151,8 @@ LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 }
 
 LogicalResult ReduceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                      ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
+                                      ArrayRef<bool>,
+                                      SmallVectorImpl<Value> &grads) {
   Location loc = getLoc();
   auto xt = tensorType(getX());
   SmallVector<int64_t> kept(xt.getShape());
@@ -170,21 +179,30 @@ LogicalResult SelectOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   Location loc = getLoc();
   Value dy = resultGrads[0], zero = scalarConstant(b, loc, 0.0f);
   grads.push_back(Value()); // the condition
-  grads.push_back(needs[1] ? sumTo(b, loc, SelectOp::create(b, loc, getCond(), dy, zero), getA())
-                           : Value());
-  grads.push_back(needs[2] ? sumTo(b, loc, SelectOp::create(b, loc, getCond(), zero, dy), getB())
-                           : Value());
+  grads.push_back(
+      needs[1]
+          ? sumTo(b, loc, SelectOp::create(b, loc, getCond(), dy, zero), getA())
+          : Value());
+  grads.push_back(
+      needs[2]
+          ? sumTo(b, loc, SelectOp::create(b, loc, getCond(), zero, dy), getB())
+          : Value());
   return success();
 }
 
-LogicalResult ReshapeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                       ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
-  grads.push_back(ReshapeOp::create(b, getLoc(), getX().getType(), resultGrads[0]));
+LogicalResult ReshapeOp::buildGradient(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       ArrayRef<bool>,
+                                       SmallVectorImpl<Value> &grads) {
+  grads.push_back(
+      ReshapeOp::create(b, getLoc(), getX().getType(), resultGrads[0]));
   return success();
 }
 
-LogicalResult TransposeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                         ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
+LogicalResult TransposeOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         ArrayRef<bool>,
+                                         SmallVectorImpl<Value> &grads) {
   SmallVector<int64_t> inverse(getPerm().size());
   for (auto [i, p] : llvm::enumerate(getPerm()))
     inverse[p] = i;
@@ -193,22 +211,29 @@ LogicalResult TransposeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   return success();
 }
 
-LogicalResult BroadcastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                         ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
+LogicalResult BroadcastOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         ArrayRef<bool>,
+                                         SmallVectorImpl<Value> &grads) {
   grads.push_back(sumTo(b, getLoc(), resultGrads[0], getX()));
   return success();
 }
 
-LogicalResult SumToShapeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                          ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
-  grads.push_back(BroadcastOp::create(b, getLoc(), getX().getType(), resultGrads[0]));
+LogicalResult SumToShapeOp::buildGradient(OpBuilder &b,
+                                          ArrayRef<Value> resultGrads,
+                                          ArrayRef<bool>,
+                                          SmallVectorImpl<Value> &grads) {
+  grads.push_back(
+      BroadcastOp::create(b, getLoc(), getX().getType(), resultGrads[0]));
   return success();
 }
 
 LogicalResult SliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                     ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
-  grads.push_back(SliceGradOp::create(b, getLoc(), getX().getType(), resultGrads[0],
-                                      getStartsAttr(), getStepsAttr()));
+                                     ArrayRef<bool>,
+                                     SmallVectorImpl<Value> &grads) {
+  grads.push_back(SliceGradOp::create(b, getLoc(), getX().getType(),
+                                      resultGrads[0], getStartsAttr(),
+                                      getStepsAttr()));
   return success();
 }
 
@@ -237,34 +262,42 @@ LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 }
 
 LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                      ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
-  grads.push_back(GatherGradOp::create(b, getLoc(), getTable().getType(), getIds(),
-                                       resultGrads[0]));
+                                      ArrayRef<bool>,
+                                      SmallVectorImpl<Value> &grads) {
+  grads.push_back(GatherGradOp::create(b, getLoc(), getTable().getType(),
+                                       getIds(), resultGrads[0]));
   grads.push_back(Value());
   return success();
 }
 
-LogicalResult SoftmaxOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                       ArrayRef<bool>, SmallVectorImpl<Value> &grads) {
-  grads.push_back(SoftmaxGradOp::create(b, getLoc(), getResult(), resultGrads[0]));
+LogicalResult SoftmaxOp::buildGradient(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
+                                       ArrayRef<bool>,
+                                       SmallVectorImpl<Value> &grads) {
+  grads.push_back(
+      SoftmaxGradOp::create(b, getLoc(), getResult(), resultGrads[0]));
   return success();
 }
 
-LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+LogicalResult RmsNormOp::buildGradient(OpBuilder &b,
+                                       ArrayRef<Value> resultGrads,
                                        ArrayRef<bool> needs,
                                        SmallVectorImpl<Value> &grads) {
-  auto g = RmsNormGradOp::create(b, getLoc(), TypeRange{getX().getType(), getW().getType()},
+  auto g = RmsNormGradOp::create(b, getLoc(),
+                                 TypeRange{getX().getType(), getW().getType()},
                                  getX(), getW(), resultGrads[0], getEpsAttr());
   grads.push_back(needs[0] ? g.getDx() : Value());
   grads.push_back(needs[1] ? g.getDw() : Value());
   return success();
 }
 
-LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+LogicalResult LayerNormOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
                                          ArrayRef<bool> needs,
                                          SmallVectorImpl<Value> &grads) {
   auto g = LayerNormGradOp::create(
-      b, getLoc(), TypeRange{getX().getType(), getW().getType(), getB().getType()}, getX(),
+      b, getLoc(),
+      TypeRange{getX().getType(), getW().getType(), getB().getType()}, getX(),
       getW(), resultGrads[0], getEpsAttr());
   grads.push_back(needs[0] ? g.getDx() : Value());
   grads.push_back(needs[1] ? g.getDw() : Value());
@@ -277,43 +310,50 @@ LogicalResult RotaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &grads) {
   if (needs[1] || needs[2])
     return emitOpError("rotary tables are constants and have no gradient");
-  grads.push_back(RotaryGradOp::create(b, getLoc(), resultGrads[0], getCos(), getSin()));
+  grads.push_back(
+      RotaryGradOp::create(b, getLoc(), resultGrads[0], getCos(), getSin()));
   grads.push_back(Value());
   grads.push_back(Value());
   return success();
 }
 
-LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+LogicalResult AttentionOp::buildGradient(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
                                          ArrayRef<bool> needs,
                                          SmallVectorImpl<Value> &grads) {
   if (resultGrads[1])
-    return emitOpError("the log-sum-exp result is internal and cannot be differentiated");
+    return emitOpError(
+        "the log-sum-exp result is internal and cannot be differentiated");
   auto g = AttentionGradOp::create(
-      b, getLoc(), TypeRange{getQ().getType(), getK().getType(), getV().getType()}, getQ(),
-      getK(), getV(), getOut(), getLse(), resultGrads[0], getCausalAttr(), getScaleAttr());
+      b, getLoc(),
+      TypeRange{getQ().getType(), getK().getType(), getV().getType()}, getQ(),
+      getK(), getV(), getOut(), getLse(), resultGrads[0], getCausalAttr(),
+      getScaleAttr());
   grads.push_back(needs[0] ? g.getDq() : Value());
   grads.push_back(needs[1] ? g.getDk() : Value());
   grads.push_back(needs[2] ? g.getDv() : Value());
   return success();
 }
 
-LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b,
+                                            ArrayRef<Value> resultGrads,
                                             ArrayRef<bool>,
                                             SmallVectorImpl<Value> &grads) {
-  grads.push_back(CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(), getLogits(),
-                                             getLabels(), resultGrads[0],
-                                             getIgnoreIndexAttr()));
+  grads.push_back(CrossEntropyGradOp::create(
+      b, getLoc(), getLogits().getType(), getLogits(), getLabels(),
+      resultGrads[0], getIgnoreIndexAttr()));
   grads.push_back(Value());
   return success();
 }
 
-LogicalResult LinearCrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
-                                                  ArrayRef<bool> needs,
-                                                  SmallVectorImpl<Value> &grads) {
+LogicalResult
+LinearCrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    ArrayRef<bool> needs,
+                                    SmallVectorImpl<Value> &grads) {
   auto g = LinearCrossEntropyGradOp::create(
-      b, getLoc(), TypeRange{getH().getType(), getW().getType()}, getH(), getW(),
-      getLabels(), resultGrads[0], getTransposeWAttr(), getIgnoreIndexAttr(),
-      getChunkRowsAttr());
+      b, getLoc(), TypeRange{getH().getType(), getW().getType()}, getH(),
+      getW(), getLabels(), resultGrads[0], getTransposeWAttr(),
+      getIgnoreIndexAttr(), getChunkRowsAttr());
   grads.push_back(needs[0] ? g.getDh() : Value());
   grads.push_back(needs[1] ? g.getDw() : Value());
   grads.push_back(Value());

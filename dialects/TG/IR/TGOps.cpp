@@ -68,15 +68,15 @@ static int64_t normalizeAxis(int64_t axis, int64_t rank) {
 }
 
 /// Verifies that an op's result types are the inferred ones.
-template <typename OpTy>
-static LogicalResult verifyInferred(OpTy op) {
+template <typename OpTy> static LogicalResult verifyInferred(OpTy op) {
   SmallVector<Type> types;
-  if (failed(OpTy::inferReturnTypes(op.getContext(), op.getLoc(), typename OpTy::Adaptor(op),
-                                    types)))
+  if (failed(OpTy::inferReturnTypes(op.getContext(), op.getLoc(),
+                                    typename OpTy::Adaptor(op), types)))
     return failure();
   if (TypeRange(types) != op->getResultTypes())
     return op.emitOpError("result type ")
-           << op->getResultTypes()[0] << " does not match the inferred " << types[0];
+           << op->getResultTypes()[0] << " does not match the inferred "
+           << types[0];
   return success();
 }
 
@@ -90,7 +90,8 @@ static Type shaped(ArrayRef<int64_t> shape, Value like) {
 }
 
 Type rondo::tg::inferBinaryType(Value lhs, Value rhs) {
-  auto shape = broadcastShapes(tensorType(lhs).getShape(), tensorType(rhs).getShape());
+  auto shape =
+      broadcastShapes(tensorType(lhs).getShape(), tensorType(rhs).getShape());
   return succeeded(shape) ? shaped(*shape, lhs) : lhs.getType();
 }
 
@@ -103,9 +104,11 @@ Type rondo::tg::inferSelectType(Value cond, Value a, Value b) {
 }
 
 Type rondo::tg::inferMatmulType(Value a, Value b, bool transA, bool transB) {
-  ArrayRef<int64_t> as = tensorType(a).getShape(), bs = tensorType(b).getShape();
+  ArrayRef<int64_t> as = tensorType(a).getShape(),
+                    bs = tensorType(b).getShape();
   auto batch = broadcastShapes(as.drop_back(2), bs.drop_back(2));
-  SmallVector<int64_t> shape = succeeded(batch) ? *batch : SmallVector<int64_t>();
+  SmallVector<int64_t> shape =
+      succeeded(batch) ? *batch : SmallVector<int64_t>();
   shape.push_back(transA ? as.back() : as[as.size() - 2]);
   shape.push_back(transB ? bs[bs.size() - 2] : bs.back());
   return shaped(shape, a);
@@ -144,21 +147,25 @@ OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 // BinaryOp / SelectOp / IsNanOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult BinaryOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult BinaryOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   auto lhs = tensorType(adaptor.getLhs());
   auto rhs = tensorType(adaptor.getRhs());
   if (lhs.getElementType() != rhs.getElementType())
-    return emitOptionalError(loc, "operand element types differ: ", lhs, " vs ", rhs);
+    return emitOptionalError(loc, "operand element types differ: ", lhs, " vs ",
+                             rhs);
   auto shape = broadcastShapes(lhs.getShape(), rhs.getShape());
   if (failed(shape))
-    return emitOptionalError(loc, "operand shapes do not broadcast: ", lhs, " vs ", rhs);
+    return emitOptionalError(loc, "operand shapes do not broadcast: ", lhs,
+                             " vs ", rhs);
   types.push_back(RankedTensorType::get(*shape, lhs.getElementType()));
   return success();
 }
 
-LogicalResult SelectOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   auto a = tensorType(adaptor.getA()), b = tensorType(adaptor.getB());
@@ -189,7 +196,8 @@ LogicalResult GatedActOp::verify() {
   case UnaryKind::relu:
     return success();
   default:
-    return emitOpError("gate activation must be silu, gelu_tanh, gelu_erf, sigmoid or relu");
+    return emitOpError(
+        "gate activation must be silu, gelu_tanh, gelu_erf, sigmoid or relu");
   }
 }
 
@@ -197,12 +205,14 @@ LogicalResult GatedActOp::verify() {
 // MatmulOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   auto a = tensorType(adaptor.getA()), b = tensorType(adaptor.getB());
   if (a.getRank() < 2 || b.getRank() < 2)
-    return emitOptionalError(loc, "operands must have rank >= 2, got ", a, " and ", b);
+    return emitOptionalError(loc, "operands must have rank >= 2, got ", a,
+                             " and ", b);
   if (a.getElementType() != b.getElementType())
     return emitOptionalError(loc, "operand element types differ");
   ArrayRef<int64_t> as = a.getShape(), bs = b.getShape();
@@ -234,7 +244,8 @@ reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> axes, bool keepdims,
   for (int64_t axis : axes) {
     int64_t a = normalizeAxis(axis, rank);
     if (a < 0 || a >= rank)
-      return emitOptionalError(loc, "reduction axis ", axis, " out of range for rank ", rank);
+      return emitOptionalError(loc, "reduction axis ", axis,
+                               " out of range for rank ", rank);
     if (reduced[a])
       return emitOptionalError(loc, "reduction axis ", axis, " repeated");
     reduced[a] = true;
@@ -249,11 +260,13 @@ reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> axes, bool keepdims,
   return out;
 }
 
-LogicalResult ReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult ReduceOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   auto x = tensorType(adaptor.getX());
-  auto shape = reducedShape(x.getShape(), adaptor.getAxes(), adaptor.getKeepdims(), loc);
+  auto shape =
+      reducedShape(x.getShape(), adaptor.getAxes(), adaptor.getKeepdims(), loc);
   if (failed(shape))
     return failure();
   types.push_back(RankedTensorType::get(*shape, x.getElementType()));
@@ -266,8 +279,10 @@ LogicalResult ReduceOp::verify() {
   return verifyInferred(*this);
 }
 
-Type rondo::tg::inferReduceType(Value x, ArrayRef<int64_t> axes, bool keepdims) {
-  auto shape = reducedShape(tensorType(x).getShape(), axes, keepdims, std::nullopt);
+Type rondo::tg::inferReduceType(Value x, ArrayRef<int64_t> axes,
+                                bool keepdims) {
+  auto shape =
+      reducedShape(tensorType(x).getShape(), axes, keepdims, std::nullopt);
   return succeeded(shape) ? shaped(*shape, x) : x.getType();
 }
 
@@ -335,7 +350,8 @@ struct StridedView {
       tensorNumel *= shape[d];
       if (d == 0 ||
           (shape[d - 1] != 1 && strides[d - 1] != tensorNumel * chunkBase)) {
-        while (viewD >= 0 && (viewNumel < tensorNumel || newShape[viewD] == 1)) {
+        while (viewD >= 0 &&
+               (viewNumel < tensorNumel || newShape[viewD] == 1)) {
           newStrides[viewD] = viewNumel * chunkBase;
           viewNumel *= newShape[viewD];
           --viewD;
@@ -356,7 +372,8 @@ struct StridedView {
   }
 
   /// The permutation `perm` with this == transpose(contiguous(base), perm).
-  std::optional<SmallVector<int64_t>> asTransposeOf(ArrayRef<int64_t> base) const {
+  std::optional<SmallVector<int64_t>>
+  asTransposeOf(ArrayRef<int64_t> base) const {
     if (base.size() != shape.size())
       return std::nullopt;
     StridedView b = contiguous(base);
@@ -395,10 +412,10 @@ struct StridedView {
 /// (or nothing) when the chain only moves whole dimensions around. The
 /// exporter routes attention keys through reshape -> transpose -> reshape
 /// triples that are a single transpose; recognition needs them plain.
-template <typename OpTy>
-struct CollapseLayoutChain : OpRewritePattern<OpTy> {
+template <typename OpTy> struct CollapseLayoutChain : OpRewritePattern<OpTy> {
   using OpRewritePattern<OpTy>::OpRewritePattern;
-  LogicalResult matchAndRewrite(OpTy op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(OpTy op,
+                                PatternRewriter &rewriter) const override {
     SmallVector<Operation *> chain;
     Value cursor = op.getResult();
     while (Operation *def = cursor.getDefiningOp()) {
@@ -414,7 +431,8 @@ struct CollapseLayoutChain : OpRewritePattern<OpTy> {
       auto srcType = tensorType(source);
       StridedView view = StridedView::contiguous(srcType.getShape());
       bool ok = true;
-      for (Operation *def : llvm::reverse(ArrayRef<Operation *>(chain).take_front(len))) {
+      for (Operation *def :
+           llvm::reverse(ArrayRef<Operation *>(chain).take_front(len))) {
         if (auto t = dyn_cast<TransposeOp>(def))
           view.permute(t.getPerm());
         else if (failed(view.reshape(tensorType(def->getResult(0)).getShape())))
@@ -431,8 +449,8 @@ struct CollapseLayoutChain : OpRewritePattern<OpTy> {
         rewriter.replaceOp(op, source);
         return success();
       }
-      rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(), source,
-                                               rewriter.getDenseI64ArrayAttr(*perm));
+      rewriter.replaceOpWithNewOp<TransposeOp>(
+          op, op.getType(), source, rewriter.getDenseI64ArrayAttr(*perm));
       return success();
     }
     return failure();
@@ -441,7 +459,8 @@ struct CollapseLayoutChain : OpRewritePattern<OpTy> {
 
 struct ReshapeOfReshape : OpRewritePattern<ReshapeOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(ReshapeOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(ReshapeOp op,
+                                PatternRewriter &rewriter) const override {
     auto inner = op.getX().getDefiningOp<ReshapeOp>();
     if (!inner)
       return failure();
@@ -452,21 +471,23 @@ struct ReshapeOfReshape : OpRewritePattern<ReshapeOp> {
 
 struct TransposeOfTranspose : OpRewritePattern<TransposeOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(TransposeOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
     auto inner = op.getX().getDefiningOp<TransposeOp>();
     if (!inner)
       return failure();
     SmallVector<int64_t> perm;
     for (int64_t p : op.getPerm())
       perm.push_back(inner.getPerm()[p]);
-    rewriter.replaceOpWithNewOp<TransposeOp>(op, op.getType(), inner.getX(),
-                                             rewriter.getDenseI64ArrayAttr(perm));
+    rewriter.replaceOpWithNewOp<TransposeOp>(
+        op, op.getType(), inner.getX(), rewriter.getDenseI64ArrayAttr(perm));
     return success();
   }
 };
 } // namespace
 
-void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRContext *ctx) {
+void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &results,
+                                            MLIRContext *ctx) {
   results.add<ReshapeOfReshape, CollapseLayoutChain<ReshapeOp>>(ctx);
 }
 
@@ -474,7 +495,8 @@ void ReshapeOp::getCanonicalizationPatterns(RewritePatternSet &results, MLIRCont
 // TransposeOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
   auto x = tensorType(adaptor.getX());
@@ -533,14 +555,16 @@ OpFoldResult BroadcastOp::fold(FoldAdaptor adaptor) {
     return getX();
   if (auto dense = dyn_cast_or_null<DenseElementsAttr>(adaptor.getX()))
     if (dense.isSplat())
-      return DenseElementsAttr::get(getType(), dense.getSplatValue<Attribute>());
+      return DenseElementsAttr::get(getType(),
+                                    dense.getSplatValue<Attribute>());
   return {};
 }
 
 LogicalResult SumToShapeOp::verify() {
   auto x = tensorType(getX()), r = tensorType(getResult());
   if (!broadcastsTo(r.getShape(), x.getShape()))
-    return emitOpError("result ") << r << " does not broadcast to operand " << x;
+    return emitOpError("result ")
+           << r << " does not broadcast to operand " << x;
   return success();
 }
 
@@ -556,7 +580,8 @@ OpFoldResult SumToShapeOp::fold(FoldAdaptor) {
 
 LogicalResult SliceOp::verify() {
   auto x = tensorType(getX()), r = tensorType(getResult());
-  if (r.getRank() != x.getRank() || (int64_t)getStarts().size() != x.getRank() ||
+  if (r.getRank() != x.getRank() ||
+      (int64_t)getStarts().size() != x.getRank() ||
       (int64_t)getSteps().size() != x.getRank())
     return emitOpError("starts, steps and result must match the operand rank ")
            << x.getRank();
@@ -567,34 +592,40 @@ LogicalResult SliceOp::verify() {
     if (n == 0)
       continue;
     int64_t last = start + (n - 1) * step;
-    if (start < 0 || start >= x.getDimSize(d) || last < 0 || last >= x.getDimSize(d))
-      return emitOpError("dimension ") << d << " reads [" << start << ", " << last
-                                       << "] outside [0, " << x.getDimSize(d) << ")";
+    if (start < 0 || start >= x.getDimSize(d) || last < 0 ||
+        last >= x.getDimSize(d))
+      return emitOpError("dimension ")
+             << d << " reads [" << start << ", " << last << "] outside [0, "
+             << x.getDimSize(d) << ")";
   }
   return success();
 }
 
 OpFoldResult SliceOp::fold(FoldAdaptor) {
-  if (getX().getType() == getType() && llvm::all_of(getStarts(), [](int64_t s) { return s == 0; }) &&
+  if (getX().getType() == getType() &&
+      llvm::all_of(getStarts(), [](int64_t s) { return s == 0; }) &&
       llvm::all_of(getSteps(), [](int64_t s) { return s == 1; }))
     return getX();
   return {};
 }
 
-LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   if (adaptor.getInputs().empty())
     return emitOptionalError(loc, "needs at least one input");
   auto first = tensorType(adaptor.getInputs().front());
-  int64_t axis = normalizeAxis(static_cast<int64_t>(adaptor.getAxis()), first.getRank());
+  int64_t axis =
+      normalizeAxis(static_cast<int64_t>(adaptor.getAxis()), first.getRank());
   if (axis < 0 || axis >= first.getRank())
     return emitOptionalError(loc, "axis ", adaptor.getAxis(), " out of range");
   SmallVector<int64_t> shape(first.getShape());
   shape[axis] = 0;
   for (Value in : adaptor.getInputs()) {
     auto t = tensorType(in);
-    if (t.getRank() != first.getRank() || t.getElementType() != first.getElementType())
+    if (t.getRank() != first.getRank() ||
+        t.getElementType() != first.getElementType())
       return emitOptionalError(loc, "inputs differ in rank or element type");
     for (int64_t d = 0; d < t.getRank(); ++d)
       if (d != axis && t.getDimSize(d) != first.getDimSize(d))
@@ -613,7 +644,8 @@ LogicalResult ConcatOp::verify() {
   return verifyInferred(*this);
 }
 
-LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   auto table = tensorType(adaptor.getTable());
@@ -625,7 +657,6 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
-
 //===----------------------------------------------------------------------===//
 // Structures
 //===----------------------------------------------------------------------===//
@@ -636,11 +667,14 @@ LogicalResult CausalMaskOp::verify() {
   return success();
 }
 
-static LogicalResult verifyNormWeight(Operation *op, Value x, Value w, StringRef name) {
+static LogicalResult verifyNormWeight(Operation *op, Value x, Value w,
+                                      StringRef name) {
   auto xt = tensorType(x), wt = tensorType(w);
-  if (xt.getRank() < 1 || wt.getRank() != 1 || wt.getDimSize(0) != xt.getShape().back())
-    return op->emitOpError() << name << " must be rank 1 of the last dimension of "
-                             << xt << ", got " << wt;
+  if (xt.getRank() < 1 || wt.getRank() != 1 ||
+      wt.getDimSize(0) != xt.getShape().back())
+    return op->emitOpError()
+           << name << " must be rank 1 of the last dimension of " << xt
+           << ", got " << wt;
   return success();
 }
 
@@ -659,13 +693,15 @@ LogicalResult LayerNormOp::verify() {
 }
 
 LogicalResult RotaryOp::verify() {
-  auto x = tensorType(getX()), c = tensorType(getCos()), s = tensorType(getSin());
+  auto x = tensorType(getX()), c = tensorType(getCos()),
+       s = tensorType(getSin());
   if (x.getRank() != 4)
     return emitOpError("operand must be [B, H, T, D], got ") << x;
   if (c != s || c.getRank() != 2 || c.getDimSize(0) != x.getDimSize(2) ||
       c.getDimSize(1) != x.getDimSize(3))
     return emitOpError("cos/sin tables must both be [T, D] = [")
-           << x.getDimSize(2) << ", " << x.getDimSize(3) << "], got " << c << " and " << s;
+           << x.getDimSize(2) << ", " << x.getDimSize(3) << "], got " << c
+           << " and " << s;
   if (x.getDimSize(3) % 2)
     return emitOpError("head dimension must be even");
   return success();
@@ -680,9 +716,9 @@ LogicalResult AttentionOp::verify() {
   if (q.getDimSize(0) != k.getDimSize(0) || q.getDimSize(3) != k.getDimSize(3))
     return emitOpError("batch or head dimension of q and k differ");
   if (k.getDimSize(1) == 0 || q.getDimSize(1) % k.getDimSize(1))
-    return emitOpError("query heads (") << q.getDimSize(1)
-                                        << ") must be a multiple of key/value heads ("
-                                        << k.getDimSize(1) << ")";
+    return emitOpError("query heads (")
+           << q.getDimSize(1) << ") must be a multiple of key/value heads ("
+           << k.getDimSize(1) << ")";
   if (getOut().getType() != q)
     return emitOpError("output type must equal q's type");
   auto lse = tensorType(getLse());
@@ -693,19 +729,23 @@ LogicalResult AttentionOp::verify() {
 
 LogicalResult CrossEntropyOp::verify() {
   auto l = tensorType(getLogits()), y = tensorType(getLabels());
-  if (l.getRank() != 2 || y.getRank() != 1 || l.getDimSize(0) != y.getDimSize(0))
-    return emitOpError("expects logits [N, V] and labels [N], got ") << l << " and " << y;
+  if (l.getRank() != 2 || y.getRank() != 1 ||
+      l.getDimSize(0) != y.getDimSize(0))
+    return emitOpError("expects logits [N, V] and labels [N], got ")
+           << l << " and " << y;
   return success();
 }
 
 LogicalResult LinearCrossEntropyOp::verify() {
-  auto h = tensorType(getH()), w = tensorType(getW()), y = tensorType(getLabels());
+  auto h = tensorType(getH()), w = tensorType(getW()),
+       y = tensorType(getLabels());
   if (h.getRank() != 2 || w.getRank() != 2 || y.getRank() != 1 ||
       h.getDimSize(0) != y.getDimSize(0))
     return emitOpError("expects h [N, D], w 2-D and labels [N]");
   int64_t d = getTransposeW() ? w.getDimSize(1) : w.getDimSize(0);
   if (d != h.getDimSize(1))
-    return emitOpError("hidden size ") << h.getDimSize(1) << " does not match w " << w;
+    return emitOpError("hidden size ")
+           << h.getDimSize(1) << " does not match w " << w;
   if (getChunkRows() <= 0)
     return emitOpError("chunk_rows must be positive");
   return success();

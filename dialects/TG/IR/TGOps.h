@@ -22,8 +22,10 @@ namespace rondo::tg {
 /// Result types implied by operands, for the builders of ops whose result
 /// type is determined (the verifiers check the same rules with messages).
 mlir::Type inferBinaryType(mlir::Value lhs, mlir::Value rhs);
-mlir::Type inferMatmulType(mlir::Value a, mlir::Value b, bool transA, bool transB);
-mlir::Type inferReduceType(mlir::Value x, llvm::ArrayRef<int64_t> axes, bool keepdims);
+mlir::Type inferMatmulType(mlir::Value a, mlir::Value b, bool transA,
+                           bool transB);
+mlir::Type inferReduceType(mlir::Value x, llvm::ArrayRef<int64_t> axes,
+                           bool keepdims);
 mlir::Type inferSelectType(mlir::Value cond, mlir::Value a, mlir::Value b);
 mlir::Type inferTransposeType(mlir::Value x, llvm::ArrayRef<int64_t> perm);
 mlir::Type inferConcatType(mlir::ValueRange inputs, int64_t axis);

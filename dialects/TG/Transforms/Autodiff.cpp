@@ -39,7 +39,8 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (ret.getNumOperands() != 1 ||
         cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() != 0) {
-      func.emitError("tg-autodiff: @main must return one scalar loss (run tg-attach-loss first)");
+      func.emitError("tg-autodiff: @main must return one scalar loss (run "
+                     "tg-attach-loss first)");
       return signalPassFailure();
     }
     Value loss = ret.getOperand(0);
@@ -57,15 +58,19 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
         seed = func.getArgument(k);
     }
     for (Operation &op : body.without_terminator())
-      if (llvm::any_of(op.getOperands(), [&](Value v) { return active.contains(v); }))
+      if (llvm::any_of(op.getOperands(),
+                       [&](Value v) { return active.contains(v); }))
         for (Value r : op.getResults())
-          if (isa<FloatType>(cast<RankedTensorType>(r.getType()).getElementType()))
+          if (isa<FloatType>(
+                  cast<RankedTensorType>(r.getType()).getElementType()))
             active.insert(r);
 
     OpBuilder b(ret);
     if (!seed)
-      seed = ConstantOp::create(b, func.getLoc(),
-                                DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()), 1.0f));
+      seed = ConstantOp::create(
+          b, func.getLoc(),
+          DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()),
+                                 1.0f));
     llvm::DenseMap<Value, Value> grads;
     auto addGrad = [&](Value v, Value g, Location loc) {
       auto it = grads.find(v);
@@ -101,15 +106,17 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
         continue;
       auto rule = dyn_cast<GradientOpInterface>(op);
       if (!rule) {
-        op->emitError("tg-autodiff: no gradient rule for '") << op->getName() << "'";
+        op->emitError("tg-autodiff: no gradient rule for '")
+            << op->getName() << "'";
         return signalPassFailure();
       }
       // Results without a gradient get zeros only if the rule needs them;
       // every rule here accepts null for secondary results.
       if (!resultGrads[0]) {
         auto t = cast<RankedTensorType>(op->getResult(0).getType());
-        resultGrads[0] = ConstantOp::create(b, op->getLoc(),
-                                            DenseElementsAttr::get(t, b.getZeroAttr(t.getElementType())));
+        resultGrads[0] = ConstantOp::create(
+            b, op->getLoc(),
+            DenseElementsAttr::get(t, b.getZeroAttr(t.getElementType())));
       }
       SmallVector<Value> operandGrads;
       OpBuilder::InsertionGuard guard(b);
@@ -127,7 +134,9 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
       Value g = grads.lookup(arg);
       if (!g) {
         auto t = cast<RankedTensorType>(arg.getType());
-        g = ConstantOp::create(b, func.getLoc(), DenseElementsAttr::get(t, b.getZeroAttr(t.getElementType())));
+        g = ConstantOp::create(
+            b, func.getLoc(),
+            DenseElementsAttr::get(t, b.getZeroAttr(t.getElementType())));
       }
       results.push_back(g);
     }
@@ -136,9 +145,11 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
     SmallVector<Type> types;
     for (Value v : results)
       types.push_back(v.getType());
-    func.setFunctionType(FunctionType::get(&getContext(), func.getArgumentTypes(), types));
+    func.setFunctionType(
+        FunctionType::get(&getContext(), func.getArgumentTypes(), types));
     // Result attributes are positional: reset them for the new results.
-    func.setAllResultAttrs(SmallVector<DictionaryAttr>(func.getNumResults(), DictionaryAttr::get(&getContext())));
+    func.setAllResultAttrs(SmallVector<DictionaryAttr>(
+        func.getNumResults(), DictionaryAttr::get(&getContext())));
     func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss_sum"));
     for (auto [k, argIdx] : llvm::enumerate(trainable)) {
       auto name = func.getArgAttrOfType<StringAttr>(argIdx, kParamAttr);

@@ -25,9 +25,10 @@ SoftmaxOp causalSoftmax(Value p, Value &scores) {
   if (!sm)
     return nullptr;
   Value mask;
-  if (!matchBinary(sm.getX(), BinaryKind::add, scores, mask, [](Value, Value r) {
-        return r.getDefiningOp<CausalMaskOp>() != nullptr;
-      }))
+  if (!matchBinary(sm.getX(), BinaryKind::add, scores, mask,
+                   [](Value, Value r) {
+                     return r.getDefiningOp<CausalMaskOp>() != nullptr;
+                   }))
     return nullptr;
   return sm;
 }
@@ -36,11 +37,14 @@ SoftmaxOp causalSoftmax(Value p, Value &scores) {
 /// never masked, so no row is all -inf and p has no NaN.
 struct DropNanGuard : OpRewritePattern<SelectOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(SelectOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(SelectOp op,
+                                PatternRewriter &rewriter) const override {
     auto isNan = op.getCond().getDefiningOp<IsNanOp>();
     Value scores;
-    if (!isNan || isNan.getX() != op.getB() || !isScalarConstant(op.getA(), 0.0) ||
-        !causalSoftmax(op.getB(), scores) || op.getB().getType() != op.getType())
+    if (!isNan || isNan.getX() != op.getB() ||
+        !isScalarConstant(op.getA(), 0.0) ||
+        !causalSoftmax(op.getB(), scores) ||
+        op.getB().getType() != op.getType())
       return failure();
     rewriter.replaceOp(op, op.getB());
     return success();
@@ -83,7 +87,9 @@ Value stripRepeatKv(Value v) {
 /// in its 5-D form [B, Hkv, G, S, D]. Returns the unrepeated keys.
 Value matchKeyTranspose(Value kT) {
   if (auto tr = kT.getDefiningOp<TransposeOp>())
-    return tr.getPerm() == ArrayRef<int64_t>{0, 1, 3, 2} ? stripRepeatKv(tr.getX()) : Value();
+    return tr.getPerm() == ArrayRef<int64_t>{0, 1, 3, 2}
+               ? stripRepeatKv(tr.getX())
+               : Value();
   auto outer = kT.getDefiningOp<ReshapeOp>();
   auto tr = outer ? outer.getX().getDefiningOp<TransposeOp>() : nullptr;
   auto inner = tr ? tr.getX().getDefiningOp<ReshapeOp>() : nullptr;
@@ -100,7 +106,8 @@ Value matchKeyTranspose(Value kT) {
   Value src = inner.getX();
   auto st = cast<RankedTensorType>(src.getType());
   if (st.getRank() == 4)
-    return st.getShape() == ArrayRef<int64_t>{b, h, s, d} ? stripRepeatKv(src) : Value();
+    return st.getShape() == ArrayRef<int64_t>{b, h, s, d} ? stripRepeatKv(src)
+                                                          : Value();
   // [B, Hkv, G, S, D] = broadcast(reshape(k : [B, Hkv, S, D])).
   auto bc = src.getDefiningOp<BroadcastOp>();
   auto unsq = bc ? bc.getX().getDefiningOp<ReshapeOp>() : nullptr;
@@ -111,7 +118,8 @@ Value matchKeyTranspose(Value kT) {
   int64_t hkv = st.getDimSize(1), g = st.getDimSize(2);
   if (st.getShape() != ArrayRef<int64_t>{b, hkv, g, s, d} || hkv * g != h ||
       kt.getShape() != ArrayRef<int64_t>{b, hkv, s, d} ||
-      cast<RankedTensorType>(unsq.getType()).getShape() != ArrayRef<int64_t>{b, hkv, 1, s, d})
+      cast<RankedTensorType>(unsq.getType()).getShape() !=
+          ArrayRef<int64_t>{b, hkv, 1, s, d})
     return {};
   return k;
 }
@@ -119,13 +127,15 @@ Value matchKeyTranspose(Value kT) {
 /// Peels `x * c` (c a scalar constant) and returns x, multiplying `scale`.
 Value peelScale(Value v, double &scale) {
   Value x, c;
-  if (matchBinary(v, BinaryKind::mul, x, c,
-                  [](Value, Value r) { return scalarConstant(r).has_value(); })) {
+  if (matchBinary(v, BinaryKind::mul, x, c, [](Value, Value r) {
+        return scalarConstant(r).has_value();
+      })) {
     scale *= *scalarConstant(c);
     return x;
   }
-  if (matchBinary(v, BinaryKind::div, x, c,
-                  [](Value, Value r) { return scalarConstant(r).has_value(); })) {
+  if (matchBinary(v, BinaryKind::div, x, c, [](Value, Value r) {
+        return scalarConstant(r).has_value();
+      })) {
     scale /= *scalarConstant(c);
     return x;
   }
@@ -134,7 +144,8 @@ Value peelScale(Value v, double &scale) {
 
 struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(MatmulOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(MatmulOp op,
+                                PatternRewriter &rewriter) const override {
     if (op.getTransposeA() || op.getTransposeB())
       return failure();
     Value scores;
@@ -157,7 +168,8 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
       mergedKeyTranspose = kT.getDefiningOp<TransposeOp>();
       if (!mergedKeyTranspose || mergedKeyTranspose.getPerm().size() != 4)
         return failure();
-      keyPerm.assign(mergedKeyTranspose.getPerm().begin(), mergedKeyTranspose.getPerm().end());
+      keyPerm.assign(mergedKeyTranspose.getPerm().begin(),
+                     mergedKeyTranspose.getPerm().end());
       std::swap(keyPerm[2], keyPerm[3]);
     } else if (!k) {
       return failure();
@@ -165,7 +177,8 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
     Value v = stripRepeatKv(op.getB());
     auto qt = cast<RankedTensorType>(q.getType());
     auto kt = k ? cast<RankedTensorType>(k.getType())
-                : cast<RankedTensorType>(inferTransposeType(mergedKeyTranspose.getX(), keyPerm));
+                : cast<RankedTensorType>(
+                      inferTransposeType(mergedKeyTranspose.getX(), keyPerm));
     if (qt.getRank() != 4 || kt.getRank() != 4 || kt != v.getType() ||
         kt.getDimSize(1) == 0 || qt.getDimSize(1) % kt.getDimSize(1) ||
         op.getType() != q.getType())
@@ -173,15 +186,18 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
     if (!k)
       k = TransposeOp::create(rewriter, op.getLoc(), mergedKeyTranspose.getX(),
                               rewriter.getDenseI64ArrayAttr(keyPerm));
-    auto lseType = RankedTensorType::get(qt.getShape().drop_back(), qt.getElementType());
-    auto attn = AttentionOp::create(rewriter, op.getLoc(), TypeRange{qt, lseType}, q, k, v,
-                                    rewriter.getUnitAttr(), rewriter.getF32FloatAttr(float(scale)));
+    auto lseType =
+        RankedTensorType::get(qt.getShape().drop_back(), qt.getElementType());
+    auto attn = AttentionOp::create(
+        rewriter, op.getLoc(), TypeRange{qt, lseType}, q, k, v,
+        rewriter.getUnitAttr(), rewriter.getF32FloatAttr(float(scale)));
     rewriter.replaceOp(op, attn.getOut());
     return success();
   }
 };
 
-struct TGFuseAttentionPass : rondo::tg::impl::TGFuseAttentionPassBase<TGFuseAttentionPass> {
+struct TGFuseAttentionPass
+    : rondo::tg::impl::TGFuseAttentionPassBase<TGFuseAttentionPass> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());

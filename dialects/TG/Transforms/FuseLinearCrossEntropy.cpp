@@ -1,4 +1,5 @@
-//===- FuseLinearCrossEntropy.cpp - tg-fuse-linear-cross-entropy -*- C++ -*-===//
+//===- FuseLinearCrossEntropy.cpp - tg-fuse-linear-cross-entropy -*- C++
+//-*-===//
 //
 // Part of the Rondo project.
 //
@@ -22,7 +23,8 @@ struct FuseHeadIntoLoss : OpRewritePattern<CrossEntropyOp> {
   FuseHeadIntoLoss(MLIRContext *ctx, int64_t chunkRows)
       : OpRewritePattern(ctx), chunkRows(chunkRows) {}
 
-  LogicalResult matchAndRewrite(CrossEntropyOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(CrossEntropyOp op,
+                                PatternRewriter &rewriter) const override {
     // cross_entropy(reshape(slice(matmul(h, W)))): the slice and reshape only
     // touch rows, so they can move onto h.
     auto flat = op.getLogits().getDefiningOp<ReshapeOp>();
@@ -60,21 +62,28 @@ struct FuseHeadIntoLoss : OpRewritePattern<CrossEntropyOp> {
       SmallVector<int64_t> starts(slice.getStarts()), steps(slice.getSteps());
       starts.back() = 0;
       steps.back() = 1;
-      h = SliceOp::create(rewriter, loc, RankedTensorType::get(shape, ht.getElementType()), h,
-                          rewriter.getDenseI64ArrayAttr(starts), rewriter.getDenseI64ArrayAttr(steps));
+      h = SliceOp::create(rewriter, loc,
+                          RankedTensorType::get(shape, ht.getElementType()), h,
+                          rewriter.getDenseI64ArrayAttr(starts),
+                          rewriter.getDenseI64ArrayAttr(steps));
     }
     (void)rank;
-    int64_t rows = cast<RankedTensorType>(op.getLogits().getType()).getDimSize(0);
-    h = ReshapeOp::create(rewriter, loc, RankedTensorType::get({rows, d}, ht.getElementType()), h);
-    rewriter.replaceOpWithNewOp<LinearCrossEntropyOp>(op, op.getType(), h, w, op.getLabels(), transW,
-                                                      op.getIgnoreIndex(), chunkRows);
+    int64_t rows =
+        cast<RankedTensorType>(op.getLogits().getType()).getDimSize(0);
+    h = ReshapeOp::create(rewriter, loc,
+                          RankedTensorType::get({rows, d}, ht.getElementType()),
+                          h);
+    rewriter.replaceOpWithNewOp<LinearCrossEntropyOp>(
+        op, op.getType(), h, w, op.getLabels(), transW, op.getIgnoreIndex(),
+        chunkRows);
     return success();
   }
   int64_t chunkRows;
 };
 
 struct TGFuseLinearCrossEntropyPass
-    : rondo::tg::impl::TGFuseLinearCrossEntropyPassBase<TGFuseLinearCrossEntropyPass> {
+    : rondo::tg::impl::TGFuseLinearCrossEntropyPassBase<
+          TGFuseLinearCrossEntropyPass> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());

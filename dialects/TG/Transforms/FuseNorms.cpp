@@ -32,10 +32,12 @@ bool isMeanSquareOf(Value v, Value x) {
   if (axis != xt.getRank() - 1 && axis != -1)
     return false;
   Value sq = mean.getX(), a, b;
-  if (matchBinary(sq, BinaryKind::pow, a, b,
-                  [&](Value l, Value r) { return l == x && isScalarConstant(r, 2.0); }))
+  if (matchBinary(sq, BinaryKind::pow, a, b, [&](Value l, Value r) {
+        return l == x && isScalarConstant(r, 2.0);
+      }))
     return true;
-  return matchBinary(sq, BinaryKind::mul, a, b, [&](Value l, Value r) { return l == x && r == x; });
+  return matchBinary(sq, BinaryKind::mul, a, b,
+                     [&](Value l, Value r) { return l == x && r == x; });
 }
 
 /// rsqrt(mean(x^2) + eps) in any of the exporter's spellings; sets eps.
@@ -59,7 +61,8 @@ bool isInvRms(Value v, Value x, double &eps) {
 
 struct FuseRmsNorm : OpRewritePattern<BinaryOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(BinaryOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(BinaryOp op,
+                                PatternRewriter &rewriter) const override {
     if (op.getKind() != BinaryKind::mul)
       return failure();
     // op = w * (x * invrms(x))
@@ -69,21 +72,24 @@ struct FuseRmsNorm : OpRewritePattern<BinaryOp> {
       return matchBinary(n, BinaryKind::mul, x, inv,
                          [&](Value l, Value r) { return isInvRms(r, l, eps); });
     };
-    if (!matchBinary(op.getResult(), BinaryKind::mul, w, normed, [&](Value l, Value r) {
-          auto wt = cast<RankedTensorType>(l.getType());
-          auto xt = cast<RankedTensorType>(r.getType());
-          return xt.getRank() >= 1 && wt.getNumElements() == xt.getShape().back() &&
-                 isNormalized(r);
-        }))
+    if (!matchBinary(op.getResult(), BinaryKind::mul, w, normed,
+                     [&](Value l, Value r) {
+                       auto wt = cast<RankedTensorType>(l.getType());
+                       auto xt = cast<RankedTensorType>(r.getType());
+                       return xt.getRank() >= 1 &&
+                              wt.getNumElements() == xt.getShape().back() &&
+                              isNormalized(r);
+                     }))
       return failure();
     if (op.getType() != x.getType())
       return failure();
     auto wt = cast<RankedTensorType>(w.getType());
     if (wt.getRank() != 1)
-      w = ReshapeOp::create(rewriter, op.getLoc(),
-                            RankedTensorType::get({wt.getNumElements()}, wt.getElementType()), w);
-    rewriter.replaceOpWithNewOp<RmsNormOp>(op, op.getType(), x, w,
-                                           rewriter.getF32FloatAttr(float(eps)));
+      w = ReshapeOp::create(
+          rewriter, op.getLoc(),
+          RankedTensorType::get({wt.getNumElements()}, wt.getElementType()), w);
+    rewriter.replaceOpWithNewOp<RmsNormOp>(
+        op, op.getType(), x, w, rewriter.getF32FloatAttr(float(eps)));
     return success();
   }
 };

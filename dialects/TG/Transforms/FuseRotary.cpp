@@ -64,7 +64,8 @@ bool isRotateHalf(Value v, Value x) {
 
 struct FuseRotaryPattern : OpRewritePattern<BinaryOp> {
   using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(BinaryOp op, PatternRewriter &rewriter) const override {
+  LogicalResult matchAndRewrite(BinaryOp op,
+                                PatternRewriter &rewriter) const override {
     if (op.getKind() != BinaryKind::add)
       return failure();
     auto type = cast<RankedTensorType>(op.getType());
@@ -73,15 +74,20 @@ struct FuseRotaryPattern : OpRewritePattern<BinaryOp> {
     int64_t t = type.getDimSize(2), d = type.getDimSize(3);
     Value cosTerm, sinTerm, x, cosV, rot, sinV;
     std::optional<DenseElementsAttr> cosT, sinT;
-    bool matched = matchBinary(op.getResult(), BinaryKind::add, cosTerm, sinTerm, [&](Value l, Value r) {
-      return matchBinary(l, BinaryKind::mul, x, cosV,
-                         [&](Value p, Value q) {
-                           return p.getType() == type && (cosT = tableOf(q, t, d)).has_value();
-                         }) &&
-             matchBinary(r, BinaryKind::mul, rot, sinV, [&](Value p, Value q) {
-               return isRotateHalf(p, x) && (sinT = tableOf(q, t, d)).has_value();
-             });
-    });
+    bool matched = matchBinary(
+        op.getResult(), BinaryKind::add, cosTerm, sinTerm,
+        [&](Value l, Value r) {
+          return matchBinary(l, BinaryKind::mul, x, cosV,
+                             [&](Value p, Value q) {
+                               return p.getType() == type &&
+                                      (cosT = tableOf(q, t, d)).has_value();
+                             }) &&
+                 matchBinary(r, BinaryKind::mul, rot, sinV,
+                             [&](Value p, Value q) {
+                               return isRotateHalf(p, x) &&
+                                      (sinT = tableOf(q, t, d)).has_value();
+                             });
+        });
     if (!matched)
       return failure();
     Value c = ConstantOp::create(rewriter, op.getLoc(), *cosT);
@@ -91,7 +97,8 @@ struct FuseRotaryPattern : OpRewritePattern<BinaryOp> {
   }
 };
 
-struct TGFuseRotaryPass : rondo::tg::impl::TGFuseRotaryPassBase<TGFuseRotaryPass> {
+struct TGFuseRotaryPass
+    : rondo::tg::impl::TGFuseRotaryPassBase<TGFuseRotaryPass> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());

@@ -33,16 +33,19 @@ inline std::optional<double> scalarConstant(mlir::Value v) {
   return std::nullopt;
 }
 
-inline bool isScalarConstant(mlir::Value v, double expected, double tol = 1e-6) {
+inline bool isScalarConstant(mlir::Value v, double expected,
+                             double tol = 1e-6) {
   auto c = scalarConstant(v);
-  return c && std::abs(*c - expected) <= tol * std::max(1.0, std::abs(expected));
+  return c &&
+         std::abs(*c - expected) <= tol * std::max(1.0, std::abs(expected));
 }
 
 /// Matches `v = tg.binary kind(a, b)`; for commutative kinds, `first`
 /// decides which operand is returned first by trying both orders with
 /// `pred(a, b)`.
 template <typename Pred>
-bool matchBinary(mlir::Value v, BinaryKind kind, mlir::Value &a, mlir::Value &b, Pred pred) {
+bool matchBinary(mlir::Value v, BinaryKind kind, mlir::Value &a, mlir::Value &b,
+                 Pred pred) {
   auto op = v.getDefiningOp<BinaryOp>();
   if (!op || op.getKind() != kind)
     return false;

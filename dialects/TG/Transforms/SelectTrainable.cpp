@@ -17,7 +17,8 @@ using namespace mlir;
 using namespace rondo::tg;
 
 namespace {
-struct TGSelectTrainablePass : rondo::tg::impl::TGSelectTrainablePassBase<TGSelectTrainablePass> {
+struct TGSelectTrainablePass
+    : rondo::tg::impl::TGSelectTrainablePassBase<TGSelectTrainablePass> {
   using Base::Base;
   void runOnOperation() override {
     auto func = getOperation().lookupSymbol<func::FuncOp>("main");
@@ -26,11 +27,13 @@ struct TGSelectTrainablePass : rondo::tg::impl::TGSelectTrainablePassBase<TGSele
     std::string error;
     llvm::Regex keep(trainable), freezeRe(freeze);
     if (!trainable.empty() && !keep.isValid(error)) {
-      getOperation().emitError("--trainable: invalid regular expression '") << trainable << "': " << error;
+      getOperation().emitError("--trainable: invalid regular expression '")
+          << trainable << "': " << error;
       return signalPassFailure();
     }
     if (!freeze.empty() && !freezeRe.isValid(error)) {
-      getOperation().emitError("--freeze: invalid regular expression '") << freeze << "': " << error;
+      getOperation().emitError("--freeze: invalid regular expression '")
+          << freeze << "': " << error;
       return signalPassFailure();
     }
     for (unsigned k = 0; k < func.getNumArguments(); ++k) {
@@ -39,7 +42,8 @@ struct TGSelectTrainablePass : rondo::tg::impl::TGSelectTrainablePassBase<TGSele
         continue;
       auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
       auto matches = [&](llvm::Regex &re) {
-        return re.match(name.getValue()) || (torch && re.match(torch.getValue()));
+        return re.match(name.getValue()) ||
+               (torch && re.match(torch.getValue()));
       };
       auto type = cast<RankedTensorType>(func.getArgument(k).getType());
       bool on = isa<FloatType>(type.getElementType()) && type.getRank() >= 1;

@@ -20,15 +20,19 @@
 namespace rondo {
 
 struct TrainPipelineOptions : mlir::PassPipelineOptions<TrainPipelineOptions> {
-  Option<std::string> loss{*this, "loss", llvm::cl::desc("causal-lm or output:NAME"),
+  Option<std::string> loss{*this, "loss",
+                           llvm::cl::desc("causal-lm or output:NAME"),
                            llvm::cl::init("causal-lm")};
-  Option<std::string> trainable{*this, "trainable", llvm::cl::desc("regex of trainable names"),
+  Option<std::string> trainable{*this, "trainable",
+                                llvm::cl::desc("regex of trainable names"),
                                 llvm::cl::init("")};
-  Option<std::string> freeze{*this, "freeze", llvm::cl::desc("regex of frozen names"),
+  Option<std::string> freeze{*this, "freeze",
+                             llvm::cl::desc("regex of frozen names"),
                              llvm::cl::init("")};
-  Option<int64_t> chunkRows{*this, "chunk-rows",
-                            llvm::cl::desc("rows of logits per cross-entropy chunk"),
-                            llvm::cl::init(1024)};
+  Option<int64_t> chunkRows{
+      *this, "chunk-rows",
+      llvm::cl::desc("rows of logits per cross-entropy chunk"),
+      llvm::cl::init(1024)};
 };
 
 /// Phase `tg`: clean up the imported graph and recognise the structures
@@ -36,7 +40,8 @@ struct TrainPipelineOptions : mlir::PassPipelineOptions<TrainPipelineOptions> {
 void buildTGPipeline(mlir::OpPassManager &pm);
 
 /// Phase `train`: loss, trainable set, reverse mode.
-void buildTrainPipeline(mlir::OpPassManager &pm, const TrainPipelineOptions &options);
+void buildTrainPipeline(mlir::OpPassManager &pm,
+                        const TrainPipelineOptions &options);
 
 /// Registers both as `rondo-tg-pipeline` and `rondo-train-pipeline`.
 void registerPipelines();

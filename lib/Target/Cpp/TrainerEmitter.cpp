@@ -28,34 +28,56 @@ namespace {
 
 const char *unaryName(UnaryKind k) {
   switch (k) {
-  case UnaryKind::neg: return "Neg";
-  case UnaryKind::exp: return "Exp";
-  case UnaryKind::log: return "Log";
-  case UnaryKind::sqrt: return "Sqrt";
-  case UnaryKind::rsqrt: return "Rsqrt";
-  case UnaryKind::reciprocal: return "Reciprocal";
-  case UnaryKind::sigmoid: return "Sigmoid";
-  case UnaryKind::tanh: return "Tanh";
-  case UnaryKind::relu: return "Relu";
-  case UnaryKind::silu: return "Silu";
-  case UnaryKind::gelu_tanh: return "GeluTanh";
-  case UnaryKind::gelu_erf: return "GeluErf";
-  case UnaryKind::abs: return "Abs";
-  case UnaryKind::sin: return "Sin";
-  case UnaryKind::cos: return "Cos";
+  case UnaryKind::neg:
+    return "Neg";
+  case UnaryKind::exp:
+    return "Exp";
+  case UnaryKind::log:
+    return "Log";
+  case UnaryKind::sqrt:
+    return "Sqrt";
+  case UnaryKind::rsqrt:
+    return "Rsqrt";
+  case UnaryKind::reciprocal:
+    return "Reciprocal";
+  case UnaryKind::sigmoid:
+    return "Sigmoid";
+  case UnaryKind::tanh:
+    return "Tanh";
+  case UnaryKind::relu:
+    return "Relu";
+  case UnaryKind::silu:
+    return "Silu";
+  case UnaryKind::gelu_tanh:
+    return "GeluTanh";
+  case UnaryKind::gelu_erf:
+    return "GeluErf";
+  case UnaryKind::abs:
+    return "Abs";
+  case UnaryKind::sin:
+    return "Sin";
+  case UnaryKind::cos:
+    return "Cos";
   }
   return "?";
 }
 
 const char *binaryName(BinaryKind k) {
   switch (k) {
-  case BinaryKind::add: return "Add";
-  case BinaryKind::sub: return "Sub";
-  case BinaryKind::mul: return "Mul";
-  case BinaryKind::div: return "Div";
-  case BinaryKind::pow: return "Pow";
-  case BinaryKind::max: return "Max";
-  case BinaryKind::min: return "Min";
+  case BinaryKind::add:
+    return "Add";
+  case BinaryKind::sub:
+    return "Sub";
+  case BinaryKind::mul:
+    return "Mul";
+  case BinaryKind::div:
+    return "Div";
+  case BinaryKind::pow:
+    return "Pow";
+  case BinaryKind::max:
+    return "Max";
+  case BinaryKind::min:
+    return "Min";
   }
   return "?";
 }
@@ -86,14 +108,19 @@ private:
   std::string ptr(Value v) { return exprs.lookup(v); }
   std::string view(Value v, bool mut = false) {
     auto t = cast<RankedTensorType>(v.getType());
-    const char *kind = t.getElementType().isInteger(64) ? "IView" : mut ? "FView" : "CFView";
-    return llvm::formatv("{0}{{{1}, {2}}", kind, ptr(v), shapeList(t.getShape())).str();
+    const char *kind = t.getElementType().isInteger(64) ? "IView"
+                       : mut                            ? "FView"
+                                                        : "CFView";
+    return llvm::formatv("{0}{{{1}, {2}}", kind, ptr(v),
+                         shapeList(t.getShape()))
+        .str();
   }
   std::string newBuffer(Value v) {
     auto t = cast<RankedTensorType>(v.getType());
     std::string name = "v" + std::to_string(counter++);
     const char *elem = t.getElementType().isInteger(64) ? "int64_t" : "float";
-    body << llvm::formatv("  std::vector<{0}> {1}({2});\n", elem, name, t.getNumElements());
+    body << llvm::formatv("  std::vector<{0}> {1}({2});\n", elem, name,
+                          t.getNumElements());
     exprs[v] = name + ".data()";
     roots[v] = name;
     return name;
@@ -134,14 +161,15 @@ LogicalResult Emitter::emitOp(Operation *op) {
     if (t.getElementType().isF32()) {
       if (dense.isSplat()) {
         std::string name = newBuffer(c);
-        body << llvm::formatv("  std::fill({0}.begin(), {0}.end(), {1});\n", name,
-                              floatLiteral(dense.getSplatValue<float>()));
+        body << llvm::formatv("  std::fill({0}.begin(), {0}.end(), {1});\n",
+                              name, floatLiteral(dense.getSplatValue<float>()));
         return success();
       }
       std::string name = "c" + std::to_string(counter++);
       globalsOs << "static const float " << name << "[] = {";
       for (auto [k, f] : llvm::enumerate(dense.getValues<float>()))
-        globalsOs << (k ? "," : "") << (k % 8 == 0 ? "\n    " : " ") << floatLiteral(f);
+        globalsOs << (k ? "," : "") << (k % 8 == 0 ? "\n    " : " ")
+                  << floatLiteral(f);
       globalsOs << "};\n";
       exprs[c] = name;
       return success();
@@ -155,7 +183,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
       exprs[c] = name;
       return success();
     }
-    return op->emitError("the C++ emitter has no storage for constants of type ") << t;
+    return op->emitError(
+               "the C++ emitter has no storage for constants of type ")
+           << t;
   }
   if (auto r = dyn_cast<ReshapeOp>(op)) {
     exprs[r] = ptr(r.getX());
@@ -164,28 +194,31 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   }
   if (auto u = dyn_cast<UnaryOp>(op)) {
-    body << llvm::formatv("  unary(UnaryKind::{0}, {1}, {2});\n", unaryName(u.getKind()),
-                          view(u.getX()), out());
+    body << llvm::formatv("  unary(UnaryKind::{0}, {1}, {2});\n",
+                          unaryName(u.getKind()), view(u.getX()), out());
     return success();
   }
   if (auto g = dyn_cast<GatedActOp>(op)) {
     auto t = cast<RankedTensorType>(g.getType());
     std::string o = out();
-    body << llvm::formatv("  {{ std::vector<float> act({0});\n"
-                          "    unary(UnaryKind::{1}, {2}, FView{{act.data(), {3}});\n"
-                          "    binary(BinaryKind::Mul, CFView{{act.data(), {3}}, {4}, {5}); }\n",
-                          t.getNumElements(), unaryName(g.getAct()), view(g.getGate()),
-                          shapeList(t.getShape()), view(g.getUp()), o);
+    body << llvm::formatv(
+        "  {{ std::vector<float> act({0});\n"
+        "    unary(UnaryKind::{1}, {2}, FView{{act.data(), {3}});\n"
+        "    binary(BinaryKind::Mul, CFView{{act.data(), {3}}, {4}, {5}); }\n",
+        t.getNumElements(), unaryName(g.getAct()), view(g.getGate()),
+        shapeList(t.getShape()), view(g.getUp()), o);
     return success();
   }
   if (auto b = dyn_cast<BinaryOp>(op)) {
-    body << llvm::formatv("  binary(BinaryKind::{0}, {1}, {2}, {3});\n", binaryName(b.getKind()),
-                          view(b.getLhs()), view(b.getRhs()), out());
+    body << llvm::formatv("  binary(BinaryKind::{0}, {1}, {2}, {3});\n",
+                          binaryName(b.getKind()), view(b.getLhs()),
+                          view(b.getRhs()), out());
     return success();
   }
   if (auto m = dyn_cast<MatmulOp>(op)) {
-    body << llvm::formatv("  matmul({0}, {1}, {2}, {3}, {4});\n", view(m.getA()), view(m.getB()),
-                          out(), m.getTransposeA() ? "true" : "false",
+    body << llvm::formatv("  matmul({0}, {1}, {2}, {3}, {4});\n",
+                          view(m.getA()), view(m.getB()), out(),
+                          m.getTransposeA() ? "true" : "false",
                           m.getTransposeB() ? "true" : "false");
     return success();
   }
@@ -199,16 +232,20 @@ LogicalResult Emitter::emitOp(Operation *op) {
       kept[axis] = 1;
     }
     newBuffer(r);
-    std::string keptView = llvm::formatv("FView{{{0}, {1}}", ptr(r), shapeList(kept)).str();
-    body << llvm::formatv("  sumToShape({0}, {1});\n", view(r.getX()), keptView);
+    std::string keptView =
+        llvm::formatv("FView{{{0}, {1}}", ptr(r), shapeList(kept)).str();
+    body << llvm::formatv("  sumToShape({0}, {1});\n", view(r.getX()),
+                          keptView);
     if (r.getKind() == ReduceKind::mean)
-      body << llvm::formatv("  scale(CFView{{{0}, {1}}, {2}, {3});\n", ptr(r), shapeList(kept),
-                            floatLiteral(float(1.0 / count)), keptView);
+      body << llvm::formatv("  scale(CFView{{{0}, {1}}, {2}, {3});\n", ptr(r),
+                            shapeList(kept), floatLiteral(float(1.0 / count)),
+                            keptView);
     return success();
   }
   if (auto t = dyn_cast<TransposeOp>(op)) {
     std::string perm = ints(t.getPerm());
-    body << llvm::formatv("  transpose({0}, {1}, {2});\n", view(t.getX()), perm, out());
+    body << llvm::formatv("  transpose({0}, {1}, {2});\n", view(t.getX()), perm,
+                          out());
     return success();
   }
   if (auto b = dyn_cast<BroadcastOp>(op)) {
@@ -226,16 +263,19 @@ LogicalResult Emitter::emitOp(Operation *op) {
       auto xt = cast<RankedTensorType>(s.getX().getType());
       auto rt = cast<RankedTensorType>(s.getType());
       newBuffer(s);
-      body << llvm::formatv("  sliceInts({0}, {1}, {2}, {3}, {4}, {5}, {6});\n", ptr(s.getX()),
-                            ints(xt.getShape()), ptr(s), ints(rt.getShape()), xt.getRank(), st, sp);
+      body << llvm::formatv("  sliceInts({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
+                            ptr(s.getX()), ints(xt.getShape()), ptr(s),
+                            ints(rt.getShape()), xt.getRank(), st, sp);
       return success();
     }
-    body << llvm::formatv("  slice({0}, {1}, {2}, {3});\n", view(s.getX()), st, sp, out());
+    body << llvm::formatv("  slice({0}, {1}, {2}, {3});\n", view(s.getX()), st,
+                          sp, out());
     return success();
   }
   if (auto s = dyn_cast<SliceGradOp>(op)) {
     std::string st = ints(s.getStarts()), sp = ints(s.getSteps());
-    body << llvm::formatv("  sliceBackward({0}, {1}, {2}, {3});\n", view(s.getDy()), st, sp, out());
+    body << llvm::formatv("  sliceBackward({0}, {1}, {2}, {3});\n",
+                          view(s.getDy()), st, sp, out());
     return success();
   }
   if (auto c = dyn_cast<ConcatOp>(op)) {
@@ -246,19 +286,21 @@ LogicalResult Emitter::emitOp(Operation *op) {
     int64_t rank = cast<RankedTensorType>(c.getType()).getRank();
     int64_t axis = static_cast<int64_t>(c.getAxis());
     body << "};\n";
-    body << llvm::formatv("  concat({0}, {1}, {2}, {3});\n", arr, c.getInputs().size(),
-                          axis < 0 ? axis + rank : axis, out());
+    body << llvm::formatv("  concat({0}, {1}, {2}, {3});\n", arr,
+                          c.getInputs().size(), axis < 0 ? axis + rank : axis,
+                          out());
     return success();
   }
   if (auto g = dyn_cast<GatherOp>(op)) {
-    body << llvm::formatv("  gatherRows({0}, {1}, {2});\n", view(g.getTable()), view(g.getIds()),
-                          out());
+    body << llvm::formatv("  gatherRows({0}, {1}, {2});\n", view(g.getTable()),
+                          view(g.getIds()), out());
     return success();
   }
   if (auto g = dyn_cast<GatherGradOp>(op)) {
     std::string o = out();
-    body << llvm::formatv("  fill({0}, 0.0f);\n  gatherRowsBackward({1}, {2}, {0});\n", o,
-                          view(g.getIds()), view(g.getDy()));
+    body << llvm::formatv(
+        "  fill({0}, 0.0f);\n  gatherRowsBackward({1}, {2}, {0});\n", o,
+        view(g.getIds()), view(g.getDy()));
     return success();
   }
   if (auto s = dyn_cast<SoftmaxOp>(op)) {
@@ -266,8 +308,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   }
   if (auto s = dyn_cast<SoftmaxGradOp>(op)) {
-    body << llvm::formatv("  softmaxBackward({0}, {1}, {2});\n", view(s.getY()), view(s.getDy()),
-                          out());
+    body << llvm::formatv("  softmaxBackward({0}, {1}, {2});\n", view(s.getY()),
+                          view(s.getDy()), out());
     return success();
   }
   if (auto m = dyn_cast<CausalMaskOp>(op)) {
@@ -279,100 +321,113 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   }
   if (auto n = dyn_cast<RmsNormOp>(op)) {
-    body << llvm::formatv("  rmsNorm({0}, {1}, {2}, {3});\n", view(n.getX()), view(n.getW()),
+    body << llvm::formatv("  rmsNorm({0}, {1}, {2}, {3});\n", view(n.getX()),
+                          view(n.getW()),
                           floatLiteral(n.getEps().convertToFloat()), out());
     return success();
   }
   if (auto n = dyn_cast<RmsNormGradOp>(op)) {
     std::string dx = out(0), dw = out(1);
-    body << llvm::formatv("  rmsNormBackward({0}, {1}, {2}, {3}, {4}, {5});\n", view(n.getX()),
-                          view(n.getW()), floatLiteral(n.getEps().convertToFloat()),
+    body << llvm::formatv("  rmsNormBackward({0}, {1}, {2}, {3}, {4}, {5});\n",
+                          view(n.getX()), view(n.getW()),
+                          floatLiteral(n.getEps().convertToFloat()),
                           view(n.getDy()), dx, dw);
     return success();
   }
   if (auto n = dyn_cast<LayerNormOp>(op)) {
-    body << llvm::formatv("  layerNorm({0}, {1}, {2}, {3}, {4});\n", view(n.getX()),
-                          view(n.getW()), view(n.getB()),
+    body << llvm::formatv("  layerNorm({0}, {1}, {2}, {3}, {4});\n",
+                          view(n.getX()), view(n.getW()), view(n.getB()),
                           floatLiteral(n.getEps().convertToFloat()), out());
     return success();
   }
   if (auto n = dyn_cast<LayerNormGradOp>(op)) {
     std::string dx = out(0), dw = out(1), db = out(2);
-    body << llvm::formatv("  layerNormBackward({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
-                          view(n.getX()), view(n.getW()), floatLiteral(n.getEps().convertToFloat()),
-                          view(n.getDy()), dx, dw, db);
+    body << llvm::formatv(
+        "  layerNormBackward({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
+        view(n.getX()), view(n.getW()),
+        floatLiteral(n.getEps().convertToFloat()), view(n.getDy()), dx, dw, db);
     return success();
   }
   if (auto r = dyn_cast<RotaryOp>(op)) {
-    body << llvm::formatv("  rotary({0}, {1}, {2}, {3});\n", view(r.getX()), view(r.getCos()),
-                          view(r.getSin()), out());
+    body << llvm::formatv("  rotary({0}, {1}, {2}, {3});\n", view(r.getX()),
+                          view(r.getCos()), view(r.getSin()), out());
     return success();
   }
   if (auto r = dyn_cast<RotaryGradOp>(op)) {
-    body << llvm::formatv("  rotaryBackward({0}, {1}, {2}, {3});\n", view(r.getDy()),
-                          view(r.getCos()), view(r.getSin()), out());
+    body << llvm::formatv("  rotaryBackward({0}, {1}, {2}, {3});\n",
+                          view(r.getDy()), view(r.getCos()), view(r.getSin()),
+                          out());
     return success();
   }
   if (auto a = dyn_cast<AttentionOp>(op)) {
     std::string o = out(0), lse = out(1);
-    body << llvm::formatv("  attention({0}, {1}, {2}, {3}, {4}, {5}, {6});\n", view(a.getQ()),
-                          view(a.getK()), view(a.getV()), a.getCausal() ? "true" : "false",
+    body << llvm::formatv("  attention({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
+                          view(a.getQ()), view(a.getK()), view(a.getV()),
+                          a.getCausal() ? "true" : "false",
                           floatLiteral(a.getScale().convertToFloat()), o, lse);
     return success();
   }
   if (auto a = dyn_cast<AttentionGradOp>(op)) {
     std::string dq = out(0), dk = out(1), dv = out(2);
     body << llvm::formatv(
-        "  attentionBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10});\n",
-        view(a.getQ()), view(a.getK()), view(a.getV()), view(a.getOut()), view(a.getLse()),
-        view(a.getDout()), a.getCausal() ? "true" : "false",
+        "  attentionBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
+        "{10});\n",
+        view(a.getQ()), view(a.getK()), view(a.getV()), view(a.getOut()),
+        view(a.getLse()), view(a.getDout()), a.getCausal() ? "true" : "false",
         floatLiteral(a.getScale().convertToFloat()), dq, dk, dv);
     return success();
   }
   if (auto c = dyn_cast<CrossEntropyOp>(op)) {
     std::string name = newBuffer(c);
-    body << llvm::formatv("  {{ double sum = 0; int64_t count = 0;\n"
-                          "    if (!crossEntropy({0}, {1}, {2}, &sum, &count)) labelError();\n"
-                          "    {3}[0] = float(sum); }\n",
-                          view(c.getLogits()), view(c.getLabels()),
-                          static_cast<int64_t>(c.getIgnoreIndex()), name);
+    body << llvm::formatv(
+        "  {{ double sum = 0; int64_t count = 0;\n"
+        "    if (!crossEntropy({0}, {1}, {2}, &sum, &count)) labelError();\n"
+        "    {3}[0] = float(sum); }\n",
+        view(c.getLogits()), view(c.getLabels()),
+        static_cast<int64_t>(c.getIgnoreIndex()), name);
     return success();
   }
   if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
-    body << llvm::formatv("  crossEntropyBackward({0}, {1}, {2}, {3}[0], {4});\n",
-                          view(c.getLogits()), view(c.getLabels()),
-                          static_cast<int64_t>(c.getIgnoreIndex()), ptr(c.getDloss()), out());
+    body << llvm::formatv(
+        "  crossEntropyBackward({0}, {1}, {2}, {3}[0], {4});\n",
+        view(c.getLogits()), view(c.getLabels()),
+        static_cast<int64_t>(c.getIgnoreIndex()), ptr(c.getDloss()), out());
     return success();
   }
   if (auto c = dyn_cast<LinearCrossEntropyOp>(op)) {
     std::string name = newBuffer(c);
     body << llvm::formatv(
         "  {{ double sum = 0; int64_t count = 0;\n"
-        "    if (!linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, &sum, &count)) labelError();\n"
+        "    if (!linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, &sum, "
+        "&count)) labelError();\n"
         "    {6}[0] = float(sum); }\n",
-        view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false", view(c.getLabels()),
-        static_cast<int64_t>(c.getIgnoreIndex()), static_cast<int64_t>(c.getChunkRows()), name);
+        view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
+        view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
+        static_cast<int64_t>(c.getChunkRows()), name);
     return success();
   }
   if (auto c = dyn_cast<LinearCrossEntropyGradOp>(op)) {
     std::string dh = out(0), dw = out(1);
     body << llvm::formatv(
-        "  linearCrossEntropyBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}[0], {7}, {8});\n",
-        view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false", view(c.getLabels()),
-        static_cast<int64_t>(c.getIgnoreIndex()), static_cast<int64_t>(c.getChunkRows()),
-        ptr(c.getDloss()), dh, dw);
+        "  linearCrossEntropyBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}[0], "
+        "{7}, {8});\n",
+        view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
+        view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
+        static_cast<int64_t>(c.getChunkRows()), ptr(c.getDloss()), dh, dw);
     return success();
   }
   if (auto u = dyn_cast<UnaryGradOp>(op)) {
     body << llvm::formatv("  unaryBackward(UnaryKind::{0}, {1}, {2}, {3});\n",
-                          unaryName(u.getKind()), view(u.getX()), view(u.getDy()), out());
+                          unaryName(u.getKind()), view(u.getX()),
+                          view(u.getDy()), out());
     return success();
   }
   if (auto b = dyn_cast<BinaryGradOp>(op)) {
     std::string dl = out(0), dr = out(1);
-    body << llvm::formatv("  binaryBackward(BinaryKind::{0}, {1}, {2}, {3}, {4}, {5});\n",
-                          binaryName(b.getKind()), view(b.getLhs()), view(b.getRhs()),
-                          view(b.getDy()), dl, dr);
+    body << llvm::formatv(
+        "  binaryBackward(BinaryKind::{0}, {1}, {2}, {3}, {4}, {5});\n",
+        binaryName(b.getKind()), view(b.getLhs()), view(b.getRhs()),
+        view(b.getDy()), dl, dr);
     return success();
   }
   return op->emitError("the host C++ emitter has no kernel for '")
@@ -384,7 +439,8 @@ LogicalResult Emitter::run() {
   if (!func)
     return module.emitError("no @main function to emit");
   if (func.getNumResults() == 0 || !func.getResultAttr(0, kResultNameAttr))
-    return func.emitError("emit a differentiated training function (run the train phase)");
+    return func.emitError(
+        "emit a differentiated training function (run the train phase)");
   Block &block = func.getBody().front();
 
   // Arguments: parameters, token ids, labels, loss scale.
@@ -404,11 +460,13 @@ LogicalResult Emitter::run() {
       auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
       paramSlot[name.getValue()] = params.size();
       exprs[arg] = llvm::formatv("args.params[{0}]", params.size()).str();
-      params.push_back({name.str(), torch ? torch.str() : "", SmallVector<int64_t>(t.getShape()),
+      params.push_back({name.str(), torch ? torch.str() : "",
+                        SmallVector<int64_t>(t.getShape()),
                         func.getArgAttr(k, kTrainableAttr) != nullptr});
     } else if (auto in = func.getArgAttrOfType<StringAttr>(k, kInputAttr)) {
       if (!t.getElementType().isInteger(64) || t.getRank() != 2)
-        return func.emitError("the trainer takes one int64 [batch, seq] token input; '")
+        return func.emitError(
+                   "the trainer takes one int64 [batch, seq] token input; '")
                << in.getValue() << "' is " << t;
       inputName = in.str();
       batch = t.getDimSize(0);
@@ -419,7 +477,8 @@ LogicalResult Emitter::run() {
     } else if (func.getArgAttr(k, kLossScaleAttr)) {
       exprs[arg] = "lossScale";
     } else {
-      return func.emitError("argument ") << k << " has no role the trainer can supply";
+      return func.emitError("argument ")
+             << k << " has no role the trainer can supply";
     }
   }
   if (inputName.empty())
@@ -444,7 +503,8 @@ LogicalResult Emitter::run() {
         continue;
       std::string name = root->second;
       bool usedLater = false;
-      for (Operation *later : llvm::ArrayRef<Operation *>(ops).drop_front(i + 1)) {
+      for (Operation *later :
+           llvm::ArrayRef<Operation *>(ops).drop_front(i + 1)) {
         for (Value v : later->getOperands())
           usedLater |= roots.lookup(v) == name;
         if (usedLater)
@@ -453,7 +513,12 @@ LogicalResult Emitter::run() {
       for (Value v : ret.getOperands())
         usedLater |= roots.lookup(v) == name;
       if (!usedLater) {
-        body << "  std::vector<" << (cast<RankedTensorType>(operand.getType()).getElementType().isInteger(64) ? "int64_t" : "float")
+        body << "  std::vector<"
+             << (cast<RankedTensorType>(operand.getType())
+                         .getElementType()
+                         .isInteger(64)
+                     ? "int64_t"
+                     : "float")
              << ">().swap(" << name << ");\n";
         for (auto &entry : roots)
           if (entry.second == name)
@@ -464,39 +529,50 @@ LogicalResult Emitter::run() {
   for (unsigned k = 1; k < ret.getNumOperands(); ++k) {
     auto of = func.getResultAttrOfType<StringAttr>(k, "tg.grad_of");
     if (!of || !paramSlot.count(of.getValue()))
-      return func.emitError("result ") << k << " is not the gradient of a parameter";
+      return func.emitError("result ")
+             << k << " is not the gradient of a parameter";
     Value g = ret.getOperand(k);
     auto t = cast<RankedTensorType>(g.getType());
-    body << llvm::formatv("  accumulate({0}, FView{{args.grads[{1}], {2}});\n", view(g),
-                          paramSlot[of.getValue()], shapeList(t.getShape()));
+    body << llvm::formatv("  accumulate({0}, FView{{args.grads[{1}], {2}});\n",
+                          view(g), paramSlot[of.getValue()],
+                          shapeList(t.getShape()));
   }
   auto lossKind = module->getAttrOfType<StringAttr>("tg.loss");
   bool causal = !lossKind || lossKind.getValue() == "causal-lm";
 
-  os << "// Generated by rondo-compile from " << opts.modelPath << ". Do not edit.\n"
-     << "// One call per tg op of the training function (rondo-compile --emit=train).\n"
+  os << "// Generated by rondo-compile from " << opts.modelPath
+     << ". Do not edit.\n"
+     << "// One call per tg op of the training function (rondo-compile "
+        "--emit=train).\n"
      << "#include \"Kernels.h\"\n#include \"rondo/runtime/Trainer.h\"\n\n"
-     << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include <cstdlib>\n"
+     << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include "
+        "<cstdlib>\n"
      << "#include <vector>\n\n"
      << "namespace {\nusing namespace rondo::cpu;\n\n"
      << "[[noreturn]] void labelError() {\n"
-     << "  std::fprintf(stderr, \"error: a label is outside the vocabulary\\n\");\n"
+     << "  std::fprintf(stderr, \"error: a label is outside the "
+        "vocabulary\\n\");\n"
      << "  std::exit(1);\n}\n\n"
-     << "void causalMask(float *out, int64_t outer, int64_t rows, int64_t cols) {\n"
+     << "void causalMask(float *out, int64_t outer, int64_t rows, int64_t "
+        "cols) {\n"
      << "  for (int64_t o = 0; o < outer; ++o)\n"
      << "    for (int64_t i = 0; i < rows; ++i)\n"
      << "      for (int64_t j = 0; j < cols; ++j)\n"
-     << "        out[(o * rows + i) * cols + j] = j <= i + (cols - rows) ? 0.0f : -INFINITY;\n"
+     << "        out[(o * rows + i) * cols + j] = j <= i + (cols - rows) ? "
+        "0.0f : -INFINITY;\n"
      << "}\n\n"
-     << "void sliceInts(const int64_t *x, const int64_t *xShape, int64_t *out,\n"
-     << "               const int64_t *outShape, int rank, const int64_t *starts,\n"
+     << "void sliceInts(const int64_t *x, const int64_t *xShape, int64_t "
+        "*out,\n"
+     << "               const int64_t *outShape, int rank, const int64_t "
+        "*starts,\n"
      << "               const int64_t *steps) {\n"
      << "  int64_t n = 1;\n  for (int d = 0; d < rank; ++d) n *= outShape[d];\n"
      << "  for (int64_t k = 0; k < n; ++k) {\n"
      << "    int64_t rem = k, src = 0, stride = 1;\n"
      << "    for (int d = rank - 1; d >= 0; --d) {\n"
      << "      int64_t idx = rem % outShape[d];\n      rem /= outShape[d];\n"
-     << "      src += (starts[d] + idx * steps[d]) * stride;\n      stride *= xShape[d];\n"
+     << "      src += (starts[d] + idx * steps[d]) * stride;\n      stride *= "
+        "xShape[d];\n"
      << "    }\n    out[k] = x[src];\n  }\n}\n\n"
      << globals << "\n"
      << "rondo::rt::StepResult step(const rondo::rt::StepArgs &args) {\n"
@@ -505,16 +581,18 @@ LogicalResult Emitter::run() {
      << "  result.lossSum = " << ptr(ret.getOperand(0)) << "[0];\n";
   if (causal)
     os << "  result.lossCount = 0;\n"
-       << llvm::formatv("  for (int64_t b = 0; b < {0}; ++b)\n"
-                        "    for (int64_t t = 1; t < {1}; ++t)\n"
-                        "      result.lossCount += args.labels[b * {1} + t] != -100;\n",
-                        batch, seq);
+       << llvm::formatv(
+              "  for (int64_t b = 0; b < {0}; ++b)\n"
+              "    for (int64_t t = 1; t < {1}; ++t)\n"
+              "      result.lossCount += args.labels[b * {1} + t] != -100;\n",
+              batch, seq);
   else
     os << "  result.lossCount = 1;\n";
   os << "  return result;\n}\n\n";
   os << "const rondo::rt::ParamSpec kParams[] = {\n";
   for (const ParamInfo &p : params) {
-    os << "    {\"" << p.name << "\", \"" << p.torchName << "\", " << p.dims.size() << ", {";
+    os << "    {\"" << p.name << "\", \"" << p.torchName << "\", "
+       << p.dims.size() << ", {";
     for (auto [k, d] : llvm::enumerate(p.dims))
       os << (k ? ", " : "") << d;
     os << "}, " << (p.trainable ? "true" : "false") << "},\n";
@@ -522,10 +600,10 @@ LogicalResult Emitter::run() {
   os << "};\n\n";
   std::string modelPath = opts.modelPath;
   os << "const rondo::rt::ModelSpec kModel = {\n"
-     << "    \"" << llvm::StringRef(modelPath) << "\", \"" << inputName << "\", " << batch << ", "
-     << seq << ", " << vocab << ",\n"
-     << "    rondo::rt::LossKind::" << (causal ? "CausalLM" : "GraphOutput") << ", kParams, "
-     << params.size() << "};\n"
+     << "    \"" << llvm::StringRef(modelPath) << "\", \"" << inputName
+     << "\", " << batch << ", " << seq << ", " << vocab << ",\n"
+     << "    rondo::rt::LossKind::" << (causal ? "CausalLM" : "GraphOutput")
+     << ", kParams, " << params.size() << "};\n"
      << "} // namespace\n\n"
      << "int main(int argc, char **argv) {\n"
      << "  return rondo::rt::trainerMain(argc, argv, kModel, step);\n}\n";
