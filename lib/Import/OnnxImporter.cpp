@@ -1059,13 +1059,6 @@ Importer::convertDynamic(const onnx::NodeProto &node,
     if (failed(x) || failed(idx))
       return failure();
     auto xt = typeOf(*x);
-    if (in[1]->host.shape.size() > 1 && xt.getRank() == 2 &&
-        (axis == 0 || axis == -2)) {
-      auto ids = need(1);
-      if (failed(ids))
-        return failure();
-      return wrap(tg::GatherOp::create(builder, loc, *x, *ids));
-    }
     if (axis < 0)
       axis += xt.getRank();
     int64_t dim = xt.getDimSize(axis);
@@ -1077,6 +1070,18 @@ Importer::convertDynamic(const onnx::NodeProto &node,
     for (size_t k = 1; k < ids.size() && arithmetic; ++k)
       arithmetic = ids[k] - ids[k - 1] == step && step != 0 && ids[k] >= 0 &&
                    ids[k] < dim;
+    for (int64_t v : ids)
+      if (v < 0 || v >= dim)
+        return nodeError(node) << "Gather index " << v << " is out of range for dimension "
+                               << dim,
+               failure();
+    bool rowLookup = xt.getRank() == 2 && (axis == 0 || axis == -2);
+    if (rowLookup && (!arithmetic || in[1]->host.shape.size() > 1)) {
+      auto ids = need(1);
+      if (failed(ids))
+        return failure();
+      return wrap(tg::GatherOp::create(builder, loc, *x, *ids));
+    }
     if (!arithmetic)
       return nodeError(node)
                  << "constant Gather indices must be an arithmetic sequence in "
