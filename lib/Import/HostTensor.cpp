@@ -12,6 +12,8 @@
 
 #include "HostTensor.h"
 
+#include "TG/IR/TGOps.h"
+
 #include "onnx/onnx_pb.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -83,19 +85,13 @@ HostTensor HostTensor::vectorI64(ArrayRef<int64_t> v) {
 
 llvm::Expected<SmallVector<int64_t>>
 rondo::import::broadcastShape(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
-  size_t rank = std::max(a.size(), b.size());
-  SmallVector<int64_t> out(rank);
-  for (size_t k = 0; k < rank; ++k) {
-    int64_t da = k < rank - a.size() ? 1 : a[k - (rank - a.size())];
-    int64_t db = k < rank - b.size() ? 1 : b[k - (rank - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return llvm::createStringError(
-          llvm::formatv("shapes [{0}] and [{1}] do not broadcast",
-                        llvm::make_range(a.begin(), a.end()),
-                        llvm::make_range(b.begin(), b.end())));
-    out[k] = da == 1 ? db : da;
-  }
-  return out;
+  auto shape = rondo::tg::broadcastShapes(a, b);
+  if (failed(shape))
+    return llvm::createStringError(
+        llvm::formatv("shapes [{0}] and [{1}] do not broadcast",
+                      llvm::make_range(a.begin(), a.end()),
+                      llvm::make_range(b.begin(), b.end())));
+  return *shape;
 }
 
 namespace {

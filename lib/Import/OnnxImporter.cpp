@@ -1072,8 +1072,8 @@ Importer::convertDynamic(const onnx::NodeProto &node,
                    ids[k] < dim;
     for (int64_t v : ids)
       if (v < 0 || v >= dim)
-        return nodeError(node) << "Gather index " << v << " is out of range for dimension "
-                               << dim,
+        return nodeError(node) << "Gather index " << v
+                               << " is out of range for dimension " << dim,
                failure();
     bool rowLookup = xt.getRank() == 2 && (axis == 0 || axis == -2);
     if (rowLookup && (!arithmetic || in[1]->host.shape.size() > 1)) {
@@ -1238,6 +1238,27 @@ Importer::convertDynamic(const onnx::NodeProto &node,
 //===----------------------------------------------------------------------===//
 // Entry points
 //===----------------------------------------------------------------------===//
+
+llvm::Error rondo::addInputShape(ImportOptions &options, StringRef spec) {
+  auto [name, dims] = spec.split('=');
+  if (name.empty() || !spec.contains('='))
+    return llvm::createStringError("--input-shape '" + spec +
+                                   "' is not NAME=d0,d1,...");
+  SmallVector<int64_t> shape;
+  if (!dims.trim().empty()) {
+    SmallVector<StringRef> parts;
+    dims.split(parts, ',');
+    for (StringRef p : parts) {
+      int64_t v;
+      if (p.trim().getAsInteger(10, v) || v <= 0)
+        return llvm::createStringError("--input-shape '" + spec + "': '" + p +
+                                       "' is not a positive integer");
+      shape.push_back(v);
+    }
+  }
+  options.inputShapes[name] = shape;
+  return llvm::Error::success();
+}
 
 OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
                                               StringRef contents,

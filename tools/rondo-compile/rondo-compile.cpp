@@ -85,27 +85,11 @@ static cl::opt<bool> summary("summary",
                              cl::init(false), cl::cat(category));
 
 static LogicalResult parseInputShapes(rondo::ImportOptions &opts) {
-  for (const std::string &spec : inputShapes) {
-    auto [name, dims] = llvm::StringRef(spec).split('=');
-    if (name.empty() || dims.empty()) {
-      llvm::errs() << "error: --input-shape '" << spec
-                   << "' is not NAME=d0,d1,...\n";
+  for (const std::string &spec : inputShapes)
+    if (llvm::Error err = rondo::addInputShape(opts, spec)) {
+      llvm::errs() << "error: " << llvm::toString(std::move(err)) << "\n";
       return failure();
     }
-    llvm::SmallVector<llvm::StringRef> parts;
-    dims.split(parts, ',');
-    llvm::SmallVector<int64_t> shape;
-    for (llvm::StringRef p : parts) {
-      int64_t v;
-      if (p.trim().getAsInteger(10, v) || v <= 0) {
-        llvm::errs() << "error: --input-shape '" << spec << "': '" << p
-                     << "' is not a positive integer\n";
-        return failure();
-      }
-      shape.push_back(v);
-    }
-    opts.inputShapes[name] = shape;
-  }
   return success();
 }
 

@@ -391,25 +391,9 @@ FailureOr<llvm::StringMap<rt::FloatTensor>> readWeights(StringRef path) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult parseInputShapes(ImportOptions &opts) {
-  for (const std::string &spec : inputShapes) {
-    auto [name, dims] = StringRef(spec).split('=');
-    if (name.empty() || !StringRef(spec).contains('='))
-      return fail("--input-shape '" + spec + "' is not NAME=d0,d1,...");
-    SmallVector<int64_t> shape;
-    // An empty list is a scalar.
-    if (!dims.trim().empty()) {
-      SmallVector<StringRef> parts;
-      dims.split(parts, ',');
-      for (StringRef p : parts) {
-        int64_t v;
-        if (p.trim().getAsInteger(10, v) || v <= 0)
-          return fail("--input-shape '" + spec + "': '" + p +
-                      "' is not a positive integer");
-        shape.push_back(v);
-      }
-    }
-    opts.inputShapes[name] = shape;
-  }
+  for (const std::string &spec : inputShapes)
+    if (llvm::Error err = rondo::addInputShape(opts, spec))
+      return fail(llvm::toString(std::move(err)));
   return success();
 }
 

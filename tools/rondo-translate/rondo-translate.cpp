@@ -45,23 +45,12 @@ int main(int argc, char **argv) {
         opts.batch = batch;
         opts.seqLen = seqLen;
         opts.maxFoldElements = maxFoldElements;
-        for (llvm::StringRef spec : inputShapes) {
-          auto [name, dims] = spec.split('=');
-          llvm::SmallVector<llvm::StringRef> parts;
-          dims.split(parts, ',');
-          llvm::SmallVector<int64_t> shape;
-          for (llvm::StringRef p : parts) {
-            int64_t v;
-            if (p.trim().getAsInteger(10, v) || v <= 0) {
-              mlir::emitError(mlir::UnknownLoc::get(ctx))
-                  << "--input-shape '" << spec
-                  << "' is not NAME=d0,d1,... with positive sizes";
-              return nullptr;
-            }
-            shape.push_back(v);
+        for (const std::string &spec : inputShapes)
+          if (llvm::Error err = rondo::addInputShape(opts, spec)) {
+            mlir::emitError(mlir::UnknownLoc::get(ctx))
+                << llvm::toString(std::move(err));
+            return nullptr;
           }
-          opts.inputShapes[name] = shape;
-        }
         auto module = rondo::importOnnxBuffer(
             ctx, buffer->getBuffer(), buffer->getBufferIdentifier(), opts);
         return mlir::OwningOpRef<mlir::Operation *>(module.release());

@@ -11,6 +11,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Error.h"
 
 #include <string>
 
@@ -27,6 +28,10 @@ struct ImportOptions {
   /// shape-only and must be recognised (the causal mask) rather than built.
   int64_t maxFoldElements = int64_t(1) << 24;
 };
+
+/// Adds one `--input-shape NAME=d0,d1,...` to `options` (an empty list is a
+/// scalar); the error names the specification and the bad entry.
+llvm::Error addInputShape(ImportOptions &options, llvm::StringRef spec);
 
 /// Imports a binary ONNX model or ONNX text (recognised by a leading '<')
 /// into a module holding `func.func @main` in the tg dialect. On failure,
