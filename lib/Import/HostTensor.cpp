@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 using namespace rondo::import;
 using llvm::ArrayRef;
@@ -164,12 +165,6 @@ double roundTo(DType t, double v) {
   return t == DType::F32 ? double(float(v)) : v;
 }
 
-void finishFloat(HostTensor &t) {
-  if (t.dtype == DType::F32)
-    for (double &v : t.f)
-      v = double(float(v));
-}
-
 HostTensor withData(DType t, ArrayRef<int64_t> shape) {
   return HostTensor::zeros(t, shape);
 }
@@ -206,128 +201,96 @@ llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a,
   std::array<SmallVector<int64_t>, 2> strides = {
       broadcastStrides(a.shape, *shape), broadcastStrides(b.shape, *shape)};
   bool floatMath = isFloat(a.dtype) || isFloat(b.dtype);
-  auto fop = llvm::StringSwitch<int>(op)
-                 .Case("Add", 0)
-                 .Case("Sub", 1)
-                 .Case("Mul", 2)
-                 .Case("Div", 3)
-                 .Case("Pow", 4)
-                 .Case("Max", 5)
-                 .Case("Min", 6)
-                 .Case("Equal", 7)
-                 .Case("Less", 8)
-                 .Case("LessOrEqual", 9)
-                 .Case("Greater", 10)
-                 .Case("GreaterOrEqual", 11)
-                 .Case("And", 12)
-                 .Case("Or", 13)
-                 .Case("Xor", 14)
-                 .Case("Mod", 15)
-                 .Default(-1);
+  enum Fn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Eq,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+    Xor,
+    Mod
+  };
+  Fn fn = llvm::StringSwitch<Fn>(op)
+              .Case("Add", Add)
+              .Case("Sub", Sub)
+              .Case("Mul", Mul)
+              .Case("Div", Div)
+              .Case("Pow", Pow)
+              .Case("Max", Max)
+              .Case("Min", Min)
+              .Case("Equal", Eq)
+              .Case("Less", Lt)
+              .Case("LessOrEqual", Le)
+              .Case("Greater", Gt)
+              .Case("GreaterOrEqual", Ge)
+              .Case("And", And)
+              .Case("Or", Or)
+              .Case("Xor", Xor)
+              .Default(Mod);
+  // One rule for both element kinds; integers follow ONNX (Div truncates,
+  // Mod takes the divisor's sign) and never trap on a zero divisor.
+  auto apply = [fn](auto x, auto y) -> decltype(x) {
+    using T = decltype(x);
+    constexpr bool isInt = std::is_integral_v<T>;
+    switch (fn) {
+    case Add:
+      return x + y;
+    case Sub:
+      return x - y;
+    case Mul:
+      return x * y;
+    case Div:
+      if constexpr (isInt)
+        return y == 0 ? 0 : x / y;
+      return x / y;
+    case Pow:
+      return T(std::pow(double(x), double(y)));
+    case Max:
+      return std::max(x, y);
+    case Min:
+      return std::min(x, y);
+    case Eq:
+      return x == y;
+    case Lt:
+      return x < y;
+    case Le:
+      return x <= y;
+    case Gt:
+      return x > y;
+    case Ge:
+      return x >= y;
+    case And:
+      return x != 0 && y != 0;
+    case Or:
+      return x != 0 || y != 0;
+    case Xor:
+      return (x != 0) != (y != 0);
+    case Mod:
+      if constexpr (isInt)
+        return y == 0 ? 0 : ((x % y) + y) % y;
+      return std::fmod(x, y);
+    }
+    return 0;
+  };
   forEachBroadcast<2>(*shape, strides,
                       [&](int64_t k, const std::array<int64_t, 2> &o) {
                         if (floatMath) {
-                          double x = a.getF(o[0]), y = b.getF(o[1]), v = 0;
-                          switch (fop) {
-                          case 0:
-                            v = x + y;
-                            break;
-                          case 1:
-                            v = x - y;
-                            break;
-                          case 2:
-                            v = x * y;
-                            break;
-                          case 3:
-                            v = x / y;
-                            break;
-                          case 4:
-                            v = std::pow(x, y);
-                            break;
-                          case 5:
-                            v = std::max(x, y);
-                            break;
-                          case 6:
-                            v = std::min(x, y);
-                            break;
-                          case 7:
-                            v = x == y;
-                            break;
-                          case 8:
-                            v = x < y;
-                            break;
-                          case 9:
-                            v = x <= y;
-                            break;
-                          case 10:
-                            v = x > y;
-                            break;
-                          case 11:
-                            v = x >= y;
-                            break;
-                          case 15:
-                            v = std::fmod(x, y);
-                            break;
-                          default:
-                            v = 0;
-                          }
+                          double v = apply(a.getF(o[0]), b.getF(o[1]));
                           if (compare)
                             r.i[k] = int64_t(v);
                           else
                             r.f[k] = roundTo(outT, v);
                         } else {
-                          int64_t x = a.i[o[0]], y = b.i[o[1]], v = 0;
-                          switch (fop) {
-                          case 0:
-                            v = x + y;
-                            break;
-                          case 1:
-                            v = x - y;
-                            break;
-                          case 2:
-                            v = x * y;
-                            break;
-                          case 3:
-                            v = y == 0 ? 0 : x / y;
-                            break;
-                          case 4:
-                            v = int64_t(std::pow(double(x), double(y)));
-                            break;
-                          case 5:
-                            v = std::max(x, y);
-                            break;
-                          case 6:
-                            v = std::min(x, y);
-                            break;
-                          case 7:
-                            v = x == y;
-                            break;
-                          case 8:
-                            v = x < y;
-                            break;
-                          case 9:
-                            v = x <= y;
-                            break;
-                          case 10:
-                            v = x > y;
-                            break;
-                          case 11:
-                            v = x >= y;
-                            break;
-                          case 12:
-                            v = x && y;
-                            break;
-                          case 13:
-                            v = x || y;
-                            break;
-                          case 14:
-                            v = (x != 0) != (y != 0);
-                            break;
-                          case 15:
-                            v = y == 0 ? 0 : ((x % y) + y) % y;
-                            break;
-                          }
-                          r.i[k] = v;
+                          r.i[k] = apply(a.i[o[0]], b.i[o[1]]);
                         }
                       });
   return Tensors{std::move(r)};
