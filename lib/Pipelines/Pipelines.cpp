@@ -6,6 +6,7 @@
 
 #include "rondo/Pipelines/Pipelines.h"
 
+#include "Pipe/Transforms/Passes.h"
 #include "TG/Transforms/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -40,9 +41,27 @@ void rondo::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(createCanonicalizerPass());
   pm.addPass(tg::createTGSelectTrainablePass(
       tg::TGSelectTrainablePassOptions{options.trainable, options.freeze}));
+  // Layers are cut on the forward function; tg-autodiff puts every gradient
+  // op into the layer of the forward op it differentiates.
+  pm.addPass(pipe::createPipeLayerizePass());
   pm.addPass(tg::createTGAutodiffPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+}
+
+void rondo::buildPlanPipeline(OpPassManager &pm,
+                              const PlanPipelineOptions &options) {
+  pipe::PipePartitionPassOptions partition;
+  partition.workers.assign(options.workers.begin(), options.workers.end());
+  partition.microbatches = options.microbatches;
+  partition.device = options.device;
+  partition.precision = options.precision;
+  partition.strategy = options.strategy;
+  partition.stages = options.stages;
+  partition.workerMemoryGB = options.workerMemoryGB;
+  partition.hostMemoryGB = options.hostMemoryGB;
+  pm.addPass(pipe::createPipePartitionPass(partition));
+  pm.addPass(pipe::createPipeVerifyPlanPass());
 }
 
 void rondo::registerPipelines() {
@@ -52,4 +71,7 @@ void rondo::registerPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "rondo-train-pipeline", "Loss, trainable selection and reverse mode",
       buildTrainPipeline);
+  PassPipelineRegistration<PlanPipelineOptions>(
+      "rondo-plan-pipeline", "Partition, schedule and verify the plan",
+      buildPlanPipeline);
 }

@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 //
 // rondo-compile MODEL.onnx [-o OUT] --batch B --seq-len T
-// --emit=tg|train|cpp|exe
+// --emit=tg|train|pipe|cpp|exe --workers N[,N...] --device=... --explain[=DIR]
 //
 // Every output is written to a temporary file next to its destination and
 // renamed into place only when the whole phase succeeded, so a failed
@@ -13,8 +13,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Pipe/IR/PipeOps.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
+#include "rondo/Explain/Explain.h"
 #include "rondo/Import/OnnxImporter.h"
 #include "rondo/Pipelines/Pipelines.h"
 #include "rondo/Target/Cpp/TrainerEmitter.h"
@@ -56,12 +58,14 @@ static cl::list<std::string>
     inputShapes("input-shape",
                 cl::desc("NAME=d0,d1,...: the shape of a graph input"),
                 cl::cat(category));
-enum class Emit { TG, Train, Cpp, Exe };
+enum class Emit { TG, Train, Pipe, Cpp, Exe };
 static cl::opt<Emit>
     emit("emit", cl::desc("what to produce"), cl::init(Emit::Exe),
          cl::values(clEnumValN(Emit::TG, "tg", "imported, recognised tg IR"),
                     clEnumValN(Emit::Train, "train",
                                "the training function (loss and gradients)"),
+                    clEnumValN(Emit::Pipe, "pipe",
+                               "the plan: layers, stages, job order"),
                     clEnumValN(Emit::Cpp, "cpp", "the trainer's C++ source"),
                     clEnumValN(Emit::Exe, "exe", "the trainer executable")),
          cl::cat(category));
@@ -80,6 +84,47 @@ static cl::opt<int64_t>
     chunkRows("loss-chunk-rows",
               cl::desc("rows of logits the fused loss holds at once"),
               cl::init(1024), cl::cat(category));
+static cl::list<int64_t>
+    workers("workers", cl::desc("worker counts to plan for (N[,N...])"),
+            cl::CommaSeparated, cl::cat(category));
+static cl::opt<int64_t>
+    microbatches("microbatches",
+                 cl::desc("microbatches per step (default: chosen by the "
+                          "planner, at least workers + 1)"),
+                 cl::init(0), cl::cat(category));
+static cl::opt<std::string>
+    device("device",
+           cl::desc("cost model: h100|h200|rtx4090|host|SPEC.json "
+                    "(default: host for --target=host)"),
+           cl::init(""), cl::cat(category));
+static cl::opt<std::string> precision("precision",
+                                      cl::desc("fp32|bf16 (default: bf16 "
+                                               "on GPUs, fp32 on the host)"),
+                                      cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    planStrategy("plan-strategy",
+                 cl::desc("exact (default) or greedy (RoundPipe's)"),
+                 cl::init("exact"), cl::cat(category));
+static cl::opt<std::string>
+    forcedStages("stages",
+                 cl::desc("force the partition: fwd:A+B+...,tail:T,bwd:C+D+... "
+                          "(layer counts in job order)"),
+                 cl::init(""), cl::cat(category));
+static cl::opt<double>
+    workerMemoryGB("worker-memory-gb",
+                   cl::desc("device memory budget per worker in GB (default: "
+                            "90% of the device's)"),
+                   cl::init(0), cl::cat(category));
+static cl::opt<double>
+    hostMemoryGB("host-memory-gb",
+                 cl::desc("host memory budget in GB (default: the device "
+                          "spec's host memory)"),
+                 cl::init(0), cl::cat(category));
+static cl::opt<std::string>
+    explain("explain",
+            cl::desc("explain the plan; with =DIR also write the plan, its "
+                     "table and a timeline SVG into DIR"),
+            cl::ValueOptional, cl::init(""), cl::cat(category));
 static cl::opt<bool> summary("summary",
                              cl::desc("print a summary of the model on stderr"),
                              cl::init(false), cl::cat(category));
@@ -216,7 +261,8 @@ int main(int argc, char **argv) {
     outputFile = emit == Emit::Exe ? "trainer" : "-";
 
   DialectRegistry registry;
-  registry.insert<rondo::tg::TGDialect, func::FuncDialect>();
+  registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
+                  func::FuncDialect>();
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
   OwningOpRef<ModuleOp> module = rondo::importOnnxFile(&ctx, inputFile, opts);
@@ -239,12 +285,45 @@ int main(int argc, char **argv) {
     trainOpts.chunkRows = chunkRows;
     rondo::buildTrainPipeline(pm, trainOpts);
   }
+  bool explaining = explain.getNumOccurrences() > 0;
+  bool planning = emit == Emit::Pipe || explaining || !workers.empty();
+  if (planning) {
+    if (emit == Emit::TG) {
+      llvm::errs() << "error: planning (--workers, --explain) needs the "
+                      "training function; it cannot stop at --emit=tg\n";
+      return 2;
+    }
+    rondo::PlanPipelineOptions planOpts;
+    planOpts.workers = workers;
+    planOpts.microbatches = microbatches;
+    planOpts.device = device.empty() ? std::string(target) : device;
+    planOpts.precision = precision;
+    planOpts.strategy = planStrategy;
+    planOpts.stages = forcedStages;
+    planOpts.workerMemoryGB = workerMemoryGB;
+    planOpts.hostMemoryGB = hostMemoryGB;
+    rondo::buildPlanPipeline(pm, planOpts);
+  }
   if (failed(pm.run(*module)))
     return 1;
   if (summary)
     printSummary(*module);
+  if (explaining) {
+    // The explanation goes where the IR does not.
+    bool irOnStdout = outputFile == "-" && emit != Emit::Exe;
+    rondo::printExplanation(*module, irOnStdout ? llvm::errs() : llvm::outs());
+    if (!explain.empty()) {
+      std::string error;
+      if (failed(rondo::writeExplainDir(*module, explain, error))) {
+        llvm::errs() << "error: --explain=" << explain << ": " << error
+                     << "\n";
+        return 1;
+      }
+    }
+  }
 
-  if (emit == Emit::TG || emit == Emit::Train || emit == Emit::Cpp) {
+  if (emit == Emit::TG || emit == Emit::Train || emit == Emit::Pipe ||
+      emit == Emit::Cpp) {
     std::string error;
     auto out = openOutputFile(outputFile, &error);
     if (!out) {

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Pipe/Transforms/Passes.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
 #include "rondo/Pipelines/Pipelines.h"
@@ -20,8 +21,10 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<rondo::tg::TGDialect, mlir::func::FuncDialect>();
+  registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
+                  mlir::func::FuncDialect>();
   rondo::tg::registerTGPasses();
+  rondo::pipe::registerPipePasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   rondo::registerPipelines();

@@ -120,11 +120,18 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
       }
       SmallVector<Value> operandGrads;
       OpBuilder::InsertionGuard guard(b);
+      Operation *before = ret->getPrevNode();
       if (failed(rule.buildGradient(b, resultGrads, needs, operandGrads)))
         return signalPassFailure();
       for (auto [v, g] : llvm::zip(op->getOperands(), operandGrads))
         if (g && active.contains(v))
           addGrad(v, g, op->getLoc());
+      // Annotations of a forward op (such as the pipeline layer it belongs
+      // to) describe its gradient ops too.
+      for (Operation *built = before ? before->getNextNode() : &body.front();
+           built != ret.getOperation(); built = built->getNextNode())
+        for (NamedAttribute attr : op->getDiscardableAttrs())
+          built->setAttr(attr.getName(), attr.getValue());
     }
 
     SmallVector<Value> results{loss};

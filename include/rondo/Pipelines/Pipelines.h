@@ -35,6 +35,32 @@ struct TrainPipelineOptions : mlir::PassPipelineOptions<TrainPipelineOptions> {
       llvm::cl::init(1024)};
 };
 
+struct PlanPipelineOptions : mlir::PassPipelineOptions<PlanPipelineOptions> {
+  ListOption<int64_t> workers{*this, "workers",
+                              llvm::cl::desc("worker counts to plan for")};
+  Option<int64_t> microbatches{*this, "microbatches",
+                               llvm::cl::desc("0: chosen by the planner"),
+                               llvm::cl::init(0)};
+  Option<std::string> device{*this, "device",
+                             llvm::cl::desc("h100|h200|rtx4090|host|SPEC.json"),
+                             llvm::cl::init("host")};
+  Option<std::string> precision{*this, "precision",
+                                llvm::cl::desc("fp32|bf16"),
+                                llvm::cl::init("")};
+  Option<std::string> strategy{*this, "strategy",
+                               llvm::cl::desc("exact|greedy"),
+                               llvm::cl::init("exact")};
+  Option<std::string> stages{*this, "stages",
+                             llvm::cl::desc("force a partition"),
+                             llvm::cl::init("")};
+  Option<double> workerMemoryGB{*this, "worker-memory-gb",
+                                llvm::cl::desc("per-worker budget in GB"),
+                                llvm::cl::init(0)};
+  Option<double> hostMemoryGB{*this, "host-memory-gb",
+                              llvm::cl::desc("host budget in GB"),
+                              llvm::cl::init(0)};
+};
+
 /// Phase `tg`: clean up the imported graph and recognise the structures
 /// later phases need whole.
 void buildTGPipeline(mlir::OpPassManager &pm);
@@ -43,7 +69,11 @@ void buildTGPipeline(mlir::OpPassManager &pm);
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 
-/// Registers both as `rondo-tg-pipeline` and `rondo-train-pipeline`.
+/// Phase `pipe`: stages, microbatches, job order; verified.
+void buildPlanPipeline(mlir::OpPassManager &pm,
+                       const PlanPipelineOptions &options);
+
+/// Registers them as `rondo-plan-pipeline`, `rondo-tg-pipeline` and `rondo-train-pipeline`.
 void registerPipelines();
 
 } // namespace rondo

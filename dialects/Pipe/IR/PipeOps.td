@@ -1,0 +1,177 @@
+//===- PipeOps.td - pipe ops -------------------------------*- tablegen -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_PIPE_OPS
+#define RONDO_PIPE_OPS
+
+include "Pipe/IR/PipeDialect.td"
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+class Pipe_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Pipe_Dialect, mnemonic, traits>;
+
+def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
+    SingleBlock, IsolatedFromAbove, NoRegionArguments]> {
+  let summary = "A training step planned for N workers";
+  let description = [{
+    The plan of one training step of `function` on `workers` workers: the
+    batch of `batch` rows is cut into `microbatches` microbatches of
+    `rows_per_microbatch` rows; every stage accumulates its parameter
+    gradients over the M microbatches on its worker and downloads them once
+    per stage-job, and the host sums the partial gradients of parameters
+    used by several stages (tied embeddings).
+
+    The body holds one `pipe.layer` per layer, one `pipe.stage` per stage and
+    one `pipe.schedule`. Attributes record the device the costs were
+    computed for, the budgets, the predicted peaks, the predicted step time
+    and bubble fraction (overlapped optimizer, steady state; `sync_*` for
+    the synchronous optimizer), and `bound`, the constraint that limited the
+    plan, in words. Whole-plan invariants are checked by
+    `pipe-verify-plan`.
+
+    Example:
+    ```mlir
+    pipe.plan @plan_w2 for @main workers 2 microbatches 4 {
+        batch = 8 : i64, rows_per_microbatch = 2 : i64, ...} {
+      pipe.layer 0 prefix {...}
+      ...
+      pipe.stage @F0 forward layers 0 to 5 checkpoints [0, 3] {...}
+      pipe.stage @T tail layers 5 to 8 {...}
+      pipe.stage @B1 backward layers 3 to 5 {...}
+      pipe.stage @B2 backward layers 0 to 3 {...}
+      pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       FlatSymbolRefAttr:$function,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$workers,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$microbatches,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$batch,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$rows_per_microbatch,
+                       I64Attr:$tokens_per_step,
+                       StrAttr:$device,
+                       StrAttr:$precision,
+                       StrAttr:$strategy,
+                       F64Attr:$worker_memory_budget,
+                       F64Attr:$host_memory_budget,
+                       F64Attr:$worker_peak_bytes,
+                       F64Attr:$host_peak_bytes,
+                       F64Attr:$predicted_step_seconds,
+                       F64Attr:$bubble_fraction,
+                       F64Attr:$sync_step_seconds,
+                       F64Attr:$sync_bubble_fraction,
+                       F64Attr:$link_bandwidth,
+                       F64Attr:$peer_bandwidth,
+                       F64Attr:$optimizer_params_per_second,
+                       F64Attr:$host_fixed_bytes,
+                       StrAttr:$bound);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $sym_name `for` $function `workers` $workers `microbatches` $microbatches
+    attr-dict-with-keyword $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Layers, stages (in body order) and the schedule of the plan.
+    std::vector<class LayerOp> getLayers();
+    std::vector<class StageOp> getStages();
+    class ScheduleOp getSchedule();
+    /// The planner's view of this plan, rebuilt from the IR: the problem
+    /// (layer table, budgets, bandwidths) and the partition.
+    ::rondo::planner::PlanProblem buildProblem();
+    ::rondo::planner::Plan buildPlan();
+  }];
+}
+
+def Pipe_LayerOp : Pipe_Op<"layer", [HasParent<"PlanOp">]> {
+  let summary = "One layer of the training function and its costs";
+  let description = [{
+    Layer `index` of the training function: the ops tagged
+    `pipe.layer = index`. Layers are cut at narrow waists (only the hidden
+    state and broadcast side data cross). Costs are for one microbatch on
+    one worker of the plan's device: FLOPs and predicted seconds of the
+    forward and of the backward (without recompute), device bytes of the
+    parameters read and of the gradients produced, bytes of the activation
+    entering the layer (its checkpoint) and of the activations its backward
+    keeps from its forward; `trainable_params` counts the trainable
+    parameters whose optimizer step this layer owns.
+
+    ```mlir
+    pipe.layer 3 block {fwd_flops = 1.2e12, fwd_seconds = 2.1e-3, ...}
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+                       Pipe_LayerKind:$kind,
+                       F64Attr:$fwd_flops, F64Attr:$bwd_flops,
+                       F64Attr:$fwd_seconds, F64Attr:$bwd_seconds,
+                       F64Attr:$param_bytes, F64Attr:$grad_bytes,
+                       F64Attr:$input_bytes, F64Attr:$workspace_bytes,
+                       F64Attr:$trainable_params);
+  let assemblyFormat = "$index $kind attr-dict";
+  let hasVerifier = 1;
+}
+
+def Pipe_StageOp : Pipe_Op<"stage", [Symbol, HasParent<"PlanOp">]> {
+  let summary = "A contiguous range of layers run as one stage-job";
+  let description = [{
+    Layers `[first, end)` as one stage:
+    - `forward`: the forward of the layers for each microbatch, keeping no
+      autograd state; `checkpoints` lists the layers whose input it saves to
+      host memory for the backward stages that recompute from there;
+    - `tail`: the last layers, the LM head and the loss, forward and
+      backward for each microbatch without recompute;
+    - `backward`: recompute of the layers from the checkpoint of layer
+      `first`, then their backward, for each microbatch.
+    Costs: `compute_seconds` per microbatch, `hop_seconds` for the
+    activation hand-off into one microbatch, `upload_seconds` and
+    `download_seconds` once per stage-job, `job_seconds` the stage-job's
+    time on its worker; device bytes of the parameters, gradients and
+    activations, and `memory_bytes`, their sum.
+
+    ```mlir
+    pipe.stage @F0 forward layers 0 to 12 checkpoints [0, 4, 8] {...}
+    pipe.stage @B1 backward layers 8 to 12 {...}
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       Pipe_StageKind:$kind,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$first,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$end,
+                       DefaultValuedAttr<DenseI64ArrayAttr, "{}">:$checkpoints,
+                       F64Attr:$compute_seconds, F64Attr:$hop_seconds,
+                       F64Attr:$upload_seconds, F64Attr:$download_seconds,
+                       F64Attr:$job_seconds,
+                       F64Attr:$param_bytes, F64Attr:$grad_bytes,
+                       F64Attr:$activation_bytes, F64Attr:$memory_bytes);
+  let assemblyFormat = [{
+    $sym_name $kind `layers` $first `to` $end
+    (`checkpoints` $checkpoints^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Pipe_ScheduleOp : Pipe_Op<"schedule", [HasParent<"PlanOp">]> {
+  let summary = "The round-robin job order of one step";
+  let description = [{
+    The stages of one step in issue order: the forward stages in ascending
+    layer order, the tail, then the backward stages deepest first. Job n of
+    step s runs on worker `(first_worker + s * K + n) mod workers`, K being
+    the number of jobs, so the rotation continues across steps.
+
+    ```mlir
+    pipe.schedule first_worker 0 jobs [@F0, @F1, @T, @B1, @B2, @B3]
+    ```
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntNonNegative]>:$first_worker,
+                       SymbolRefArrayAttr:$jobs);
+  let assemblyFormat = "`first_worker` $first_worker `jobs` $jobs attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif // RONDO_PIPE_OPS

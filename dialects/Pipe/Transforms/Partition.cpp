@@ -1,0 +1,459 @@
+//===- Partition.cpp - pipe-partition ---------------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The pass is the glue between the IR and the planner core
+// (lib/Planner): it builds the layer table with the cost model for each
+// candidate number of microbatches, lets the planner choose stages, keeps
+// the candidate with the best simulated step time, and writes the result as
+// a `pipe.plan`. When nothing fits, it reports the numbers and the smallest
+// configuration that would.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Pipe/Transforms/Passes.h"
+#include "TG/IR/TGOps.h"
+#include "rondo/CostModel/CostModel.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace rondo::pipe {
+#define GEN_PASS_DEF_PIPEPARTITIONPASS
+#include "Pipe/Transforms/Passes.h.inc"
+} // namespace rondo::pipe
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::pipe;
+
+namespace {
+
+std::string gb(double bytes) { return llvm::formatv("{0:f2} GB", bytes / 1e9); }
+std::string ms(double seconds) {
+  return llvm::formatv("{0:f2} ms", seconds * 1e3);
+}
+
+/// `fwd:8+8,tail:4,bwd:4+4+4+4` -> a plan over `numLayers` layers.
+FailureOr<planner::Plan> parseStages(StringRef spec, int numLayers,
+                                     std::string &error) {
+  SmallVector<int> fwd, bwd;
+  int tail = -1;
+  SmallVector<StringRef> parts;
+  spec.split(parts, ',');
+  for (StringRef part : parts) {
+    auto [key, value] = part.split(':');
+    SmallVector<int> *into = key == "fwd"   ? &fwd
+                             : key == "bwd" ? &bwd
+                                            : nullptr;
+    if (!into && key != "tail") {
+      error = ("--stages: '" + part +
+               "' must be fwd:A+B+..., tail:T or bwd:C+D+... (layer counts)")
+                  .str();
+      return failure();
+    }
+    SmallVector<StringRef> counts;
+    if (!value.empty())
+      value.split(counts, '+');
+    for (StringRef c : counts) {
+      int n;
+      if (c.getAsInteger(10, n) || n <= 0) {
+        error = ("--stages: '" + c + "' in '" + part +
+                 "' is not a positive layer count")
+                    .str();
+        return failure();
+      }
+      if (into)
+        into->push_back(n);
+      else
+        tail = n;
+    }
+  }
+  if (tail <= 0) {
+    error = "--stages: the tail needs at least one layer (tail:T)";
+    return failure();
+  }
+  int fwdSum = 0, bwdSum = 0;
+  for (int n : fwd)
+    fwdSum += n;
+  for (int n : bwd)
+    bwdSum += n;
+  if (fwdSum + tail != numLayers || bwdSum != fwdSum) {
+    error = llvm::formatv("--stages: the model has {0} layers; forward "
+                          "stages cover {1} and the tail {2} (must add up to "
+                          "{0}), backward stages cover {3} (must equal the "
+                          "forward's {1})",
+                          numLayers, fwdSum, tail, bwdSum);
+    return failure();
+  }
+  planner::Plan plan;
+  int at = 0;
+  for (int n : fwd) {
+    plan.forward.push_back({planner::StageKind::Forward, at, at + n});
+    at += n;
+  }
+  plan.tail = {planner::StageKind::Tail, at, numLayers};
+  for (int n : bwd) {
+    plan.backward.push_back({planner::StageKind::Backward, at - n, at});
+    at -= n;
+  }
+  return plan;
+}
+
+struct Candidate {
+  int64_t microbatches = 0;
+  cost::LayerTable table;
+  planner::PlanProblem problem;
+  planner::Plan plan;
+  planner::SimResult overlap, sync;
+};
+
+struct PipePartitionPass
+    : rondo::pipe::impl::PipePartitionPassBase<PipePartitionPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>("main");
+    if (!func) {
+      module.emitError("pipe-partition: no @main function");
+      return signalPassFailure();
+    }
+    llvm::Expected<cost::DeviceSpec> spec = cost::lookupDeviceSpec(device);
+    if (!spec) {
+      module.emitError("--device: ") << llvm::toString(spec.takeError());
+      return signalPassFailure();
+    }
+    if (!precision.empty() && precision != "fp32" && precision != "bf16") {
+      module.emitError("--precision=")
+          << precision << " is not supported (fp32 or bf16)";
+      return signalPassFailure();
+    }
+    if (strategy != "exact" && strategy != "greedy") {
+      module.emitError("--strategy=")
+          << strategy << " is not supported (exact or greedy)";
+      return signalPassFailure();
+    }
+    bool bf16 = precision.empty() ? spec->isGpu : precision == "bf16";
+
+    int64_t batch = 0, tokens = 0;
+    for (BlockArgument arg : func.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr)) {
+        auto t = cast<RankedTensorType>(arg.getType());
+        batch = t.getDimSize(0);
+        tokens = t.getNumElements();
+        break;
+      }
+    if (batch <= 0) {
+      func.emitError("pipe-partition: @main has no token input to split "
+                     "into microbatches");
+      return signalPassFailure();
+    }
+
+    SmallVector<int64_t> workerCounts(workers.begin(), workers.end());
+    if (workerCounts.empty())
+      workerCounts.push_back(1);
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    for (int64_t n : workerCounts) {
+      if (n <= 0) {
+        module.emitError("--workers: ") << n << " is not a worker count";
+        return signalPassFailure();
+      }
+      if (failed(planFor(b, func, *spec, bf16, n, batch, tokens)))
+        return signalPassFailure();
+    }
+  }
+
+  planner::PlanProblem makeProblem(const cost::LayerTable &table,
+                                   const cost::DeviceSpec &spec, int64_t n,
+                                   int64_t m) {
+    planner::PlanProblem p;
+    p.layers = table.layers;
+    p.trainableParams = table.trainableParams;
+    p.workers = static_cast<int>(n);
+    p.microbatches = static_cast<int>(m);
+    p.workerMemoryBytes =
+        workerMemoryGB > 0 ? workerMemoryGB * 1e9 : 0.9 * spec.memoryBytes;
+    p.hostMemoryBytes =
+        hostMemoryGB > 0 ? hostMemoryGB * 1e9 : spec.hostMemoryBytes;
+    p.hostFixedBytes = table.hostFixedBytes;
+    p.linkBytesPerSecond =
+        std::min(spec.hostLinkBandwidth,
+                 spec.hostLinkAggregateBandwidth / static_cast<double>(n));
+    p.peerBytesPerSecond = n > 1 ? spec.peerBandwidth : 0;
+    p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
+    return p;
+  }
+
+  LogicalResult planFor(OpBuilder &b, func::FuncOp func,
+                        const cost::DeviceSpec &spec, bool bf16, int64_t n,
+                        int64_t batch, int64_t tokens) {
+    // Candidate microbatch counts: divisors of the batch, at least N+1 so
+    // that a stage-job outlasts the hand-offs of the N jobs before it.
+    SmallVector<int64_t> counts;
+    if (microbatches > 0) {
+      if (batch % microbatches != 0)
+        return func.emitError("--microbatches=")
+               << microbatches << " does not divide the batch of " << batch
+               << " rows";
+      counts.push_back(microbatches);
+    } else {
+      for (int64_t m = 1; m <= batch; ++m)
+        if (batch % m == 0 && m >= n + 1)
+          counts.push_back(m);
+      if (counts.empty())
+        counts.push_back(batch);
+    }
+
+    std::optional<Candidate> best;
+    std::string lastFailure;
+    double smallestWorkerPeak = std::numeric_limits<double>::infinity();
+    int64_t smallestWorkerPeakM = 0;
+    for (int64_t m : counts) {
+      cost::CostOptions options{m, n, bf16};
+      llvm::Expected<cost::LayerTable> table =
+          cost::buildLayerTable(func, spec, options);
+      if (!table)
+        return func.emitError("pipe-partition: ")
+               << llvm::toString(table.takeError());
+      Candidate c;
+      c.microbatches = m;
+      c.table = std::move(*table);
+      c.problem = makeProblem(c.table, spec, n, m);
+
+      // The least worker memory any plan needs: one layer per stage.
+      planner::PlanProblem unlimited = c.problem;
+      unlimited.workerMemoryBytes = 0;
+      unlimited.hostMemoryBytes = 0;
+      {
+        planner::Plan fine;
+        int numLayers = static_cast<int>(c.problem.layers.size());
+        fine.tail = {planner::StageKind::Tail, numLayers - 1, numLayers};
+        for (int l = 0; l + 1 < numLayers; ++l)
+          fine.forward.push_back({planner::StageKind::Forward, l, l + 1});
+        for (int l = numLayers - 2; l >= 0; --l)
+          fine.backward.push_back({planner::StageKind::Backward, l, l + 1});
+        double peak = planner::workerPeakBytes(unlimited, fine);
+        if (peak < smallestWorkerPeak) {
+          smallestWorkerPeak = peak;
+          smallestWorkerPeakM = m;
+        }
+      }
+
+      std::string why;
+      if (!stages.empty()) {
+        FailureOr<planner::Plan> forced = parseStages(
+            stages, static_cast<int>(c.problem.layers.size()), why);
+        if (failed(forced))
+          return func.emitError(why);
+        if (!planner::isValid(c.problem, *forced, &why))
+          return func.emitError("--stages: ") << why;
+        if (!planner::fitsBudgets(c.problem, *forced, &why)) {
+          lastFailure = why;
+          continue;
+        }
+        c.plan = *forced;
+      } else if (strategy == "greedy") {
+        double limit = 0.6 * (workerMemoryGB > 0 ? workerMemoryGB * 1e9
+                                                 : spec.memoryBytes);
+        c.plan = planner::greedyRoundPipe(c.problem, limit);
+        if (!planner::fitsBudgets(c.problem, c.plan, &why)) {
+          lastFailure = "RoundPipe's greedy plan: " + why;
+          continue;
+        }
+      } else {
+        std::optional<planner::Plan> plan = planner::exactSearch(c.problem);
+        if (!plan) {
+          // Say which budget: the host part does not depend on the plan.
+          if (c.problem.hostMemoryBytes > 0 &&
+              c.problem.hostFixedBytes > c.problem.hostMemoryBytes)
+            lastFailure = "host";
+          else
+            lastFailure = "worker";
+          continue;
+        }
+        c.plan = *plan;
+      }
+      planner::SimOptions simOptions;
+      simOptions.overlapOptimizer = true;
+      c.overlap = planner::simulate(c.problem, c.plan, simOptions);
+      simOptions.overlapOptimizer = false;
+      c.sync = planner::simulate(c.problem, c.plan, simOptions);
+      if (!best || c.overlap.stepSeconds < best->overlap.stepSeconds)
+        best = std::move(c);
+    }
+
+    if (!best)
+      return reportNoFit(func, spec, bf16, n, batch, counts, lastFailure,
+                         smallestWorkerPeak, smallestWorkerPeakM);
+    buildPlanOp(b, func, spec, bf16, n, batch, tokens, *best);
+    return success();
+  }
+
+  LogicalResult reportNoFit(func::FuncOp func, const cost::DeviceSpec &spec,
+                            bool bf16, int64_t n, int64_t batch,
+                            ArrayRef<int64_t> counts, StringRef failure,
+                            double smallestWorkerPeak,
+                            int64_t smallestWorkerPeakM) {
+    cost::CostOptions options{counts.back(), n, bf16};
+    llvm::Expected<cost::LayerTable> table =
+        cost::buildLayerTable(func, spec, options);
+    if (!table)
+      return func.emitError(llvm::toString(table.takeError()));
+    planner::PlanProblem p = makeProblem(*table, spec, n, counts.back());
+    InFlightDiagnostic diag = func.emitError();
+    diag << "no plan for " << n << " worker(s) on " << spec.name
+         << " fits the memory budgets:";
+    if (p.hostMemoryBytes > 0 && p.hostFixedBytes > p.hostMemoryBytes) {
+      double params = table->paramCount, trainable = table->trainableCount;
+      diag << " host memory needs at least " << gb(p.hostFixedBytes)
+           << " (fp32 weights " << gb(4 * params) << ", AdamW moments "
+           << gb(8 * trainable) << ", fp32 gradients " << gb(4 * trainable);
+      if (bf16)
+        diag << ", bf16 upload copies " << gb(2 * params);
+      diag << ") but the host budget is " << gb(p.hostMemoryBytes)
+           << "; the smallest configuration that fits needs a host budget "
+              "of at least "
+           << gb(p.hostFixedBytes * 1.05)
+           << " (--host-memory-gb), or fewer trainable parameters (--freeze)";
+      return diag;
+    }
+    if (!failure.empty() && failure != "worker")
+      diag << " " << failure << ";";
+    diag << " the worker budget is " << gb(p.workerMemoryBytes)
+         << " and the smallest plan (one layer per stage, "
+         << smallestWorkerPeakM << " microbatches of "
+         << batch / smallestWorkerPeakM << " rows) needs "
+         << gb(smallestWorkerPeak) << " per worker";
+    if (smallestWorkerPeak <= p.workerMemoryBytes)
+      diag << "; it fits, but not with the forced stages";
+    else
+      diag << "; use a device with at least " << gb(smallestWorkerPeak / 0.9)
+           << ", or a smaller --batch or --seq-len";
+    return diag;
+  }
+
+  /// Which constraint limited the plan, in words.
+  std::string explainBound(const Candidate &c) {
+    const planner::PlanProblem &p = c.problem;
+    std::vector<planner::Stage> jobs = c.plan.jobs();
+    int slowest = 0;
+    double slowestTime = 0, fastestTime = 1e300;
+    for (auto [j, stage] : llvm::enumerate(jobs)) {
+      planner::StageCost sc = planner::costStage(p, stage);
+      if (sc.jobSeconds > slowestTime) {
+        slowestTime = sc.jobSeconds;
+        slowest = static_cast<int>(j);
+      }
+      fastestTime = std::min(fastestTime, sc.jobSeconds);
+    }
+    planner::StageCost sc = planner::costStage(p, jobs[slowest]);
+    std::string name = planner::stageName(c.plan, slowest);
+    std::string out;
+    llvm::raw_string_ostream os(out);
+    double compute = p.microbatches * sc.computeSeconds + sc.hopSeconds;
+    if (sc.uploadSeconds >= compute)
+      os << "the host link: uploading " << name << "'s parameters ("
+         << gb(sc.paramBytes) << ") takes " << ms(sc.uploadSeconds)
+         << " at " << llvm::formatv("{0:f1}", p.linkBytesPerSecond / 1e9)
+         << " GB/s per worker, longer than its compute (" << ms(compute)
+         << ")";
+    else if (sc.downloadSeconds >= compute)
+      os << "the host link: downloading " << name << "'s gradients takes "
+         << ms(sc.downloadSeconds) << ", longer than its compute";
+    else if (jobs[slowest].end - jobs[slowest].first == 1)
+      os << "the heaviest single layer: " << name << " ("
+         << p.layers[jobs[slowest].first].name << ") takes "
+         << ms(slowestTime)
+         << " per stage-job and cannot be split; the other stages are packed "
+            "up to it";
+    else
+      os << "stage balance: the slowest stage-job is " << name << " ("
+         << ms(slowestTime) << ")";
+    int k = c.plan.numJobs();
+    if (k < p.workers)
+      os << "; only " << k << " stage-jobs per step for " << p.workers
+         << " workers";
+    double worker = planner::workerPeakBytes(p, c.plan);
+    if (p.workerMemoryBytes > 0 && worker > 0.9 * p.workerMemoryBytes)
+      os << "; worker memory is nearly full (" << gb(worker) << " of "
+         << gb(p.workerMemoryBytes) << ")";
+    os << ". Bubble " << llvm::formatv("{0:f1}", 100 * c.overlap.bubbleFraction)
+       << "% with the overlapped optimizer: stage-jobs range from "
+       << ms(fastestTime) << " to " << ms(slowestTime)
+       << ", and a stage waits for its predecessor's microbatches; "
+       << llvm::formatv("{0:f1}", 100 * c.sync.bubbleFraction)
+       << "% with the synchronous optimizer, which also drains the pipeline "
+          "and waits for the update every step";
+    return out;
+  }
+
+  void buildPlanOp(OpBuilder &b, func::FuncOp func,
+                   const cost::DeviceSpec &spec, bool bf16, int64_t n,
+                   int64_t batch, int64_t tokens, const Candidate &c) {
+    MLIRContext *ctx = &getContext();
+    Location loc = func.getLoc();
+    auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
+    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+    auto str = [&](StringRef v) { return b.getStringAttr(v); };
+    const planner::PlanProblem &p = c.problem;
+    auto plan = PlanOp::create(
+        b, loc, b.getStringAttr(llvm::formatv("plan_w{0}", n).str()),
+        FlatSymbolRefAttr::get(func.getSymNameAttr()), i64(n),
+        i64(c.microbatches), i64(batch), i64(batch / c.microbatches),
+        i64(tokens), str(spec.name), str(bf16 ? "bf16" : "fp32"),
+        str(stages.empty() ? std::string(strategy) : std::string("forced")),
+        f64(p.workerMemoryBytes), f64(p.hostMemoryBytes),
+        f64(planner::workerPeakBytes(p, c.plan)),
+        f64(planner::hostPeakBytes(p, c.plan)), f64(c.overlap.stepSeconds),
+        f64(c.overlap.bubbleFraction), f64(c.sync.stepSeconds),
+        f64(c.sync.bubbleFraction), f64(p.linkBytesPerSecond),
+        f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
+        f64(p.hostFixedBytes), str(explainBound(c)));
+    Block *body = new Block();
+    plan.getBody().push_back(body);
+    OpBuilder inner = OpBuilder::atBlockEnd(body);
+    for (auto [i, layer] : llvm::enumerate(p.layers)) {
+      LayerKind kind = layer.kind == planner::LayerKind::Prefix ? LayerKind::prefix
+                       : layer.kind == planner::LayerKind::Tail ? LayerKind::tail
+                                                                : LayerKind::block;
+      LayerOp::create(inner, loc, i64(i), LayerKindAttr::get(ctx, kind),
+                      f64(layer.forwardFlops),
+                      f64(layer.backwardFlops), f64(layer.forwardSeconds),
+                      f64(layer.backwardSeconds), f64(layer.paramBytes),
+                      f64(layer.gradBytes), f64(layer.inputBytes),
+                      f64(layer.workspaceBytes), f64(p.trainableParams[i]));
+    }
+    // Forward stages checkpoint the input of every backward stage's first
+    // layer that they compute (layer 0's input is the token data itself).
+    std::vector<planner::Stage> jobs = c.plan.jobs();
+    SmallVector<Attribute> jobRefs;
+    for (auto [j, stage] : llvm::enumerate(jobs)) {
+      planner::StageCost sc = planner::costStage(p, stage);
+      SmallVector<int64_t> checkpoints;
+      if (stage.kind == planner::StageKind::Forward)
+        for (const planner::Stage &bwd : c.plan.backward)
+          if (bwd.first >= stage.first && bwd.first < stage.end)
+            checkpoints.push_back(bwd.first);
+      llvm::sort(checkpoints);
+      StageKind kind = stage.kind == planner::StageKind::Forward ? StageKind::forward
+                       : stage.kind == planner::StageKind::Tail  ? StageKind::tail
+                                                                 : StageKind::backward;
+      std::string name = planner::stageName(c.plan, static_cast<int>(j));
+      StageOp::create(inner, loc, str(name), StageKindAttr::get(ctx, kind),
+                      i64(stage.first), i64(stage.end),
+                      b.getDenseI64ArrayAttr(checkpoints),
+                      f64(sc.computeSeconds), f64(sc.hopSeconds),
+                      f64(sc.uploadSeconds), f64(sc.downloadSeconds),
+                      f64(sc.jobSeconds), f64(sc.paramBytes),
+                      f64(sc.gradBytes), f64(sc.activationBytes),
+                      f64(sc.paramBytes + sc.gradBytes + sc.activationBytes));
+      jobRefs.push_back(FlatSymbolRefAttr::get(ctx, name));
+    }
+    ScheduleOp::create(inner, loc, i64(0), b.getArrayAttr(jobRefs));
+  }
+};
+} // namespace

@@ -1,0 +1,24 @@
+//===- Passes.h - pipe passes -----------------------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_DIALECTS_PIPE_TRANSFORMS_PASSES_H
+#define RONDO_DIALECTS_PIPE_TRANSFORMS_PASSES_H
+
+#include "Pipe/IR/PipeOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace rondo::pipe {
+
+#define GEN_PASS_DECL
+#include "Pipe/Transforms/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "Pipe/Transforms/Passes.h.inc"
+
+} // namespace rondo::pipe
+
+#endif // RONDO_DIALECTS_PIPE_TRANSFORMS_PASSES_H

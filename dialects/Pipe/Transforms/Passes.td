@@ -1,0 +1,90 @@
+//===- Passes.td - pipe passes -----------------------------*- tablegen -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_PIPE_PASSES
+#define RONDO_PIPE_PASSES
+
+include "mlir/Pass/PassBase.td"
+
+def PipeLayerizePass : Pass<"pipe-layerize", "mlir::ModuleOp"> {
+  let summary = "Cut the forward function into layers at narrow waists";
+  let description = [{
+    Runs on `@main` after the loss is attached and before `tg-autodiff`.
+    Values are classified as *activations* (they depend on both a parameter
+    and the data), *weight-side* (parameters only: transposes, casts) or
+    *side data* (data and constants only: masks, positions, labels). A cut
+    between two activation ops is a *narrow waist* when exactly one
+    activation crosses it: the hidden state. The segments between waists are
+    grouped into layers: the longest run of periodically repeating segments
+    (equal ops, attributes and types) gives the blocks, what precedes them
+    the prefix (embedding), what follows them the tail (final norm, LM head,
+    loss). Every activation op gets `pipe.layer = i`, weight-side ops the
+    layer of their first user; side-data ops stay untagged, since every
+    stage can recompute them. `@main` gets `pipe.layer_kinds`.
+
+    ```mlir
+    %h = tg.gather %wte, %ids {pipe.layer = 0 : i64}
+    %n = tg.rms_norm %h, %w1 {pipe.layer = 1 : i64, ...}
+    ```
+  }];
+  let dependentDialects = ["rondo::pipe::PipeDialect"];
+}
+
+def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
+  let summary = "Choose stages, microbatches and the job order";
+  let description = [{
+    Builds the layer table of `@main` with the cost model for the chosen
+    device, then for each worker count in `workers` chooses the number of
+    microbatches M (at least N+1 unless `microbatches` fixes it; M divides
+    the batch) and the stages, and adds one `pipe.plan` per worker count.
+
+    Strategies: `exact` (default) minimises RoundPipe's objective
+    max(K, N) * (slowest stage-job) over every partition that fits the
+    worker and host budgets, with uploads, hand-offs and activation memory
+    in the stage costs; `greedy` reproduces RoundPipe's candidate sweep
+    with greedy packing; `stages` forces a partition given as layer counts
+    in job order, e.g. `fwd:8+8,tail:4,bwd:4+4+4+4`. Among the M candidates
+    the plan with the smallest simulated steady-state step time wins.
+
+    An impossible budget is an error that states the numbers and the
+    smallest configuration that fits.
+  }];
+  let options = [
+    ListOption<"workers", "workers", "int64_t",
+               "worker counts to plan for">,
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"0",
+           "number of microbatches (0: chosen by the planner)">,
+    Option<"device", "device", "std::string", /*default=*/"\"host\"",
+           "h100 | h200 | rtx4090 | host | a device spec JSON file">,
+    Option<"precision", "precision", "std::string", /*default=*/"\"\"",
+           "fp32 | bf16 (default: bf16 on GPUs, fp32 on the host)">,
+    Option<"strategy", "strategy", "std::string", /*default=*/"\"exact\"",
+           "exact | greedy">,
+    Option<"stages", "stages", "std::string", /*default=*/"\"\"",
+           "force a partition: fwd:A+B+...,tail:T,bwd:C+D+... (layer counts "
+           "in job order)">,
+    Option<"workerMemoryGB", "worker-memory-gb", "double", /*default=*/"0",
+           "device memory budget per worker in GB (0: 90% of the device's)">,
+    Option<"hostMemoryGB", "host-memory-gb", "double", /*default=*/"0",
+           "host memory budget in GB (0: the device spec's host memory)">,
+  ];
+  let dependentDialects = ["rondo::pipe::PipeDialect"];
+}
+
+def PipeVerifyPlanPass : Pass<"pipe-verify-plan", "mlir::ModuleOp"> {
+  let summary = "Check the invariants of whole plans";
+  let description = [{
+    For every `pipe.plan`: layers are numbered 0..L-1 and match the
+    training function's `pipe.layer_kinds`; the forward stages and the tail
+    cover every layer contiguously in ascending order, and so do the tail
+    and the backward stages (deepest first); the tail is last; every
+    backward stage's first layer is checkpointed by the forward stage that
+    computes it (layer 0's input is the token data); the predicted worker
+    and host peaks, recomputed from the stages, respect the budgets.
+  }];
+}
+
+#endif // RONDO_PIPE_PASSES

@@ -1,0 +1,107 @@
+//===- CostModel.h - Device specs and the analytic cost model ---*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// `tg` ops count their FLOPs and bytes (CostOpInterface); this library turns
+// counts into seconds on a device and builds the planner's layer table.
+// Op time is a roofline, max(FLOPs / achievable rate, bytes / bandwidth),
+// plus a launch overhead; a measured profile (`op_timings` in a device spec
+// JSON file) replaces the analytic time of the ops it lists.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_COSTMODEL_COSTMODEL_H
+#define RONDO_COSTMODEL_COSTMODEL_H
+
+#include "rondo/Planner/Planner.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace rondo::cost {
+
+/// What the planner needs to know about one kind of worker and its host.
+/// Rates in FLOP/s and bytes/s, sizes in bytes.
+struct DeviceSpec {
+  std::string name;
+  /// Dense tensor-core rate with fp32 accumulation, for bf16 inputs, and
+  /// the rate for fp32 inputs (no TF32: what PyTorch's default matmul gets).
+  double peakFlopsBf16 = 0;
+  double peakFlopsFp32 = 0;
+  /// Fraction of the peak a large GEMM reaches (measured 783 of 989 on
+  /// H100); small GEMMs lose more, see `rowsForHalfEfficiency`.
+  double matmulEfficiency = 0.8;
+  /// Tokens per microbatch at which a GEMM runs at half its large-GEMM
+  /// efficiency (rows / (rows + this)).
+  double rowsForHalfEfficiency = 128;
+  double memoryBandwidth = 0;
+  double memoryEfficiency = 0.8;
+  double memoryBytes = 0;     // per worker
+  double hostMemoryBytes = 0; // the host's RAM
+  /// Host<->device copy bandwidth of one worker per direction, and of all
+  /// workers together (the host's root complex and DRAM are shared).
+  double hostLinkBandwidth = 0;
+  double hostLinkAggregateBandwidth = 0;
+  /// Worker-to-worker bandwidth (NVLink / P2P); 0: hand-offs are staged
+  /// through host memory.
+  double peerBandwidth = 0;
+  /// Host AdamW throughput (parameters per second, all cores).
+  double optimizerParamsPerSecond = 4.6e9;
+  double kernelLaunchSeconds = 5e-6;
+  /// Host workers are threads on the same cores: N workers share the
+  /// compute and the memory bandwidth.
+  bool sharedCompute = false;
+  bool isGpu = true;
+  /// Measured op times: key "opname operand-types" (as `--explain=DIR`
+  /// writes them in op-timings.json), value seconds for the op at the
+  /// step's full batch; the cost model scales it to a microbatch.
+  llvm::StringMap<double> opTimings;
+};
+
+/// h100 | h200 | rtx4090 | host, or a path to a JSON spec (see
+/// docs/CostModel.md for the format; `"base"` starts from a built-in).
+llvm::Expected<DeviceSpec> lookupDeviceSpec(llvm::StringRef nameOrPath);
+/// The names of the built-in specs.
+llvm::SmallVector<std::string> builtinDeviceNames();
+
+/// The key of an op in `DeviceSpec::opTimings`.
+std::string opTimingKey(mlir::Operation *op);
+
+struct CostOptions {
+  int64_t microbatches = 1;
+  int64_t workers = 1;
+  bool bf16 = false;
+};
+
+/// Device bytes of a tensor at the plan's precision (floats shrink to two
+/// bytes in bf16; integers keep their width).
+double deviceBytes(mlir::Type type, bool bf16);
+
+/// Predicted seconds of one microbatch's share of `op`.
+double opSeconds(mlir::Operation *op, const DeviceSpec &spec,
+                 const CostOptions &options);
+
+/// The layer table of the training function @main (tagged by
+/// pipe-layerize) for one microbatch, plus what the plan needs besides.
+struct LayerTable {
+  std::vector<planner::LayerCost> layers;
+  std::vector<double> trainableParams; // per layer, first user owns a param
+  double paramCount = 0;
+  double trainableCount = 0;
+  /// Host bytes that do not depend on the partition: fp32 master weights,
+  /// AdamW moments, fp32 gradients, and bf16 upload copies.
+  double hostFixedBytes = 0;
+};
+
+llvm::Expected<LayerTable> buildLayerTable(mlir::func::FuncOp func,
+                                           const DeviceSpec &spec,
+                                           const CostOptions &options);
+
+} // namespace rondo::cost
+
+#endif // RONDO_COSTMODEL_COSTMODEL_H

@@ -1,0 +1,27 @@
+//===- Explain.h - Human-readable plans -------------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_EXPLAIN_EXPLAIN_H
+#define RONDO_EXPLAIN_EXPLAIN_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace rondo {
+/// The explanation of every `pipe.plan` in `module`: the layer table, the
+/// stages and job order, memory per worker and on the host, the predicted
+/// step time, tokens/s and bubble fraction, and what bound the plan.
+void printExplanation(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+/// Writes into `dir` (created if needed) for every plan `PLAN.txt` (the
+/// explanation) and `PLAN.svg` (the predicted timeline, one row per
+/// worker), plus `plan.mlir` (the plans). Files are written to temporary
+/// names and renamed, so a failure leaves no partial file.
+mlir::LogicalResult writeExplainDir(mlir::ModuleOp module,
+                                    llvm::StringRef dir, std::string &error);
+} // namespace rondo
+
+#endif // RONDO_EXPLAIN_EXPLAIN_H

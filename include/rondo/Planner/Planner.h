@@ -1,0 +1,214 @@
+//===- Planner.h - Stage partitioning and schedule simulation ---*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The planner's core works on a *layer table* (one row per layer, costs for
+// one microbatch on one worker) and knows nothing about MLIR: the compiler
+// builds the table from `tg` IR with the cost model (lib/CostModel), the
+// `pipe-partition` pass turns the chosen plan into `pipe` IR, and the unit
+// tests drive it with random tables.
+//
+// Plan shape (RoundPipe's fused mode, research/roundpipe.md section 1.1):
+//   forward stages  F0..F(k-1) cover layers [0, b) in ascending order;
+//   the fused tail  T covers [b, L): forward + loss + backward, no recompute;
+//   backward stages B1..Bj cover [0, b) deepest first, each recomputing its
+//   forward from the checkpoint of its first layer's input.
+// Jobs run in the order F0..F(k-1), T, B1..Bj; job n of step s runs on worker
+// (c0 + s*K + n) mod N where K is the number of jobs.
+//
+// Units: seconds and bytes throughout.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_PLANNER_PLANNER_H
+#define RONDO_PLANNER_PLANNER_H
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rondo::planner {
+
+enum class LayerKind { Prefix, Block, Tail };
+
+/// The cost of one layer for ONE microbatch on one worker.
+struct LayerCost {
+  std::string name;
+  LayerKind kind = LayerKind::Block;
+  double forwardFlops = 0;  // for the table only
+  double backwardFlops = 0; // for the table only
+  /// Forward of one microbatch (also the cost of recomputing it).
+  double forwardSeconds = 0;
+  /// Backward of one microbatch, without the recompute.
+  double backwardSeconds = 0;
+  /// Device bytes of the parameters the layer reads (compute precision).
+  double paramBytes = 0;
+  /// Device bytes of the gradients of its trainable parameters.
+  double gradBytes = 0;
+  /// The activation entering the layer for one microbatch: what a
+  /// checkpoint of this layer's input costs, and what a hand-off moves.
+  double inputBytes = 0;
+  /// Activations the layer's backward needs from its forward, one
+  /// microbatch (held while a backward or tail stage runs it).
+  double workspaceBytes = 0;
+};
+
+/// Everything the partitioner and the simulator need besides the layers.
+struct PlanProblem {
+  std::vector<LayerCost> layers;
+  int workers = 1;      // N
+  int microbatches = 2; // M
+  /// Device memory one worker may use.
+  double workerMemoryBytes = 0;
+  /// Host memory the plan may use, and what it needs regardless of the
+  /// partition (master weights, moments, fp32 gradients, upload copies).
+  double hostMemoryBytes = 0;
+  double hostFixedBytes = 0;
+  /// Host<->device bandwidth one worker gets per direction while all N
+  /// workers transfer (the link is shared: the caller already divided).
+  double linkBytesPerSecond = 1e9;
+  /// Worker-to-worker activation hand-off bandwidth (peer copy), or 0 when
+  /// hand-offs are staged through host memory (D2H then H2D at the link
+  /// bandwidth).
+  double peerBytesPerSecond = 0;
+  /// Host optimizer throughput (AdamW parameters per second) and the
+  /// number of trainable parameters per layer (for optimizer time).
+  double optimizerParamsPerSecond = 4e9;
+  std::vector<double> trainableParams; // one entry per layer, may be empty
+};
+
+enum class StageKind { Forward, Tail, Backward };
+
+/// A contiguous range of layers [first, end).
+struct Stage {
+  StageKind kind = StageKind::Forward;
+  int first = 0;
+  int end = 0;
+  bool operator==(const Stage &o) const {
+    return kind == o.kind && first == o.first && end == o.end;
+  }
+};
+
+struct Plan {
+  std::vector<Stage> forward;  // ascending: F0 starts at layer 0
+  Stage tail;                  // [b, L)
+  std::vector<Stage> backward; // deepest first: B1 ends at b, Bj starts at 0
+  /// The jobs of one step in issue order: forward, tail, backward.
+  std::vector<Stage> jobs() const;
+  int numJobs() const { return int(forward.size() + 1 + backward.size()); }
+};
+
+/// Derived numbers of one stage under a problem.
+struct StageCost {
+  /// Compute of one microbatch: forward; forward+backward for the tail;
+  /// recompute+backward for a backward stage.
+  double computeSeconds = 0;
+  /// Activation hand-off of one microbatch into this stage (the input of
+  /// its first layer for forward stages, the output gradient for backward
+  /// stages; the tail receives its input from the last forward stage).
+  double hopSeconds = 0;
+  double uploadSeconds = 0;   // parameters, once per stage-job
+  double downloadSeconds = 0; // gradients, once per stage-job
+  /// max(M * computeSeconds + hopSeconds, uploadSeconds, downloadSeconds):
+  /// the time the stage-job occupies its worker in a balanced pipeline.
+  double jobSeconds = 0;
+  double paramBytes = 0;
+  double gradBytes = 0;
+  /// Activation memory while the stage runs: in/out hand-off buffers for
+  /// two microbatches in flight, plus the forward transient (forward) or
+  /// the workspace of all its layers for one microbatch (tail, backward).
+  double activationBytes = 0;
+  /// paramBytes + gradBytes + activationBytes (the running slot).
+  double memoryBytes = 0;
+};
+
+StageCost costStage(const PlanProblem &problem, const Stage &stage);
+
+/// Peak device memory of any worker: the largest running stage plus the
+/// largest parameter slot being prefetched.
+double workerPeakBytes(const PlanProblem &problem, const Plan &plan);
+/// Host memory: the fixed part plus the checkpoints of every backward
+/// stage's first-layer input for all M microbatches (layer 0's input is the
+/// token data and costs nothing) and the hand-off staging buffers.
+double hostPeakBytes(const PlanProblem &problem, const Plan &plan);
+
+/// The planner's objective, RoundPipe's (section 2.2) with Rondo's stage
+/// costs: max(K, N) * max_j jobSeconds / N, an estimate of one step.
+double planObjective(const PlanProblem &problem, const Plan &plan);
+
+/// Structural validity (contiguous coverage, tail non-empty) and budgets.
+/// On failure `why` says which rule or budget is violated.
+bool isValid(const PlanProblem &problem, const Plan &plan, std::string *why);
+bool fitsBudgets(const PlanProblem &problem, const Plan &plan,
+                 std::string *why);
+
+/// RoundPipe's `ModelExecutePlan.auto` (research/roundpipe.md section 2.2),
+/// reproduced exactly: fwd_t = forwardSeconds, bwd_t = forwardSeconds +
+/// backwardSeconds, size = paramBytes, bwd_size = paramBytes + gradBytes,
+/// candidate caps in [W, 1.1 W], greedy packing, cost max(K, N) * C.
+/// `memoryLimit` is RoundPipe's model_memory_limit (per-stage cap limit/2).
+Plan greedyRoundPipe(const PlanProblem &problem, double memoryLimit);
+
+/// The exact search: the plan of minimal planObjective among all plans that
+/// fit the budgets, found by sweeping every achievable stage-time cap and
+/// every parameter-slot cap and, for each, the fewest stages (dynamic
+/// programming over cut points). Ties prefer fewer jobs, then the smaller
+/// sum of job times. nullopt when no plan fits.
+std::optional<Plan> exactSearch(const PlanProblem &problem);
+
+/// Every plan, for tests on small tables (L <= 10).
+std::optional<Plan> bruteForce(const PlanProblem &problem);
+
+/// One interval of the predicted timeline.
+struct TimelineEvent {
+  enum class Lane { Upload, Compute, Download, Optimizer } lane;
+  int worker = 0; // -1 for the host optimizer
+  int step = 0;
+  int job = 0;    // index into Plan::jobs()
+  int microbatch = -1; // -1 for job-level events (uploads, downloads)
+  double start = 0, end = 0;
+};
+
+struct SimOptions {
+  int steps = 4;          // simulated consecutive steps
+  int firstWorker = 0;    // c0
+  /// true: the optimizer of step s overlaps step s+1 (one-step-stale
+  /// weights); false: step s+1 starts after the optimizer of step s.
+  bool overlapOptimizer = true;
+};
+
+struct SimResult {
+  /// Steady-state time per step: the time between the ends of the last two
+  /// simulated steps (for sync mode every step is the same).
+  double stepSeconds = 0;
+  /// 1 - sum of worker compute-busy time per step / (N * stepSeconds).
+  double bubbleFraction = 0;
+  double computeSecondsPerStep = 0; // sum over workers
+  std::vector<TimelineEvent> timeline;
+};
+
+/// Replays the job order with the stage costs: per worker one compute lane,
+/// one upload lane (two parameter slots: a job's upload may start when the
+/// job two before it on the same worker has finished) and one download
+/// lane; microbatch m of job n starts after microbatch m of job n-1 ended
+/// and its hand-off (hopSeconds) arrived; the host optimizer runs when a
+/// step's last gradients landed.
+SimResult simulate(const PlanProblem &problem, const Plan &plan,
+                   const SimOptions &options);
+
+/// An SVG Gantt chart of `result.timeline`: one row per worker with
+/// uploads, compute (one box per stage-job, labelled with the stage) and
+/// downloads as sub-lanes, plus a host row for the optimizer.
+void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
+                   const Plan &plan, const SimResult &result,
+                   const std::string &title);
+
+/// Short names: F0.., T, B1.. in job order.
+std::string stageName(const Plan &plan, int job);
+
+} // namespace rondo::planner
+
+#endif // RONDO_PLANNER_PLANNER_H

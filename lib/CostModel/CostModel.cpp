@@ -1,0 +1,231 @@
+//===- CostModel.cpp - Op times and the layer table -------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The IR is specialised to the whole step's batch; a microbatch is 1/M of
+// it. Everything that scales with tokens (FLOPs, activation bytes) is
+// divided by M; parameter reads are not, which is what makes tiny
+// microbatches memory-bound.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/CostModel/CostModel.h"
+
+#include "Pipe/IR/PipeOps.h"
+#include "TG/IR/TGOps.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::cost;
+
+double rondo::cost::deviceBytes(Type type, bool bf16) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t)
+    return 0;
+  Type e = t.getElementType();
+  double width = e.getIntOrFloatBitWidth() / 8.0;
+  if (bf16 && isa<FloatType>(e))
+    width = std::min(width, 2.0);
+  return width * static_cast<double>(t.getNumElements());
+}
+
+std::string rondo::cost::opTimingKey(Operation *op) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << op->getName().getStringRef();
+  for (Attribute kind : {op->getAttr("kind")})
+    if (kind)
+      os << " " << kind;
+  os << " (";
+  llvm::interleaveComma(op->getOperandTypes(), os);
+  os << ")";
+  return key;
+}
+
+static bool isParameter(Value v) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg)
+    return false;
+  auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  return func && func.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
+}
+
+/// Ops whose FLOPs run on tensor cores (GEMM-shaped work).
+static bool isMatmulLike(Operation *op) {
+  return isa<tg::MatmulOp, tg::AttentionOp, tg::AttentionGradOp,
+             tg::LinearCrossEntropyOp, tg::LinearCrossEntropyGradOp>(op);
+}
+
+static double tokensPerStep(func::FuncOp func) {
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
+      if (auto t = dyn_cast<RankedTensorType>(arg.getType()))
+        return static_cast<double>(t.getNumElements());
+  return 1;
+}
+
+double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
+                              const CostOptions &options) {
+  double m = static_cast<double>(options.microbatches);
+  double share = spec.sharedCompute ? static_cast<double>(options.workers) : 1;
+  auto measured = spec.opTimings.find(opTimingKey(op));
+  if (measured != spec.opTimings.end())
+    return measured->second / m * share;
+  auto cost = dyn_cast<tg::CostOpInterface>(op);
+  if (!cost)
+    return 0;
+  double flops = cost.getFlops() / m;
+  // Reads and writes at the plan's precision; parameters are read whole by
+  // every microbatch.
+  double bytes = 0;
+  for (Value v : op->getOperands())
+    bytes += deviceBytes(v.getType(), options.bf16) / (isParameter(v) ? 1 : m);
+  for (Value v : op->getResults())
+    bytes += deviceBytes(v.getType(), options.bf16) / m;
+  double rate;
+  if (isMatmulLike(op)) {
+    double rows = 1;
+    if (auto func = op->getParentOfType<func::FuncOp>())
+      rows = tokensPerStep(func) / m;
+    double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
+    rate = peak * spec.matmulEfficiency *
+           (rows / (rows + spec.rowsForHalfEfficiency));
+  } else {
+    // Elementwise and reduction work runs on the vector units at a
+    // fraction of the fp32 rate; it is bandwidth-bound in practice.
+    rate = spec.peakFlopsFp32 * 0.5;
+  }
+  double bandwidth = spec.memoryBandwidth * spec.memoryEfficiency;
+  if (isa<tg::ConstantOp, tg::CausalMaskOp>(op))
+    return 0; // materialised once, or never
+  bool layoutOnly = isa<tg::ReshapeOp>(op);
+  double seconds = std::max(flops / rate, layoutOnly ? 0 : bytes / bandwidth);
+  return (seconds + spec.kernelLaunchSeconds) * share;
+}
+
+llvm::Expected<LayerTable>
+rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
+                             const CostOptions &options) {
+  auto kinds = func->getAttrOfType<ArrayAttr>(pipe::kLayerKindsAttr);
+  if (!kinds || kinds.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "@main has no layers (run pipe-layerize before tg-autodiff)");
+  size_t numLayers = kinds.size();
+  double m = static_cast<double>(options.microbatches);
+  LayerTable table;
+  table.layers.resize(numLayers);
+  table.trainableParams.assign(numLayers, 0);
+  for (auto [i, kind] : llvm::enumerate(kinds)) {
+    StringRef k = cast<StringAttr>(kind).getValue();
+    planner::LayerCost &layer = table.layers[i];
+    layer.kind = k == "prefix" ? planner::LayerKind::Prefix
+                 : k == "tail" ? planner::LayerKind::Tail
+                               : planner::LayerKind::Block;
+    layer.name = (k + " " + llvm::Twine(i)).str();
+  }
+
+  // Gradient ops are those downstream of the loss-scale seed.
+  Block &body = func.getBody().front();
+  llvm::DenseSet<Value> backward;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
+      backward.insert(arg);
+
+  std::vector<llvm::SetVector<Value>> paramsOf(numLayers), inputsOf(numLayers);
+  llvm::DenseSet<Value> ownedParams;
+  auto layerOf = [&](Operation *op) -> std::optional<int64_t> {
+    if (!op)
+      return std::nullopt;
+    if (auto tag = op->getAttrOfType<IntegerAttr>(pipe::kLayerAttr))
+      return tag.getInt();
+    return std::nullopt;
+  };
+  for (Operation &op : body.without_terminator()) {
+    bool isBackward = llvm::any_of(
+        op.getOperands(), [&](Value v) { return backward.contains(v); });
+    if (isBackward)
+      for (Value r : op.getResults())
+        backward.insert(r);
+    std::optional<int64_t> layerIndex = layerOf(&op);
+    if (!layerIndex)
+      continue; // side data: every stage recomputes it, at negligible cost
+    if (*layerIndex < 0 || static_cast<size_t>(*layerIndex) >= numLayers)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "op tagged with layer " +
+                                         llvm::Twine(*layerIndex) +
+                                         " but @main has " +
+                                         llvm::Twine(numLayers) + " layers");
+    planner::LayerCost &layer = table.layers[*layerIndex];
+    double seconds = opSeconds(&op, spec, options);
+    double flops = 0;
+    if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
+      flops = cost.getFlops() / m;
+    if (isBackward) {
+      layer.backwardSeconds += seconds;
+      layer.backwardFlops += flops;
+    } else {
+      layer.forwardSeconds += seconds;
+      layer.forwardFlops += flops;
+      if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
+        layer.workspaceBytes +=
+            cost.getActivationBytes() * (options.bf16 ? 0.5 : 1.0) / m;
+    }
+    for (Value v : op.getOperands()) {
+      if (isParameter(v)) {
+        paramsOf[*layerIndex].insert(v);
+        continue;
+      }
+      if (isBackward)
+        continue;
+      // The activation entering the layer: produced by an earlier layer
+      // (or the token data, for the first layer that reads it).
+      std::optional<int64_t> from = layerOf(v.getDefiningOp());
+      bool isData = isa<BlockArgument>(v);
+      if ((from && *from < *layerIndex) || (isData && !backward.contains(v)))
+        inputsOf[*layerIndex].insert(v);
+    }
+  }
+
+  for (BlockArgument arg : func.getArguments()) {
+    if (!func.getArgAttr(arg.getArgNumber(), tg::kParamAttr))
+      continue;
+    double elements =
+        static_cast<double>(cast<RankedTensorType>(arg.getType()).getNumElements());
+    table.paramCount += elements;
+    if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
+      table.trainableCount += elements;
+  }
+  for (size_t l = 0; l < numLayers; ++l) {
+    planner::LayerCost &layer = table.layers[l];
+    for (Value p : paramsOf[l]) {
+      auto arg = cast<BlockArgument>(p);
+      layer.paramBytes += deviceBytes(p.getType(), options.bf16);
+      if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
+        continue;
+      // Gradients accumulate over the microbatches in fp32 on the worker.
+      layer.gradBytes += deviceBytes(p.getType(), /*bf16=*/false);
+      if (ownedParams.insert(p).second)
+        table.trainableParams[l] += static_cast<double>(
+            cast<RankedTensorType>(p.getType()).getNumElements());
+    }
+    for (Value v : inputsOf[l]) {
+      // Labels and masks are side data every stage reads from the host;
+      // only activations (and the first layer's token ids) are handed off.
+      if (isa<BlockArgument>(v) && l != 0)
+        continue;
+      layer.inputBytes += deviceBytes(v.getType(), options.bf16) / m;
+    }
+  }
+  // fp32 master weights for every parameter, AdamW moments and an fp32
+  // gradient for every trainable one; in bf16 also the upload copy.
+  table.hostFixedBytes = 4 * table.paramCount + 12 * table.trainableCount +
+                         (options.bf16 ? 2 * table.paramCount : 0);
+  return table;
+}

@@ -1,0 +1,207 @@
+//===- DeviceSpec.cpp - Built-in and measured device specs ------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The built-in numbers are datasheet peaks corrected by what was measured on
+// the H100/H200 machines (../shared/anchors.md): large bf16 GEMMs reach ~80%
+// of peak, pinned host copies ~55 GB/s per GPU and ~157 GB/s for four GPUs
+// together, NVLink 390 GB/s, host AdamW 4.6 Gparam/s on 16 cores.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/CostModel/CostModel.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+using namespace rondo::cost;
+
+static constexpr double GB = 1e9;
+static constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+static DeviceSpec h100() {
+  DeviceSpec s;
+  s.name = "h100";
+  s.peakFlopsBf16 = 989e12;
+  s.peakFlopsFp32 = 67e12;
+  s.matmulEfficiency = 0.79;
+  s.memoryBandwidth = 3.35e12;
+  s.memoryBytes = 80 * GB;
+  s.hostMemoryBytes = 128 * GiB;
+  s.hostLinkBandwidth = 55 * GB;
+  s.hostLinkAggregateBandwidth = 157 * GB;
+  s.peerBandwidth = 0; // the 1-GPU H100 machines have no peer
+  return s;
+}
+
+static DeviceSpec h200() {
+  DeviceSpec s = h100();
+  s.name = "h200";
+  s.matmulEfficiency = 0.80;
+  s.memoryBandwidth = 4.8e12;
+  s.memoryBytes = 141 * GB;
+  s.hostMemoryBytes = 256 * GiB;
+  s.peerBandwidth = 390 * GB; // NVLink, measured per direction
+  return s;
+}
+
+static DeviceSpec rtx4090() {
+  DeviceSpec s;
+  s.name = "rtx4090";
+  s.peakFlopsBf16 = 165e12; // dense, fp32 accumulation
+  s.peakFlopsFp32 = 82.6e12;
+  s.matmulEfficiency = 0.75;
+  s.memoryBandwidth = 1.008e12;
+  s.memoryBytes = 24 * GB;
+  s.hostMemoryBytes = 256 * GiB;
+  s.hostLinkBandwidth = 25 * GB;          // PCIe 4.0 x16, pinned
+  s.hostLinkAggregateBandwidth = 100 * GB; // 8 boards behind switches
+  s.peerBandwidth = 0;                     // consumer boards: no P2P
+  return s;
+}
+
+static DeviceSpec hostCpu() {
+  DeviceSpec s;
+  s.name = "host";
+  s.isGpu = false;
+  s.sharedCompute = true;
+  // 16 cores of AVX2 FMA at ~3 GHz; OpenBLAS SGEMM reaches ~60% of it.
+  s.peakFlopsBf16 = 1.5e12;
+  s.peakFlopsFp32 = 1.5e12;
+  s.matmulEfficiency = 0.6;
+  s.rowsForHalfEfficiency = 32;
+  s.memoryBandwidth = 100 * GB;
+  s.memoryEfficiency = 0.6;
+  s.memoryBytes = 64 * GiB;
+  s.hostMemoryBytes = 128 * GiB;
+  s.hostLinkBandwidth = 20 * GB; // memcpy between arenas
+  s.hostLinkAggregateBandwidth = 40 * GB;
+  s.peerBandwidth = 20 * GB;
+  s.kernelLaunchSeconds = 2e-6;
+  return s;
+}
+
+llvm::SmallVector<std::string> rondo::cost::builtinDeviceNames() {
+  return {"h100", "h200", "rtx4090", "host"};
+}
+
+static std::optional<DeviceSpec> builtin(llvm::StringRef name) {
+  if (name == "h100")
+    return h100();
+  if (name == "h200")
+    return h200();
+  if (name == "rtx4090")
+    return rtx4090();
+  if (name == "host")
+    return hostCpu();
+  return std::nullopt;
+}
+
+static llvm::Error specError(llvm::StringRef path, const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "device spec '" + path + "': " + msg);
+}
+
+llvm::Expected<DeviceSpec>
+rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
+  if (auto spec = builtin(nameOrPath))
+    return *spec;
+  if (!nameOrPath.ends_with(".json"))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "unknown device '" + nameOrPath +
+            "' (expected h100, h200, rtx4090, host or a .json spec file)");
+  auto buffer = llvm::MemoryBuffer::getFile(nameOrPath);
+  if (!buffer)
+    return specError(nameOrPath, "cannot read: " + buffer.getError().message());
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!json)
+    return specError(nameOrPath, llvm::toString(json.takeError()));
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root)
+    return specError(nameOrPath, "the top level must be an object");
+
+  DeviceSpec spec;
+  if (auto base = root->getString("base")) {
+    auto b = builtin(*base);
+    if (!b)
+      return specError(nameOrPath, "unknown base device '" + *base + "'");
+    spec = *b;
+  }
+  spec.name = root->getString("name").value_or(nameOrPath).str();
+  struct Field {
+    const char *key;
+    double *value;
+  };
+  Field fields[] = {
+      {"peak_flops_bf16", &spec.peakFlopsBf16},
+      {"peak_flops_fp32", &spec.peakFlopsFp32},
+      {"matmul_efficiency", &spec.matmulEfficiency},
+      {"rows_for_half_efficiency", &spec.rowsForHalfEfficiency},
+      {"memory_bandwidth", &spec.memoryBandwidth},
+      {"memory_efficiency", &spec.memoryEfficiency},
+      {"memory_bytes", &spec.memoryBytes},
+      {"host_memory_bytes", &spec.hostMemoryBytes},
+      {"host_link_bandwidth", &spec.hostLinkBandwidth},
+      {"host_link_aggregate_bandwidth", &spec.hostLinkAggregateBandwidth},
+      {"peer_bandwidth", &spec.peerBandwidth},
+      {"optimizer_params_per_second", &spec.optimizerParamsPerSecond},
+      {"kernel_launch_seconds", &spec.kernelLaunchSeconds},
+  };
+  for (auto &[key, _] : *root) {
+    llvm::StringRef k = key;
+    bool known = k == "name" || k == "base" || k == "op_timings" ||
+                 k == "shared_compute" || k == "is_gpu";
+    for (Field &f : fields)
+      known |= k == f.key;
+    if (!known)
+      return specError(nameOrPath, "unknown field '" + k + "'");
+  }
+  for (Field &f : fields) {
+    if (const llvm::json::Value *v = root->get(f.key)) {
+      std::optional<double> d = v->getAsNumber();
+      if (!d || *d < 0)
+        return specError(nameOrPath, llvm::Twine("'") + f.key +
+                                         "' must be a non-negative number");
+      *f.value = *d;
+    }
+  }
+  if (auto b = root->getBoolean("shared_compute"))
+    spec.sharedCompute = *b;
+  if (auto b = root->getBoolean("is_gpu"))
+    spec.isGpu = *b;
+  if (const llvm::json::Array *timings = root->getArray("op_timings")) {
+    for (auto [i, entry] : llvm::enumerate(*timings)) {
+      const llvm::json::Object *o = entry.getAsObject();
+      std::optional<llvm::StringRef> op =
+          o ? o->getString("op") : std::nullopt;
+      std::optional<double> seconds =
+          o ? o->getNumber("seconds") : std::nullopt;
+      if (!op || !seconds || *seconds < 0)
+        return specError(nameOrPath,
+                         "op_timings[" + llvm::Twine(i) +
+                             "] needs \"op\" (a key as op-timings.json "
+                             "writes it) and non-negative \"seconds\"");
+      spec.opTimings[*op] = *seconds;
+    }
+  }
+  for (auto [key, value] :
+       {std::pair{"peak_flops_bf16", spec.peakFlopsBf16},
+        {"peak_flops_fp32", spec.peakFlopsFp32},
+        {"memory_bandwidth", spec.memoryBandwidth},
+        {"memory_bytes", spec.memoryBytes},
+        {"host_link_bandwidth", spec.hostLinkBandwidth}})
+    if (value <= 0)
+      return specError(nameOrPath, llvm::Twine("'") + key +
+                                       "' is missing (give it, or a \"base\" "
+                                       "device to start from)");
+  if (spec.hostLinkAggregateBandwidth <= 0)
+    spec.hostLinkAggregateBandwidth = spec.hostLinkBandwidth;
+  if (spec.matmulEfficiency <= 0 || spec.matmulEfficiency > 1 ||
+      spec.memoryEfficiency <= 0 || spec.memoryEfficiency > 1)
+    return specError(nameOrPath, "efficiencies must be in (0, 1]");
+  return spec;
+}

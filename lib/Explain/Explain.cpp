@@ -1,0 +1,220 @@
+//===- Explain.cpp - Human-readable plans -----------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Everything printed is read back from the `pipe` IR (and re-simulated from
+// it), so the explanation describes exactly the plan the executor gets.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/Explain/Explain.h"
+
+#include "Pipe/IR/PipeOps.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+
+#include <sstream>
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::pipe;
+
+static std::string sig(double value) {
+  std::string out;
+  llvm::raw_string_ostream(out) << llvm::format("%.4g", value);
+  return out;
+}
+static std::string mb(double bytes) { return sig(bytes / 1e6); }
+static std::string gb(double bytes) {
+  return bytes < 1e9 ? sig(bytes / 1e6) + " MB" : sig(bytes / 1e9) + " GB";
+}
+static std::string ms(double seconds) {
+  return llvm::formatv("{0:f3}", seconds * 1e3);
+}
+
+static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
+  planner::PlanProblem problem = plan.buildProblem();
+  planner::Plan partition = plan.buildPlan();
+  int64_t n = plan.getWorkers(), m = plan.getMicrobatches();
+  int64_t tokens = plan.getTokensPerStep();
+  double step = plan.getPredictedStepSeconds().convertToDouble();
+  double syncStep = plan.getSyncStepSeconds().convertToDouble();
+
+  os << llvm::formatv(
+      "== Plan @{0}: {1} worker(s), {2} ({3}), strategy {4}\n",
+      plan.getSymName(), n, plan.getDevice(), plan.getPrecision(),
+      plan.getStrategy());
+  os << llvm::formatv("Step: {0} rows, {1} tokens, cut into {2} "
+                      "microbatches of {3} rows\n\n",
+                      plan.getBatch(), tokens, m, plan.getRowsPerMicrobatch());
+
+  os << "Layers (costs of one microbatch):\n";
+  os << llvm::formatv("{0,4} {1,-7} {2,10} {3,10} {4,9} {5,9} {6,10} "
+                      "{7,9} {8,9} {9,12}\n",
+                      "#", "kind", "fwd GFLOP", "bwd GFLOP", "fwd ms",
+                      "bwd ms", "params MB", "grads MB", "input MB",
+                      "workspace MB");
+  for (LayerOp layer : plan.getLayers())
+    os << llvm::formatv(
+        "{0,4} {1,-7} {2,10} {3,10} {4,9} {5,9} {6,10} {7,9} {8,9} "
+        "{9,12}\n",
+        layer.getIndex(), stringifyLayerKind(layer.getKind()),
+        sig(layer.getFwdFlops().convertToDouble() / 1e9),
+        sig(layer.getBwdFlops().convertToDouble() / 1e9),
+        ms(layer.getFwdSeconds().convertToDouble()),
+        ms(layer.getBwdSeconds().convertToDouble()),
+        mb(layer.getParamBytes().convertToDouble()),
+        mb(layer.getGradBytes().convertToDouble()),
+        mb(layer.getInputBytes().convertToDouble()),
+        mb(layer.getWorkspaceBytes().convertToDouble()));
+
+  ScheduleOp schedule = plan.getSchedule();
+  os << llvm::formatv(
+      "\nStages in job order (job n of step s runs on worker ({0} + s*{1} + "
+      "n) mod {2}):\n",
+      schedule.getFirstWorker(), schedule.getJobs().size(), n);
+  os << llvm::formatv("{0,4} {1,-6} {2,-8} {3,-9} {4,12} {5,9} {6,9} "
+                      "{7,11} {8,10} {9,9} {10,9} {11,9}  {12}\n",
+                      "job", "stage", "kind", "layers", "compute/mb ms",
+                      "job ms", "upload ms", "download ms", "params MB",
+                      "grads MB", "act MB", "mem MB", "checkpoints");
+  for (auto [j, job] : llvm::enumerate(schedule.getJobs())) {
+    auto stage = cast<StageOp>(SymbolTable::lookupSymbolIn(
+        plan, cast<SymbolRefAttr>(job).getRootReference()));
+    std::string layers = llvm::formatv("[{0},{1})", stage.getFirst(),
+                                       stage.getEnd());
+    std::string checkpoints;
+    llvm::raw_string_ostream cos(checkpoints);
+    llvm::interleaveComma(stage.getCheckpoints(), cos);
+    os << llvm::formatv(
+        "{0,4} {1,-6} {2,-8} {3,-9} {4,12} {5,9} {6,9} {7,11} {8,10} {9,9} "
+        "{10,9} {11,9}  {12}\n",
+        j, stage.getSymName(), stringifyStageKind(stage.getKind()), layers,
+        ms(stage.getComputeSeconds().convertToDouble()),
+        ms(stage.getJobSeconds().convertToDouble()),
+        ms(stage.getUploadSeconds().convertToDouble()),
+        ms(stage.getDownloadSeconds().convertToDouble()),
+        mb(stage.getParamBytes().convertToDouble()),
+        mb(stage.getGradBytes().convertToDouble()),
+        mb(stage.getActivationBytes().convertToDouble()),
+        mb(stage.getMemoryBytes().convertToDouble()), checkpoints);
+  }
+
+  double worker = plan.getWorkerPeakBytes().convertToDouble();
+  double host = plan.getHostPeakBytes().convertToDouble();
+  double fixed = plan.getHostFixedBytes().convertToDouble();
+  os << "\nMemory:\n";
+  os << "  per worker: " << gb(worker) << " of a "
+     << gb(plan.getWorkerMemoryBudget().convertToDouble())
+     << " budget (largest running stage + a prefetched parameter slot)\n";
+  os << "  host:       " << gb(host) << " of a "
+     << gb(plan.getHostMemoryBudget().convertToDouble()) << " budget ("
+     << gb(fixed) << " weights, moments, gradients and upload copies; "
+     << gb(host - fixed) << " checkpoints and hand-off staging)\n";
+
+  os << "\nPredicted step (steady state):\n";
+  os << llvm::formatv("  overlapped optimizer: {0} ms/step, {1:f0} tokens/s, "
+                      "bubble {2:f1}%\n",
+                      ms(step), tokens / step,
+                      100 * plan.getBubbleFraction().convertToDouble());
+  os << llvm::formatv("  synchronous optimizer: {0} ms/step, {1:f0} "
+                      "tokens/s, bubble {2:f1}%\n",
+                      ms(syncStep), tokens / syncStep,
+                      100 * plan.getSyncBubbleFraction().convertToDouble());
+  os << llvm::formatv("  (bubble = 1 - sum of worker compute time / ({0} x "
+                      "step time); link {1:f1} GB/s per worker per "
+                      "direction{2})\n",
+                      n, problem.linkBytesPerSecond / 1e9,
+                      problem.peerBytesPerSecond > 0
+                          ? llvm::formatv(", peer {0:f0} GB/s",
+                                          problem.peerBytesPerSecond / 1e9)
+                                .str()
+                          : std::string(", hand-offs staged through the host"));
+  os << "\nWhy: " << plan.getBound() << "\n\n";
+  (void)partition;
+}
+
+void rondo::printExplanation(ModuleOp module, llvm::raw_ostream &os) {
+  for (PlanOp plan : module.getOps<PlanOp>())
+    explainPlan(plan, os);
+}
+
+/// Writes `contents` to `path` through a temporary file in the same folder.
+static LogicalResult writeAtomically(StringRef path, StringRef contents,
+                                     std::string &error) {
+  std::string tmp = (path + ".tmp-rondo").str();
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec);
+    if (ec) {
+      error = "cannot write '" + tmp + "': " + ec.message();
+      return failure();
+    }
+    os << contents;
+    os.close();
+    if (os.has_error()) {
+      error = "cannot write '" + tmp + "': " + os.error().message();
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return failure();
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, path)) {
+    error = "cannot write '" + path.str() + "': " + ec.message();
+    llvm::sys::fs::remove(tmp);
+    return failure();
+  }
+  return success();
+}
+
+LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
+                                     std::string &error) {
+  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
+    error = "cannot create '" + dir.str() + "': " + ec.message();
+    return failure();
+  }
+  for (PlanOp plan : module.getOps<PlanOp>()) {
+    std::string text;
+    llvm::raw_string_ostream tos(text);
+    explainPlan(plan, tos);
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, plan.getSymName() + ".txt");
+    if (failed(writeAtomically(path, text, error)))
+      return failure();
+
+    planner::PlanProblem problem = plan.buildProblem();
+    planner::Plan partition = plan.buildPlan();
+    planner::SimOptions options;
+    options.firstWorker = static_cast<int>(plan.getSchedule().getFirstWorker());
+    options.overlapOptimizer = true;
+    planner::SimResult sim = planner::simulate(problem, partition, options);
+    std::ostringstream svg;
+    std::string title = llvm::formatv(
+        "{0}: {1} worker(s) on {2}, {3} microbatches, predicted {4} ms/step, "
+        "bubble {5:f1}% (overlapped optimizer)",
+        plan.getSymName(), plan.getWorkers(), plan.getDevice(),
+        plan.getMicrobatches(), ms(sim.stepSeconds),
+        100 * sim.bubbleFraction);
+    planner::writeGanttSvg(svg, problem, partition, sim, title);
+    path = dir;
+    llvm::sys::path::append(path, plan.getSymName() + ".svg");
+    if (failed(writeAtomically(path, svg.str(), error)))
+      return failure();
+  }
+  // The plans only: the training function is --emit=train's business and
+  // can be large (folded tables).
+  std::string ir;
+  llvm::raw_string_ostream irs(ir);
+  for (PlanOp plan : module.getOps<PlanOp>()) {
+    plan.print(irs);
+    irs << "\n";
+  }
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, "plan.mlir");
+  return writeAtomically(path, ir, error);
+}

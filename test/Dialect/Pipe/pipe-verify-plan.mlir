@@ -1,0 +1,99 @@
+// RUN: rondo-opt %s --pipe-verify-plan --split-input-file --verify-diagnostics -o /dev/null
+
+
+// -----
+
+// A gap in the forward coverage.
+func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
+  return
+}
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+    pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 3 tail {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.stage @F0 forward layers 0 to 1 checkpoints [0] {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 0.0e+00 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 7.0e+06 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    // expected-error@+1 {{starts at layer 2 but the forward pass has covered layers [0, 1): a gap or overlap in layer coverage}}
+    pipe.stage @T tail layers 2 to 4 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B1 backward layers 1 to 2 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
+}
+
+// -----
+
+// A gap in the backward coverage: layer 1 gets no gradient.
+func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
+  return
+}
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+    pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 3 tail {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.stage @F0 forward layers 0 to 2 checkpoints [0] {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 0.0e+00 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 7.0e+06 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @T tail layers 2 to 4 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    // expected-error@+1 {{ends at layer 1 but the backward pass needs layers up to 2 next: a gap or overlap in layer coverage}}
+    pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.schedule first_worker 0 jobs [@F0, @T, @B2]
+}
+
+// -----
+
+// A backward stage without its checkpoint.
+func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
+  return
+}
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+    pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 3 tail {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.stage @F0 forward layers 0 to 2 checkpoints [0] {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 0.0e+00 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 7.0e+06 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @T tail layers 2 to 4 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    // expected-error@+1 {{recomputes from the input of layer 1, but no forward stage checkpoints it}}
+    pipe.stage @B1 backward layers 1 to 2 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
+}
+
+// -----
+
+// A plan over the worker budget. Peaks are recomputed from the layers: the
+// tail runs with 4 MB of parameters, 8 MB of gradients and 10 MB of
+// activations (input and its gradient for two microbatches in flight, 6 MB
+// of workspace); a 4 MB parameter slot is prefetched beside it: 26 MB.
+func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
+  return
+}
+// expected-error@+1 {{needs 0.026 GB per worker, over the budget of 0.001 GB}}
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+06 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+    pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 3 tail {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.stage @F0 forward layers 0 to 2 checkpoints [0, 1] {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 0.0e+00 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 7.0e+06 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @T tail layers 2 to 4 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B1 backward layers 1 to 2 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
+}
+
+// -----
+
+// The tail must end at the last layer.
+func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
+  return
+}
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+    pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 3 tail {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.stage @F0 forward layers 0 to 2 checkpoints [0, 1] {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 0.0e+00 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 7.0e+06 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    // expected-error@+1 {{ends at layer 3 but the model has 4 layers: the tail must end the forward pass}}
+    pipe.stage @T tail layers 2 to 3 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B1 backward layers 1 to 2 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
+}
