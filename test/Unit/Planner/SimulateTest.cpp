@@ -1,0 +1,358 @@
+//===- SimulateTest.cpp - Timeline replay and the Gantt chart -------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/Planner/Planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <sstream>
+#include <tuple>
+
+using namespace rondo::planner;
+using Lane = TimelineEvent::Lane;
+
+namespace {
+
+LayerCost layer(double fwd, double bwd, double params = 0, double grads = 0,
+                double input = 0) {
+  LayerCost l;
+  l.forwardSeconds = fwd;
+  l.backwardSeconds = bwd;
+  l.paramBytes = params;
+  l.gradBytes = grads;
+  l.inputBytes = input;
+  return l;
+}
+
+Plan makePlan(std::vector<Stage> forward, Stage tail,
+              std::vector<Stage> backward) {
+  Plan p;
+  p.forward = std::move(forward);
+  p.tail = tail;
+  p.backward = std::move(backward);
+  return p;
+}
+
+Stage fwd(int a, int b) { return {StageKind::Forward, a, b}; }
+Stage tailStage(int a, int b) { return {StageKind::Tail, a, b}; }
+Stage bwd(int a, int b) { return {StageKind::Backward, a, b}; }
+
+std::vector<double> computeStarts(const SimResult &r, int step, int job) {
+  std::vector<double> out;
+  for (const TimelineEvent &ev : r.timeline)
+    if (ev.lane == Lane::Compute && ev.step == step && ev.job == job)
+      out.push_back(ev.start);
+  return out;
+}
+
+/// Random tables as in PartitionTest, smaller budgets do not matter here.
+PlanProblem randomProblem(std::mt19937 &rng) {
+  std::uniform_real_distribution<double> u(0, 1);
+  auto in = [&](double lo, double hi) { return lo + (hi - lo) * u(rng); };
+  PlanProblem p;
+  int numLayers = std::uniform_int_distribution<int>(2, 10)(rng);
+  p.workers = std::uniform_int_distribution<int>(1, 4)(rng);
+  p.microbatches = std::uniform_int_distribution<int>(1, 6)(rng);
+  p.linkBytesPerSecond = in(2e10, 2e11);
+  p.peerBytesPerSecond = u(rng) < 0.5 ? 0.0 : in(2e10, 2e11);
+  for (int l = 0; l < numLayers; ++l) {
+    LayerCost lc = layer(in(0.2e-3, 3e-3), in(0.2e-3, 6e-3), in(1e6, 1e8));
+    lc.gradBytes = u(rng) < 0.2 ? 0.0 : lc.paramBytes * in(0.5, 2);
+    lc.inputBytes = in(0, 5e7);
+    p.layers.push_back(lc);
+  }
+  if (u(rng) < 0.7)
+    p.trainableParams.assign(numLayers, in(1e6, 2e8));
+  p.optimizerParamsPerSecond = in(1e9, 1e10);
+  return p;
+}
+
+Plan randomPlan(int numLayers, std::mt19937 &rng) {
+  int b = std::uniform_int_distribution<int>(0, numLayers - 1)(rng);
+  std::bernoulli_distribution cut(0.5);
+  Plan p;
+  p.tail = tailStage(b, numLayers);
+  int first = 0;
+  for (int l = 0; l < b; ++l)
+    if (l == b - 1 || cut(rng)) {
+      p.forward.push_back(fwd(first, l + 1));
+      first = l + 1;
+    }
+  int end = b;
+  for (int l = b - 1; l >= 0; --l)
+    if (l == 0 || cut(rng)) {
+      p.backward.push_back(bwd(l, end));
+      end = l;
+    }
+  return p;
+}
+
+} // namespace
+
+TEST(SimulateTest, OneWorkerChainWithHop) {
+  // Two layers, fwd 1 and bwd 1 each, no parameters (free uploads), M = 2.
+  // Plan F0 [0,1) (compute 1), T [1,2) (compute 2), B1 [0,1) (compute 2).
+  // in(1) = 1 at link 1 through the host: the tail's hop is 2*1/1 = 2.
+  //   F0: m0 [0,1], m1 [1,2]
+  //   T:  m0 >= max(2, 1+2) = 3: [3,5]; m1 >= max(5, 2+2): [5,7]
+  //   B1: hop 2*in(1) + in(0) = 2: m0 >= max(7, 5+2): [7,9];
+  //       m1 >= max(9, 7+2): [9,11]
+  // Step 1 repeats from 11: 11 s per step, compute 2+4+4 = 10 s, bubble
+  // 1 - 10/11.
+  PlanProblem p;
+  p.layers = {layer(1, 1, 0, 0, 0), layer(1, 1, 0, 0, 1)};
+  p.workers = 1;
+  p.microbatches = 2;
+  p.linkBytesPerSecond = 1;
+  Plan plan = makePlan({fwd(0, 1)}, tailStage(1, 2), {bwd(0, 1)});
+  ASSERT_DOUBLE_EQ(costStage(p, plan.tail).hopSeconds, 2);
+
+  SimResult r = simulate(p, plan, {/*steps=*/3, 0, true});
+  EXPECT_EQ(computeStarts(r, 0, 0), (std::vector<double>{0, 1}));
+  EXPECT_EQ(computeStarts(r, 0, 1), (std::vector<double>{3, 5}));
+  EXPECT_EQ(computeStarts(r, 0, 2), (std::vector<double>{7, 9}));
+  EXPECT_EQ(computeStarts(r, 1, 0), (std::vector<double>{11, 12}));
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 11);
+  EXPECT_DOUBLE_EQ(r.computeSecondsPerStep, 10);
+  EXPECT_DOUBLE_EQ(r.bubbleFraction, 1 - 10.0 / 11.0);
+
+  // Without the hop one worker is busy all the time.
+  p.layers[1].inputBytes = 0;
+  SimResult noHop = simulate(p, plan, {3, 0, true});
+  EXPECT_DOUBLE_EQ(noHop.stepSeconds, 10);
+  EXPECT_DOUBLE_EQ(noHop.bubbleFraction, 0);
+
+  // One step only: the end of step 0.
+  EXPECT_DOUBLE_EQ(simulate(p, plan, {1, 0, true}).stepSeconds, 10);
+}
+
+TEST(SimulateTest, OneWorkerUploadBound) {
+  // Same shape, M = 1, 3 parameter bytes per layer at link 1: every upload
+  // takes 3 s, computes are 1, 2, 2. Two parameter slots:
+  //   up F0 [0,3]  F0 [3,4]
+  //   up T  [3,6]  T  [6,8]
+  //   up B1 [6,9]  (F0, two before, ended at 4)  B1 [9,11]
+  //   up F0 [9,12] (T ended at 8)  F0 [12,13]
+  //   up T  [12,15] (B1 ended at 11) T [15,17]
+  //   up B1 [15,18] B1 [18,20]
+  // Steady state: 9 s per step, the sum of the upload-bound job times.
+  PlanProblem p;
+  p.layers = {layer(1, 1, 3), layer(1, 1, 3)};
+  p.workers = 1;
+  p.microbatches = 1;
+  p.linkBytesPerSecond = 1;
+  Plan plan = makePlan({fwd(0, 1)}, tailStage(1, 2), {bwd(0, 1)});
+  SimResult r = simulate(p, plan, {3, 0, true});
+  std::vector<std::pair<double, double>> uploads;
+  for (const TimelineEvent &ev : r.timeline)
+    if (ev.lane == Lane::Upload && ev.step < 2)
+      uploads.emplace_back(ev.start, ev.end);
+  EXPECT_EQ(uploads, (std::vector<std::pair<double, double>>{
+                         {0, 3}, {3, 6}, {6, 9}, {9, 12}, {12, 15}, {15, 18}}));
+  EXPECT_EQ(computeStarts(r, 0, 2), (std::vector<double>{9}));
+  EXPECT_EQ(computeStarts(r, 1, 2), (std::vector<double>{18}));
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 9);
+  double jobSum = 0;
+  for (const Stage &st : plan.jobs())
+    jobSum += costStage(p, st).jobSeconds;
+  EXPECT_DOUBLE_EQ(r.stepSeconds, jobSum);
+  EXPECT_DOUBLE_EQ(r.bubbleFraction, 1 - 5.0 / 9.0);
+}
+
+namespace {
+/// Four equal jobs of 2 s per microbatch on two workers, M = 3 = N + 1:
+/// F0 [0,2) (two layers, fwd 1), T [2,3) (fwd 1 + bwd 1), B1 [1,2),
+/// B2 [0,1) (recompute 1 + backward 1). No transfers.
+PlanProblem balancedProblem() {
+  PlanProblem p;
+  p.layers = {layer(1, 1), layer(1, 1), layer(1, 1)};
+  p.workers = 2;
+  p.microbatches = 3;
+  return p;
+}
+Plan balancedPlan() {
+  return makePlan({fwd(0, 2)}, tailStage(2, 3), {bwd(1, 2), bwd(0, 1)});
+}
+} // namespace
+
+TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
+  // Step 0: F0 w0 [0,6]; T w1 from 2: [2,8]; B1 w0 from 6: [6,12];
+  // B2 w1 from 8: [8,14]. Step 1: F0 w0 from 12 ... B2 w1 ends at 26:
+  // 12 s per step = 4 jobs * 6 s / 2 workers.
+  PlanProblem p = balancedProblem();
+  Plan plan = balancedPlan();
+  SimResult r = simulate(p, plan, {4, 0, true});
+  EXPECT_EQ(computeStarts(r, 0, 1), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(computeStarts(r, 0, 3), (std::vector<double>{8, 10, 12}));
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 12);
+  EXPECT_DOUBLE_EQ(r.computeSecondsPerStep, 24);
+  EXPECT_NEAR(r.bubbleFraction, 0, 1e-12);
+
+  // Round-robin placement: job n of step s on (c0 + s*K + n) mod N.
+  SimResult shifted = simulate(p, plan, {2, 1, true});
+  for (const TimelineEvent &ev : shifted.timeline) {
+    if (ev.lane == Lane::Compute) {
+      EXPECT_EQ(ev.worker, (1 + ev.step * 4 + ev.job) % 2);
+    }
+  }
+  EXPECT_DOUBLE_EQ(shifted.stepSeconds, 12);
+}
+
+TEST(SimulateTest, SyncOptimizerAddsToTheStep) {
+  // The balanced case with an optimizer of 3 s (3e9 parameters at 1e9/s).
+  // Sync: each step is the isolated step (14 s from its start) plus the
+  // optimizer: 17 s. Overlapped: the optimizer of step s runs during step
+  // s+1 and the pipeline keeps its 12 s.
+  PlanProblem p = balancedProblem();
+  p.trainableParams = {1e9, 1e9, 1e9};
+  p.optimizerParamsPerSecond = 1e9;
+  Plan plan = balancedPlan();
+  SimResult sync = simulate(p, plan, {4, 0, false});
+  SimResult overlap = simulate(p, plan, {4, 0, true});
+  EXPECT_DOUBLE_EQ(sync.stepSeconds, 17);
+  EXPECT_DOUBLE_EQ(overlap.stepSeconds, 12);
+  int optimizerEvents = 0;
+  for (const TimelineEvent &ev : sync.timeline)
+    if (ev.lane == Lane::Optimizer) {
+      ++optimizerEvents;
+      EXPECT_EQ(ev.worker, -1);
+      EXPECT_DOUBLE_EQ(ev.end - ev.start, 3);
+    }
+  EXPECT_EQ(optimizerEvents, 4);
+  // Sync: no upload of step s starts before the optimizer of step s-1.
+  for (const TimelineEvent &ev : sync.timeline) {
+    if (ev.lane == Lane::Upload && ev.step > 0) {
+      EXPECT_GE(ev.start, 17.0 * ev.step);
+    }
+  }
+
+  // A slow optimizer bounds the overlapped step too.
+  p.optimizerParamsPerSecond = 1e8; // 30 s
+  EXPECT_NEAR(simulate(p, plan, {8, 0, true}).stepSeconds, 30, 1e-9);
+}
+
+TEST(SimulateTest, RandomPlansInvariants) {
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 300; ++iter) {
+    PlanProblem p = randomProblem(rng);
+    Plan plan = randomPlan(int(p.layers.size()), rng);
+    SimOptions opts;
+    opts.steps = std::uniform_int_distribution<int>(1, 6)(rng);
+    opts.firstWorker = std::uniform_int_distribution<int>(0, 5)(rng);
+    opts.overlapOptimizer = iter % 2 == 0;
+    SimResult r = simulate(p, plan, opts);
+    int numJobs = plan.numJobs();
+
+    // The bubble formula and the compute sum.
+    double compute = 0;
+    for (const Stage &st : plan.jobs())
+      compute += p.microbatches * costStage(p, st).computeSeconds;
+    EXPECT_DOUBLE_EQ(r.computeSecondsPerStep, compute);
+    if (r.stepSeconds > 0)
+      EXPECT_DOUBLE_EQ(
+          r.bubbleFraction,
+          std::max(0.0, 1 - compute / (p.workers * r.stepSeconds)));
+    else
+      EXPECT_EQ(r.bubbleFraction, 0);
+    EXPECT_GE(r.bubbleFraction, 0);
+    EXPECT_LT(r.bubbleFraction, 1);
+
+    // Event counts.
+    int computes = 0, uploads = 0, downloads = 0, optimizers = 0;
+    int withGrads = 0;
+    for (const Stage &st : plan.jobs())
+      withGrads += costStage(p, st).gradBytes > 0;
+    for (const TimelineEvent &ev : r.timeline) {
+      computes += ev.lane == Lane::Compute;
+      uploads += ev.lane == Lane::Upload;
+      downloads += ev.lane == Lane::Download;
+      optimizers += ev.lane == Lane::Optimizer;
+      EXPECT_LE(ev.start, ev.end);
+      EXPECT_GE(ev.start, 0);
+    }
+    EXPECT_EQ(computes, opts.steps * numJobs * p.microbatches);
+    EXPECT_EQ(uploads, opts.steps * numJobs);
+    EXPECT_EQ(downloads, opts.steps * withGrads);
+    EXPECT_EQ(optimizers, opts.steps);
+
+    // No two intervals of one lane of one worker overlap.
+    std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+    for (const TimelineEvent &ev : r.timeline)
+      lanes[{ev.worker, int(ev.lane)}].emplace_back(ev.start, ev.end);
+    for (auto &[key, intervals] : lanes) {
+      std::sort(intervals.begin(), intervals.end());
+      for (size_t i = 1; i < intervals.size(); ++i)
+        ASSERT_GE(intervals[i].first, intervals[i - 1].second - 1e-12)
+            << "worker " << key.first << " lane " << key.second;
+    }
+
+    // Dependencies: microbatch m of job n > 0 after microbatch m of job
+    // n-1 plus the hop; compute after its upload.
+    std::map<std::tuple<int, int, int>, TimelineEvent> mb;
+    std::map<std::pair<int, int>, double> uploadEnd;
+    for (const TimelineEvent &ev : r.timeline) {
+      if (ev.lane == Lane::Compute)
+        mb[{ev.step, ev.job, ev.microbatch}] = ev;
+      if (ev.lane == Lane::Upload)
+        uploadEnd[{ev.step, ev.job}] = ev.end;
+    }
+    std::vector<Stage> jobs = plan.jobs();
+    for (auto &[key, ev] : mb) {
+      auto [s, n, m] = key;
+      double uploaded = uploadEnd[std::make_pair(s, n)];
+      EXPECT_GE(ev.start, uploaded);
+      if (n > 0) {
+        double ready = mb[std::make_tuple(s, n - 1, m)].end +
+                       costStage(p, jobs[n]).hopSeconds;
+        EXPECT_GE(ev.start, ready - 1e-12);
+      }
+    }
+
+    // Sync mode is never faster than the overlapped optimizer.
+    SimOptions sync = opts, overlap = opts;
+    sync.overlapOptimizer = false;
+    overlap.overlapOptimizer = true;
+    EXPECT_GE(simulate(p, plan, sync).stepSeconds,
+              simulate(p, plan, overlap).stepSeconds * (1 - 1e-12))
+        << "iteration " << iter;
+  }
+}
+
+TEST(GanttTest, SvgHasRowsStagesAndEscapedTitle) {
+  PlanProblem p;
+  p.layers = {
+      layer(1e-3, 2e-3, 1e6, 1e6, 1e5), layer(1e-3, 2e-3, 1e6, 1e6, 1e5),
+      layer(2e-3, 3e-3, 1e6, 1e6, 1e5), layer(1e-3, 1e-3, 1e6, 1e6, 1e5)};
+  p.workers = 3;
+  p.microbatches = 4;
+  p.linkBytesPerSecond = 1e9;
+  p.trainableParams = {1e6, 1e6, 1e6, 1e6};
+  Plan plan =
+      makePlan({fwd(0, 1), fwd(1, 3)}, tailStage(3, 4), {bwd(2, 3), bwd(0, 2)});
+  SimResult r = simulate(p, plan, {3, 0, true});
+  std::ostringstream os;
+  writeGanttSvg(os, p, plan, r, "Rondo <plan> & \"friends\"");
+  std::string svg = os.str();
+  ASSERT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 80);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(svg.find("<script"), std::string::npos);
+  for (int w = 0; w < p.workers; ++w)
+    EXPECT_NE(svg.find(">worker " + std::to_string(w) + "<"), std::string::npos)
+        << w;
+  EXPECT_EQ(svg.find(">worker 3<"), std::string::npos);
+  EXPECT_NE(svg.find(">host<"), std::string::npos);
+  for (int j = 0; j < plan.numJobs(); ++j)
+    EXPECT_NE(svg.find(">" + stageName(plan, j) + "<"), std::string::npos)
+        << stageName(plan, j);
+  EXPECT_NE(svg.find("Rondo &lt;plan&gt; &amp; &quot;friends&quot;"),
+            std::string::npos);
+  EXPECT_EQ(svg.find("<plan>"), std::string::npos);
+  EXPECT_NE(svg.find("bubble"), std::string::npos);
+  EXPECT_NE(svg.find("ms"), std::string::npos);
+}
