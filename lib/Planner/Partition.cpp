@@ -189,13 +189,18 @@ double hostPeakBytes(const PlanProblem &problem, const Plan &plan) {
   return bytes + 2.0 * problem.workers * maxInputBytes(problem);
 }
 
+/// The fewest stage-jobs the objective counts: max(N, minJobs).
+static int jobFloor(const PlanProblem &problem) {
+  return std::max({problem.workers, problem.minJobs, 1});
+}
+
 double planObjective(const PlanProblem &problem, const Plan &plan) {
   int k = plan.numJobs();
   int n = std::max(problem.workers, 1);
   double slowest = 0;
   for (const Stage &st : plan.jobs())
     slowest = std::max(slowest, costStage(problem, st).jobSeconds);
-  return double(std::max(k, n)) * slowest / n;
+  return double(std::max(k, jobFloor(problem))) * slowest / n;
 }
 
 bool isValid(const PlanProblem &problem, const Plan &plan, std::string *why) {
@@ -388,7 +393,7 @@ Plan greedyRoundPipe(const PlanProblem &problem, double memoryLimit) {
       plan.backward.assign(ascending.rbegin(), ascending.rend());
     }
 
-    double cost = double(std::max(plan.numJobs(), problem.workers)) * cap;
+    double cost = double(std::max(plan.numJobs(), jobFloor(problem))) * cap;
     if (cost < bestCost) {
       bestCost = cost;
       best = std::move(plan);
@@ -750,7 +755,7 @@ void ExactSearch::consider(const Evaluation &ev) {
       slowest = std::max(slowest, job);
       s.sumJobSeconds += job;
     }
-    s.objective = double(std::max(s.jobs, n)) * slowest / n;
+    s.objective = double(std::max(s.jobs, jobFloor(problem))) * slowest / n;
     if (best && !s.betterThan(bestScore))
       continue;
     if (!fitsBudgets(problem, plan, nullptr))
@@ -769,7 +774,7 @@ void ExactSearch::searchSlot(const std::vector<double> &capForJobs) {
   int n = problem.workers;
   // The same expression as the objective, so that ties are kept.
   auto bound = [&](int jobs, double cap) {
-    return double(std::max(jobs, n)) * cap / n;
+    return double(std::max(jobs, jobFloor(problem))) * cap / n;
   };
 
   if (hostAvailable == kInf) {
@@ -945,7 +950,8 @@ std::optional<Plan> ExactSearch::run() {
     double bound = kInf;
     for (int k = 1; k < int(capForJobs.size()); ++k)
       if (capForJobs[k] < kInf)
-        bound = std::min(bound, double(std::max(k, n)) * capForJobs[k] / n);
+        bound = std::min(bound, double(std::max(k, jobFloor(problem))) *
+                                    capForJobs[k] / n);
     if (bound < kInf)
       bounds.push_back({bound, i});
   }

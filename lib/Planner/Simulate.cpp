@@ -10,20 +10,30 @@
 // dependencies:
 //   upload of job g:        the worker's upload lane, the end of the compute
 //                           of the job two before it on the same worker (two
-//                           parameter slots), and the optimizer of step s-1
-//                           (sync) or s-2 (overlapped);
+//                           parameter slots), and the optimizer updates of
+//                           its layers from step s-1 (sync) or s-2
+//                           (overlapped);
 //   microbatch m of job g:  its upload, the worker's compute lane and, for
 //                           n > 0, the end of microbatch m of job g-1 plus
 //                           this job's hand-off time;
 //   download of job g:      its last microbatch and the download lane;
-//   optimizer of step s:    every compute and download of step s and the
-//                           optimizer of step s-1 (one host lane).
+//   optimizer task of job g: (tail and backward stages with trainable
+//                           parameters) its download, or its last
+//                           microbatch, and the host optimizer lane, which
+//                           runs tasks in issue order: every stage's
+//                           parameters are updated as soon as its gradients
+//                           land (per-parameter AdamW needs nothing else;
+//                           global gradient clipping would make every task
+//                           wait for the last gradient, which the plan does
+//                           not model).
 // Jobs are replayed in issue order, which is a topological order of these
 // dependencies, so one pass computes the whole timeline.
 //
 //===----------------------------------------------------------------------===//
 
 #include "rondo/Planner/Planner.h"
+
+#include <numeric>
 
 #include <algorithm>
 
@@ -37,19 +47,32 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
   int numJobs = int(jobs.size());
   int numWorkers = std::max(problem.workers, 1);
   int numMicrobatches = std::max(problem.microbatches, 1);
-  int steps = std::max(options.steps, 1);
+  // The rotation brings every job back to the same worker after
+  // N / gcd(K, N) steps; the steady state is measured over such a period
+  // (at least two steps, so one-step-stale steps that overlap average out).
+  int period = std::max(numWorkers / std::gcd(std::max(numJobs, 1),
+                                              numWorkers),
+                        2);
+  int steps = options.steps > 0 ? options.steps : 2 * period + 1;
 
   std::vector<StageCost> costs;
   costs.reserve(numJobs);
   for (const Stage &st : jobs)
     costs.push_back(costStage(problem, st));
 
-  double trainable = 0;
-  for (double p : problem.trainableParams)
-    trainable += p;
-  double optimizerSeconds = problem.optimizerParamsPerSecond > 0
-                                ? trainable / problem.optimizerParamsPerSecond
-                                : 0.0;
+  int numLayers = int(problem.layers.size());
+  // Optimizer seconds of each job's parameters.
+  std::vector<double> optimizerSeconds(numJobs, 0.0);
+  for (int n = 0; n < numJobs; ++n) {
+    if (jobs[n].kind == StageKind::Forward ||
+        problem.optimizerParamsPerSecond <= 0)
+      continue;
+    double params = 0;
+    for (int l = jobs[n].first; l < jobs[n].end; ++l)
+      if (l < int(problem.trainableParams.size()))
+        params += problem.trainableParams[l];
+    optimizerSeconds[n] = params / problem.optimizerParamsPerSecond;
+  }
 
   struct Worker {
     double uploadFree = 0, computeFree = 0, downloadFree = 0;
@@ -57,7 +80,11 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
     double lastJobEnd = 0, jobBeforeEnd = 0;
   };
   std::vector<Worker> workers(numWorkers);
-  std::vector<double> optimizerEnd(steps, 0.0), stepEnd(steps, 0.0);
+  // updated[s][l]: when the optimizer finished layer l's step-s update.
+  std::vector<std::vector<double>> updated(
+      steps, std::vector<double>(numLayers, 0.0));
+  std::vector<double> stepEnd(steps, 0.0);
+  double optimizerFree = 0;
   std::vector<double> previousMicrobatchEnd(numMicrobatches, 0.0);
   std::vector<double> microbatchEnd(numMicrobatches, 0.0);
 
@@ -75,7 +102,7 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
 
   long long c0 = options.firstWorker;
   for (int s = 0; s < steps; ++s) {
-    double computeAndDownloadEnd = 0;
+    double computeAndDownloadEnd = 0, optimizerEnd = 0;
     for (int n = 0; n < numJobs; ++n) {
       long long g = (long long)s * numJobs + n;
       int w = int(((c0 + g) % numWorkers + numWorkers) % numWorkers);
@@ -87,7 +114,8 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
       double uploadStart = std::max(wk.uploadFree, wk.jobBeforeEnd);
       int waitStep = options.overlapOptimizer ? s - 2 : s - 1;
       if (waitStep >= 0)
-        uploadStart = std::max(uploadStart, optimizerEnd[waitStep]);
+        for (int l = jobs[n].first; l < jobs[n].end && l < numLayers; ++l)
+          uploadStart = std::max(uploadStart, updated[waitStep][l]);
       double uploadEnd = uploadStart + c.uploadSeconds;
       wk.uploadFree = uploadEnd;
       record(Lane::Upload, w, s, n, -1, uploadStart, uploadEnd);
@@ -105,28 +133,40 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
       wk.lastJobEnd = wk.computeFree;
       computeAndDownloadEnd = std::max(computeAndDownloadEnd, wk.computeFree);
 
+      double gradientsLanded = wk.computeFree;
       if (c.gradBytes > 0) {
         double start = std::max(wk.computeFree, wk.downloadFree);
         double end = start + c.downloadSeconds;
         wk.downloadFree = end;
+        gradientsLanded = end;
         computeAndDownloadEnd = std::max(computeAndDownloadEnd, end);
         record(Lane::Download, w, s, n, -1, start, end);
       }
+      if (jobs[n].kind != StageKind::Forward &&
+          (optimizerSeconds[n] > 0 || c.gradBytes > 0)) {
+        double start = std::max(gradientsLanded, optimizerFree);
+        double end = start + optimizerSeconds[n];
+        optimizerFree = end;
+        for (int l = jobs[n].first; l < jobs[n].end && l < numLayers; ++l)
+          updated[s][l] = std::max(updated[s][l], end);
+        optimizerEnd = std::max(optimizerEnd, end);
+        record(Lane::Optimizer, -1, s, n, -1, start, end);
+      }
       std::swap(previousMicrobatchEnd, microbatchEnd);
     }
-
-    double optimizerStart = computeAndDownloadEnd;
-    if (s > 0)
-      optimizerStart = std::max(optimizerStart, optimizerEnd[s - 1]);
-    optimizerEnd[s] = optimizerStart + optimizerSeconds;
-    record(Lane::Optimizer, -1, s, -1, -1, optimizerStart, optimizerEnd[s]);
     stepEnd[s] = options.overlapOptimizer
                      ? computeAndDownloadEnd
-                     : std::max(computeAndDownloadEnd, optimizerEnd[s]);
+                     : std::max(computeAndDownloadEnd, optimizerEnd);
   }
 
+  // A step is complete when it and every step before it have ended (with
+  // the overlapped optimizer consecutive steps may finish out of order).
+  for (int s = 1; s < steps; ++s)
+    stepEnd[s] = std::max(stepEnd[s], stepEnd[s - 1]);
+  int window = std::min(period, steps - 1);
   result.stepSeconds =
-      steps == 1 ? stepEnd[0] : stepEnd[steps - 1] - stepEnd[steps - 2];
+      steps == 1 ? stepEnd[0]
+                 : (stepEnd[steps - 1] - stepEnd[steps - 1 - window]) / window;
   for (const StageCost &c : costs)
     result.computeSecondsPerStep += numMicrobatches * c.computeSeconds;
   result.bubbleFraction =

@@ -109,6 +109,9 @@ struct Candidate {
   planner::PlanProblem problem;
   planner::Plan plan;
   planner::SimResult overlap, sync;
+  /// Whether the plan is the exact optimum of the objective itself (rather
+  /// than of the objective with a floor of more jobs).
+  bool objectiveOptimal = true;
 };
 
 struct PipePartitionPass
@@ -195,9 +198,10 @@ struct PipePartitionPass
     // that a stage-job outlasts the hand-offs of the N jobs before it.
     SmallVector<int64_t> counts;
     if (microbatches > 0) {
-      if (batch % microbatches != 0)
+      if (microbatches < 0 || batch % microbatches != 0)
         return func.emitError("--microbatches=")
-               << microbatches << " does not divide the batch of " << batch
+               << static_cast<int64_t>(microbatches)
+               << " does not divide the batch of " << batch
                << " rows";
       counts.push_back(microbatches);
     } else {
@@ -209,6 +213,7 @@ struct PipePartitionPass
     }
 
     std::optional<Candidate> best;
+    int tried = 0;
     std::string lastFailure;
     double smallestWorkerPeak = std::numeric_limits<double>::infinity();
     int64_t smallestWorkerPeakM = 0;
@@ -265,8 +270,26 @@ struct PipePartitionPass
           continue;
         }
       } else {
-        std::optional<planner::Plan> plan = planner::exactSearch(c.problem);
-        if (!plan) {
+        // The exact optimum of the objective, and of the same objective
+        // with a floor of more jobs (RoundPipe's min_stages): finer plans
+        // trade a longer chain for better balance, which only the
+        // simulator can weigh. It picks among them below.
+        std::vector<planner::Plan> plans;
+        int numLayers = static_cast<int>(c.problem.layers.size());
+        int maxJobs = std::max<int>(2 * numLayers - 1, 1);
+        for (int floor = static_cast<int>(n);
+             floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n)); ++floor) {
+          planner::PlanProblem p = c.problem;
+          p.minJobs = floor;
+          std::optional<planner::Plan> plan = planner::exactSearch(p);
+          if (!plan)
+            break;
+          if (llvm::none_of(plans, [&](const planner::Plan &q) {
+                return q.jobs() == plan->jobs();
+              }))
+            plans.push_back(*plan);
+        }
+        if (plans.empty()) {
           // Say which budget: the host part does not depend on the plan.
           if (c.problem.hostMemoryBytes > 0 &&
               c.problem.hostFixedBytes > c.problem.hostMemoryBytes)
@@ -275,13 +298,28 @@ struct PipePartitionPass
             lastFailure = "worker";
           continue;
         }
-        c.plan = *plan;
+        for (const planner::Plan &plan : plans) {
+          Candidate alt = c;
+          alt.plan = plan;
+          alt.overlap = planner::simulate(alt.problem, alt.plan, {});
+          ++tried;
+          if (!best || alt.overlap.stepSeconds <
+                           best->overlap.stepSeconds * (1 - 1e-9)) {
+            alt.objectiveOptimal = &plan == &plans.front();
+            planner::SimOptions syncOptions;
+            syncOptions.overlapOptimizer = false;
+            alt.sync = planner::simulate(alt.problem, alt.plan, syncOptions);
+            best = std::move(alt);
+          }
+        }
+        continue;
       }
       planner::SimOptions simOptions;
       simOptions.overlapOptimizer = true;
       c.overlap = planner::simulate(c.problem, c.plan, simOptions);
       simOptions.overlapOptimizer = false;
       c.sync = planner::simulate(c.problem, c.plan, simOptions);
+      ++tried;
       if (!best || c.overlap.stepSeconds < best->overlap.stepSeconds)
         best = std::move(c);
     }
@@ -289,7 +327,20 @@ struct PipePartitionPass
     if (!best)
       return reportNoFit(func, spec, bf16, n, batch, counts, lastFailure,
                          smallestWorkerPeak, smallestWorkerPeakM);
-    buildPlanOp(b, func, spec, bf16, n, batch, tokens, *best);
+    std::string searched;
+    llvm::raw_string_ostream os(searched);
+    os << " Searched " << tried << " candidate plan(s) over "
+       << (counts.size() == 1 ? "M = " : "M in {");
+    llvm::interleaveComma(counts, os);
+    os << (counts.size() == 1 ? "" : "}") << "; kept the shortest simulated step";
+    if (strategy == "exact" && stages.empty())
+      os << (best->objectiveOptimal
+                 ? ", which is also the exact optimum of max(K, N) * slowest "
+                   "stage-job"
+                 : ", finer than the exact optimum of max(K, N) * slowest "
+                   "stage-job (better balance outweighs the extra jobs)");
+    os << ".";
+    buildPlanOp(b, func, spec, bf16, n, batch, tokens, *best, searched);
     return success();
   }
 
@@ -334,6 +385,60 @@ struct PipePartitionPass
       diag << "; use a device with at least " << gb(smallestWorkerPeak / 0.9)
            << ", or a smaller --batch or --seq-len";
     return diag;
+  }
+
+  /// With fewer forward stages than workers, the compiler says what N
+  /// forward stages would cost: the same plan with its forward range split
+  /// into N stages of balanced time, simulated.
+  void explainForwardStages(const Candidate &c, llvm::raw_ostream &os) {
+    const planner::PlanProblem &p = c.problem;
+    int numForward = static_cast<int>(c.plan.forward.size());
+    int b = c.plan.tail.first;
+    if (numForward >= p.workers || b < p.workers)
+      return;
+    // Min-max split of [0, b) into N parts by forward time (DP over cuts).
+    int parts = p.workers;
+    std::vector<std::vector<double>> best(
+        parts + 1, std::vector<double>(b + 1, 1e300));
+    std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(b + 1, 0));
+    best[0][0] = 0;
+    for (int k = 1; k <= parts; ++k)
+      for (int e = k; e <= b; ++e)
+        for (int a = k - 1; a < e; ++a) {
+          double t = 0;
+          for (int l = a; l < e; ++l)
+            t += p.layers[l].forwardSeconds;
+          double v = std::max(best[k - 1][a], t);
+          if (v < best[k][e]) {
+            best[k][e] = v;
+            cut[k][e] = a;
+          }
+        }
+    planner::Plan alt = c.plan;
+    alt.forward.clear();
+    for (int k = parts, e = b; k > 0; e = cut[k][e], --k)
+      alt.forward.insert(alt.forward.begin(),
+                         {planner::StageKind::Forward, cut[k][e], e});
+    std::string why;
+    os << " Forward stages: " << numForward << " for " << p.workers
+       << " workers, because forward stage-jobs are cheap (no recompute, no "
+          "gradients) and splitting them adds stage-jobs without shortening "
+          "the slowest one";
+    if (!planner::fitsBudgets(p, alt, &why)) {
+      os << "; " << p.workers << " forward stages would not fit (" << why
+         << ").";
+      return;
+    }
+    planner::SimResult sim = planner::simulate(p, alt, {});
+    os << ": the same plan with " << p.workers
+       << " balanced forward stages (--stages=fwd:";
+    for (auto [i, st] : llvm::enumerate(alt.forward))
+      os << (i ? "+" : "") << st.end - st.first;
+    os << ",tail:" << alt.tail.end - alt.tail.first << ",bwd:";
+    for (auto [i, st] : llvm::enumerate(alt.backward))
+      os << (i ? "+" : "") << st.end - st.first;
+    os << ") is predicted at " << ms(sim.stepSeconds) << " per step against "
+       << ms(c.overlap.stepSeconds) << ".";
   }
 
   /// Which constraint limited the plan, in words.
@@ -381,19 +486,32 @@ struct PipePartitionPass
     if (p.workerMemoryBytes > 0 && worker > 0.9 * p.workerMemoryBytes)
       os << "; worker memory is nearly full (" << gb(worker) << " of "
          << gb(p.workerMemoryBytes) << ")";
+    double trainable = 0;
+    for (double t : p.trainableParams)
+      trainable += t;
+    double optimizer = p.optimizerParamsPerSecond > 0
+                           ? trainable / p.optimizerParamsPerSecond
+                           : 0;
+    if (optimizer > 0.7 * c.overlap.stepSeconds)
+      os << "; the host optimizer is nearly saturated (" << ms(optimizer)
+         << " of AdamW per " << ms(c.overlap.stepSeconds)
+         << " step): a faster host or fewer trainable parameters is the next "
+            "limit";
     os << ". Bubble " << llvm::formatv("{0:f1}", 100 * c.overlap.bubbleFraction)
        << "% with the overlapped optimizer: stage-jobs range from "
        << ms(fastestTime) << " to " << ms(slowestTime)
        << ", and a stage waits for its predecessor's microbatches; "
        << llvm::formatv("{0:f1}", 100 * c.sync.bubbleFraction)
        << "% with the synchronous optimizer, which also drains the pipeline "
-          "and waits for the update every step";
+          "and waits for the update every step.";
+    explainForwardStages(c, os);
     return out;
   }
 
   void buildPlanOp(OpBuilder &b, func::FuncOp func,
                    const cost::DeviceSpec &spec, bool bf16, int64_t n,
-                   int64_t batch, int64_t tokens, const Candidate &c) {
+                   int64_t batch, int64_t tokens, const Candidate &c,
+                   StringRef searched) {
     MLIRContext *ctx = &getContext();
     Location loc = func.getLoc();
     auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
@@ -412,7 +530,7 @@ struct PipePartitionPass
         f64(c.overlap.bubbleFraction), f64(c.sync.stepSeconds),
         f64(c.sync.bubbleFraction), f64(p.linkBytesPerSecond),
         f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
-        f64(p.hostFixedBytes), str(explainBound(c)));
+        f64(p.hostFixedBytes), str(explainBound(c) + searched.str()));
     Block *body = new Block();
     plan.getBody().push_back(body);
     OpBuilder inner = OpBuilder::atBlockEnd(body);

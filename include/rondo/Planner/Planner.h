@@ -78,6 +78,11 @@ struct PlanProblem {
   /// number of trainable parameters per layer (for optimizer time).
   double optimizerParamsPerSecond = 4e9;
   std::vector<double> trainableParams; // one entry per layer, may be empty
+  /// RoundPipe's min_stages: the objective counts at least
+  /// max(N, minJobs) stage-jobs per step. Raising it asks the search for the
+  /// best plan with finer stages (the compiler sweeps it and lets the
+  /// simulator choose).
+  int minJobs = 0;
 };
 
 enum class StageKind { Forward, Tail, Backward };
@@ -136,7 +141,8 @@ double workerPeakBytes(const PlanProblem &problem, const Plan &plan);
 double hostPeakBytes(const PlanProblem &problem, const Plan &plan);
 
 /// The planner's objective, RoundPipe's (section 2.2) with Rondo's stage
-/// costs: max(K, N) * max_j jobSeconds / N, an estimate of one step.
+/// costs: max(K, N, minJobs) * max_j jobSeconds / N, an estimate of one
+/// step.
 double planObjective(const PlanProblem &problem, const Plan &plan);
 
 /// Structural validity (contiguous coverage, tail non-empty) and budgets.
@@ -173,16 +179,23 @@ struct TimelineEvent {
 };
 
 struct SimOptions {
-  int steps = 4;          // simulated consecutive steps
+  /// Simulated consecutive steps; 0 chooses enough for the steady state:
+  /// two rotation periods (N / gcd(K, N) steps, at least 2) after a warm-up
+  /// of one.
+  int steps = 0;
   int firstWorker = 0;    // c0
-  /// true: the optimizer of step s overlaps step s+1 (one-step-stale
-  /// weights); false: step s+1 starts after the optimizer of step s.
+  /// true: step s+1 runs on weights from step s-1 (one-step stale), so the
+  /// optimizer of step s overlaps step s+1; false (sync): a stage-job of
+  /// step s+1 uploads its parameters once the step-s update of its layers
+  /// is done. Either way each tail/backward stage's parameters are updated
+  /// as soon as its gradients land (per-stage eager AdamW).
   bool overlapOptimizer = true;
 };
 
 struct SimResult {
-  /// Steady-state time per step: the time between the ends of the last two
-  /// simulated steps (for sync mode every step is the same).
+  /// Steady-state time per step: the time the last rotation period (the
+  /// steps after which every job is back on the same worker, at least 2)
+  /// took, divided by its steps. With one simulated step, its makespan.
   double stepSeconds = 0;
   /// 1 - sum of worker compute-busy time per step / (N * stepSeconds).
   double bubbleFraction = 0;
@@ -194,8 +207,8 @@ struct SimResult {
 /// one upload lane (two parameter slots: a job's upload may start when the
 /// job two before it on the same worker has finished) and one download
 /// lane; microbatch m of job n starts after microbatch m of job n-1 ended
-/// and its hand-off (hopSeconds) arrived; the host optimizer runs when a
-/// step's last gradients landed.
+/// and its hand-off (hopSeconds) arrived; one host optimizer lane updates
+/// each tail/backward stage's parameters when its gradients landed.
 SimResult simulate(const PlanProblem &problem, const Plan &plan,
                    const SimOptions &options);
 

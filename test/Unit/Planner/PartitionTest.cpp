@@ -90,6 +90,9 @@ PlanProblem randomProblem(std::mt19937 &rng, int minLayers, int maxLayers,
   int numLayers = std::uniform_int_distribution<int>(minLayers, maxLayers)(rng);
   p.workers = std::uniform_int_distribution<int>(1, 4)(rng);
   p.microbatches = std::uniform_int_distribution<int>(2, 6)(rng);
+  // Sometimes ask for finer plans (RoundPipe's min_stages above N).
+  if (u(rng) < 0.3)
+    p.minJobs = std::uniform_int_distribution<int>(1, 10)(rng);
   p.linkBytesPerSecond = in(2e10, 2e11);
   p.peerBytesPerSecond = u(rng) < 0.5 ? 0.0 : in(2e10, 2e11);
   p.hostFixedBytes = in(0, 1e9);
