@@ -174,6 +174,9 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
           ? std::max(0.0, 1.0 - result.computeSecondsPerStep /
                                     (numWorkers * result.stepSeconds))
           : 0.0;
+  // Rounding noise of a perfectly packed pipeline is not a bubble.
+  if (result.bubbleFraction < 1e-12)
+    result.bubbleFraction = 0;
   return result;
 }
 

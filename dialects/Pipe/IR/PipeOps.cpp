@@ -133,7 +133,7 @@ LogicalResult StageOp::verify() {
                  getGradBytes().convertToDouble() +
                  getActivationBytes().convertToDouble();
   double memory = getMemoryBytes().convertToDouble();
-  if (std::abs(parts - memory) > 1e-6 * std::max(1.0, memory))
+  if (std::abs(parts - memory) > 1e-5 * std::max(1.0, memory))
     return emitOpError("memory_bytes ")
            << memory << " is not param + grad + activation bytes (" << parts
            << ")";

@@ -19,6 +19,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace rondo::pipe {
@@ -141,6 +142,7 @@ struct PipePartitionPass
       return signalPassFailure();
     }
     bool bf16 = precision.empty() ? spec->isGpu : precision == "bf16";
+    tagOpsCreatedAfterLayerize(func);
 
     int64_t batch = 0, tokens = 0;
     for (BlockArgument arg : func.getArguments())
@@ -167,6 +169,55 @@ struct PipePartitionPass
       }
       if (failed(planFor(b, func, *spec, bf16, n, batch, tokens)))
         return signalPassFailure();
+    }
+  }
+
+  /// Canonicalization after tg-autodiff creates ops (folded reshapes, CSE
+  /// leaders) without a layer tag. An untagged op that depends on a
+  /// parameter or on the loss-scale seed belongs where it is used: the
+  /// smallest layer among its users, else the largest among its producers.
+  /// Side data (masks, labels, positions) stays untagged.
+  void tagOpsCreatedAfterLayerize(func::FuncOp func) {
+    Block &body = func.getBody().front();
+    llvm::DenseSet<Value> heavy;
+    for (BlockArgument arg : func.getArguments())
+      if (func.getArgAttr(arg.getArgNumber(), tg::kParamAttr) ||
+          func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
+        heavy.insert(arg);
+    SmallVector<Operation *> untagged;
+    for (Operation &op : body.without_terminator()) {
+      if (llvm::any_of(op.getOperands(),
+                       [&](Value v) { return heavy.contains(v); }))
+        for (Value r : op.getResults())
+          heavy.insert(r);
+      if (!op.hasAttr(kLayerAttr) && op.getNumResults() &&
+          heavy.contains(op.getResult(0)))
+        untagged.push_back(&op);
+    }
+    Builder b(func.getContext());
+    auto layerOf = [](Operation *op) -> std::optional<int64_t> {
+      if (auto tag = op ? op->getAttrOfType<IntegerAttr>(kLayerAttr)
+                        : IntegerAttr())
+        return tag.getInt();
+      return std::nullopt;
+    };
+    for (Operation *op : llvm::reverse(untagged)) {
+      std::optional<int64_t> layer;
+      for (Operation *user : op->getUsers())
+        if (auto l = layerOf(user))
+          layer = std::min(layer.value_or(*l), *l);
+      if (layer)
+        op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
+    }
+    for (Operation *op : untagged) {
+      if (op->hasAttr(kLayerAttr))
+        continue;
+      std::optional<int64_t> layer;
+      for (Value v : op->getOperands())
+        if (auto l = layerOf(v.getDefiningOp()))
+          layer = std::max(layer.value_or(*l), *l);
+      if (layer)
+        op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
     }
   }
 
@@ -514,7 +565,12 @@ struct PipePartitionPass
                    StringRef searched) {
     MLIRContext *ctx = &getContext();
     Location loc = func.getLoc();
-    auto f64 = [&](double v) { return b.getF64FloatAttr(v); };
+    // Six significant digits: the plan stays readable (and exact in
+    // decimal), far finer than the cost model's accuracy.
+    auto round6 = [](double v) {
+      return v == 0 ? 0.0 : std::stod(llvm::formatv("{0:e5}", v).str());
+    };
+    auto f64 = [&](double v) { return b.getF64FloatAttr(round6(v)); };
     auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
     auto str = [&](StringRef v) { return b.getStringAttr(v); };
     const planner::PlanProblem &p = c.problem;
@@ -568,7 +624,8 @@ struct PipePartitionPass
                       f64(sc.uploadSeconds), f64(sc.downloadSeconds),
                       f64(sc.jobSeconds), f64(sc.paramBytes),
                       f64(sc.gradBytes), f64(sc.activationBytes),
-                      f64(sc.paramBytes + sc.gradBytes + sc.activationBytes));
+                      f64(round6(sc.paramBytes) + round6(sc.gradBytes) +
+                          round6(sc.activationBytes)));
       jobRefs.push_back(FlatSymbolRefAttr::get(ctx, name));
     }
     ScheduleOp::create(inner, loc, i64(0), b.getArrayAttr(jobRefs));
