@@ -384,6 +384,11 @@ struct PipePartitionPass
        << (counts.size() == 1 ? "M = " : "M in {");
     llvm::interleaveComma(counts, os);
     os << (counts.size() == 1 ? "" : "}") << "; kept the shortest simulated step";
+    if (best->microbatches < n + 1 && microbatches == 0)
+      os << " (M = " << best->microbatches << " < N + 1 = " << n + 1
+         << " because a microbatch is a whole number of rows and the batch "
+            "has "
+         << batch << "; workers wait for hand-offs)";
     if (strategy == "exact" && stages.empty())
       os << (best->objectiveOptimal
                  ? ", which is also the exact optimum of max(K, N) * slowest "
