@@ -17,7 +17,10 @@
 #include "TG/IR/TGOps.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -39,9 +42,12 @@ std::string rondo::cost::opTimingKey(Operation *op) {
   std::string key;
   llvm::raw_string_ostream os(key);
   os << op->getName().getStringRef();
-  for (Attribute kind : {op->getAttr("kind")})
-    if (kind)
-      os << " " << kind;
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute attr : op->getAttrs())
+    if (attr.getName() != pipe::kLayerAttr)
+      attrs.push_back(attr);
+  if (!attrs.empty())
+    os << " " << DictionaryAttr::get(op->getContext(), attrs);
   os << " (";
   llvm::interleaveComma(op->getOperandTypes(), os);
   os << ")";
@@ -94,8 +100,11 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
     if (auto func = op->getParentOfType<func::FuncOp>())
       rows = tokensPerStep(func) / m;
     double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
-    rate = peak * spec.matmulEfficiency *
-           (rows / (rows + spec.rowsForHalfEfficiency));
+    if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
+      rate = peak * spec.attentionEfficiency;
+    else
+      rate = peak * spec.matmulEfficiency *
+             (rows / (rows + spec.rowsForHalfEfficiency));
   } else {
     // Elementwise and reduction work runs on the vector units at a
     // fraction of the fp32 rate; it is bandwidth-bound in practice.
@@ -228,4 +237,42 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
   table.hostFixedBytes = 4 * table.paramCount + 12 * table.trainableCount +
                          (options.bf16 ? 2 * table.paramCount : 0);
   return table;
+}
+
+void rondo::cost::writeOpTimingsTemplate(func::FuncOp func,
+                                         const DeviceSpec &spec, bool bf16,
+                                         llvm::raw_ostream &os) {
+  struct Entry {
+    double seconds = 0, flops = 0;
+    int64_t count = 0;
+  };
+  std::vector<std::pair<std::string, Entry>> entries;
+  llvm::StringMap<size_t> index;
+  CostOptions options{/*microbatches=*/1, /*workers=*/1, bf16};
+  DeviceSpec analytic = spec;
+  analytic.opTimings.clear();
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    auto cost = dyn_cast<tg::CostOpInterface>(&op);
+    // Constants are materialised once and the causal mask never is.
+    if (!cost || isa<tg::ConstantOp, tg::CausalMaskOp>(&op))
+      continue;
+    std::string key = opTimingKey(&op);
+    auto [it, inserted] = index.try_emplace(key, entries.size());
+    if (inserted)
+      entries.push_back({key, Entry()});
+    Entry &e = entries[it->second].second;
+    e.seconds = opSeconds(&op, analytic, options);
+    e.flops = cost.getFlops();
+    ++e.count;
+  }
+  llvm::json::Array timings;
+  for (auto &[key, e] : entries)
+    timings.push_back(llvm::json::Object{{"op", key},
+                                         {"seconds", e.seconds},
+                                         {"count", e.count},
+                                         {"flops", e.flops}});
+  llvm::json::Object root{{"name", spec.name + "-profile"},
+                          {"base", spec.name},
+                          {"op_timings", std::move(timings)}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }

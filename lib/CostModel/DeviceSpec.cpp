@@ -72,6 +72,7 @@ static DeviceSpec hostCpu() {
   s.peakFlopsFp32 = 1.5e12;
   s.matmulEfficiency = 0.6;
   s.rowsForHalfEfficiency = 32;
+  s.attentionEfficiency = 0.4;
   s.memoryBandwidth = 100 * GB;
   s.memoryEfficiency = 0.6;
   s.memoryBytes = 64 * GiB;
@@ -141,6 +142,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"peak_flops_fp32", &spec.peakFlopsFp32},
       {"matmul_efficiency", &spec.matmulEfficiency},
       {"rows_for_half_efficiency", &spec.rowsForHalfEfficiency},
+      {"attention_efficiency", &spec.attentionEfficiency},
       {"memory_bandwidth", &spec.memoryBandwidth},
       {"memory_efficiency", &spec.memoryEfficiency},
       {"memory_bytes", &spec.memoryBytes},
@@ -201,6 +203,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
   if (spec.hostLinkAggregateBandwidth <= 0)
     spec.hostLinkAggregateBandwidth = spec.hostLinkBandwidth;
   if (spec.matmulEfficiency <= 0 || spec.matmulEfficiency > 1 ||
+      spec.attentionEfficiency <= 0 || spec.attentionEfficiency > 1 ||
       spec.memoryEfficiency <= 0 || spec.memoryEfficiency > 1)
     return specError(nameOrPath, "efficiencies must be in (0, 1]");
   return spec;

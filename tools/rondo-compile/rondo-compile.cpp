@@ -16,6 +16,7 @@
 #include "Pipe/IR/PipeOps.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
+#include "rondo/CostModel/CostModel.h"
 #include "rondo/Explain/Explain.h"
 #include "rondo/Import/OnnxImporter.h"
 #include "rondo/Pipelines/Pipelines.h"
@@ -318,6 +319,33 @@ int main(int argc, char **argv) {
         llvm::errs() << "error: --explain=" << explain << ": " << error
                      << "\n";
         return 1;
+      }
+      // The template of a measured profile for this model and device.
+      std::string specName = device.empty() ? std::string(target) : device;
+      llvm::Expected<rondo::cost::DeviceSpec> spec =
+          rondo::cost::lookupDeviceSpec(specName);
+      auto func = module->lookupSymbol<func::FuncOp>("main");
+      if (spec && func) {
+        llvm::SmallString<256> path(explain);
+        llvm::sys::path::append(path, "op-timings.json");
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        bool bf16 = precision.empty() ? spec->isGpu : precision == "bf16";
+        rondo::cost::writeOpTimingsTemplate(func, *spec, bf16, os);
+        std::string tmp = (path + ".tmp-rondo").str();
+        std::error_code ec;
+        {
+          llvm::raw_fd_ostream out(tmp, ec);
+          if (!ec)
+            out << text;
+        }
+        if (ec || llvm::sys::fs::rename(tmp, path)) {
+          llvm::errs() << "error: cannot write '" << path << "'\n";
+          llvm::sys::fs::remove(tmp);
+          return 1;
+        }
+      } else if (!spec) {
+        llvm::consumeError(spec.takeError());
       }
     }
   }

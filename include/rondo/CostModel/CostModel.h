@@ -39,6 +39,9 @@ struct DeviceSpec {
   /// Tokens per microbatch at which a GEMM runs at half its large-GEMM
   /// efficiency (rows / (rows + this)).
   double rowsForHalfEfficiency = 128;
+  /// Fraction of the peak fused causal attention reaches (forward and
+  /// backward); below the GEMM efficiency on every current kernel.
+  double attentionEfficiency = 0.6;
   double memoryBandwidth = 0;
   double memoryEfficiency = 0.8;
   double memoryBytes = 0;     // per worker
@@ -97,6 +100,14 @@ struct LayerTable {
   /// AdamW moments, fp32 gradients, and bf16 upload copies.
   double hostFixedBytes = 0;
 };
+
+/// A starting point for a measured profile: a device spec JSON with
+/// `"base"` set to `spec` and one `op_timings` entry per distinct op key of
+/// @main, holding the analytic seconds at the step's full batch (and, as
+/// documentation, the op's count and FLOPs). Replace the seconds with
+/// measured ones and pass the file as --device.
+void writeOpTimingsTemplate(mlir::func::FuncOp func, const DeviceSpec &spec,
+                            bool bf16, llvm::raw_ostream &os);
 
 llvm::Expected<LayerTable> buildLayerTable(mlir::func::FuncOp func,
                                            const DeviceSpec &spec,
