@@ -23,6 +23,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace rondo;
 using namespace rondo::cost;
@@ -103,8 +105,9 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
     if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
       rate = peak * spec.attentionEfficiency;
     else
-      rate = peak * spec.matmulEfficiency *
-             (rows / (rows + spec.rowsForHalfEfficiency));
+      rate = peak * spec.matmulEfficiency /
+             (1 + std::pow(spec.rowsForHalfEfficiency / rows,
+                           spec.rowsCurveExponent));
   } else {
     // Elementwise and reduction work runs on the vector units at a
     // fraction of the fp32 rate; it is bandwidth-bound in practice.

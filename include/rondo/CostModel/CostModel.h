@@ -37,8 +37,10 @@ struct DeviceSpec {
   /// H100); small GEMMs lose more, see `rowsForHalfEfficiency`.
   double matmulEfficiency = 0.8;
   /// Tokens per microbatch at which a GEMM runs at half its large-GEMM
-  /// efficiency (rows / (rows + this)).
+  /// efficiency, and how sharply it falls below that: the GEMM efficiency
+  /// is matmulEfficiency / (1 + (rowsForHalfEfficiency / rows)^exponent).
   double rowsForHalfEfficiency = 128;
+  double rowsCurveExponent = 1;
   /// Fraction of the peak fused causal attention reaches (forward and
   /// backward); below the GEMM efficiency on every current kernel.
   double attentionEfficiency = 0.6;
