@@ -17,8 +17,8 @@
 #include "TG/IR/TGOps.h"
 
 #include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
@@ -169,11 +169,10 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     if (!layerIndex)
       continue; // side data: every stage recomputes it, at negligible cost
     if (*layerIndex < 0 || static_cast<size_t>(*layerIndex) >= numLayers)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "op tagged with layer " +
-                                         llvm::Twine(*layerIndex) +
-                                         " but @main has " +
-                                         llvm::Twine(numLayers) + " layers");
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "op tagged with layer " + llvm::Twine(*layerIndex) +
+              " but @main has " + llvm::Twine(numLayers) + " layers");
     planner::LayerCost &layer = table.layers[*layerIndex];
     double seconds = opSeconds(&op, spec, options);
     double flops = 0;
@@ -208,8 +207,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
   for (BlockArgument arg : func.getArguments()) {
     if (!func.getArgAttr(arg.getArgNumber(), tg::kParamAttr))
       continue;
-    double elements =
-        static_cast<double>(cast<RankedTensorType>(arg.getType()).getNumElements());
+    double elements = static_cast<double>(
+        cast<RankedTensorType>(arg.getType()).getNumElements());
     table.paramCount += elements;
     if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
       table.trainableCount += elements;

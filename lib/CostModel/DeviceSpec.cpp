@@ -66,7 +66,7 @@ static DeviceSpec rtx4090() {
   s.memoryBandwidth = 1.008e12;
   s.memoryBytes = 24 * GB;
   s.hostMemoryBytes = 256 * GiB;
-  s.hostLinkBandwidth = 25 * GB;          // PCIe 4.0 x16, pinned
+  s.hostLinkBandwidth = 25 * GB;           // PCIe 4.0 x16, pinned
   s.hostLinkAggregateBandwidth = 100 * GB; // 8 boards behind switches
   s.peerBandwidth = 0;                     // consumer boards: no P2P
   return s;
@@ -189,8 +189,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
   if (const llvm::json::Array *timings = root->getArray("op_timings")) {
     for (auto [i, entry] : llvm::enumerate(*timings)) {
       const llvm::json::Object *o = entry.getAsObject();
-      std::optional<llvm::StringRef> op =
-          o ? o->getString("op") : std::nullopt;
+      std::optional<llvm::StringRef> op = o ? o->getString("op") : std::nullopt;
       std::optional<double> seconds =
           o ? o->getNumber("seconds") : std::nullopt;
       if (!op || !seconds || *seconds < 0)
@@ -201,12 +200,11 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       spec.opTimings[*op] = *seconds;
     }
   }
-  for (auto [key, value] :
-       {std::pair{"peak_flops_bf16", spec.peakFlopsBf16},
-        {"peak_flops_fp32", spec.peakFlopsFp32},
-        {"memory_bandwidth", spec.memoryBandwidth},
-        {"memory_bytes", spec.memoryBytes},
-        {"host_link_bandwidth", spec.hostLinkBandwidth}})
+  for (auto [key, value] : {std::pair{"peak_flops_bf16", spec.peakFlopsBf16},
+                            {"peak_flops_fp32", spec.peakFlopsFp32},
+                            {"memory_bandwidth", spec.memoryBandwidth},
+                            {"memory_bytes", spec.memoryBytes},
+                            {"host_link_bandwidth", spec.hostLinkBandwidth}})
     if (value <= 0)
       return specError(nameOrPath, llvm::Twine("'") + key +
                                        "' is missing (give it, or a \"base\" "

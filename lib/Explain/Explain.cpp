@@ -45,10 +45,9 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   double step = plan.getPredictedStepSeconds().convertToDouble();
   double syncStep = plan.getSyncStepSeconds().convertToDouble();
 
-  os << llvm::formatv(
-      "== Plan @{0}: {1} worker(s), {2} ({3}), strategy {4}\n",
-      plan.getSymName(), n, plan.getDevice(), plan.getPrecision(),
-      plan.getStrategy());
+  os << llvm::formatv("== Plan @{0}: {1} worker(s), {2} ({3}), strategy {4}\n",
+                      plan.getSymName(), n, plan.getDevice(),
+                      plan.getPrecision(), plan.getStrategy());
   os << llvm::formatv("Step: {0} rows, {1} tokens, cut into {2} "
                       "microbatches of {3} rows\n\n",
                       plan.getBatch(), tokens, m, plan.getRowsPerMicrobatch());
@@ -56,9 +55,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   os << "Layers (costs of one microbatch):\n";
   os << llvm::formatv("{0,4} {1,-7} {2,10} {3,10} {4,9} {5,9} {6,10} "
                       "{7,9} {8,9} {9,12}\n",
-                      "#", "kind", "fwd GFLOP", "bwd GFLOP", "fwd ms",
-                      "bwd ms", "params MB", "grads MB", "input MB",
-                      "workspace MB");
+                      "#", "kind", "fwd GFLOP", "bwd GFLOP", "fwd ms", "bwd ms",
+                      "params MB", "grads MB", "input MB", "workspace MB");
   for (LayerOp layer : plan.getLayers())
     os << llvm::formatv(
         "{0,4} {1,-7} {2,10} {3,10} {4,9} {5,9} {6,10} {7,9} {8,9} "
@@ -86,8 +84,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   for (auto [j, job] : llvm::enumerate(schedule.getJobs())) {
     auto stage = cast<StageOp>(SymbolTable::lookupSymbolIn(
         plan, cast<SymbolRefAttr>(job).getRootReference()));
-    std::string layers = llvm::formatv("[{0},{1})", stage.getFirst(),
-                                       stage.getEnd());
+    std::string layers =
+        llvm::formatv("[{0},{1})", stage.getFirst(), stage.getEnd());
     std::string checkpoints;
     llvm::raw_string_ostream cos(checkpoints);
     llvm::interleaveComma(stage.getCheckpoints(), cos);
@@ -198,8 +196,7 @@ LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
         "{0}: {1} worker(s) on {2}, {3} microbatches, predicted {4} ms/step, "
         "bubble {5:f1}% (overlapped optimizer)",
         plan.getSymName(), plan.getWorkers(), plan.getDevice(),
-        plan.getMicrobatches(), ms(sim.stepSeconds),
-        100 * sim.bubbleFraction);
+        plan.getMicrobatches(), ms(sim.stepSeconds), 100 * sim.bubbleFraction);
     planner::writeGanttSvg(svg, problem, partition, sim, title);
     path = dir;
     llvm::sys::path::append(path, plan.getSymName() + ".svg");

@@ -50,9 +50,8 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
   // The rotation brings every job back to the same worker after
   // N / gcd(K, N) steps; the steady state is measured over such a period
   // (at least two steps, so one-step-stale steps that overlap average out).
-  int period = std::max(numWorkers / std::gcd(std::max(numJobs, 1),
-                                              numWorkers),
-                        2);
+  int period =
+      std::max(numWorkers / std::gcd(std::max(numJobs, 1), numWorkers), 2);
   int steps = options.steps > 0 ? options.steps : 2 * period + 1;
 
   std::vector<StageCost> costs;
@@ -81,8 +80,8 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
   };
   std::vector<Worker> workers(numWorkers);
   // updated[s][l]: when the optimizer finished layer l's step-s update.
-  std::vector<std::vector<double>> updated(
-      steps, std::vector<double>(numLayers, 0.0));
+  std::vector<std::vector<double>> updated(steps,
+                                           std::vector<double>(numLayers, 0.0));
   std::vector<double> stepEnd(steps, 0.0);
   double optimizerFree = 0;
   std::vector<double> previousMicrobatchEnd(numMicrobatches, 0.0);

@@ -316,8 +316,7 @@ int main(int argc, char **argv) {
     if (!explain.empty()) {
       std::string error;
       if (failed(rondo::writeExplainDir(*module, explain, error))) {
-        llvm::errs() << "error: --explain=" << explain << ": " << error
-                     << "\n";
+        llvm::errs() << "error: --explain=" << explain << ": " << error << "\n";
         return 1;
       }
       // The template of a measured profile for this model and device.

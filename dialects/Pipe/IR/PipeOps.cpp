@@ -80,12 +80,14 @@ LogicalResult PlanOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerOp::verify() {
-  for (auto [name, value] :
-       {std::pair{"fwd_flops", getFwdFlops()}, {"bwd_flops", getBwdFlops()},
-        {"fwd_seconds", getFwdSeconds()}, {"bwd_seconds", getBwdSeconds()},
-        {"param_bytes", getParamBytes()}, {"grad_bytes", getGradBytes()},
-        {"input_bytes", getInputBytes()},
-        {"workspace_bytes", getWorkspaceBytes()}})
+  for (auto [name, value] : {std::pair{"fwd_flops", getFwdFlops()},
+                             {"bwd_flops", getBwdFlops()},
+                             {"fwd_seconds", getFwdSeconds()},
+                             {"bwd_seconds", getBwdSeconds()},
+                             {"param_bytes", getParamBytes()},
+                             {"grad_bytes", getGradBytes()},
+                             {"input_bytes", getInputBytes()},
+                             {"workspace_bytes", getWorkspaceBytes()}})
     if (!(value.convertToDouble() >= 0))
       return emitOpError() << name << " must be a non-negative number";
   if (getGradBytes().convertToDouble() > 0 &&
@@ -114,19 +116,17 @@ LogicalResult StageOp::verify() {
     if (k > 0 && checkpoints[k - 1] >= layer)
       return emitOpError("checkpoints must be strictly ascending");
   }
-  if (getKind() == StageKind::forward &&
-      getGradBytes().convertToDouble() != 0)
+  if (getKind() == StageKind::forward && getGradBytes().convertToDouble() != 0)
     return emitOpError("is a forward stage but produces gradients");
-  for (auto [name, value] :
-       {std::pair{"compute_seconds", getComputeSeconds()},
-        {"hop_seconds", getHopSeconds()},
-        {"upload_seconds", getUploadSeconds()},
-        {"download_seconds", getDownloadSeconds()},
-        {"job_seconds", getJobSeconds()},
-        {"param_bytes", getParamBytes()},
-        {"grad_bytes", getGradBytes()},
-        {"activation_bytes", getActivationBytes()},
-        {"memory_bytes", getMemoryBytes()}})
+  for (auto [name, value] : {std::pair{"compute_seconds", getComputeSeconds()},
+                             {"hop_seconds", getHopSeconds()},
+                             {"upload_seconds", getUploadSeconds()},
+                             {"download_seconds", getDownloadSeconds()},
+                             {"job_seconds", getJobSeconds()},
+                             {"param_bytes", getParamBytes()},
+                             {"grad_bytes", getGradBytes()},
+                             {"activation_bytes", getActivationBytes()},
+                             {"memory_bytes", getMemoryBytes()}})
     if (!(value.convertToDouble() >= 0))
       return emitOpError() << name << " must be a non-negative number";
   double parts = getParamBytes().convertToDouble() +
@@ -175,8 +175,7 @@ LogicalResult ScheduleOp::verify() {
   }
   for (StageOp stage : plan.getStages())
     if (!seen.contains(stage))
-      return emitOpError("stage @")
-             << stage.getSymName() << " is never issued";
+      return emitOpError("stage @") << stage.getSymName() << " is never issued";
   if (phase < 2)
     return emitOpError("issues no tail stage");
   return success();
@@ -202,9 +201,10 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     cost.name = (stringifyLayerKind(layer.getKind()) + " " +
                  llvm::Twine(static_cast<int64_t>(layer.getIndex())))
                     .str();
-    cost.kind = layer.getKind() == LayerKind::prefix ? planner::LayerKind::Prefix
-                : layer.getKind() == LayerKind::tail ? planner::LayerKind::Tail
-                                                     : planner::LayerKind::Block;
+    cost.kind =
+        layer.getKind() == LayerKind::prefix ? planner::LayerKind::Prefix
+        : layer.getKind() == LayerKind::tail ? planner::LayerKind::Tail
+                                             : planner::LayerKind::Block;
     cost.forwardFlops = layer.getFwdFlops().convertToDouble();
     cost.backwardFlops = layer.getBwdFlops().convertToDouble();
     cost.forwardSeconds = layer.getFwdSeconds().convertToDouble();
@@ -226,8 +226,9 @@ rondo::planner::Plan PlanOp::buildPlan() {
   std::vector<StageOp> stages;
   if (ScheduleOp schedule = getSchedule()) {
     for (Attribute job : schedule.getJobs())
-      if (auto stage = dyn_cast_or_null<StageOp>(mlir::SymbolTable::lookupSymbolIn(
-              *this, cast<SymbolRefAttr>(job).getRootReference())))
+      if (auto stage =
+              dyn_cast_or_null<StageOp>(mlir::SymbolTable::lookupSymbolIn(
+                  *this, cast<SymbolRefAttr>(job).getRootReference())))
         stages.push_back(stage);
   } else {
     stages = getStages();

@@ -196,8 +196,8 @@ struct PipePartitionPass
     }
     Builder b(func.getContext());
     auto layerOf = [](Operation *op) -> std::optional<int64_t> {
-      if (auto tag = op ? op->getAttrOfType<IntegerAttr>(kLayerAttr)
-                        : IntegerAttr())
+      if (auto tag =
+              op ? op->getAttrOfType<IntegerAttr>(kLayerAttr) : IntegerAttr())
         return tag.getInt();
       return std::nullopt;
     };
@@ -219,6 +219,15 @@ struct PipePartitionPass
       if (layer)
         op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
     }
+  }
+
+  /// Host memory every plan needs: the fixed part plus hand-off staging
+  /// (a plan without backward stages has no checkpoints).
+  static double hostFloorBytes(const planner::PlanProblem &p) {
+    planner::Plan allTail;
+    int numLayers = static_cast<int>(p.layers.size());
+    allTail.tail = {planner::StageKind::Tail, 0, numLayers};
+    return planner::hostPeakBytes(p, allTail);
   }
 
   planner::PlanProblem makeProblem(const cost::LayerTable &table,
@@ -252,8 +261,7 @@ struct PipePartitionPass
       if (microbatches < 0 || batch % microbatches != 0)
         return func.emitError("--microbatches=")
                << static_cast<int64_t>(microbatches)
-               << " does not divide the batch of " << batch
-               << " rows";
+               << " does not divide the batch of " << batch << " rows";
       counts.push_back(microbatches);
     } else {
       for (int64_t m = 1; m <= batch; ++m)
@@ -301,8 +309,8 @@ struct PipePartitionPass
 
       std::string why;
       if (!stages.empty()) {
-        FailureOr<planner::Plan> forced = parseStages(
-            stages, static_cast<int>(c.problem.layers.size()), why);
+        FailureOr<planner::Plan> forced =
+            parseStages(stages, static_cast<int>(c.problem.layers.size()), why);
         if (failed(forced))
           return func.emitError(why);
         if (!planner::isValid(c.problem, *forced, &why))
@@ -329,7 +337,8 @@ struct PipePartitionPass
         int numLayers = static_cast<int>(c.problem.layers.size());
         int maxJobs = std::max<int>(2 * numLayers - 1, 1);
         for (int floor = static_cast<int>(n);
-             floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n)); ++floor) {
+             floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n));
+             ++floor) {
           planner::PlanProblem p = c.problem;
           p.minJobs = floor;
           std::optional<planner::Plan> plan = planner::exactSearch(p);
@@ -343,7 +352,7 @@ struct PipePartitionPass
         if (plans.empty()) {
           // Say which budget: the host part does not depend on the plan.
           if (c.problem.hostMemoryBytes > 0 &&
-              c.problem.hostFixedBytes > c.problem.hostMemoryBytes)
+              hostFloorBytes(c.problem) > c.problem.hostMemoryBytes)
             lastFailure = "host";
           else
             lastFailure = "worker";
@@ -383,7 +392,8 @@ struct PipePartitionPass
     os << " Searched " << tried << " candidate plan(s) over "
        << (counts.size() == 1 ? "M = " : "M in {");
     llvm::interleaveComma(counts, os);
-    os << (counts.size() == 1 ? "" : "}") << "; kept the shortest simulated step";
+    os << (counts.size() == 1 ? "" : "}")
+       << "; kept the shortest simulated step";
     if (best->microbatches < n + 1 && microbatches == 0)
       os << " (M = " << best->microbatches << " < N + 1 = " << n + 1
          << " because a microbatch is a whole number of rows and the batch "
@@ -414,17 +424,19 @@ struct PipePartitionPass
     InFlightDiagnostic diag = func.emitError();
     diag << "no plan for " << n << " worker(s) on " << spec.name
          << " fits the memory budgets:";
-    if (p.hostMemoryBytes > 0 && p.hostFixedBytes > p.hostMemoryBytes) {
+    double hostFloor = hostFloorBytes(p);
+    if (p.hostMemoryBytes > 0 && hostFloor > p.hostMemoryBytes) {
       double params = table->paramCount, trainable = table->trainableCount;
-      diag << " host memory needs at least " << gb(p.hostFixedBytes)
+      diag << " host memory needs at least " << gb(hostFloor)
            << " (fp32 weights " << gb(4 * params) << ", AdamW moments "
            << gb(8 * trainable) << ", fp32 gradients " << gb(4 * trainable);
       if (bf16)
         diag << ", bf16 upload copies " << gb(2 * params);
+      diag << ", hand-off staging " << gb(hostFloor - p.hostFixedBytes);
       diag << ") but the host budget is " << gb(p.hostMemoryBytes)
            << "; the smallest configuration that fits needs a host budget "
               "of at least "
-           << gb(p.hostFixedBytes * 1.05)
+           << gb(hostFloor * 1.05)
            << " (--host-memory-gb), or fewer trainable parameters (--freeze)";
       return diag;
     }
@@ -454,8 +466,8 @@ struct PipePartitionPass
       return;
     // Min-max split of [0, b) into N parts by forward time (DP over cuts).
     int parts = p.workers;
-    std::vector<std::vector<double>> best(
-        parts + 1, std::vector<double>(b + 1, 1e300));
+    std::vector<std::vector<double>> best(parts + 1,
+                                          std::vector<double>(b + 1, 1e300));
     std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(b + 1, 0));
     best[0][0] = 0;
     for (int k = 1; k <= parts; ++k)
@@ -518,17 +530,15 @@ struct PipePartitionPass
     double compute = p.microbatches * sc.computeSeconds + sc.hopSeconds;
     if (sc.uploadSeconds >= compute)
       os << "the host link: uploading " << name << "'s parameters ("
-         << gb(sc.paramBytes) << ") takes " << ms(sc.uploadSeconds)
-         << " at " << llvm::formatv("{0:f1}", p.linkBytesPerSecond / 1e9)
-         << " GB/s per worker, longer than its compute (" << ms(compute)
-         << ")";
+         << gb(sc.paramBytes) << ") takes " << ms(sc.uploadSeconds) << " at "
+         << llvm::formatv("{0:f1}", p.linkBytesPerSecond / 1e9)
+         << " GB/s per worker, longer than its compute (" << ms(compute) << ")";
     else if (sc.downloadSeconds >= compute)
       os << "the host link: downloading " << name << "'s gradients takes "
          << ms(sc.downloadSeconds) << ", longer than its compute";
     else if (jobs[slowest].end - jobs[slowest].first == 1)
       os << "the heaviest single layer: " << name << " ("
-         << p.layers[jobs[slowest].first].name << ") takes "
-         << ms(slowestTime)
+         << p.layers[jobs[slowest].first].name << ") takes " << ms(slowestTime)
          << " per stage-job and cannot be split; the other stages are packed "
             "up to it";
     else
@@ -596,15 +606,16 @@ struct PipePartitionPass
     plan.getBody().push_back(body);
     OpBuilder inner = OpBuilder::atBlockEnd(body);
     for (auto [i, layer] : llvm::enumerate(p.layers)) {
-      LayerKind kind = layer.kind == planner::LayerKind::Prefix ? LayerKind::prefix
-                       : layer.kind == planner::LayerKind::Tail ? LayerKind::tail
-                                                                : LayerKind::block;
+      LayerKind kind =
+          layer.kind == planner::LayerKind::Prefix ? LayerKind::prefix
+          : layer.kind == planner::LayerKind::Tail ? LayerKind::tail
+                                                   : LayerKind::block;
       LayerOp::create(inner, loc, i64(i), LayerKindAttr::get(ctx, kind),
-                      f64(layer.forwardFlops),
-                      f64(layer.backwardFlops), f64(layer.forwardSeconds),
-                      f64(layer.backwardSeconds), f64(layer.paramBytes),
-                      f64(layer.gradBytes), f64(layer.inputBytes),
-                      f64(layer.workspaceBytes), f64(p.trainableParams[i]));
+                      f64(layer.forwardFlops), f64(layer.backwardFlops),
+                      f64(layer.forwardSeconds), f64(layer.backwardSeconds),
+                      f64(layer.paramBytes), f64(layer.gradBytes),
+                      f64(layer.inputBytes), f64(layer.workspaceBytes),
+                      f64(p.trainableParams[i]));
     }
     // Forward stages checkpoint the input of every backward stage's first
     // layer that they compute (layer 0's input is the token data itself).
@@ -618,19 +629,19 @@ struct PipePartitionPass
           if (bwd.first >= stage.first && bwd.first < stage.end)
             checkpoints.push_back(bwd.first);
       llvm::sort(checkpoints);
-      StageKind kind = stage.kind == planner::StageKind::Forward ? StageKind::forward
-                       : stage.kind == planner::StageKind::Tail  ? StageKind::tail
-                                                                 : StageKind::backward;
+      StageKind kind =
+          stage.kind == planner::StageKind::Forward ? StageKind::forward
+          : stage.kind == planner::StageKind::Tail  ? StageKind::tail
+                                                    : StageKind::backward;
       std::string name = planner::stageName(c.plan, static_cast<int>(j));
-      StageOp::create(inner, loc, str(name), StageKindAttr::get(ctx, kind),
-                      i64(stage.first), i64(stage.end),
-                      b.getDenseI64ArrayAttr(checkpoints),
-                      f64(sc.computeSeconds), f64(sc.hopSeconds),
-                      f64(sc.uploadSeconds), f64(sc.downloadSeconds),
-                      f64(sc.jobSeconds), f64(sc.paramBytes),
-                      f64(sc.gradBytes), f64(sc.activationBytes),
-                      f64(round6(sc.paramBytes) + round6(sc.gradBytes) +
-                          round6(sc.activationBytes)));
+      StageOp::create(
+          inner, loc, str(name), StageKindAttr::get(ctx, kind),
+          i64(stage.first), i64(stage.end), b.getDenseI64ArrayAttr(checkpoints),
+          f64(sc.computeSeconds), f64(sc.hopSeconds), f64(sc.uploadSeconds),
+          f64(sc.downloadSeconds), f64(sc.jobSeconds), f64(sc.paramBytes),
+          f64(sc.gradBytes), f64(sc.activationBytes),
+          f64(round6(sc.paramBytes) + round6(sc.gradBytes) +
+              round6(sc.activationBytes)));
       jobRefs.push_back(FlatSymbolRefAttr::get(ctx, name));
     }
     ScheduleOp::create(inner, loc, i64(0), b.getArrayAttr(jobRefs));

@@ -20,8 +20,8 @@ void printExplanation(mlir::ModuleOp module, llvm::raw_ostream &os);
 /// explanation) and `PLAN.svg` (the predicted timeline, one row per
 /// worker), plus `plan.mlir` (the plans). Files are written to temporary
 /// names and renamed, so a failure leaves no partial file.
-mlir::LogicalResult writeExplainDir(mlir::ModuleOp module,
-                                    llvm::StringRef dir, std::string &error);
+mlir::LogicalResult writeExplainDir(mlir::ModuleOp module, llvm::StringRef dir,
+                                    std::string &error);
 } // namespace rondo
 
 #endif // RONDO_EXPLAIN_EXPLAIN_H

@@ -44,15 +44,13 @@ struct PlanPipelineOptions : mlir::PassPipelineOptions<PlanPipelineOptions> {
   Option<std::string> device{*this, "device",
                              llvm::cl::desc("h100|h200|rtx4090|host|SPEC.json"),
                              llvm::cl::init("host")};
-  Option<std::string> precision{*this, "precision",
-                                llvm::cl::desc("fp32|bf16"),
+  Option<std::string> precision{*this, "precision", llvm::cl::desc("fp32|bf16"),
                                 llvm::cl::init("")};
   Option<std::string> strategy{*this, "strategy",
                                llvm::cl::desc("exact|greedy"),
                                llvm::cl::init("exact")};
-  Option<std::string> stages{*this, "stages",
-                             llvm::cl::desc("force a partition"),
-                             llvm::cl::init("")};
+  Option<std::string> stages{
+      *this, "stages", llvm::cl::desc("force a partition"), llvm::cl::init("")};
   Option<double> workerMemoryGB{*this, "worker-memory-gb",
                                 llvm::cl::desc("per-worker budget in GB"),
                                 llvm::cl::init(0)};
@@ -73,7 +71,8 @@ void buildTrainPipeline(mlir::OpPassManager &pm,
 void buildPlanPipeline(mlir::OpPassManager &pm,
                        const PlanPipelineOptions &options);
 
-/// Registers them as `rondo-plan-pipeline`, `rondo-tg-pipeline` and `rondo-train-pipeline`.
+/// Registers them as `rondo-plan-pipeline`, `rondo-tg-pipeline` and
+/// `rondo-train-pipeline`.
 void registerPipelines();
 
 } // namespace rondo

@@ -173,7 +173,7 @@ struct TimelineEvent {
   enum class Lane { Upload, Compute, Download, Optimizer } lane;
   int worker = 0; // -1 for the host optimizer
   int step = 0;
-  int job = 0;    // index into Plan::jobs()
+  int job = 0;         // index into Plan::jobs()
   int microbatch = -1; // -1 for job-level events (uploads, downloads)
   double start = 0, end = 0;
 };
@@ -183,7 +183,7 @@ struct SimOptions {
   /// two rotation periods (N / gcd(K, N) steps, at least 2) after a warm-up
   /// of one.
   int steps = 0;
-  int firstWorker = 0;    // c0
+  int firstWorker = 0; // c0
   /// true: step s+1 runs on weights from step s-1 (one-step stale), so the
   /// optimizer of step s overlaps step s+1; false (sync): a stage-job of
   /// step s+1 uploads its parameters once the step-s update of its layers
