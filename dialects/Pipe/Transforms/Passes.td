@@ -78,7 +78,10 @@ def PipeVerifyPlanPass : Pass<"pipe-verify-plan", "mlir::ModuleOp"> {
   let summary = "Check the invariants of whole plans";
   let description = [{
     For every `pipe.plan`: layers are numbered 0..L-1 and match the
-    training function's `pipe.layer_kinds`; the forward stages and the tail
+    training function's `pipe.layer_kinds`; the function's layers meet at
+    narrow waists (at most one activation and one activation gradient cross
+    each boundary; a backward op reads forward values of its own layer or
+    the activation entering it, its checkpoint); the forward stages and the tail
     cover every layer contiguously in ascending order, and so do the tail
     and the backward stages (deepest first); the tail is last; every
     backward stage's first layer is checkpointed by the forward stage that

@@ -15,7 +15,11 @@
 
 #include "Pipe/Transforms/Passes.h"
 
+#include "TG/IR/TGOps.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace rondo::pipe {
@@ -28,6 +32,104 @@ using namespace rondo;
 using namespace rondo::pipe;
 
 namespace {
+
+/// The layers of the training function must meet at narrow waists, or a
+/// stage could not run from its hand-off alone: between layers b-1 and b at
+/// most one forward activation and one activation gradient may cross (the
+/// hidden state and its gradient). A backward op may read forward values of
+/// its own layer (recomputed) or the activation entering it (the
+/// checkpoint), never of a later layer. Parameters, weight-side values,
+/// side data and parameter gradients (summed on the host) are exempt.
+LogicalResult verifyWaists(func::FuncOp func, int64_t numLayers) {
+  Block &body = func.getBody().front();
+  Operation *terminator = body.getTerminator();
+  llvm::DenseSet<Value> onData, backward, paramGrads;
+  for (BlockArgument arg : func.getArguments()) {
+    if (func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
+      backward.insert(arg);
+    else if (!func.getArgAttr(arg.getArgNumber(), tg::kParamAttr))
+      onData.insert(arg);
+  }
+  for (Operation &op : body.without_terminator()) {
+    bool d = llvm::any_of(op.getOperands(),
+                          [&](Value v) { return onData.contains(v); });
+    bool g = llvm::any_of(op.getOperands(),
+                          [&](Value v) { return backward.contains(v); });
+    for (Value r : op.getResults()) {
+      if (d)
+        onData.insert(r);
+      if (g)
+        backward.insert(r);
+    }
+  }
+  // Parameter gradients: returned, possibly through sums of contributions.
+  for (Value v : terminator->getOperands())
+    paramGrads.insert(v);
+  for (Operation &op : llvm::reverse(body.without_terminator())) {
+    auto add = dyn_cast<tg::BinaryOp>(op);
+    if (add && add.getKind() == tg::BinaryKind::add &&
+        paramGrads.contains(add.getResult()))
+      for (Value v : op.getOperands())
+        paramGrads.insert(v);
+  }
+  auto layerOf = [](Operation *op) -> std::optional<int64_t> {
+    if (auto tag =
+            op ? op->getAttrOfType<IntegerAttr>(kLayerAttr) : IntegerAttr())
+      return tag.getInt();
+    return std::nullopt;
+  };
+  // Values crossing each boundary b (between layer b-1 and layer b).
+  std::vector<llvm::SetVector<Value>> activations(numLayers + 1),
+      gradients(numLayers + 1);
+  llvm::DenseSet<Value> entering; // forward values read by a later layer
+  for (Operation &op : body.without_terminator()) {
+    std::optional<int64_t> lx = layerOf(&op);
+    if (!lx)
+      continue;
+    bool isBackward = llvm::any_of(
+        op.getResults(), [&](Value r) { return backward.contains(r); });
+    for (Value v : op.getOperands()) {
+      std::optional<int64_t> ly = layerOf(v.getDefiningOp());
+      // Exempt: parameters, side data, weight-side values.
+      if (!ly || *ly == *lx || !onData.contains(v) || paramGrads.contains(v))
+        continue;
+      bool fromBackward = backward.contains(v);
+      if (!fromBackward && !isBackward) {
+        if (*ly > *lx)
+          return op.emitOpError("in layer ")
+                 << *lx << " reads a forward value of the later layer " << *ly;
+        entering.insert(v);
+        for (int64_t b = *ly + 1; b <= *lx; ++b)
+          activations[b].insert(v);
+      } else if (!fromBackward) {
+        if (*ly > *lx || !entering.contains(v) || !activations[*lx].contains(v))
+          return op.emitOpError("in the backward of layer ")
+                 << *lx << " reads a forward value of layer " << *ly
+                 << " that is not the activation entering layer " << *lx
+                 << " (its checkpoint)";
+      } else {
+        if (*ly < *lx)
+          return op.emitOpError("in the backward of layer ")
+                 << *lx << " reads a gradient of the earlier layer " << *ly;
+        for (int64_t b = *lx + 1; b <= *ly; ++b)
+          gradients[b].insert(v);
+      }
+    }
+  }
+  for (int64_t b = 1; b < numLayers; ++b) {
+    for (auto [what, values] : {std::pair{"activations", &activations[b]},
+                                {"activation gradients", &gradients[b]}})
+      if (values->size() > 1) {
+        Value second = (*values)[1];
+        Operation *at = second.getDefiningOp();
+        return (at ? at : func.getOperation())->emitOpError("is one of ")
+               << values->size() << " " << what << " crossing from layer "
+               << b - 1 << " to layer " << b
+               << "; layers must meet at a narrow waist (one hidden state)";
+      }
+  }
+  return success();
+}
 
 LogicalResult verifyPlan(PlanOp plan) {
   std::vector<LayerOp> layers = plan.getLayers();
@@ -46,6 +148,8 @@ LogicalResult verifyPlan(PlanOp plan) {
         return plan.emitOpError("has ")
                << numLayers << " layers but @" << func.getSymName() << " has "
                << kinds.size();
+    if (!func.getBody().empty() && failed(verifyWaists(func, numLayers)))
+      return failure();
   } else {
     return plan.emitOpError("plans unknown function ")
            << plan.getFunctionAttr();
