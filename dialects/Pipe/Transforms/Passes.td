@@ -46,8 +46,12 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
     worker and host budgets, with uploads, hand-offs and activation memory
     in the stage costs; `greedy` reproduces RoundPipe's candidate sweep
     with greedy packing; `stages` forces a partition given as layer counts
-    in job order, e.g. `fwd:8+8,tail:4,bwd:4+4+4+4`. Among the M candidates
-    the plan with the smallest simulated steady-state step time wins.
+    in job order, e.g. `fwd:8+8,tail:4,bwd:4+4+4+4`. For `exact`, the pass
+    also takes the exact optima with a floor of N..4N jobs (RoundPipe's
+    min_stages), since finer stages can balance better; among all
+    candidates (every M, every floor) the plan with the smallest simulated
+    steady-state step time wins. Ops that canonicalization created after
+    `pipe-layerize` get the layer of their users first.
 
     An impossible budget is an error that states the numbers and the
     smallest configuration that fits.
