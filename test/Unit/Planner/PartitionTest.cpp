@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/Planner/Planner.h"
+#include "PlannerTestUtil.h"
 
 #include <gtest/gtest.h>
 
@@ -17,66 +17,9 @@
 #include <vector>
 
 using namespace rondo::planner;
+using namespace rondo::planner::test;
 
 namespace {
-
-LayerCost layer(double fwd, double bwd, double params = 0, double grads = 0,
-                double input = 0, double workspace = 0) {
-  LayerCost l;
-  l.forwardSeconds = fwd;
-  l.backwardSeconds = bwd;
-  l.paramBytes = params;
-  l.gradBytes = grads;
-  l.inputBytes = input;
-  l.workspaceBytes = workspace;
-  return l;
-}
-
-Stage fwd(int a, int b) { return {StageKind::Forward, a, b}; }
-Stage tailStage(int a, int b) { return {StageKind::Tail, a, b}; }
-Stage bwd(int a, int b) { return {StageKind::Backward, a, b}; }
-
-Plan makePlan(std::vector<Stage> forward, Stage tail,
-              std::vector<Stage> backward) {
-  Plan p;
-  p.forward = std::move(forward);
-  p.tail = tail;
-  p.backward = std::move(backward);
-  return p;
-}
-
-std::string show(const Plan &plan) {
-  std::string s;
-  for (const Stage &st : plan.jobs()) {
-    const char *k = st.kind == StageKind::Forward ? "F"
-                    : st.kind == StageKind::Tail  ? "T"
-                                                  : "B";
-    s += std::string(k) + "[" + std::to_string(st.first) + "," +
-         std::to_string(st.end) + ") ";
-  }
-  return s;
-}
-
-/// A uniformly random valid plan (random tail start, random cuts).
-Plan randomPlan(int numLayers, std::mt19937 &rng) {
-  int b = std::uniform_int_distribution<int>(0, numLayers - 1)(rng);
-  std::bernoulli_distribution cut(0.5);
-  Plan p;
-  p.tail = tailStage(b, numLayers);
-  int first = 0;
-  for (int l = 0; l < b; ++l)
-    if (l == b - 1 || cut(rng)) {
-      p.forward.push_back(fwd(first, l + 1));
-      first = l + 1;
-    }
-  int end = b;
-  for (int l = b - 1; l >= 0; --l)
-    if (l == 0 || cut(rng)) {
-      p.backward.push_back(bwd(l, end));
-      end = l;
-    }
-  return p;
-}
 
 /// A random layer table of millisecond-scale layers and tens of MB, with a
 /// link slow enough that uploads, hops and checkpoints matter. With `tight`

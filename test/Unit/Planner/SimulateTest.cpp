@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/Planner/Planner.h"
+#include "PlannerTestUtil.h"
 
 #include <gtest/gtest.h>
 
@@ -15,33 +15,10 @@
 #include <tuple>
 
 using namespace rondo::planner;
+using namespace rondo::planner::test;
 using Lane = TimelineEvent::Lane;
 
 namespace {
-
-LayerCost layer(double fwd, double bwd, double params = 0, double grads = 0,
-                double input = 0) {
-  LayerCost l;
-  l.forwardSeconds = fwd;
-  l.backwardSeconds = bwd;
-  l.paramBytes = params;
-  l.gradBytes = grads;
-  l.inputBytes = input;
-  return l;
-}
-
-Plan makePlan(std::vector<Stage> forward, Stage tail,
-              std::vector<Stage> backward) {
-  Plan p;
-  p.forward = std::move(forward);
-  p.tail = tail;
-  p.backward = std::move(backward);
-  return p;
-}
-
-Stage fwd(int a, int b) { return {StageKind::Forward, a, b}; }
-Stage tailStage(int a, int b) { return {StageKind::Tail, a, b}; }
-Stage bwd(int a, int b) { return {StageKind::Backward, a, b}; }
 
 std::vector<double> computeStarts(const SimResult &r, int step, int job) {
   std::vector<double> out;
@@ -70,26 +47,6 @@ PlanProblem randomProblem(std::mt19937 &rng) {
   if (u(rng) < 0.7)
     p.trainableParams.assign(numLayers, in(1e6, 2e8));
   p.optimizerParamsPerSecond = in(1e9, 1e10);
-  return p;
-}
-
-Plan randomPlan(int numLayers, std::mt19937 &rng) {
-  int b = std::uniform_int_distribution<int>(0, numLayers - 1)(rng);
-  std::bernoulli_distribution cut(0.5);
-  Plan p;
-  p.tail = tailStage(b, numLayers);
-  int first = 0;
-  for (int l = 0; l < b; ++l)
-    if (l == b - 1 || cut(rng)) {
-      p.forward.push_back(fwd(first, l + 1));
-      first = l + 1;
-    }
-  int end = b;
-  for (int l = b - 1; l >= 0; --l)
-    if (l == 0 || cut(rng)) {
-      p.backward.push_back(bwd(l, end));
-      end = l;
-    }
   return p;
 }
 
