@@ -152,20 +152,13 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
 
   std::vector<llvm::SetVector<Value>> paramsOf(numLayers), inputsOf(numLayers);
   llvm::DenseSet<Value> ownedParams;
-  auto layerOf = [&](Operation *op) -> std::optional<int64_t> {
-    if (!op)
-      return std::nullopt;
-    if (auto tag = op->getAttrOfType<IntegerAttr>(pipe::kLayerAttr))
-      return tag.getInt();
-    return std::nullopt;
-  };
   for (Operation &op : body.without_terminator()) {
     bool isBackward = llvm::any_of(
         op.getOperands(), [&](Value v) { return backward.contains(v); });
     if (isBackward)
       for (Value r : op.getResults())
         backward.insert(r);
-    std::optional<int64_t> layerIndex = layerOf(&op);
+    std::optional<int64_t> layerIndex = pipe::getLayer(&op);
     if (!layerIndex)
       continue; // side data: every stage recomputes it, at negligible cost
     if (*layerIndex < 0 || static_cast<size_t>(*layerIndex) >= numLayers)
@@ -197,7 +190,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
         continue;
       // The activation entering the layer: produced by an earlier layer
       // (or the token data, for the first layer that reads it).
-      std::optional<int64_t> from = layerOf(v.getDefiningOp());
+      std::optional<int64_t> from = pipe::getLayer(v.getDefiningOp());
       bool isData = isa<BlockArgument>(v);
       if ((from && *from < *layerIndex) || (isData && !backward.contains(v)))
         inputsOf[*layerIndex].insert(v);

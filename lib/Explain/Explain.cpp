@@ -142,9 +142,8 @@ void rondo::printExplanation(ModuleOp module, llvm::raw_ostream &os) {
     explainPlan(plan, os);
 }
 
-/// Writes `contents` to `path` through a temporary file in the same folder.
-static LogicalResult writeAtomically(StringRef path, StringRef contents,
-                                     std::string &error) {
+LogicalResult rondo::writeFileAtomically(StringRef path, StringRef contents,
+                                         std::string &error) {
   std::string tmp = (path + ".tmp-rondo").str();
   {
     std::error_code ec;
@@ -182,7 +181,7 @@ LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
     explainPlan(plan, tos);
     llvm::SmallString<256> path(dir);
     llvm::sys::path::append(path, plan.getSymName() + ".txt");
-    if (failed(writeAtomically(path, text, error)))
+    if (failed(writeFileAtomically(path, text, error)))
       return failure();
 
     planner::PlanProblem problem = plan.buildProblem();
@@ -200,7 +199,7 @@ LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
     planner::writeGanttSvg(svg, problem, partition, sim, title);
     path = dir;
     llvm::sys::path::append(path, plan.getSymName() + ".svg");
-    if (failed(writeAtomically(path, svg.str(), error)))
+    if (failed(writeFileAtomically(path, svg.str(), error)))
       return failure();
   }
   // The plans only: the training function is --emit=train's business and
@@ -213,5 +212,5 @@ LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
   }
   llvm::SmallString<256> path(dir);
   llvm::sys::path::append(path, "plan.mlir");
-  return writeAtomically(path, ir, error);
+  return writeFileAtomically(path, ir, error);
 }

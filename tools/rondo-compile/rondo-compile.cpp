@@ -331,16 +331,9 @@ int main(int argc, char **argv) {
         llvm::raw_string_ostream os(text);
         bool bf16 = precision.empty() ? spec->isGpu : precision == "bf16";
         rondo::cost::writeOpTimingsTemplate(func, *spec, bf16, os);
-        std::string tmp = (path + ".tmp-rondo").str();
-        std::error_code ec;
-        {
-          llvm::raw_fd_ostream out(tmp, ec);
-          if (!ec)
-            out << text;
-        }
-        if (ec || llvm::sys::fs::rename(tmp, path)) {
-          llvm::errs() << "error: cannot write '" << path << "'\n";
-          llvm::sys::fs::remove(tmp);
+        if (failed(rondo::writeFileAtomically(path, text, error))) {
+          llvm::errs() << "error: --explain=" << explain << ": " << error
+                       << "\n";
           return 1;
         }
       } else if (!spec) {

@@ -13,6 +13,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/Operation.h"
 #include "mlir/IR/SymbolTable.h"
 
 #include "Pipe/IR/PipeDialect.h.inc"
@@ -27,6 +28,14 @@ inline constexpr llvm::StringLiteral kLayerAttr = "pipe.layer";
 /// On the training function: the kinds of its layers, in order
 /// (an array of strings "prefix" | "block" | "tail").
 inline constexpr llvm::StringLiteral kLayerKindsAttr = "pipe.layer_kinds";
+
+/// The layer `op` belongs to, or nullopt for side data (and for no op).
+inline std::optional<int64_t> getLayer(mlir::Operation *op) {
+  if (auto tag = op ? op->getAttrOfType<mlir::IntegerAttr>(kLayerAttr)
+                    : mlir::IntegerAttr())
+    return tag.getInt();
+  return std::nullopt;
+}
 } // namespace rondo::pipe
 
 #define GET_OP_CLASSES

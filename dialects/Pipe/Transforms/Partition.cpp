@@ -195,16 +195,10 @@ struct PipePartitionPass
         untagged.push_back(&op);
     }
     Builder b(func.getContext());
-    auto layerOf = [](Operation *op) -> std::optional<int64_t> {
-      if (auto tag =
-              op ? op->getAttrOfType<IntegerAttr>(kLayerAttr) : IntegerAttr())
-        return tag.getInt();
-      return std::nullopt;
-    };
     for (Operation *op : llvm::reverse(untagged)) {
       std::optional<int64_t> layer;
       for (Operation *user : op->getUsers())
-        if (auto l = layerOf(user))
+        if (auto l = getLayer(user))
           layer = std::min(layer.value_or(*l), *l);
       if (layer)
         op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
@@ -214,7 +208,7 @@ struct PipePartitionPass
         continue;
       std::optional<int64_t> layer;
       for (Value v : op->getOperands())
-        if (auto l = layerOf(v.getDefiningOp()))
+        if (auto l = getLayer(v.getDefiningOp()))
           layer = std::max(layer.value_or(*l), *l);
       if (layer)
         op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));

@@ -72,24 +72,18 @@ LogicalResult verifyWaists(func::FuncOp func, int64_t numLayers) {
       for (Value v : op.getOperands())
         paramGrads.insert(v);
   }
-  auto layerOf = [](Operation *op) -> std::optional<int64_t> {
-    if (auto tag =
-            op ? op->getAttrOfType<IntegerAttr>(kLayerAttr) : IntegerAttr())
-      return tag.getInt();
-    return std::nullopt;
-  };
   // Values crossing each boundary b (between layer b-1 and layer b).
   std::vector<llvm::SetVector<Value>> activations(numLayers + 1),
       gradients(numLayers + 1);
   llvm::DenseSet<Value> entering; // forward values read by a later layer
   for (Operation &op : body.without_terminator()) {
-    std::optional<int64_t> lx = layerOf(&op);
+    std::optional<int64_t> lx = getLayer(&op);
     if (!lx)
       continue;
     bool isBackward = llvm::any_of(
         op.getResults(), [&](Value r) { return backward.contains(r); });
     for (Value v : op.getOperands()) {
-      std::optional<int64_t> ly = layerOf(v.getDefiningOp());
+      std::optional<int64_t> ly = getLayer(v.getDefiningOp());
       // Exempt: parameters, side data, weight-side values.
       if (!ly || *ly == *lx || !onData.contains(v) || paramGrads.contains(v))
         continue;

@@ -22,6 +22,11 @@ void printExplanation(mlir::ModuleOp module, llvm::raw_ostream &os);
 /// names and renamed, so a failure leaves no partial file.
 mlir::LogicalResult writeExplainDir(mlir::ModuleOp module, llvm::StringRef dir,
                                     std::string &error);
+/// Writes `contents` to `path` through a temporary file in the same folder,
+/// so a failure leaves no partial file; `error` says what went wrong.
+mlir::LogicalResult writeFileAtomically(llvm::StringRef path,
+                                        llvm::StringRef contents,
+                                        std::string &error);
 } // namespace rondo
 
 #endif // RONDO_EXPLAIN_EXPLAIN_H
