@@ -1,0 +1,405 @@
+//===- CheckpointTest.cpp - Crash-safe checkpoints ------------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Checkpoint.h"
+
+#include "TestUtil.h"
+
+#include "rondo/runtime/Error.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <dirent.h>
+#include <random>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace rondo::rt;
+using rondo::test::errorOf;
+using rondo::test::makeTempDir;
+using rondo::test::readText;
+using rondo::test::writeBytes;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// Owned storage for a set of checkpoint tensors.
+struct State {
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> values;
+
+  void add(const std::string &name, std::vector<float> data) {
+    names.push_back(name);
+    values.push_back(std::move(data));
+  }
+
+  std::vector<CheckpointTensor> tensors() {
+    std::vector<CheckpointTensor> result;
+    for (size_t i = 0; i < names.size(); ++i)
+      result.push_back({names[i], values[i].data(), int64_t(values[i].size())});
+    return result;
+  }
+
+  /// Same names and sizes, zero-filled: a buffer to read into.
+  State zeroed() const {
+    State s = *this;
+    for (auto &v : s.values)
+      std::fill(v.begin(), v.end(), 0.0f);
+    return s;
+  }
+
+  bool bitwiseEqual(const State &other) const {
+    if (names != other.names || values.size() != other.values.size())
+      return false;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i].size() != other.values[i].size() ||
+          std::memcmp(values[i].data(), other.values[i].data(),
+                      values[i].size() * sizeof(float)) != 0)
+        return false;
+    return true;
+  }
+};
+
+/// Arbitrary bit patterns, NaN payloads, -0 and denormals included: a
+/// checkpoint must restore the bits, not just the values.
+std::vector<float> randomBits(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (float &f : v) {
+    uint32_t bits = rng();
+    std::memcpy(&f, &bits, sizeof(f));
+  }
+  return v;
+}
+
+/// A parameter, its two moments and an empty tensor; odd sizes so records
+/// do not line up with the checksum's 32-byte blocks.
+State makeState(uint32_t seed) {
+  State s;
+  s.add("w", randomBits(37, seed));
+  s.add("exp_avg/w", randomBits(37, seed + 1));
+  s.add("exp_avg_sq/w", randomBits(37, seed + 2));
+  s.add("b", randomBits(5, seed + 3));
+  s.add("empty", {});
+  return s;
+}
+
+CheckpointMeta makeMeta(int64_t step) {
+  CheckpointMeta meta;
+  meta.step = step;
+  meta.dataCursor = 0x123456789abcdefull + uint64_t(step);
+  meta.rngState = std::string("rng\0state\xff", 10) + std::to_string(step);
+  meta.program = "toy.train";
+  meta.model = "models/toy.onnx";
+  return meta;
+}
+
+void write(const std::string &dir, int64_t step, State &state) {
+  writeCheckpoint(dir, makeMeta(step), state.tensors());
+}
+
+bool exists(const std::string &path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+std::vector<std::string> listDir(const std::string &dir) {
+  std::vector<std::string> names;
+  DIR *d = ::opendir(dir.c_str());
+  while (d) {
+    struct dirent *e = ::readdir(d);
+    if (!e)
+      break;
+    std::string name = e->d_name;
+    if (name != "." && name != "..")
+      names.push_back(name);
+  }
+  if (d)
+    ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(Checkpoint, RoundTripIsBitwise) {
+  std::string dir = makeTempDir();
+  State state = makeState(1);
+  write(dir, 7, state);
+  ASSERT_TRUE(hasCheckpoint(dir));
+
+  State loaded = state.zeroed();
+  CheckpointMeta meta = readLatestCheckpoint(dir, loaded.tensors());
+  EXPECT_TRUE(loaded.bitwiseEqual(state));
+  CheckpointMeta expected = makeMeta(7);
+  EXPECT_EQ(meta.step, expected.step);
+  EXPECT_EQ(meta.dataCursor, expected.dataCursor);
+  EXPECT_EQ(meta.rngState, expected.rngState);
+  EXPECT_EQ(meta.program, expected.program);
+  EXPECT_EQ(meta.model, expected.model);
+
+  // The same file read directly, with the tensors listed in another order.
+  State reordered;
+  for (size_t i = state.names.size(); i-- > 0;)
+    reordered.add(state.names[i], std::vector<float>(state.values[i].size()));
+  readCheckpoint(dir + "/step-7.ckpt", reordered.tensors());
+  for (size_t i = 0; i < state.names.size(); ++i)
+    EXPECT_EQ(std::memcmp(reordered.values[state.names.size() - 1 - i].data(),
+                          state.values[i].data(),
+                          state.values[i].size() * sizeof(float)),
+              0)
+        << state.names[i];
+}
+
+TEST(Checkpoint, HasherDoesNotDependOnSplits) {
+  std::vector<float> data = randomBits(301, 5);
+  const auto *bytes = reinterpret_cast<const unsigned char *>(data.data());
+  size_t size = data.size() * sizeof(float);
+  CheckpointHasher whole;
+  whole.update(bytes, size);
+  for (size_t step : {1, 3, 8, 31, 32, 33, 100}) {
+    CheckpointHasher pieces;
+    for (size_t pos = 0; pos < size; pos += step)
+      pieces.update(bytes + pos, std::min(step, size - pos));
+    EXPECT_EQ(pieces.finish(), whole.finish()) << "pieces of " << step;
+  }
+  // Flipping the top bit of two words must not cancel out.
+  std::vector<float> flipped = data;
+  auto *w = reinterpret_cast<unsigned char *>(flipped.data());
+  w[7] ^= 0x80;
+  w[15] ^= 0x80;
+  CheckpointHasher other;
+  other.update(w, size);
+  EXPECT_NE(other.finish(), whole.finish());
+}
+
+TEST(Checkpoint, CreatesMissingDirectory) {
+  std::string dir = makeTempDir() + "/run/ckpt";
+  EXPECT_FALSE(hasCheckpoint(dir));
+  State state = makeState(2);
+  write(dir, 0, state);
+  EXPECT_TRUE(hasCheckpoint(dir));
+  EXPECT_TRUE(exists(dir + "/step-0.ckpt"));
+}
+
+TEST(Checkpoint, LatestNamesNewestAndPreviousIsKept) {
+  std::string dir = makeTempDir();
+  State s1 = makeState(10), s2 = makeState(20), s3 = makeState(30);
+  write(dir, 100, s1);
+  write(dir, 200, s2);
+  EXPECT_EQ(readText(dir + "/LATEST"), "step-200.ckpt\n");
+  EXPECT_TRUE(exists(dir + "/step-100.ckpt"));
+  write(dir, 300, s3);
+  EXPECT_EQ(readText(dir + "/LATEST"), "step-300.ckpt\n");
+  // The newest and the one before it; older ones and no temporaries.
+  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-200.ckpt",
+                                                    "step-300.ckpt"}));
+
+  State loaded = s3.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 300);
+  EXPECT_TRUE(loaded.bitwiseEqual(s3));
+  State previous = s2.zeroed();
+  EXPECT_EQ(readCheckpoint(dir + "/step-200.ckpt", previous.tensors()).step,
+            200);
+  EXPECT_TRUE(previous.bitwiseEqual(s2));
+}
+
+TEST(Checkpoint, UnwritableDirectoryLeavesPreviousCheckpoint) {
+  std::string dir = makeTempDir();
+  State s1 = makeState(1), s2 = makeState(2);
+  write(dir, 1, s1);
+  ASSERT_EQ(::chmod(dir.c_str(), 0555), 0);
+  if (::access(dir.c_str(), W_OK) == 0) {
+    ::chmod(dir.c_str(), 0755);
+    GTEST_SKIP() << "running as root: a 0555 directory is still writable";
+  }
+  std::string error = errorOf([&] { write(dir, 2, s2); });
+  ::chmod(dir.c_str(), 0755);
+  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
+  EXPECT_THAT(error, HasSubstr(std::strerror(EACCES)));
+
+  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
+  State loaded = s1.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
+  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+}
+
+TEST(Checkpoint, FailedRenameRemovesTemporary) {
+  std::string dir = makeTempDir();
+  State s1 = makeState(1), s2 = makeState(2);
+  write(dir, 1, s1);
+  // A non-empty directory where the checkpoint goes: everything up to the
+  // rename succeeds, then the rename fails.
+  ASSERT_EQ(::mkdir((dir + "/step-2.ckpt").c_str(), 0755), 0);
+  writeBytes(dir + "/step-2.ckpt/keep", "x");
+  std::string error = errorOf([&] { write(dir, 2, s2); });
+  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
+  EXPECT_THAT(error, HasSubstr("rename"));
+
+  EXPECT_EQ(listDir(dir),
+            (std::vector<std::string>{"LATEST", "step-1.ckpt", "step-2.ckpt"}));
+  EXPECT_EQ(readText(dir + "/LATEST"), "step-1.ckpt\n");
+  State loaded = s1.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
+  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+}
+
+TEST(Checkpoint, FailedWriteRemovesTemporary) {
+  std::string dir = makeTempDir();
+  State s1 = makeState(1), s2 = makeState(2);
+  write(dir, 1, s1);
+  // A file size limit makes a write fail part way through (EFBIG), as a
+  // full disk would (ENOSPC), without needing a small file system.
+  struct rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit small = old;
+  small.rlim_cur = 200;
+  void (*oldHandler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error = errorOf([&] { write(dir, 2, s2); });
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, oldHandler);
+  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
+  EXPECT_THAT(error, HasSubstr(std::strerror(EFBIG)));
+
+  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
+  State loaded = s1.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
+  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+}
+
+TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
+  std::string dir = makeTempDir();
+  State s1 = makeState(1), s2 = makeState(2);
+  write(dir, 1, s1);
+  write(dir, 2, s2);
+  std::string path = dir + "/step-2.ckpt";
+  std::string bytes = readText(path);
+  writeBytes(path, bytes.substr(0, bytes.size() / 2));
+
+  State loaded = s2.zeroed();
+  std::string error = errorOf([&] { readCheckpoint(path, loaded.tensors()); });
+  EXPECT_THAT(error, HasSubstr(path));
+  EXPECT_THAT(error, HasSubstr("truncated"));
+
+  ::testing::internal::CaptureStderr();
+  CheckpointMeta meta = readLatestCheckpoint(dir, loaded.tensors());
+  std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(meta.step, 1);
+  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  EXPECT_THAT(warning, HasSubstr(path));
+  EXPECT_THAT(warning, HasSubstr(dir + "/step-1.ckpt"));
+}
+
+TEST(Checkpoint, CorruptByteFailsChecksumAndFallsBack) {
+  std::string dir = makeTempDir();
+  State s1 = makeState(1), s2 = makeState(2);
+  write(dir, 1, s1);
+  write(dir, 2, s2);
+  std::string path = dir + "/step-2.ckpt";
+  std::string bytes = readText(path);
+  bytes[bytes.size() - 40] ^= 0x01; // Inside the data of 'b'.
+  writeBytes(path, bytes);
+
+  State loaded = s2.zeroed();
+  std::string error = errorOf([&] { readCheckpoint(path, loaded.tensors()); });
+  EXPECT_THAT(error, HasSubstr(path));
+  EXPECT_THAT(error, HasSubstr("checksum"));
+  // Nothing is copied out of a file that fails verification.
+  EXPECT_TRUE(loaded.bitwiseEqual(s2.zeroed()));
+
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+}
+
+TEST(Checkpoint, EveryTruncationAndBitFlipIsDetected) {
+  std::string dir = makeTempDir();
+  State state = makeState(3);
+  write(dir, 4, state);
+  std::string path = dir + "/step-4.ckpt";
+  std::string bytes = readText(path);
+  State loaded = state.zeroed();
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    writeBytes(path, bytes.substr(0, len));
+    EXPECT_THAT(errorOf([&] { readCheckpoint(path, loaded.tensors()); }),
+                HasSubstr(path))
+        << "truncated to " << len << " bytes";
+  }
+  writeBytes(path, bytes + "x");
+  EXPECT_THAT(errorOf([&] { readCheckpoint(path, loaded.tensors()); }),
+              HasSubstr("after the checksum"));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string damaged = bytes;
+    damaged[i] ^= 0x10;
+    writeBytes(path, damaged);
+    EXPECT_THAT(errorOf([&] { readCheckpoint(path, loaded.tensors()); }),
+                HasSubstr(path))
+        << "bit flipped in byte " << i;
+  }
+}
+
+TEST(Checkpoint, OnlyCheckpointCorruptIsAnError) {
+  std::string dir = makeTempDir();
+  State state = makeState(1);
+  write(dir, 1, state);
+  std::string path = dir + "/step-1.ckpt";
+  writeBytes(path, "RONDOCKP");
+  EXPECT_THAT(errorOf([&] { readLatestCheckpoint(dir, state.tensors()); }),
+              HasSubstr(path));
+}
+
+TEST(Checkpoint, NoLatestIsAnError) {
+  std::string dir = makeTempDir();
+  State state = makeState(1);
+  EXPECT_FALSE(hasCheckpoint(dir));
+  EXPECT_THAT(errorOf([&] { readLatestCheckpoint(dir, state.tensors()); }),
+              HasSubstr(dir + "/LATEST"));
+}
+
+TEST(Checkpoint, TensorMismatchNamesTensorAndFile) {
+  std::string dir = makeTempDir();
+  State state = makeState(1);
+  write(dir, 1, state);
+  std::string path = dir + "/step-1.ckpt";
+
+  State missing = state.zeroed();
+  missing.add("exp_avg/w2", std::vector<float>(3));
+  std::string error =
+      errorOf([&] { readLatestCheckpoint(dir, missing.tensors()); });
+  EXPECT_THAT(error, HasSubstr("'exp_avg/w2'"));
+  EXPECT_THAT(error, HasSubstr(path));
+  // A mismatch is found before anything is overwritten.
+  EXPECT_TRUE(missing.values[0] == std::vector<float>(37, 0.0f));
+
+  State resized = state.zeroed();
+  resized.values[3].resize(6);
+  error = errorOf([&] { readLatestCheckpoint(dir, resized.tensors()); });
+  EXPECT_THAT(error, HasSubstr("'b'"));
+  EXPECT_THAT(error, HasSubstr("5 elements in the checkpoint but 6"));
+  EXPECT_THAT(error, HasSubstr(path));
+
+  State fewer = state.zeroed();
+  fewer.names.pop_back();
+  fewer.values.pop_back();
+  error = errorOf([&] { readLatestCheckpoint(dir, fewer.tensors()); });
+  EXPECT_THAT(error, HasSubstr("'empty'"));
+  EXPECT_THAT(error, HasSubstr(path));
+}
+
+TEST(Checkpoint, DuplicateTensorIsRejectedOnWrite) {
+  std::string dir = makeTempDir();
+  State state = makeState(1);
+  state.add("w", {1.0f});
+  EXPECT_THAT(errorOf([&] { write(dir, 1, state); }), HasSubstr("'w'"));
+  EXPECT_FALSE(hasCheckpoint(dir));
+}
+
+} // namespace
