@@ -30,10 +30,7 @@ struct Flag {
 
 /// Flags of the CLI contract that this trainer does not implement yet: they
 /// get a precise message rather than "unknown flag".
-const char *const kReservedFlags[] = {
-    "gpus",      "save-every", "checkpoint-dir", "resume",
-    "eval-data", "eval-every", "trace",
-};
+const char *const kReservedFlags[] = {"gpus"};
 
 std::string parseDouble(const std::string &text, double &out) {
   char *end = nullptr;
@@ -146,15 +143,17 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        [](const std::string &v) {
          return v == "adamw" ? std::string() : std::string("expected adamw");
        }},
-      {"optimizer-mode", "sync",
-       "sync: the update follows the whole backward pass (PyTorch order). "
-       "overlap is not implemented yet.",
-       [](const std::string &v) {
-         if (v == "sync")
-           return std::string();
-         if (v == "overlap")
-           return std::string("overlap is not implemented yet; use sync");
-         return std::string("expected sync");
+      {"optimizer-mode", "sync|overlap",
+       "sync: one update after the whole backward pass (PyTorch order). "
+       "overlap: each stage's parameters are updated as soon as their "
+       "gradients are downloaded, while the backward pass goes on; the "
+       "same bits as sync. Default overlap, sync with --clip-grad-norm or "
+       "--dump-gradients.",
+       [&o](const std::string &v) {
+         if (v != "sync" && v != "overlap")
+           return std::string("expected sync or overlap");
+         o.optimizerMode = v;
+         return std::string();
        }},
       {"lr", "X", "Peak learning rate (default 1e-3).",
        real(o.lr, 0, false, inf, false)},
@@ -249,7 +248,9 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       {"export-onnx", "FILE",
        "Write the trained weights into a copy of the model.",
        text(o.exportOnnx)},
-      {"workers", "N", "Host worker threads (default: OpenMP's default).",
+      {"workers", "N",
+       "Pipelined trainers: the compiled plan to run (default: the first "
+       "compiled worker count). Single-process trainers: OpenMP threads.",
        [&o](const std::string &v) {
          int64_t x = 0;
          if (std::string err = parseInt(v, x); !err.empty())
@@ -259,6 +260,27 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          o.workers = int(x);
          return std::string();
        }},
+      {"trace", "FILE.json",
+       "Write a Chrome trace (chrome://tracing, Perfetto) of every op of "
+       "the pipelined run, with the plan's predictions in otherData; "
+       "scripts/plan-vs-trace.py compares the two.",
+       text(o.trace)},
+      {"checkpoint-dir", "DIR",
+       "Write checkpoints (weights, AdamW moments, step, data cursor) here, "
+       "atomically; at least at the end of the run.",
+       text(o.checkpointDir)},
+      {"save-every", "K", "Also write a checkpoint every K steps.",
+       integer(o.saveEvery, 1)},
+      {"resume", nullptr,
+       "Continue from the latest checkpoint in --checkpoint-dir (bitwise as "
+       "if uninterrupted); start from scratch when there is none.",
+       [&o](const std::string &v) { return parseBool(v, o.resume); }},
+      {"eval-data", "FILE",
+       "Evaluation tokens (same formats as --data): the mean loss over its "
+       "rows with the current weights, after the last step.",
+       text(o.evalData)},
+      {"eval-every", "K", "Also evaluate every K steps (needs --eval-data).",
+       integer(o.evalEvery, 1)},
       {"quiet", nullptr, "No progress output.",
        [&o](const std::string &v) { return parseBool(v, o.quiet); }},
   };
@@ -323,18 +345,42 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
     message = "--data FILE is required (see --help)";
     return CliStatus::Error;
   }
+  if (options.optimizerMode == "overlap" &&
+      (options.clipGradNorm || !options.dumpGradients.empty())) {
+    message = std::string("--optimizer-mode=overlap cannot be combined with ") +
+              (options.clipGradNorm ? "--clip-grad-norm" : "--dump-gradients") +
+              ": it needs every gradient of the step before the first "
+              "update; use --optimizer-mode=sync";
+    return CliStatus::Error;
+  }
+  if (options.saveEvery > 0 && options.checkpointDir.empty()) {
+    message = "--save-every needs --checkpoint-dir DIR";
+    return CliStatus::Error;
+  }
+  if (options.resume && options.checkpointDir.empty()) {
+    message = "--resume needs --checkpoint-dir DIR";
+    return CliStatus::Error;
+  }
+  if (options.evalEvery > 0 && options.evalData.empty()) {
+    message = "--eval-every needs --eval-data FILE";
+    return CliStatus::Error;
+  }
   return CliStatus::Ok;
 }
 
-std::string trainerHelp(const char *argv0, const ModelSpec &model) {
+std::string trainerHelp(const char *argv0, const ModelSpec &model,
+                        const std::string &plans) {
   TrainerOptions scratch;
   std::ostringstream os;
   os << "USAGE: " << (argv0 ? argv0 : "trainer") << " --data FILE [options]\n\n"
      << "A Rondo training program for " << model.modelPath << ": "
-     << model.batch << " rows x " << model.seqLen
-     << " tokens per microbatch, loss "
+     << model.batch << " rows x " << model.seqLen << " tokens per "
+     << (plans.empty() ? "microbatch" : "step") << ", loss "
      << (model.loss == LossKind::CausalLM ? "causal-lm" : "graph output")
-     << ".\n\nOPTIONS:\n";
+     << ".\n";
+  if (!plans.empty())
+    os << "Compiled plans: " << plans << ".\n";
+  os << "\nOPTIONS:\n";
   for (const Flag &f : makeFlags(scratch)) {
     std::string spelling = std::string("  --") + f.name;
     if (f.valueName)

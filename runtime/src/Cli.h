@@ -47,8 +47,19 @@ struct TrainerOptions {
   std::string logJson;
   std::string dumpGradients;
   std::string exportOnnx;
-  int workers = 0; ///< 0: OpenMP's default.
+  /// Single-process trainers: OpenMP threads; pipelined trainers: the
+  /// compiled plan to run. 0: the default.
+  int workers = 0;
   bool quiet = false;
+  /// "sync" or "overlap"; empty: overlap unless clipping or gradient dumps
+  /// need every gradient before the first update.
+  std::string optimizerMode;
+  std::string trace;
+  int64_t saveEvery = 0; ///< 0: only at the end (with --checkpoint-dir).
+  std::string checkpointDir;
+  bool resume = false;
+  std::string evalData;
+  int64_t evalEvery = 0; ///< 0: only after the last step.
 };
 
 enum class CliStatus { Ok, Help, Error };
@@ -57,8 +68,10 @@ enum class CliStatus { Ok, Help, Error };
 CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
                               std::string &message);
 
-/// The --help text.
-std::string trainerHelp(const char *argv0, const ModelSpec &model);
+/// The --help text. `plans` describes the compiled pipelined plans ("" for
+/// single-process trainers).
+std::string trainerHelp(const char *argv0, const ModelSpec &model,
+                        const std::string &plans = "");
 
 } // namespace rondo::rt
 

@@ -76,4 +76,13 @@ void JsonStepLog::write(const StepRecord &r) {
     throw Error(path + ": cannot write the JSON log: " + std::strerror(errno));
 }
 
+void JsonStepLog::writeEval(int64_t stepsDone, double loss, int64_t tokens) {
+  std::string line = "{\"eval_step\": " + std::to_string(stepsDone) +
+                     ", \"eval_loss\": " + jsonNumber(loss) +
+                     ", \"eval_ppl\": " + jsonNumber(std::exp(loss)) +
+                     ", \"eval_tokens\": " + std::to_string(tokens) + "}\n";
+  if (std::fputs(line.c_str(), file) < 0 || std::fflush(file) != 0)
+    throw Error(path + ": cannot write the JSON log: " + std::strerror(errno));
+}
+
 } // namespace rondo::rt

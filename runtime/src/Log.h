@@ -45,6 +45,9 @@ public:
   JsonStepLog &operator=(const JsonStepLog &) = delete;
 
   void write(const StepRecord &record);
+  /// An evaluation after `stepsDone` steps: its own keys, so step lines
+  /// keep their fixed shape.
+  void writeEval(int64_t stepsDone, double loss, int64_t tokens);
 
 private:
   std::string path;

@@ -4,21 +4,34 @@
 //
 //===----------------------------------------------------------------------===//
 //
+// One trainer core (data, weights, AdamW, logs, checkpoints, evaluation)
+// with two executors: a single-process StepFn called once per microbatch,
+// and a pipelined rondo_program run on the host backend (exec/HostExec.h).
+//
 // Semantics of one optimizer step s (0-based) of --steps N:
-//   1. Zero the gradients.
-//   2. Take the next K * batch rows of the data (K = --grad-accum), wrapping
-//      around at the end: rows (s*K*batch + j) mod rows, j = 0 .. K*batch-1.
-//   3. CausalLM: count the non-ignored targets of those rows, labels[:, 1:]
-//      != -100, and pass lossScale = 1/count to each of the K microbatch calls
-//      so the accumulated gradient is that of the global mean; the loss is
-//      sum(lossSum) / count. GraphOutput: lossScale = 1/K and the loss is the
-//      mean of the K graph losses.
-//   4. Step 0 only: dump the gradients (--dump-gradients).
-//   5. Global gradient norm; clip (--clip-grad-norm).
-//   6. AdamW update with lr = base * schedule(s) and step count s + 1.
-//   7. Log the loss of 3 (computed before this step's update).
+//   1. Take the next rowsPerStep rows of the data (K * batch for a StepFn
+//      with --grad-accum K, the global batch for a program), wrapping
+//      around at the end: rows (s*rowsPerStep + j) mod rows.
+//   2. CausalLM: count the non-ignored targets of those rows, labels[:, 1:]
+//      != -100, and pass lossScale = 1/count to every microbatch so that the
+//      summed gradient is that of the global mean; the loss is the sum of
+//      the microbatch loss sums (in microbatch order, in double) / count.
+//      GraphOutput: lossScale = 1/microbatches and the loss is their mean.
+//   3. Step 0 only: dump the gradients (--dump-gradients).
+//   4. Global gradient norm; clip (--clip-grad-norm).
+//   5. AdamW update with lr = base * schedule(s) and step count s + 1.
+//   6. Log the loss of 2 (computed before this step's update).
 // So N steps log N losses and apply N updates; losses[0] is the loss of the
 // initial weights, as in the PyTorch references.
+//
+// Optimizer modes of a program. sync: one OPTIMIZER task (stage -1) after
+// every gradient has landed. overlap: SPipe-style eager updates, one task
+// per stage for the parameters whose last gradient part that stage holds,
+// running while the remaining backward stages (and the next step's first
+// stages) compute. Every parameter is updated once per step with this
+// step's complete gradient, so there is no staleness and, AdamW being
+// elementwise, overlap gives the same bits as sync. RoundPipe's one-step-
+// stale update would hide more of the optimizer but changes the numerics.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,14 +43,19 @@
 #include "rondo/runtime/OnnxWeights.h"
 #include "rondo/runtime/Schedule.h"
 
+#include "Checkpoint.h"
 #include "Cli.h"
 #include "FileUtil.h"
 #include "Init.h"
 #include "Log.h"
+#include "exec/HostExec.h"
+#include "exec/Trace.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -62,9 +80,7 @@ int64_t numElements(const ParamSpec &p) {
   return n;
 }
 
-void validateModel(const ModelSpec &model, StepFn step) {
-  if (!step)
-    throw Error("the compiled model has no step function");
+void validateModel(const ModelSpec &model) {
   if (model.batch < 1 || model.seqLen < 1)
     throw Error("the compiled model has batch " + std::to_string(model.batch) +
                 " and seq-len " + std::to_string(model.seqLen) +
@@ -92,57 +108,122 @@ void checkWritableDirectory(const std::string &path, const char *flag) {
                 "' does not exist or is not writable");
 }
 
-class Trainer {
+/// One trainable parameter's optimizer state. `grad` points at the
+/// gradient the update reads: the trainer's buffer (StepFn), the host
+/// gradients of a program (one part), or a per-parameter sum (several).
+struct OptParam {
+  int index = 0;
+  float *param = nullptr;
+  float *grad = nullptr;
+  FloatBuffer expAvg, expAvgSq;
+  int64_t numel = 0;
+  double weightDecay = 0;
+};
+
+class Trainer final : public ExecClient {
 public:
-  Trainer(const ModelSpec &model, StepFn step, const TrainerOptions &options)
-      : model(model), stepFn(step), opts(options) {}
+  Trainer(const ModelSpec &model, const TrainerOptions &options, StepFn step,
+          const rondo_program *program)
+      : model(model), opts(options), stepFn(step), program(program) {}
+  ~Trainer() override { exec.reset(); }
 
   int run();
+
+  void loadBatch(const StepTag &tag) override;
+  void optimize(const StepTag &tag, int32_t stage) override;
 
 private:
   void loadData();
   void allocateAndInitialise();
   void setUpOptimizer();
-  void gatherRows(int64_t step);
-  double runStep(int64_t step, StepRecord &record);
-  void dumpGradients(double loss);
+  void setUpProgram(int64_t firstStep);
+  /// Rows [first, first + rowsPerStep) mod rows of `source` into the batch.
+  void gatherRows(const TokenMatrix &source, const TokenMatrix *sourceLabels,
+                  uint64_t first);
+  int64_t countTargets() const;
+  float lossScaleFor(int64_t count, int64_t microbatches) const;
+  double lrAt(int64_t step) const {
+    return opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
+  }
+  void update(const std::vector<int> &which, int64_t step);
+  double runStepLocal(int64_t step, StepRecord &record);
+  double runStepPipelined(int64_t step, StepRecord &record);
+  /// Issues one step of the program on the batch and returns the sum of its
+  /// microbatch losses (in microbatch order).
+  double issuePipelined(int64_t step, bool eval, float lossScale);
+  /// Evaluates after `stepsDone` steps; returns false when it was skipped.
+  void evaluate(int64_t stepsDone, JsonStepLog *jsonLog);
+  std::vector<CheckpointTensor> checkpointTensors();
+  void saveCheckpoint(int64_t stepsDone);
+  int64_t resume();
+  void prepareGrad(int q, float *scratch);
+  double pipelinedGradNorm();
+  void dumpGradients(double loss, const std::vector<const float *> &grads);
+  void drain() {
+    if (exec) {
+      exec->drainHost();
+      exec->checkError();
+    }
+  }
   void say(const std::string &line) const {
     if (!opts.quiet) {
-      std::fputs((line + "\n").c_str(), stdout);
-      std::fflush(stdout);
+      std::fputs((line + "\n").c_str(), stderr);
+      std::fflush(stderr);
     }
   }
 
   const ModelSpec &model;
-  StepFn stepFn;
   const TrainerOptions &opts;
+  StepFn stepFn;
+  const rondo_program *program;
+  bool syncMode = true;
 
   std::unique_ptr<TokenMatrix> data;
   std::unique_ptr<TokenMatrix> labels;
+  std::unique_ptr<TokenMatrix> evalData;
   int64_t rowsPerStep = 0;
-  std::vector<int64_t> stepInputs; ///< [K * batch, seqLen] of this step.
-  std::vector<int64_t> stepLabels;
+  std::vector<int64_t> batchIds; ///< [rowsPerStep, seqLen] of this step.
+  std::vector<int64_t> batchLabels;
 
   std::vector<FloatBuffer> params;
-  std::vector<FloatBuffer> grads; ///< Empty buffers for frozen params.
-  std::vector<const float *> paramPtrs;
-  std::vector<float *> gradPtrs; ///< nullptr for frozen params.
+  std::vector<FloatBuffer> grads; ///< StepFn: empty buffers for frozen.
+  std::vector<float *> paramPtrs;
+  std::vector<float *> gradPtrs; ///< StepFn: nullptr for frozen params.
   std::vector<GradTensor> trainableGrads;
-  AdamW optimizer;
+  AdamWConfig adamw;
+  std::vector<OptParam> opt; ///< Trainable params, in table order.
+  std::vector<int> optOf;    ///< Model param -> index into opt, or -1.
+  std::vector<int> allOpt;   ///< 0 .. opt.size()-1.
+
+  // Pipelined execution.
+  ProgramInfo info;
+  std::unique_ptr<HostExec> exec;
+  std::vector<FloatBuffer> partSums; ///< Per param with several parts.
+  std::vector<FloatBuffer> normSums; ///< The same, for the logged norm.
+  FloatBuffer zeroGrad;              ///< For params without gradient.
+  std::vector<std::vector<int>> optByStage;
+  double syncNorm = 0;
+  bool dumpNow = false;
+  std::vector<FloatBuffer> dumpStash; ///< Gradients before clipping.
+  std::vector<TraceRecord> trace;
 };
 
 void Trainer::loadData() {
   TokenDType binType = opts.dataDType.value_or(TokenDType::UInt16);
-  data = std::make_unique<TokenMatrix>(
-      TokenMatrix::open(opts.data, binType, model.seqLen));
-  if (data->cols() != model.seqLen)
-    throw Error(opts.data + ": rows have " + std::to_string(data->cols()) +
-                " tokens, the trainer was compiled for seq-len " +
-                std::to_string(model.seqLen));
   const int64_t vocabLimit = model.vocabSize > 0
                                  ? model.vocabSize
                                  : std::numeric_limits<int64_t>::max();
-  data->checkRange(0, vocabLimit);
+  auto open = [&](const std::string &path) {
+    auto m = std::make_unique<TokenMatrix>(
+        TokenMatrix::open(path, binType, model.seqLen));
+    if (m->cols() != model.seqLen)
+      throw Error(path + ": rows have " + std::to_string(m->cols()) +
+                  " tokens, the trainer was compiled for seq-len " +
+                  std::to_string(model.seqLen));
+    m->checkRange(0, vocabLimit);
+    return m;
+  };
+  data = open(opts.data);
   if (!opts.labels.empty()) {
     labels = std::make_unique<TokenMatrix>(TokenMatrix::openNpy(opts.labels));
     if (labels->rows() != data->rows() || labels->cols() != data->cols())
@@ -154,8 +235,16 @@ void Trainer::loadData() {
     labels->checkRange(0, vocabLimit, kIgnoreIndex);
   }
   rowsPerStep = opts.gradAccum * model.batch;
-  stepInputs.resize(size_t(rowsPerStep * model.seqLen));
-  stepLabels.resize(stepInputs.size());
+  if (!opts.evalData.empty()) {
+    evalData = open(opts.evalData);
+    if (evalData->rows() < rowsPerStep)
+      throw Error("--eval-data " + opts.evalData + ": " +
+                  std::to_string(evalData->rows()) +
+                  " rows, fewer than one batch of " +
+                  std::to_string(rowsPerStep));
+  }
+  batchIds.resize(size_t(rowsPerStep * model.seqLen));
+  batchLabels.resize(batchIds.size());
 }
 
 void Trainer::allocateAndInitialise() {
@@ -165,10 +254,11 @@ void Trainer::allocateAndInitialise() {
   for (int i = 0; i < n; ++i) {
     const ParamSpec &p = model.params[i];
     params.emplace_back(numElements(p));
-    grads.emplace_back(p.trainable ? numElements(p) : 0);
+    // A program downloads gradients into its own host buffer.
+    grads.emplace_back(p.trainable && !program ? numElements(p) : 0);
     paramPtrs.push_back(params.back().data());
     gradPtrs.push_back(p.trainable ? grads.back().data() : nullptr);
-    if (p.trainable)
+    if (p.trainable && !program)
       trainableGrads.push_back({grads.back().data(), numElements(p)});
   }
   if (opts.init == InitKind::Random) {
@@ -177,11 +267,8 @@ void Trainer::allocateAndInitialise() {
     return;
   }
   std::string path = opts.weights.empty() ? model.modelPath : opts.weights;
-  std::vector<float *> dst;
-  for (FloatBuffer &b : params)
-    dst.push_back(b.data());
   try {
-    loadOnnxWeights(path, model.params, n, dst.data());
+    loadOnnxWeights(path, model.params, n, paramPtrs.data());
   } catch (const Error &e) {
     throw Error(std::string(e.what()) +
                 " (choose other weights with --weights FILE.onnx, or "
@@ -190,14 +277,14 @@ void Trainer::allocateAndInitialise() {
 }
 
 void Trainer::setUpOptimizer() {
-  AdamWConfig config;
-  config.beta1 = opts.beta1;
-  config.beta2 = opts.beta2;
-  config.eps = opts.eps;
-  optimizer = AdamW(config);
+  adamw.beta1 = opts.beta1;
+  adamw.beta2 = opts.beta2;
+  adamw.eps = opts.eps;
   std::optional<std::regex> noDecay;
   if (!opts.noDecay.empty())
     noDecay.emplace(opts.noDecay);
+  optOf.assign(size_t(model.numParams), -1);
+  opt.reserve(size_t(model.numParams));
   for (int i = 0; i < model.numParams; ++i) {
     const ParamSpec &p = model.params[i];
     if (!p.trainable)
@@ -205,44 +292,116 @@ void Trainer::setUpOptimizer() {
     bool exempt = noDecay && (std::regex_search(p.name, *noDecay) ||
                               (p.displayName && *p.displayName &&
                                std::regex_search(p.displayName, *noDecay)));
-    optimizer.addParam(params[size_t(i)].data(), grads[size_t(i)].data(),
-                       numElements(p), exempt ? 0.0 : opts.weightDecay);
+    OptParam o;
+    o.index = i;
+    o.param = params[size_t(i)].data();
+    o.grad = gradPtrs[size_t(i)];
+    o.numel = numElements(p);
+    o.expAvg = FloatBuffer(o.numel);
+    o.expAvgSq = FloatBuffer(o.numel);
+    o.weightDecay = exempt ? 0.0 : opts.weightDecay;
+    optOf[size_t(i)] = int(opt.size());
+    allOpt.push_back(int(opt.size()));
+    opt.push_back(std::move(o));
   }
 }
 
-void Trainer::gatherRows(int64_t step) {
+void Trainer::setUpProgram(int64_t firstStep) {
+  info = analyseProgram(*program, model);
+  syncMode = std::string(program->optimizer) == "sync";
+  exec = std::make_unique<HostExec>(*program, model, info, paramPtrs.data(),
+                                    *this, !opts.trace.empty(), firstStep);
+  // Gradients: in the host buffer for one part, summed for several.
+  char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  int64_t largest = 0;
+  partSums.resize(size_t(model.numParams));
+  normSums.resize(size_t(model.numParams));
+  for (OptParam &o : opt) {
+    const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
+    if (parts.size() == 1) {
+      o.grad = reinterpret_cast<float *>(
+          hostGrads + program->gradParts[parts[0]].hostOffset);
+    } else if (parts.size() > 1) {
+      partSums[size_t(o.index)] = FloatBuffer(o.numel);
+      normSums[size_t(o.index)] = FloatBuffer(o.numel);
+      o.grad = partSums[size_t(o.index)].data();
+    }
+    largest = std::max(largest, parts.empty() ? o.numel : int64_t(0));
+  }
+  zeroGrad = FloatBuffer(largest);
+  for (OptParam &o : opt)
+    if (info.partsOf[size_t(o.index)].empty())
+      o.grad = zeroGrad.data();
+  optByStage.assign(size_t(program->numStages), {});
+  for (int32_t s = 0; s < program->numStages; ++s)
+    for (int32_t q : info.finalises[size_t(s)])
+      optByStage[size_t(s)].push_back(optOf[size_t(q)]);
+}
+
+void Trainer::gatherRows(const TokenMatrix &source,
+                         const TokenMatrix *sourceLabels, uint64_t first) {
   const int64_t seq = model.seqLen;
-  // (step * rowsPerStep) mod rows without overflowing for long runs.
-  const uint64_t rows = uint64_t(data->rows());
-  const uint64_t first =
-      (uint64_t(step) % rows) * (uint64_t(rowsPerStep) % rows) % rows;
+  const uint64_t rows = uint64_t(source.rows());
+  first %= rows;
   for (int64_t j = 0; j < rowsPerStep; ++j) {
     int64_t row = int64_t((first + uint64_t(j)) % rows);
-    data->readRow(row, &stepInputs[size_t(j * seq)]);
-    if (labels)
-      labels->readRow(row, &stepLabels[size_t(j * seq)]);
+    source.readRow(row, &batchIds[size_t(j * seq)]);
+    if (sourceLabels)
+      sourceLabels->readRow(row, &batchLabels[size_t(j * seq)]);
   }
-  if (!labels)
-    stepLabels = stepInputs;
+  if (!sourceLabels)
+    batchLabels = batchIds;
 }
 
-double Trainer::runStep(int64_t step, StepRecord &record) {
+/// (step * rowsPerStep) mod rows without overflowing for long runs.
+uint64_t firstRowOf(int64_t step, int64_t rowsPerStep, int64_t numRows) {
+  const uint64_t rows = uint64_t(numRows);
+  return (uint64_t(step) % rows) * (uint64_t(rowsPerStep) % rows) % rows;
+}
+
+int64_t Trainer::countTargets() const {
+  const int64_t seq = model.seqLen;
+  int64_t count = 0;
+  for (int64_t r = 0; r < rowsPerStep; ++r)
+    for (int64_t t = 1; t < seq; ++t)
+      count += batchLabels[size_t(r * seq + t)] != kIgnoreIndex;
+  return count;
+}
+
+float Trainer::lossScaleFor(int64_t count, int64_t microbatches) const {
+  // With no target at all PyTorch's mean is 0/0 = nan and the gradient 0;
+  // a zero scale gives the same gradient without NaNs in the buffers.
+  if (model.loss == LossKind::CausalLM)
+    return count > 0 ? float(1.0 / double(count)) : 0.0f;
+  return float(1.0 / double(microbatches));
+}
+
+void Trainer::update(const std::vector<int> &which, int64_t step) {
+  std::vector<AdamWTensor> tensors;
+  tensors.reserve(which.size());
+  for (int i : which) {
+    OptParam &o = opt[size_t(i)];
+    AdamWTensor t;
+    t.param = o.param;
+    t.grad = o.grad;
+    t.expAvg = o.expAvg.data();
+    t.expAvgSq = o.expAvgSq.data();
+    t.numel = o.numel;
+    t.weightDecay = o.weightDecay;
+    tensors.push_back(t);
+  }
+  adamwUpdate(tensors.data(), tensors.size(), adamw, lrAt(step), step + 1);
+}
+
+double Trainer::runStepLocal(int64_t step, StepRecord &record) {
   for (const GradTensor &g : trainableGrads)
     parallelZero(g.data, g.numel);
-  gatherRows(step);
+  gatherRows(*data, labels.get(), firstRowOf(step, rowsPerStep, data->rows()));
 
   const int64_t seq = model.seqLen, K = opts.gradAccum;
   const bool causal = model.loss == LossKind::CausalLM;
-  int64_t count = 0;
-  if (causal)
-    for (int64_t r = 0; r < rowsPerStep; ++r)
-      for (int64_t t = 1; t < seq; ++t)
-        count += stepLabels[size_t(r * seq + t)] != kIgnoreIndex;
-  // With no target at all PyTorch's mean is 0/0 = nan and the gradient 0;
-  // a zero scale gives the same gradient without NaNs in the buffers.
-  const float lossScale = causal
-                              ? (count > 0 ? float(1.0 / double(count)) : 0.0f)
-                              : float(1.0 / double(K));
+  const int64_t count = causal ? countTargets() : 0;
+  const float lossScale = lossScaleFor(count, K);
 
   double lossSum = 0;
   int64_t lossCount = 0;
@@ -250,8 +409,8 @@ double Trainer::runStep(int64_t step, StepRecord &record) {
     StepArgs args;
     args.params = paramPtrs.data();
     args.grads = gradPtrs.data();
-    args.inputIds = &stepInputs[size_t(k * model.batch * seq)];
-    args.labels = &stepLabels[size_t(k * model.batch * seq)];
+    args.inputIds = &batchIds[size_t(k * model.batch * seq)];
+    args.labels = &batchLabels[size_t(k * model.batch * seq)];
     args.lossScale = lossScale;
     StepResult result = stepFn(args);
     lossSum += result.lossSum;
@@ -270,26 +429,250 @@ double Trainer::runStep(int64_t step, StepRecord &record) {
     loss = lossSum / double(K);
   }
 
-  if (step == 0 && !opts.dumpGradients.empty())
-    dumpGradients(loss);
+  if (step == 0 && !opts.dumpGradients.empty()) {
+    std::vector<const float *> g(gradPtrs.begin(), gradPtrs.end());
+    dumpGradients(loss, g);
+  }
 
   double norm = gradNorm(trainableGrads.data(), trainableGrads.size());
   if (opts.clipGradNorm)
     clipGradNorm(trainableGrads.data(), trainableGrads.size(), norm,
                  *opts.clipGradNorm);
-  double lr =
-      opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
-  optimizer.step(lr);
+  update(allOpt, step);
 
   record.step = step;
   record.loss = loss;
   record.tokens = rowsPerStep * seq;
-  record.lr = lr;
+  record.lr = lrAt(step);
   record.gradNorm = norm;
   return loss;
 }
 
-void Trainer::dumpGradients(double loss) {
+void Trainer::loadBatch(const StepTag &) {
+  const size_t bytes = batchIds.size() * sizeof(int64_t);
+  std::memcpy(exec->hostBuffer(program->idsBuffer), batchIds.data(), bytes);
+  std::memcpy(exec->hostBuffer(program->labelsBuffer), batchLabels.data(),
+              bytes);
+}
+
+void Trainer::prepareGrad(int q, float *sum) {
+  const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
+  if (parts.size() < 2)
+    return;
+  // The sum in table order, whatever order the parts arrived in.
+  const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  const int64_t n = numElements(model.params[q]);
+  auto part = [&](size_t i) {
+    return reinterpret_cast<const float *>(
+        hostGrads + program->gradParts[parts[i]].hostOffset);
+  };
+  std::memcpy(sum, part(0), size_t(n) * sizeof(float));
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const float *g = part(i);
+    for (int64_t e = 0; e < n; ++e)
+      sum[e] += g[e];
+  }
+}
+
+void Trainer::optimize(const StepTag &tag, int32_t stage) {
+  if (tag.eval)
+    return;
+  if (stage >= 0) {
+    for (int i : optByStage[size_t(stage)])
+      prepareGrad(opt[size_t(i)].index, opt[size_t(i)].grad);
+    update(optByStage[size_t(stage)], tag.step);
+    return;
+  }
+  for (OptParam &o : opt)
+    prepareGrad(o.index, o.grad);
+  std::vector<GradTensor> g;
+  for (OptParam &o : opt)
+    g.push_back({o.grad, o.numel});
+  syncNorm = gradNorm(g.data(), g.size());
+  if (dumpNow && opts.clipGradNorm) {
+    // The dump shows the gradients before clipping; the trainer writes it
+    // once the loss is known.
+    for (OptParam &o : opt) {
+      dumpStash.emplace_back(o.numel);
+      std::memcpy(dumpStash.back().data(), o.grad,
+                  size_t(o.numel) * sizeof(float));
+    }
+  }
+  if (opts.clipGradNorm)
+    clipGradNorm(g.data(), g.size(), syncNorm, *opts.clipGradNorm);
+  update(allOpt, tag.step);
+}
+
+double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
+  exec->beginStep(step, eval, lossScale);
+  program->issue(exec.get());
+  exec->barrier();
+  exec->checkError();
+  const float *losses =
+      reinterpret_cast<const float *>(exec->hostBuffer(program->lossBuffer));
+  double sum = 0;
+  for (int32_t m = 0; m < program->microbatches; ++m)
+    sum += double(losses[m]);
+  return sum;
+}
+
+double Trainer::pipelinedGradNorm() {
+  std::vector<GradTensor> g;
+  for (OptParam &o : opt) {
+    float *grad = o.grad;
+    if (info.partsOf[size_t(o.index)].size() > 1) {
+      grad = normSums[size_t(o.index)].data();
+      prepareGrad(o.index, grad);
+    }
+    g.push_back({grad, o.numel});
+  }
+  return gradNorm(g.data(), g.size());
+}
+
+double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
+  // The data thread may still read the previous batch.
+  exec->drainData();
+  exec->checkError();
+  gatherRows(*data, labels.get(), firstRowOf(step, rowsPerStep, data->rows()));
+  const bool causal = model.loss == LossKind::CausalLM;
+  const int64_t count = causal ? countTargets() : 0;
+  dumpNow = step == 0 && !opts.dumpGradients.empty();
+  double lossSum =
+      issuePipelined(step, false, lossScaleFor(count, program->microbatches));
+  double loss = causal ? (count > 0 ? lossSum / double(count)
+                                    : std::numeric_limits<double>::quiet_NaN())
+                       : lossSum / double(program->microbatches);
+  double norm;
+  if (syncMode) {
+    drain();
+    norm = syncNorm;
+  } else {
+    // Only logged: the tasks read the same gradients, nothing writes them
+    // until the next step is issued.
+    norm = pipelinedGradNorm();
+  }
+  if (dumpNow) {
+    std::vector<const float *> g(size_t(model.numParams), nullptr);
+    for (size_t i = 0; i < opt.size(); ++i)
+      g[size_t(opt[i].index)] =
+          dumpStash.empty() ? opt[i].grad : dumpStash[i].data();
+    dumpGradients(loss, g);
+    dumpStash.clear();
+    dumpNow = false;
+  }
+  record.step = step;
+  record.loss = loss;
+  record.tokens = rowsPerStep * model.seqLen;
+  record.lr = lrAt(step);
+  record.gradNorm = norm;
+  return loss;
+}
+
+void Trainer::evaluate(int64_t stepsDone, JsonStepLog *jsonLog) {
+  drain();
+  const int64_t batches = evalData->rows() / rowsPerStep;
+  const bool causal = model.loss == LossKind::CausalLM;
+  double lossSum = 0;
+  int64_t count = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    if (exec) {
+      exec->drainData();
+      exec->checkError();
+    }
+    gatherRows(*evalData, nullptr, uint64_t(b * rowsPerStep));
+    const int64_t c = causal ? countTargets() : 0;
+    count += c;
+    if (exec) {
+      double sum = issuePipelined(stepsDone, true,
+                                  lossScaleFor(c, program->microbatches));
+      lossSum += causal ? sum : sum / double(program->microbatches);
+      continue;
+    }
+    // The gradient buffers are scratch here: a step zeroes them first.
+    for (int64_t k = 0; k < opts.gradAccum; ++k) {
+      StepArgs args;
+      args.params = paramPtrs.data();
+      args.grads = gradPtrs.data();
+      args.inputIds = &batchIds[size_t(k * model.batch * model.seqLen)];
+      args.labels = &batchLabels[size_t(k * model.batch * model.seqLen)];
+      args.lossScale = lossScaleFor(c, opts.gradAccum);
+      StepResult r = stepFn(args);
+      lossSum += causal ? r.lossSum : r.lossSum / double(opts.gradAccum);
+    }
+  }
+  drain();
+  double loss = causal ? (count > 0 ? lossSum / double(count)
+                                    : std::numeric_limits<double>::quiet_NaN())
+                       : lossSum / double(batches);
+  char buffer[256];
+  std::snprintf(buffer, sizeof(buffer), "eval: step %lld loss %.6f ppl %.4f",
+                (long long)stepsDone, loss, std::exp(loss));
+  say(buffer);
+  if (jsonLog)
+    jsonLog->writeEval(stepsDone, loss, batches * rowsPerStep * model.seqLen);
+}
+
+std::vector<CheckpointTensor> Trainer::checkpointTensors() {
+  std::vector<CheckpointTensor> t;
+  for (OptParam &o : opt) {
+    std::string name = model.params[o.index].name;
+    t.push_back({name, o.param, o.numel});
+    t.push_back({"exp_avg/" + name, o.expAvg.data(), o.numel});
+    t.push_back({"exp_avg_sq/" + name, o.expAvgSq.data(), o.numel});
+  }
+  return t;
+}
+
+std::string rngStateOf(const TrainerOptions &opts) {
+  // Training draws no random numbers after initialisation; the seed is
+  // kept so a resumed run can say what it started from.
+  return "init-seed " + std::to_string(opts.seed);
+}
+
+void Trainer::saveCheckpoint(int64_t stepsDone) {
+  drain();
+  CheckpointMeta meta;
+  meta.step = stepsDone;
+  meta.dataCursor = firstRowOf(stepsDone, rowsPerStep, data->rows());
+  meta.rngState = rngStateOf(opts);
+  meta.program = program ? program->name : "single-process";
+  meta.model = model.modelPath ? model.modelPath : "";
+  try {
+    writeCheckpoint(opts.checkpointDir, meta, checkpointTensors());
+  } catch (const Error &e) {
+    // Losing the run over a full disk is worse than a missing checkpoint:
+    // the previous one stays valid, so warn and train on.
+    std::fprintf(stderr,
+                 "rondo: warning: cannot write the checkpoint of step %lld: "
+                 "%s; the previous checkpoint is kept, training goes on\n",
+                 (long long)stepsDone, e.what());
+    return;
+  }
+  say("rondo: checkpoint of step " + std::to_string(stepsDone) + " in " +
+      opts.checkpointDir + "/" + checkpointFileName(stepsDone));
+}
+
+int64_t Trainer::resume() {
+  if (!hasCheckpoint(opts.checkpointDir)) {
+    say("rondo: no checkpoint in " + opts.checkpointDir +
+        "; starting from step 0");
+    return 0;
+  }
+  CheckpointMeta meta =
+      readLatestCheckpoint(opts.checkpointDir, checkpointTensors());
+  if (meta.dataCursor != firstRowOf(meta.step, rowsPerStep, data->rows()))
+    throw Error(opts.checkpointDir + ": the checkpoint's data cursor (row " +
+                std::to_string(meta.dataCursor) + ") does not match step " +
+                std::to_string(meta.step) + " of " + opts.data + " with " +
+                std::to_string(rowsPerStep) +
+                " rows per step; resume with the same data and batch");
+  say("rondo: resuming from step " + std::to_string(meta.step) + " (" +
+      opts.checkpointDir + ", " + meta.program + ")");
+  return meta.step;
+}
+
+void Trainer::dumpGradients(double loss,
+                            const std::vector<const float *> &gradients) {
   std::vector<TensorToWrite<float>> floats;
   bool nameClash = false;
   for (int i = 0; i < model.numParams; ++i) {
@@ -299,7 +682,7 @@ void Trainer::dumpGradients(double loss) {
     if (!p.trainable)
       continue;
     floats.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
-                      grads[size_t(i)].data()});
+                      gradients[size_t(i)]});
   }
   // The references also carry the loss and the batch; add them unless a
   // parameter already uses one of the names.
@@ -309,19 +692,32 @@ void Trainer::dumpGradients(double loss) {
     floats.push_back({"loss", {}, &lossValue});
     ints.push_back({model.inputName ? model.inputName : "input_ids",
                     {rowsPerStep, model.seqLen},
-                    stepInputs.data()});
+                    batchIds.data()});
   }
   writeInitializerModel(opts.dumpGradients, floats, ints);
 }
 
 int Trainer::run() {
-  validateModel(model, stepFn);
+  validateModel(model);
+  if (program) {
+    if (opts.gradAccum > 1)
+      throw Error("--grad-accum is not supported by pipelined trainers; "
+                  "compile with --batch B*K");
+  } else {
+    if (!stepFn)
+      throw Error("the compiled model has no step function");
+    if (!opts.trace.empty())
+      throw Error("--trace records the ops of a pipelined trainer; this "
+                  "trainer runs a single-process step");
 #ifdef _OPENMP
-  if (opts.workers > 0)
-    omp_set_num_threads(opts.workers);
+    if (opts.workers > 0)
+      omp_set_num_threads(opts.workers);
 #endif
+  }
   if (!opts.logJson.empty())
     checkWritableDirectory(opts.logJson, "--log-json");
+  if (!opts.trace.empty())
+    checkWritableDirectory(opts.trace, "--trace");
   if (!opts.dumpGradients.empty())
     checkWritableDirectory(opts.dumpGradients, "--dump-gradients");
   if (!opts.exportOnnx.empty()) {
@@ -336,6 +732,13 @@ int Trainer::run() {
   loadData();
   allocateAndInitialise();
   setUpOptimizer();
+  int64_t firstStep = opts.resume ? resume() : 0;
+  if (program)
+    setUpProgram(firstStep);
+  if (firstStep > 0 && !opts.dumpGradients.empty())
+    throw Error("--dump-gradients writes step 0's gradients; the run resumes "
+                "at step " +
+                std::to_string(firstStep));
   std::unique_ptr<JsonStepLog> jsonLog;
   if (!opts.logJson.empty())
     jsonLog = std::make_unique<JsonStepLog>(opts.logJson);
@@ -344,82 +747,169 @@ int Trainer::run() {
   for (int i = 0; i < model.numParams; ++i)
     (model.params[i].trainable ? trainable : frozen) +=
         numElements(model.params[i]);
-  int threads = 1;
-#ifdef _OPENMP
-  threads = omp_get_max_threads();
-#endif
   {
-    char buffer[512];
-    std::snprintf(
-        buffer, sizeof(buffer),
-        "rondo: %lld trainable + %lld frozen parameters; %s: %lld rows x "
-        "%lld tokens; %lld rows per step (%lld x %lld); %d threads",
-        (long long)trainable, (long long)frozen, opts.data.c_str(),
-        (long long)data->rows(), (long long)data->cols(),
-        (long long)rowsPerStep, (long long)opts.gradAccum,
-        (long long)model.batch, threads);
+    char how[256];
+    if (program) {
+      std::snprintf(how, sizeof(how),
+                    "plan %s: %d workers, %d microbatches of %d rows",
+                    program->name, program->workers, program->microbatches,
+                    program->rowsPerMicrobatch);
+    } else {
+      int threads = 1;
+#ifdef _OPENMP
+      threads = omp_get_max_threads();
+#endif
+      std::snprintf(how, sizeof(how), "%lld x %lld rows; %d threads",
+                    (long long)opts.gradAccum, (long long)model.batch, threads);
+    }
+    char buffer[768];
+    std::snprintf(buffer, sizeof(buffer),
+                  "rondo: %lld trainable + %lld frozen parameters; %s: %lld "
+                  "rows x %lld tokens; %lld rows per step (%s)",
+                  (long long)trainable, (long long)frozen, opts.data.c_str(),
+                  (long long)data->rows(), (long long)data->cols(),
+                  (long long)rowsPerStep, how);
     say(buffer);
   }
+  if (evalData && evalData->rows() % rowsPerStep != 0)
+    say("rondo: --eval-data " + opts.evalData + ": the last " +
+        std::to_string(evalData->rows() % rowsPerStep) +
+        " rows do not fill a batch of " + std::to_string(rowsPerStep) +
+        " and are not evaluated");
 
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   bool warnedNonFinite = false;
   double lastLoss = std::numeric_limits<double>::quiet_NaN();
-  for (int64_t s = 0; s < opts.steps; ++s) {
+  int64_t lastSaved = firstStep;
+  for (int64_t s = firstStep; s < opts.steps; ++s) {
     const auto stepStart = Clock::now();
     StepRecord record;
-    lastLoss = runStep(s, record);
+    lastLoss = program ? runStepPipelined(s, record) : runStepLocal(s, record);
     const auto stepEnd = Clock::now();
     record.seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
     double elapsed = std::chrono::duration<double>(stepEnd - start).count();
     if (jsonLog)
       jsonLog->write(record);
-    say(progressLine(record, opts.steps, elapsed));
+    StepRecord shown = record;
+    shown.step = s - firstStep;
+    say(progressLine(shown, opts.steps - firstStep, elapsed));
     if (!std::isfinite(lastLoss) && !warnedNonFinite) {
       std::fprintf(stderr, "rondo: warning: step %lld has a non-finite loss\n",
                    (long long)s);
       warnedNonFinite = true;
     }
+    const int64_t done = s + 1;
+    if (opts.saveEvery > 0 && done % opts.saveEvery == 0) {
+      saveCheckpoint(done);
+      lastSaved = done;
+    }
+    if (evalData && opts.evalEvery > 0 && done % opts.evalEvery == 0 &&
+        done != opts.steps)
+      evaluate(done, jsonLog.get());
   }
+  drain();
+  const int64_t stepsDone = std::max(firstStep, opts.steps);
+  if (!opts.checkpointDir.empty() && lastSaved != stepsDone)
+    saveCheckpoint(stepsDone);
+  if (evalData)
+    evaluate(stepsDone, jsonLog.get());
   double total = std::chrono::duration<double>(Clock::now() - start).count();
 
+  if (exec && !opts.trace.empty()) {
+    std::vector<TraceRecord> records = exec->takeTrace();
+    writeChromeTrace(opts.trace, *program, records);
+    say("rondo: wrote the trace to " + opts.trace);
+  }
   if (!opts.exportOnnx.empty()) {
     exportOnnxWeights(model.modelPath, opts.exportOnnx, model.params,
                       model.numParams, paramPtrs.data());
     say("rondo: wrote trained weights to " + opts.exportOnnx);
   }
-  if (opts.steps > 0) {
+  const int64_t ran = opts.steps - firstStep;
+  if (ran > 0) {
     char buffer[256];
     std::snprintf(buffer, sizeof(buffer),
                   "rondo: %lld steps in %s (%.0f tok/s), last loss %.6f",
-                  (long long)opts.steps, formatDuration(total).c_str(),
-                  total > 0
-                      ? double(opts.steps * rowsPerStep * model.seqLen) / total
-                      : 0.0,
+                  (long long)ran, formatDuration(total).c_str(),
+                  total > 0 ? double(ran * rowsPerStep * model.seqLen) / total
+                            : 0.0,
                   lastLoss);
     say(buffer);
   }
   return 0;
 }
 
-} // namespace
+/// The plans a pipelined trainer was compiled for, for errors and --help.
+std::string describePlans(const rondo_program *programs, int numPrograms) {
+  std::string s;
+  for (int i = 0; i < numPrograms; ++i) {
+    if (i)
+      s += ", ";
+    s += std::string(programs[i].name ? programs[i].name : "?") + " (" +
+         std::to_string(programs[i].workers) + " workers, " +
+         (programs[i].optimizer ? programs[i].optimizer : "?") + ")";
+  }
+  return s;
+}
 
-int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step) {
-  const char *program = argc > 0 && argv[0] ? argv[0] : "trainer";
+/// Picks the program for --workers and --optimizer-mode; returns an error
+/// message or "".
+std::string selectProgram(const rondo_program *programs, int numPrograms,
+                          const TrainerOptions &opts,
+                          const rondo_program *&chosen) {
+  if (numPrograms < 1 || !programs)
+    return "this trainer has no compiled program";
+  const int workers = opts.workers > 0 ? opts.workers : programs[0].workers;
+  const std::string mode =
+      !opts.optimizerMode.empty()
+          ? opts.optimizerMode
+          : (opts.clipGradNorm || !opts.dumpGradients.empty() ? "sync"
+                                                              : "overlap");
+  std::vector<int> counts;
+  for (int i = 0; i < numPrograms; ++i) {
+    if (std::find(counts.begin(), counts.end(), programs[i].workers) ==
+        counts.end())
+      counts.push_back(programs[i].workers);
+    if (programs[i].workers == workers && programs[i].optimizer &&
+        mode == programs[i].optimizer) {
+      chosen = &programs[i];
+      return "";
+    }
+  }
+  std::string list;
+  for (size_t i = 0; i < counts.size(); ++i)
+    list += (i ? ", " : "") + std::to_string(counts[i]);
+  if (std::find(counts.begin(), counts.end(), workers) == counts.end())
+    return "--workers " + std::to_string(workers) +
+           ": this trainer was compiled for " + list +
+           " workers (rondo-compile --workers)";
+  return "--optimizer-mode=" + mode + ": no such program for " +
+         std::to_string(workers) +
+         " workers (compiled: " + describePlans(programs, numPrograms) + ")";
+}
+
+int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
+                    const rondo_program *programs, int numPrograms) {
+  const char *argv0 = argc > 0 && argv[0] ? argv[0] : "trainer";
   TrainerOptions options;
   std::string message;
   switch (parseTrainerOptions(argc, argv, options, message)) {
   case CliStatus::Help:
-    std::fputs(trainerHelp(program, model).c_str(), stdout);
+    std::fputs(trainerHelp(argv0, model,
+                           programs ? describePlans(programs, numPrograms)
+                                    : std::string())
+                   .c_str(),
+               stdout);
     return 0;
   case CliStatus::Error:
-    std::fprintf(stderr, "%s: error: %s\n", program, message.c_str());
+    std::fprintf(stderr, "%s: error: %s\n", argv0, message.c_str());
     return 2;
   case CliStatus::Ok:
     break;
   }
   auto usageError = [&](const std::string &why) {
-    std::fprintf(stderr, "%s: error: %s\n", program, why.c_str());
+    std::fprintf(stderr, "%s: error: %s\n", argv0, why.c_str());
     return 2;
   };
   if (!options.weights.empty() && options.init == InitKind::Random)
@@ -429,16 +919,38 @@ int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step) {
   if (options.dataDType && isNpy)
     return usageError("--data-dtype applies to flat token streams; " +
                       options.data + " is a .npy file with its own dtype");
+  const rondo_program *program = nullptr;
+  if (programs || numPrograms) {
+    std::string why = selectProgram(programs, numPrograms, options, program);
+    if (!why.empty())
+      return usageError(why);
+    if (options.gradAccum > 1)
+      return usageError("--grad-accum is not supported by pipelined "
+                        "trainers; compile with --batch B*K");
+  }
   try {
-    return Trainer(model, step, options).run();
+    return Trainer(model, options, step, program).run();
   } catch (const Error &e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", argv0, e.what());
   } catch (const std::bad_alloc &) {
-    std::fprintf(stderr, "%s: error: out of memory\n", program);
+    std::fprintf(stderr, "%s: error: out of memory\n", argv0);
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());
+    std::fprintf(stderr, "%s: internal error: %s\n", argv0, e.what());
   }
   return 1;
+}
+
+} // namespace
+
+int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step) {
+  return trainerMainImpl(argc, argv, model, step, nullptr, 0);
+}
+
+int trainerMain(int argc, char **argv, const ModelSpec &model,
+                const rondo_program *programs, int numPrograms) {
+  if (!programs && numPrograms == 0)
+    numPrograms = -1; // Still a pipelined trainer: report the missing table.
+  return trainerMainImpl(argc, argv, model, nullptr, programs, numPrograms);
 }
 
 } // namespace rondo::rt

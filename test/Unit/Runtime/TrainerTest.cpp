@@ -246,9 +246,12 @@ TEST_F(TrainerTest, LossesDecreaseAndLogParses) {
   // The first logged loss is the loss of the initial weights.
   Direct d = direct(initial, {rows[0], rows[1]});
   EXPECT_NEAR(log[0].loss, d.loss, 1e-12 * d.loss);
-  EXPECT_THAT(r.out, HasSubstr("step 40/40"));
-  EXPECT_THAT(r.out, HasSubstr("tok/s"));
-  EXPECT_THAT(r.out, HasSubstr("ETA"));
+  // Progress goes to stderr, so stdout stays free for the user's pipes.
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("step 40/40"));
+  EXPECT_THAT(r.err, HasSubstr("tok/s"));
+  EXPECT_THAT(r.err, HasSubstr("ETA"));
+  EXPECT_THAT(r.err, HasSubstr("rondo: 40 steps in"));
 }
 
 TEST_F(TrainerTest, QuietPrintsNothing) {
@@ -532,9 +535,37 @@ TEST_F(TrainerTest, CommandLineErrorsNameTheFlag) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_THAT(r.err, HasSubstr("--data FILE is required"));
 
+  r = run({"--data", dataPath, "--gpus", "0"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--gpus is not supported by this trainer"));
+
   r = run({"--data", dataPath, "--resume"});
   EXPECT_EQ(r.rc, 2);
-  EXPECT_THAT(r.err, HasSubstr("--resume is not supported by this trainer"));
+  EXPECT_THAT(r.err, HasSubstr("--resume needs --checkpoint-dir"));
+
+  r = run({"--data", dataPath, "--save-every", "2"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--save-every needs --checkpoint-dir"));
+
+  r = run({"--data", dataPath, "--eval-every", "2"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--eval-every needs --eval-data"));
+
+  r = run({"--data", dataPath, "--optimizer-mode=overlap", "--clip-grad-norm",
+           "1"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--optimizer-mode=overlap cannot be combined "
+                               "with --clip-grad-norm"));
+
+  r = run({"--data", dataPath, "--optimizer-mode=overlap", "--dump-gradients",
+           dir + "/g.onnx"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--optimizer-mode=overlap cannot be combined "
+                               "with --dump-gradients"));
+
+  r = run({"--data", dataPath, "--trace", dir + "/t.json"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("--trace records the ops of a pipelined"));
 
   r = run({"--data", dataPath, "--init=random", "--weights", modelPath});
   EXPECT_EQ(r.rc, 2);
@@ -552,29 +583,21 @@ TEST_F(TrainerTest, CommandLineErrorsNameTheFlag) {
 TEST_F(TrainerTest, HelpListsEveryFlag) {
   RunResult r = run({"--help"});
   EXPECT_EQ(r.rc, 0);
-  for (const char *flag : {"--data=",
-                           "--data-dtype=",
-                           "--labels=",
-                           "--steps=",
-                           "--optimizer=",
-                           "--lr=",
-                           "--betas=",
-                           "--eps=",
-                           "--weight-decay=",
-                           "--no-decay=",
-                           "--clip-grad-norm=",
-                           "--grad-accum=",
-                           "--lr-schedule=",
-                           "--warmup=",
-                           "--init=",
-                           "--seed=",
-                           "--weights=",
-                           "--log-json=",
-                           "--dump-gradients=",
-                           "--export-onnx=",
-                           "--workers=",
-                           "--quiet",
-                           "--help"})
+  for (const char *flag : {"--data=",           "--data-dtype=",
+                           "--labels=",         "--steps=",
+                           "--optimizer=",      "--lr=",
+                           "--betas=",          "--eps=",
+                           "--weight-decay=",   "--no-decay=",
+                           "--clip-grad-norm=", "--grad-accum=",
+                           "--lr-schedule=",    "--warmup=",
+                           "--init=",           "--seed=",
+                           "--weights=",        "--log-json=",
+                           "--dump-gradients=", "--export-onnx=",
+                           "--workers=",        "--optimizer-mode=",
+                           "--trace=",          "--checkpoint-dir=",
+                           "--save-every=",     "--resume",
+                           "--eval-data=",      "--eval-every=",
+                           "--quiet",           "--help"})
     EXPECT_THAT(r.out, HasSubstr(flag));
 }
 

@@ -1,4 +1,5 @@
-//===- Trainer.h - The contract between emitted code and the trainer -*- C++ -*-===//
+//===- Trainer.h - The contract between emitted code and the trainer -*- C++
+//-*-===//
 //
 // Part of the Rondo project.
 //
@@ -16,6 +17,8 @@
 
 #ifndef RONDO_RUNTIME_TRAINER_H
 #define RONDO_RUNTIME_TRAINER_H
+
+#include "rondo/runtime/Exec.h"
 
 #include <cstdint>
 
@@ -45,7 +48,9 @@ enum class LossKind {
 struct ModelSpec {
   const char *modelPath; ///< The ONNX file the weights come from by default.
   const char *inputName; ///< Token input, int64 [batch, seqLen].
-  int64_t batch;         ///< Rows per microbatch the step was compiled for.
+  /// Rows per call of a StepFn; for pipelined trainers the global rows per
+  /// step (every program's microbatches x rowsPerMicrobatch).
+  int64_t batch;
   int64_t seqLen;
   int64_t vocabSize; ///< For range checks of token ids (0 = unknown).
   LossKind loss;
@@ -79,6 +84,13 @@ using StepFn = StepResult (*)(const StepArgs &);
 /// the process exit code; every user error is reported on stderr naming the
 /// flag or file.
 int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step);
+
+/// The pipelined trainer: the same CLI, data, optimizer, logs and
+/// checkpoints, but each step runs one of `programs` (one per compiled
+/// worker count and optimizer mode; Exec.h) on the host backend. `--workers`
+/// and `--optimizer-mode` pick the program.
+int trainerMain(int argc, char **argv, const ModelSpec &model,
+                const rondo_program *programs, int numPrograms);
 
 } // namespace rondo::rt
 

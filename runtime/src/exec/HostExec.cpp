@@ -1,0 +1,810 @@
+//===- HostExec.cpp - The host backend of the exec C API ------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "exec/HostExec.h"
+
+#include "rondo/runtime/Error.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace rondo::rt {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+/// Roles of the two host threads, after the worker roles of rondo_stream.
+constexpr int32_t kDataRole = 5;
+constexpr int32_t kOptimizerRole = 6;
+constexpr int32_t kNumWorkerRoles = 4;
+
+class AlignedHostPool final : public PinnedPool {
+public:
+  void *allocate(size_t bytes) override {
+    size_t rounded =
+        (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    void *p = std::aligned_alloc(kAlignment, rounded);
+    if (!p)
+      throw Error("out of memory allocating " + std::to_string(bytes) +
+                  " bytes of host pool");
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void release(void *ptr) override { std::free(ptr); }
+};
+
+int64_t paramBytesOf(const ParamSpec &p) {
+  int64_t n = 1;
+  for (int i = 0; i < p.rank; ++i)
+    n *= p.dims[i];
+  return n * int64_t(sizeof(float));
+}
+
+} // namespace
+
+const char *copyKindName(int32_t kind) {
+  switch (kind) {
+  case RONDO_COPY_PARAM_UPLOAD:
+    return "param_upload";
+  case RONDO_COPY_INPUT_UPLOAD:
+    return "input_upload";
+  case RONDO_COPY_HANDOFF:
+    return "handoff";
+  case RONDO_COPY_CHECKPOINT:
+    return "checkpoint";
+  case RONDO_COPY_RELOAD:
+    return "reload";
+  case RONDO_COPY_GRAD_DOWNLOAD:
+    return "grad_download";
+  case RONDO_COPY_LOSS_DOWNLOAD:
+    return "loss_download";
+  }
+  return "copy";
+}
+
+std::unique_ptr<PinnedPool> makeHostPinnedPool() {
+  return std::make_unique<AlignedHostPool>();
+}
+
+ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
+  const std::string name =
+      std::string("the compiled program '") + (p.name ? p.name : "?") + "'";
+  auto bad = [&](const std::string &why) { return Error(name + " " + why); };
+  if (p.workers < 1 || p.microbatches < 1 || p.rowsPerMicrobatch < 1 ||
+      p.numJobs < 1 || p.numStages < 1 || p.numEvents < 0 || !p.issue ||
+      !p.jobStages || !p.stages || (p.numBuffers > 0 && !p.buffers) ||
+      (p.numGradParts > 0 && !p.gradParts) || p.firstWorker < 0)
+    throw bad("is malformed (workers, microbatches, jobs, stages or issue)");
+  if (int64_t(p.microbatches) * p.rowsPerMicrobatch != model.batch)
+    throw bad("runs " + std::to_string(p.microbatches) + " microbatches of " +
+              std::to_string(p.rowsPerMicrobatch) + " rows, but the model's " +
+              "global batch is " + std::to_string(model.batch));
+  for (int32_t n = 0; n < p.numJobs; ++n)
+    if (p.jobStages[n] < 0 || p.jobStages[n] >= p.numStages)
+      throw bad("job " + std::to_string(n) + " names stage " +
+                std::to_string(p.jobStages[n]));
+  for (int32_t b = 0; b < p.numBuffers; ++b) {
+    const rondo_buffer_desc &d = p.buffers[b];
+    int64_t limit =
+        d.space == RONDO_SPACE_WORKER ? p.workerArenaBytes : p.hostPoolBytes;
+    if ((d.space != RONDO_SPACE_WORKER && d.space != RONDO_SPACE_HOST) ||
+        d.count < 0 || d.bytes < 0 || d.offset < 0 ||
+        d.offset + d.count * d.bytes > limit)
+      throw bad(std::string("buffer '") + (d.name ? d.name : "?") +
+                "' does not fit its arena or pool");
+  }
+  auto hostBuffer = [&](int32_t b, const char *what, int64_t minBytes) {
+    if (b < 0 || b >= p.numBuffers || p.buffers[b].space != RONDO_SPACE_HOST)
+      throw bad(std::string("has no host ") + what + " buffer");
+    if (p.buffers[b].count * p.buffers[b].bytes < minBytes)
+      throw bad(std::string("'s ") + what + " buffer holds " +
+                std::to_string(p.buffers[b].count * p.buffers[b].bytes) +
+                " bytes, it needs " + std::to_string(minBytes));
+  };
+  const int64_t tokenBytes = int64_t(p.microbatches) * p.rowsPerMicrobatch *
+                             model.seqLen * int64_t(sizeof(int64_t));
+  hostBuffer(p.idsBuffer, "ids", tokenBytes);
+  hostBuffer(p.labelsBuffer, "labels", tokenBytes);
+  hostBuffer(p.lossBuffer, "loss", int64_t(p.microbatches) * 4);
+  hostBuffer(p.hostGradsBuffer, "gradients", 0);
+  const rondo_buffer_desc &grads = p.buffers[p.hostGradsBuffer];
+  const int64_t gradsBytes = grads.count * grads.bytes;
+
+  ProgramInfo info;
+  const int numParams = model.numParams;
+  for (int32_t s = 0; s < p.numStages; ++s) {
+    const rondo_stage_desc &st = p.stages[s];
+    const std::string stageName =
+        std::string("stage '") + (st.name ? st.name : "?") + "'";
+    if (st.numPieces < 0 || (st.numPieces > 0 && !st.pieces) ||
+        st.paramBytes < 0 || st.gradBytes < 0 || st.gradOffset < 0 ||
+        (st.gradBytes > 0 && st.gradOffset + st.gradBytes > gradsBytes))
+      throw bad(stageName + " is malformed");
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int32_t i = 0; i < st.numPieces; ++i) {
+      const rondo_param_piece &pc = st.pieces[i];
+      if (pc.param < 0 || pc.param >= numParams || pc.imageOffset < 0 ||
+          pc.bytes < 0 || pc.imageOffset + pc.bytes > st.paramBytes ||
+          pc.bytes > paramBytesOf(model.params[pc.param]))
+        throw bad(stageName + " piece " + std::to_string(i) +
+                  " lies outside the parameter or the image");
+      ranges.push_back({pc.imageOffset, pc.imageOffset + pc.bytes});
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      if (ranges[i].first < ranges[i - 1].second)
+        throw bad(stageName + " has overlapping parameter pieces");
+  }
+
+  info.partsOf.assign(size_t(numParams), {});
+  for (int32_t i = 0; i < p.numGradParts; ++i) {
+    const rondo_grad_part &g = p.gradParts[i];
+    if (g.param < 0 || g.param >= numParams || g.stage < 0 ||
+        g.stage >= p.numStages)
+      throw bad("gradient part " + std::to_string(i) + " is malformed");
+    const rondo_stage_desc &st = p.stages[g.stage];
+    int64_t bytes = paramBytesOf(model.params[g.param]);
+    if (g.hostOffset < st.gradOffset ||
+        g.hostOffset + bytes > st.gradOffset + st.gradBytes ||
+        g.hostOffset % int64_t(sizeof(float)) != 0)
+      throw bad("gradient part " + std::to_string(i) + " of '" +
+                model.params[g.param].name + "' lies outside stage '" +
+                st.name + "''s gradient image");
+    info.partsOf[size_t(g.param)].push_back(i);
+  }
+
+  // A stage's position in job order: its last job.
+  std::vector<int32_t> lastJob(size_t(p.numStages), -1);
+  for (int32_t n = 0; n < p.numJobs; ++n)
+    lastJob[size_t(p.jobStages[n])] = n;
+  const int32_t lastStage = p.jobStages[p.numJobs - 1];
+  info.finalStage.assign(size_t(numParams), -1);
+  info.finalises.assign(size_t(p.numStages), {});
+  info.readsGradsOf.assign(size_t(p.numStages), {});
+  info.updatedBy.assign(size_t(p.numStages), {});
+  auto addUnique = [](std::vector<int32_t> &v, int32_t x) {
+    if (std::find(v.begin(), v.end(), x) == v.end())
+      v.push_back(x);
+  };
+  for (int32_t q = 0; q < numParams; ++q) {
+    if (!model.params[q].trainable)
+      continue;
+    // A trainable parameter no stage differentiates still decays, so some
+    // stage must run its update: the last one.
+    const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
+    int32_t owner = parts.empty() ? lastStage : p.gradParts[parts[0]].stage;
+    for (int32_t part : parts) {
+      int32_t s = p.gradParts[part].stage;
+      if (lastJob[size_t(s)] > lastJob[size_t(owner)])
+        owner = s;
+    }
+    info.finalStage[size_t(q)] = owner;
+    info.finalises[size_t(owner)].push_back(q);
+    for (int32_t part : info.partsOf[size_t(q)])
+      addUnique(info.readsGradsOf[size_t(owner)], p.gradParts[part].stage);
+  }
+  for (int32_t s = 0; s < p.numStages; ++s)
+    for (int32_t i = 0; i < p.stages[s].numPieces; ++i) {
+      int32_t f = info.finalStage[size_t(p.stages[s].pieces[i].param)];
+      if (f >= 0)
+        addUnique(info.updatedBy[size_t(s)], f);
+    }
+  return info;
+}
+
+HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
+                   const ProgramInfo &info, float *const *params,
+                   ExecClient &client, bool recordTrace, int64_t firstRotation)
+    : program(program), model(model), info(info), params(params),
+      client(client), recordTrace(recordTrace), firstRotation(firstRotation),
+      origin(std::chrono::steady_clock::now()) {
+  pool = makeHostPinnedPool();
+  hostPool = static_cast<char *>(pool->allocate(size_t(program.hostPoolBytes)));
+  for (int32_t w = 0; w < program.workers; ++w) {
+    // The arenas stand for device memory; the pool interface keeps their
+    // allocation in one place.
+    arenas.push_back(
+        static_cast<char *>(pool->allocate(size_t(program.workerArenaBytes))));
+  }
+  sortedPieces.resize(size_t(program.numStages));
+  for (int32_t s = 0; s < program.numStages; ++s) {
+    std::vector<int32_t> &order = sortedPieces[size_t(s)];
+    for (int32_t i = 0; i < program.stages[s].numPieces; ++i)
+      order.push_back(i);
+    const rondo_param_piece *pieces = program.stages[s].pieces;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return pieces[a].imageOffset < pieces[b].imageOffset;
+    });
+  }
+  gradDownloads.resize(size_t(program.numStages));
+  optimizerIssued.assign(size_t(program.numStages) + 1, -2);
+  generation.assign(size_t(program.numEvents) + 1 + size_t(program.numStages),
+                    -1);
+
+  for (int32_t w = 0; w < program.workers; ++w)
+    for (int32_t r = 0; r < kNumWorkerRoles; ++r) {
+      auto s = std::make_unique<Stream>();
+      s->worker = w;
+      s->role = r;
+      streams.push_back(std::move(s));
+    }
+  for (int32_t r : {kDataRole, kOptimizerRole}) {
+    auto s = std::make_unique<Stream>();
+    s->role = r;
+    streams.push_back(std::move(s));
+  }
+  for (auto &s : streams)
+    s->thread = std::thread([this, st = s.get()] { run(*st); });
+}
+
+HostExec::~HostExec() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  for (auto &s : streams)
+    if (s->thread.joinable())
+      s->thread.join();
+  for (char *a : arenas)
+    pool->release(a);
+  pool->release(hostPool);
+}
+
+double HostExec::nowUs() const {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - origin)
+      .count();
+}
+
+void HostExec::beginStep(int64_t step, bool eval, float lossScale) {
+  if (started)
+    ++tag.seq;
+  started = true;
+  tag.step = step;
+  tag.eval = eval;
+  tag.lossScale = lossScale;
+  for (auto &d : gradDownloads)
+    d.clear();
+}
+
+int32_t HostExec::workerOf(int32_t job) const {
+  const int64_t n = program.workers;
+  int64_t x = (int64_t(program.firstWorker) +
+               ((firstRotation + tag.seq) % n) * (program.numJobs % n) + job) %
+              n;
+  return int32_t(x < 0 ? x + n : x);
+}
+
+HostExec::Stream &HostExec::streamOf(int32_t worker, int32_t role) {
+  if (worker < 0)
+    return *streams[size_t(program.workers) * kNumWorkerRoles +
+                    (role == kDataRole ? 0 : 1)];
+  return *streams[size_t(worker) * kNumWorkerRoles + size_t(role)];
+}
+
+std::string HostExec::describe(const char *op, int32_t job,
+                               int32_t microbatch) const {
+  std::string s = std::string(op) + " of step " + std::to_string(tag.step);
+  if (job >= 0 && job < program.numJobs)
+    s += ", job " + std::to_string(job) + " (stage " +
+         program.stages[program.jobStages[job]].name + ")";
+  if (microbatch >= 0)
+    s += ", microbatch " + std::to_string(microbatch);
+  return s;
+}
+
+char *HostExec::resolve(const rondo_ref &ref, int64_t bytes, bool exact,
+                        const std::string &what) {
+  if (ref.buffer < 0 || ref.buffer >= program.numBuffers)
+    throw Error("exec: " + what + ": no buffer " + std::to_string(ref.buffer));
+  const rondo_buffer_desc &d = program.buffers[ref.buffer];
+  const std::string where = "buffer '" + std::string(d.name ? d.name : "?") +
+                            "' (job " + std::to_string(ref.job) + ", slot " +
+                            std::to_string(ref.slot) + ", offset " +
+                            std::to_string(ref.offset) + ", " +
+                            std::to_string(bytes) + " bytes)";
+  char *base;
+  if (d.space == RONDO_SPACE_HOST) {
+    if (ref.job != -1)
+      throw Error("exec: " + what + ": " + where +
+                  " is a host buffer, its ref must have job -1");
+    base = hostPool;
+  } else {
+    if (ref.job < 0 || ref.job >= program.numJobs)
+      throw Error("exec: " + what + ": " + where + " names no job");
+    base = arenas[size_t(workerOf(ref.job))];
+  }
+  // A copy may run over several consecutive slots (all microbatches at
+  // once), never past the buffer.
+  const int64_t start = ref.slot * d.bytes + ref.offset;
+  if (ref.slot < 0 || ref.slot >= d.count || ref.offset < 0 || bytes < 0 ||
+      (exact ? start + bytes > d.count * d.bytes : ref.offset >= d.bytes))
+    throw Error("exec: " + what + ": " + where + " is outside the buffer (" +
+                std::to_string(d.count) + " slots of " +
+                std::to_string(d.bytes) + " bytes)");
+  return base + d.offset + start;
+}
+
+void HostExec::addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
+                         const std::string &what) {
+  if (numAwaits > 0 && !awaits)
+    throw Error("exec: " + what + ": null awaits");
+  for (int32_t i = 0; i < numAwaits; ++i) {
+    const rondo_await &a = awaits[i];
+    if (a.event < 0 || a.event >= program.numEvents ||
+        (a.previousStep != 0 && a.previousStep != 1))
+      throw Error("exec: " + what + ": await " + std::to_string(i) +
+                  " names event " + std::to_string(a.event) + " (of " +
+                  std::to_string(program.numEvents) + ")");
+    op.waits.push_back({a.event, tag.seq - a.previousStep});
+  }
+}
+
+void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
+                    int32_t microbatch, rondo_ref src, rondo_ref dst,
+                    int64_t bytes, const rondo_await *awaits,
+                    int32_t numAwaits) {
+  std::string what = describe(copyKindName(kind), job, microbatch);
+  try {
+    if (!started)
+      throw Error("exec: " + what + ": issued before the step began");
+    if (event < -1 || event >= program.numEvents)
+      throw Error("exec: " + what + ": no event " + std::to_string(event));
+    if (stream < RONDO_STREAM_COMPUTE || stream > RONDO_STREAM_DOWNLOAD)
+      throw Error("exec: " + what + ": copies run on a worker stream, not " +
+                  std::to_string(stream));
+    if (job < 0 || job >= program.numJobs)
+      throw Error("exec: " + what + ": no job " + std::to_string(job));
+    Op op;
+    op.op = TraceRecord::Copy;
+    op.event = event;
+    op.copyKind = kind;
+    op.job = job;
+    op.stage = program.jobStages[job];
+    op.microbatch = microbatch;
+    op.worker = workerOf(job);
+    op.tag = tag;
+    op.bytes = bytes;
+    if (dst.buffer == RONDO_BUFFER_PARAMS)
+      throw Error("exec: " + what +
+                  ": the master parameters are written by the optimizer only");
+    op.dst = resolve(dst, bytes, true, what + ", destination");
+    if (src.buffer == RONDO_BUFFER_PARAMS) {
+      if (src.slot < 0 || src.slot >= program.numStages || src.offset < 0 ||
+          bytes < 0 || src.offset + bytes > program.stages[src.slot].paramBytes)
+        throw Error("exec: " + what + ": parameter image ref (stage " +
+                    std::to_string(src.slot) + ", offset " +
+                    std::to_string(src.offset) + ", " + std::to_string(bytes) +
+                    " bytes) is outside the stage's image");
+      op.paramStage = int32_t(src.slot);
+      op.srcOffset = src.offset;
+      // The upload must see the previous step's updates of its pieces.
+      for (int32_t x : info.updatedBy[size_t(src.slot)])
+        if (optimizerIssued[size_t(x) + 1] == tag.seq - 1)
+          op.waits.push_back({internalEvent(x), tag.seq - 1});
+      if (optimizerIssued[0] == tag.seq - 1)
+        op.waits.push_back({internalEvent(-1), tag.seq - 1});
+    } else {
+      op.src = resolve(src, bytes, true, what + ", source");
+    }
+    if (dst.buffer == program.hostGradsBuffer) {
+      // Do not overwrite gradients the previous step's tasks still read.
+      for (size_t x = 0; x < optimizerIssued.size(); ++x)
+        if (optimizerIssued[x] == tag.seq - 1)
+          op.waits.push_back({internalEvent(int32_t(x) - 1), tag.seq - 1});
+      if (event >= 0)
+        gradDownloads[size_t(op.stage)].push_back(event);
+    }
+    addAwaits(op, awaits, numAwaits, what);
+    enqueue(streamOf(op.worker, stream), std::move(op));
+  } catch (const Error &e) {
+    fail(e.what());
+    throw;
+  }
+}
+
+void HostExec::fillZero(int32_t event, int32_t job, rondo_ref dst,
+                        int64_t bytes, const rondo_await *awaits,
+                        int32_t numAwaits) {
+  std::string what = describe("fill_zero", job, -1);
+  try {
+    if (!started)
+      throw Error("exec: " + what + ": issued before the step began");
+    if (event < -1 || event >= program.numEvents)
+      throw Error("exec: " + what + ": no event " + std::to_string(event));
+    if (job < -1 || job >= program.numJobs)
+      throw Error("exec: " + what + ": no job " + std::to_string(job));
+    Op op;
+    op.op = TraceRecord::Fill;
+    op.event = event;
+    op.job = job;
+    op.stage = job >= 0 ? program.jobStages[job] : -1;
+    op.worker = job >= 0 ? workerOf(job) : -1;
+    op.tag = tag;
+    op.bytes = bytes;
+    if (dst.buffer == RONDO_BUFFER_PARAMS)
+      throw Error("exec: " + what + ": cannot clear the master parameters");
+    op.dst = resolve(dst, bytes, true, what);
+    addAwaits(op, awaits, numAwaits, what);
+    enqueue(streamOf(op.worker, job >= 0 ? RONDO_STREAM_COMPUTE : kDataRole),
+            std::move(op));
+  } catch (const Error &e) {
+    fail(e.what());
+    throw;
+  }
+}
+
+void HostExec::launch(int32_t event, int32_t job, int32_t microbatch,
+                      rondo_stage_fn fn, const rondo_ref *io, int32_t numIo,
+                      const rondo_await *awaits, int32_t numAwaits) {
+  std::string what = describe("launch", job, microbatch);
+  try {
+    if (!started)
+      throw Error("exec: " + what + ": issued before the step began");
+    if (event < -1 || event >= program.numEvents)
+      throw Error("exec: " + what + ": no event " + std::to_string(event));
+    if (job < 0 || job >= program.numJobs)
+      throw Error("exec: " + what + ": no job " + std::to_string(job));
+    if (!fn || numIo < 0 || (numIo > 0 && !io))
+      throw Error("exec: " + what + ": no stage function or operands");
+    Op op;
+    op.op = TraceRecord::Launch;
+    op.event = event;
+    op.job = job;
+    op.stage = program.jobStages[job];
+    op.microbatch = microbatch;
+    op.worker = workerOf(job);
+    op.tag = tag;
+    op.fn = fn;
+    for (int32_t i = 0; i < numIo; ++i) {
+      if (io[i].buffer == RONDO_BUFFER_PARAMS)
+        throw Error("exec: " + what + ": operand " + std::to_string(i) +
+                    " reads the master parameters; upload them first");
+      op.io.push_back(
+          resolve(io[i], 0, false, what + ", operand " + std::to_string(i)));
+    }
+    addAwaits(op, awaits, numAwaits, what);
+    enqueue(streamOf(op.worker, RONDO_STREAM_COMPUTE), std::move(op));
+  } catch (const Error &e) {
+    fail(e.what());
+    throw;
+  }
+}
+
+void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
+                        const rondo_await *awaits, int32_t numAwaits) {
+  std::string what =
+      kind == RONDO_TASK_LOAD_BATCH ? "load_batch task" : "optimizer task";
+  what += " of step " + std::to_string(tag.step);
+  try {
+    if (!started)
+      throw Error("exec: " + what + ": issued before the step began");
+    if (event < -1 || event >= program.numEvents)
+      throw Error("exec: " + what + ": no event " + std::to_string(event));
+    if (kind != RONDO_TASK_LOAD_BATCH && kind != RONDO_TASK_OPTIMIZER)
+      throw Error("exec: " + what + ": unknown task kind " +
+                  std::to_string(kind));
+    if (stage < -1 || stage >= program.numStages)
+      throw Error("exec: " + what + ": no stage " + std::to_string(stage));
+    Op op;
+    op.op = TraceRecord::Task;
+    op.event = event;
+    op.taskKind = kind;
+    op.stage = stage;
+    op.tag = tag;
+    if (kind == RONDO_TASK_OPTIMIZER) {
+      // The task reads gradient images: wait for their downloads.
+      std::vector<int32_t> reads;
+      if (stage >= 0)
+        reads = info.readsGradsOf[size_t(stage)];
+      else
+        for (int32_t y = 0; y < program.numStages; ++y)
+          reads.push_back(y);
+      for (int32_t y : reads)
+        for (int32_t e : gradDownloads[size_t(y)])
+          op.waits.push_back({e, tag.seq});
+      optimizerIssued[size_t(stage) + 1] = tag.seq;
+    }
+    addAwaits(op, awaits, numAwaits, what);
+    enqueue(streamOf(-1, kind == RONDO_TASK_LOAD_BATCH ? kDataRole
+                                                       : kOptimizerRole),
+            std::move(op));
+  } catch (const Error &e) {
+    fail(e.what());
+    throw;
+  }
+}
+
+void HostExec::enqueue(Stream &stream, Op op) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed)
+      return;
+    (stream.worker >= 0         ? pendingWorker
+     : stream.role == kDataRole ? pendingData
+                                : pendingHost)++;
+    stream.queue.push_back(std::move(op));
+  }
+  cv.notify_all();
+}
+
+bool HostExec::ready(const Op &op) const {
+  for (const Wait &w : op.waits)
+    if (generation[size_t(w.event)] < w.generation)
+      return false;
+  return true;
+}
+
+void HostExec::run(Stream &s) {
+#ifdef _OPENMP
+  // Workers share the cores; kernels give the same bits for any count.
+  int hw = omp_get_num_procs();
+  omp_set_num_threads(
+      s.worker >= 0 && s.role != RONDO_STREAM_COMPUTE
+          ? 1
+          : std::max(1, hw / std::max<int32_t>(1, program.workers)));
+#endif
+  int64_t &pending = s.worker >= 0         ? pendingWorker
+                     : s.role == kDataRole ? pendingData
+                                           : pendingHost;
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    cv.wait(lock, [&] {
+      return stopping ||
+             (!s.queue.empty() && (failed || ready(s.queue.front())));
+    });
+    if (stopping || failed) {
+      pending -= int64_t(s.queue.size());
+      s.queue.clear();
+      cv.notify_all();
+      if (stopping)
+        return;
+      continue;
+    }
+    Op op = std::move(s.queue.front());
+    s.queue.pop_front();
+    s.busy = true;
+    lock.unlock();
+    const double start = recordTrace ? nowUs() : 0;
+    std::string error;
+    try {
+      execute(op);
+    } catch (const std::exception &e) {
+      error = e.what();
+    } catch (...) {
+      error = "unknown exception";
+    }
+    const double end = recordTrace ? nowUs() : 0;
+    lock.lock();
+    s.busy = false;
+    --pending;
+    if (!error.empty()) {
+      if (!failed) {
+        failed = true;
+        const char *kind =
+            op.op == TraceRecord::Launch ? "launch"
+            : op.op == TraceRecord::Task
+                ? (op.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
+                                                        : "optimizer task")
+            : op.op == TraceRecord::Fill ? "fill_zero"
+                                         : copyKindName(op.copyKind);
+        std::string where =
+            std::string(kind) + " of step " + std::to_string(op.tag.step);
+        if (op.job >= 0)
+          where += ", job " + std::to_string(op.job);
+        if (op.stage >= 0)
+          where +=
+              " (stage " + std::string(program.stages[op.stage].name) + ")";
+        if (op.microbatch >= 0)
+          where += ", microbatch " + std::to_string(op.microbatch);
+        if (op.worker >= 0)
+          where += ", worker " + std::to_string(op.worker);
+        failure = where + ": " + error;
+      }
+    } else {
+      if (op.event >= 0)
+        generation[size_t(op.event)] =
+            std::max(generation[size_t(op.event)], op.tag.seq);
+      if (op.op == TraceRecord::Task && op.taskKind == RONDO_TASK_OPTIMIZER) {
+        int64_t &g = generation[size_t(internalEvent(op.stage))];
+        g = std::max(g, op.tag.seq);
+      }
+      if (recordTrace) {
+        TraceRecord r;
+        r.op = op.op;
+        r.copyKind = int8_t(op.copyKind);
+        r.taskKind = int8_t(op.taskKind);
+        r.stream = int8_t(s.worker >= 0 ? s.role : RONDO_STREAM_HOST);
+        r.eval = op.tag.eval;
+        r.worker = op.worker;
+        r.job = op.job;
+        r.stage = op.stage;
+        r.microbatch = op.microbatch;
+        r.step = op.tag.step;
+        r.bytes = op.bytes;
+        r.startUs = start;
+        r.endUs = end;
+        s.trace.push_back(r);
+      }
+    }
+    cv.notify_all();
+  }
+}
+
+void HostExec::execute(Op &op) {
+  switch (op.op) {
+  case TraceRecord::Copy:
+    if (op.paramStage >= 0)
+      gatherParams(op.paramStage, op.srcOffset, op.bytes, op.dst);
+    else if (op.bytes > 0)
+      std::memmove(op.dst, op.src, size_t(op.bytes));
+    return;
+  case TraceRecord::Fill:
+    if (op.bytes > 0)
+      std::memset(op.dst, 0, size_t(op.bytes));
+    return;
+  case TraceRecord::Launch:
+    op.fn(op.io.data(), op.tag.lossScale);
+    return;
+  case TraceRecord::Task:
+    if (op.taskKind == RONDO_TASK_LOAD_BATCH)
+      client.loadBatch(op.tag);
+    else
+      client.optimize(op.tag, op.stage);
+    return;
+  }
+}
+
+void HostExec::gatherParams(int32_t stage, int64_t offset, int64_t bytes,
+                            char *dst) const {
+  // The range may cut pieces; bytes between pieces (alignment) are zero.
+  const rondo_stage_desc &st = program.stages[stage];
+  const int64_t end = offset + bytes;
+  int64_t pos = offset;
+  for (int32_t i : sortedPieces[size_t(stage)]) {
+    const rondo_param_piece &pc = st.pieces[i];
+    if (pc.imageOffset >= end)
+      break;
+    int64_t lo = std::max(pos, pc.imageOffset);
+    int64_t hi = std::min(end, pc.imageOffset + pc.bytes);
+    if (hi <= lo)
+      continue;
+    if (lo > pos)
+      std::memset(dst + (pos - offset), 0, size_t(lo - pos));
+    std::memcpy(dst + (lo - offset),
+                reinterpret_cast<const char *>(params[pc.param]) +
+                    (lo - pc.imageOffset),
+                size_t(hi - lo));
+    pos = hi;
+  }
+  if (pos < end)
+    std::memset(dst + (pos - offset), 0, size_t(end - pos));
+}
+
+void HostExec::barrier() {
+  std::unique_lock<std::mutex> lock(mu);
+  while (!cv.wait_for(lock, std::chrono::milliseconds(200),
+                      [&] { return failed || pendingWorker == 0; })) {
+    // Nothing runs and nothing can start: an await that no op of this or
+    // the previous step completes. A compiler bug; say which op waits.
+    bool progress = false;
+    const Stream *blocked = nullptr;
+    for (const auto &s : streams) {
+      if (s->busy || (!s->queue.empty() && ready(s->queue.front())))
+        progress = true;
+      else if (!s->queue.empty() && !blocked)
+        blocked = s.get();
+    }
+    if (progress || !blocked)
+      continue;
+    const Op &op = blocked->queue.front();
+    std::string message =
+        "exec: deadlock in step " + std::to_string(op.tag.step) +
+        ": the op of job " + std::to_string(op.job) + ", microbatch " +
+        std::to_string(op.microbatch) + " on " +
+        (blocked->worker >= 0 ? "worker " + std::to_string(blocked->worker)
+                              : std::string("the host")) +
+        ", stream " + std::to_string(blocked->role) + " waits for";
+    for (const Wait &w : op.waits)
+      if (generation[size_t(w.event)] < w.generation)
+        message += " event " + std::to_string(w.event) + " (generation " +
+                   std::to_string(w.generation) + ", has " +
+                   std::to_string(generation[size_t(w.event)]) + ")";
+    failed = true;
+    failure = message;
+    cv.notify_all();
+    break;
+  }
+}
+
+void HostExec::drainHost() {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock,
+          [&] { return failed || (pendingHost == 0 && pendingData == 0); });
+}
+
+void HostExec::drainData() {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return failed || pendingData == 0; });
+}
+
+void HostExec::checkError() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (failed)
+    throw Error(failure);
+}
+
+void HostExec::fail(const std::string &message) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failed) {
+      failed = true;
+      failure = message;
+    }
+  }
+  cv.notify_all();
+}
+
+char *HostExec::hostBuffer(int32_t buffer) const {
+  return hostPool + program.buffers[buffer].offset;
+}
+
+std::vector<TraceRecord> HostExec::takeTrace() {
+  std::lock_guard<std::mutex> lock(mu);
+  std::vector<TraceRecord> all;
+  for (auto &s : streams) {
+    all.insert(all.end(), s->trace.begin(), s->trace.end());
+    s->trace.clear();
+  }
+  std::sort(all.begin(), all.end(),
+            [](const TraceRecord &a, const TraceRecord &b) {
+              return a.startUs < b.startUs;
+            });
+  return all;
+}
+
+} // namespace rondo::rt
+
+// The C entry points: one virtual call each.
+extern "C" {
+
+void rondo_exec_copy(rondo_exec *exec, int32_t event, int32_t kind,
+                     int32_t stream, int32_t job, int32_t microbatch,
+                     rondo_ref src, rondo_ref dst, int64_t bytes,
+                     const rondo_await *awaits, int32_t numAwaits) {
+  exec->copy(event, kind, stream, job, microbatch, src, dst, bytes, awaits,
+             numAwaits);
+}
+
+void rondo_exec_fill_zero(rondo_exec *exec, int32_t event, int32_t job,
+                          rondo_ref dst, int64_t bytes,
+                          const rondo_await *awaits, int32_t numAwaits) {
+  exec->fillZero(event, job, dst, bytes, awaits, numAwaits);
+}
+
+void rondo_exec_launch(rondo_exec *exec, int32_t event, int32_t job,
+                       int32_t microbatch, rondo_stage_fn fn,
+                       const rondo_ref *io, int32_t numIo,
+                       const rondo_await *awaits, int32_t numAwaits) {
+  exec->launch(event, job, microbatch, fn, io, numIo, awaits, numAwaits);
+}
+
+void rondo_exec_host_task(rondo_exec *exec, int32_t event, int32_t kind,
+                          int32_t stage, const rondo_await *awaits,
+                          int32_t numAwaits) {
+  exec->hostTask(event, kind, stage, awaits, numAwaits);
+}
+
+void rondo_exec_barrier(rondo_exec *exec) { exec->barrier(); }
+
+} // extern "C"

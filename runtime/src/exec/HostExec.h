@@ -1,0 +1,261 @@
+//===- HostExec.h - The host backend of the exec C API ----------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// `rondo_exec` is an abstract backend: the C entry points of Exec.h forward
+// to its virtual functions, so the CUDA backend can slot in later without
+// touching generated code. HostExec runs a program on CPU threads:
+//
+//   * every worker has an arena (one 64-byte aligned allocation) and four
+//     stream threads (compute, param upload, activation upload, download);
+//   * the host has a data thread (LOAD_BATCH) and an optimizer thread
+//     (OPTIMIZER). Exec.h's single host stream is split by task kind so that
+//     the next step's batch load does not queue behind this step's
+//     optimizer tasks; the tasks share no memory, and awaits order the rest;
+//   * every stream is a FIFO: an op starts when the previous op of its stream
+//     has finished and its awaits are satisfied;
+//   * events are generation counters (the seq of the step that last
+//     completed them), guarded by one mutex and condition variable.
+//
+// Besides the compiler's awaits, HostExec adds the hazards it can derive
+// from the tables alone, so a missing await costs speed, never results:
+// an OPTIMIZER task waits for this step's gradient downloads of the stages
+// it reads; a parameter upload waits for the previous step's optimizer tasks
+// that update any of its pieces; a gradient download waits for the previous
+// step's optimizer tasks that read its region.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_EXEC_HOSTEXEC_H
+#define RONDO_RUNTIME_SRC_EXEC_HOSTEXEC_H
+
+#include "rondo/runtime/Exec.h"
+#include "rondo/runtime/Trainer.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+/// The backend behind the C API (see the file comment).
+struct rondo_exec {
+  virtual ~rondo_exec() = default;
+  virtual void copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
+                    int32_t microbatch, rondo_ref src, rondo_ref dst,
+                    int64_t bytes, const rondo_await *awaits,
+                    int32_t numAwaits) = 0;
+  virtual void fillZero(int32_t event, int32_t job, rondo_ref dst,
+                        int64_t bytes, const rondo_await *awaits,
+                        int32_t numAwaits) = 0;
+  virtual void launch(int32_t event, int32_t job, int32_t microbatch,
+                      rondo_stage_fn fn, const rondo_ref *io, int32_t numIo,
+                      const rondo_await *awaits, int32_t numAwaits) = 0;
+  virtual void hostTask(int32_t event, int32_t kind, int32_t stage,
+                        const rondo_await *awaits, int32_t numAwaits) = 0;
+  virtual void barrier() = 0;
+};
+
+namespace rondo::rt {
+
+/// Page-locked host memory on the CUDA backend, aligned malloc here. The
+/// pool is allocated once per executor, so the interface is minimal.
+class PinnedPool {
+public:
+  virtual ~PinnedPool() = default;
+  /// `bytes` zeroed bytes, 64-byte aligned; throws rt::Error.
+  virtual void *allocate(size_t bytes) = 0;
+  virtual void release(void *ptr) = 0;
+};
+
+std::unique_ptr<PinnedPool> makeHostPinnedPool();
+
+/// "param_upload", "handoff", ... for a rondo_copy_kind.
+const char *copyKindName(int32_t kind);
+
+/// Which issued step an op belongs to.
+struct StepTag {
+  int64_t seq = 0;   ///< Issue counter of this executor, from 0.
+  int64_t step = 0;  ///< Training step (for eval batches: steps done).
+  bool eval = false; ///< An evaluation batch: no update.
+  float lossScale = 1.0f;
+};
+
+/// The trainer's side of host tasks; called on the host threads.
+class ExecClient {
+public:
+  virtual ~ExecClient() = default;
+  /// Fills the program's ids and labels host buffers for `tag`.
+  virtual void loadBatch(const StepTag &tag) = 0;
+  /// AdamW for `stage` (-1: all parameters).
+  virtual void optimize(const StepTag &tag, int32_t stage) = 0;
+};
+
+/// The derived facts about a program that the executor and the trainer
+/// share: gradient parts per parameter and who finalises what.
+struct ProgramInfo {
+  /// Per model parameter: indices into program.gradParts, in table order.
+  std::vector<std::vector<int32_t>> partsOf;
+  /// Per model parameter: the stage whose OPTIMIZER task updates it in
+  /// overlap mode (the stage of its part that comes last in job order), or
+  /// -1 without parts.
+  std::vector<int32_t> finalStage;
+  /// Per stage: the parameters it finalises, in table order.
+  std::vector<std::vector<int32_t>> finalises;
+  /// Per stage X: the stages whose gradient images X's task reads.
+  std::vector<std::vector<int32_t>> readsGradsOf;
+  /// Per stage Y: the stages whose tasks update a parameter of Y's pieces.
+  std::vector<std::vector<int32_t>> updatedBy;
+};
+
+/// Checks the program against the model (throws rt::Error naming the
+/// program and the table entry) and derives ProgramInfo.
+ProgramInfo analyseProgram(const rondo_program &program,
+                           const ModelSpec &model);
+
+/// One executed op, for --trace.
+struct TraceRecord {
+  enum Op : uint8_t { Copy, Fill, Launch, Task };
+  Op op = Copy;
+  int8_t copyKind = -1; ///< rondo_copy_kind for copies.
+  int8_t taskKind = -1; ///< rondo_host_task_kind for tasks.
+  int8_t stream = 0;    ///< rondo_stream.
+  bool eval = false;
+  int32_t worker = -1; ///< -1: host.
+  int32_t job = -1;
+  int32_t stage = -1;
+  int32_t microbatch = -1;
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double startUs = 0, endUs = 0; ///< Steady clock, from the executor's start.
+};
+
+class HostExec final : public rondo_exec {
+public:
+  /// `params` are the trainer's fp32 master weights, one per model
+  /// parameter; they are read by parameter uploads.
+  HostExec(const rondo_program &program, const ModelSpec &model,
+           const ProgramInfo &info, float *const *params, ExecClient &client,
+           bool recordTrace, int64_t firstRotation);
+  ~HostExec() override;
+
+  /// Starts the next step; ops issued until the next call belong to it.
+  void beginStep(int64_t step, bool eval, float lossScale);
+  const StepTag &currentTag() const { return tag; }
+
+  void copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
+            int32_t microbatch, rondo_ref src, rondo_ref dst, int64_t bytes,
+            const rondo_await *awaits, int32_t numAwaits) override;
+  void fillZero(int32_t event, int32_t job, rondo_ref dst, int64_t bytes,
+                const rondo_await *awaits, int32_t numAwaits) override;
+  void launch(int32_t event, int32_t job, int32_t microbatch, rondo_stage_fn fn,
+              const rondo_ref *io, int32_t numIo, const rondo_await *awaits,
+              int32_t numAwaits) override;
+  void hostTask(int32_t event, int32_t kind, int32_t stage,
+                const rondo_await *awaits, int32_t numAwaits) override;
+  void barrier() override;
+
+  /// Waits until the host threads are idle too.
+  void drainHost();
+  /// Waits until the data thread is idle (before refilling batch inputs).
+  void drainData();
+  /// Throws rt::Error with the first failure of any stream, if any.
+  void checkError();
+  /// Records a failure (e.g. of the issuing thread) and stops every stream.
+  void fail(const std::string &message);
+
+  /// Base of a host buffer in the pool.
+  char *hostBuffer(int32_t buffer) const;
+  /// The worker that runs `job` of the current step.
+  int32_t workerOf(int32_t job) const;
+  /// Every recorded op, by start time.
+  std::vector<TraceRecord> takeTrace();
+
+private:
+  struct Wait {
+    int32_t event;
+    int64_t generation;
+  };
+  struct Op {
+    TraceRecord::Op op = TraceRecord::Copy;
+    int32_t event = -1;
+    int32_t copyKind = -1;
+    int32_t taskKind = -1;
+    int32_t job = -1, stage = -1, microbatch = -1, worker = -1;
+    StepTag tag;
+    char *dst = nullptr;
+    const char *src = nullptr;
+    int32_t paramStage = -1; ///< >= 0: src is the stage's parameter image.
+    int64_t srcOffset = 0;
+    int64_t bytes = 0;
+    rondo_stage_fn fn = nullptr;
+    std::vector<void *> io;
+    std::vector<Wait> waits;
+  };
+  struct Stream {
+    int32_t worker = -1; ///< -1: host.
+    int32_t role = 0;    ///< rondo_stream, or kDataRole / kOptimizerRole.
+    std::deque<Op> queue;
+    bool busy = false;
+    std::vector<TraceRecord> trace;
+    std::thread thread;
+  };
+
+  Stream &streamOf(int32_t worker, int32_t role);
+  void enqueue(Stream &stream, Op op);
+  void addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
+                 const std::string &what);
+  char *resolve(const rondo_ref &ref, int64_t bytes, bool exact,
+                const std::string &what);
+  std::string describe(const char *op, int32_t job, int32_t microbatch) const;
+  void run(Stream &stream);
+  void execute(Op &op);
+  void gatherParams(int32_t stage, int64_t offset, int64_t bytes,
+                    char *dst) const;
+  bool ready(const Op &op) const;
+  int32_t internalEvent(int32_t stage) const {
+    return program.numEvents + 1 + stage;
+  }
+  double nowUs() const;
+
+  const rondo_program &program;
+  const ModelSpec &model;
+  const ProgramInfo &info;
+  float *const *params;
+  ExecClient &client;
+  const bool recordTrace;
+  const int64_t firstRotation;
+
+  std::unique_ptr<PinnedPool> pool;
+  char *hostPool = nullptr;
+  std::vector<char *> arenas;
+  /// Per stage: indices into its pieces, by image offset.
+  std::vector<std::vector<int32_t>> sortedPieces;
+
+  StepTag tag;
+  bool started = false;
+  /// Events completed by this step's gradient downloads, per stage.
+  std::vector<std::vector<int32_t>> gradDownloads;
+  /// Per internal optimizer event (stage + 1): the seq it was last issued.
+  std::vector<int64_t> optimizerIssued;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int64_t> generation; ///< Program events, then internal ones.
+  std::vector<std::unique_ptr<Stream>> streams;
+  int64_t pendingWorker = 0, pendingHost = 0, pendingData = 0;
+  bool stopping = false;
+  bool failed = false;
+  std::string failure;
+  std::chrono::steady_clock::time_point origin;
+};
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_EXEC_HOSTEXEC_H
