@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Exec/Transforms/Passes.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
@@ -21,10 +22,11 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
+  registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect, rondo::exec::ExecDialect,
                   mlir::func::FuncDialect>();
   rondo::tg::registerTGPasses();
   rondo::pipe::registerPipePasses();
+  rondo::exec::registerExecPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   rondo::registerPipelines();

@@ -94,4 +94,34 @@ def PipeVerifyPlanPass : Pass<"pipe-verify-plan", "mlir::ModuleOp"> {
   }];
 }
 
+
+def PipeOutlineStagesPass : Pass<"pipe-outline-stages", "mlir::ModuleOp"> {
+  let summary = "Outline one function per stage of every plan";
+  let description = [{
+    For every `pipe.plan`, builds `@<plan>_<stage>`: a function that runs
+    the stage for one microbatch, cut out of the layer-tagged `@main` (built
+    at the microbatch shape). Forward stages take the activation entering
+    their first layer and return the one leaving their last, plus the
+    checkpoints of backward stages that start inside them; the tail takes
+    its input activation and returns the loss sum, the gradient handed back
+    and its parameter-gradient parts; backward stages take their checkpoint
+    and the incoming gradient, recompute their forward, and return the
+    outgoing gradient and their parameter-gradient parts. Values computed
+    from arguments and constants only (masks, rotary tables, shifted labels,
+    weight transposes) are recomputed by every stage that needs them.
+    Gradient sums that @main forms across layers (tied weights) are left to
+    the host. Arguments and results carry `exec.role`.
+
+    ```mlir
+    func.func @plan_w2_B1(%x: tensor<1x16x64xf32> {exec.role = "activation"},
+                          %dy: tensor<1x16x64xf32> {exec.role = "gradient"},
+                          %w: tensor<64xf32> {exec.role = "param", tg.param = "..."})
+        -> (tensor<1x16x64xf32> {exec.role = "gradient"},
+            tensor<64xf32> {exec.role = "param_grad", tg.grad_of = "..."})
+        attributes {exec.stage = @plan_w2::@B1}
+    ```
+  }];
+  let dependentDialects = ["mlir::func::FuncDialect"];
+}
+
 #endif // RONDO_PIPE_PASSES

@@ -1,0 +1,78 @@
+//===- ExecOps.h - The exec dialect -----------------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_DIALECTS_EXEC_IR_EXECOPS_H
+#define RONDO_DIALECTS_EXEC_IR_EXECOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/RegionKindInterface.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include "Exec/IR/ExecDialect.h.inc"
+#include "Exec/IR/ExecEnums.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "Exec/IR/ExecTypes.h.inc"
+#define GET_ATTRDEF_CLASSES
+#include "Exec/IR/ExecAttrs.h.inc"
+
+namespace rondo::exec {
+class StageOp;
+class BufferOp;
+} // namespace rondo::exec
+
+#define GET_OP_CLASSES
+#include "Exec/IR/ExecOps.h.inc"
+
+
+namespace rondo::exec {
+
+/// One byte range an op reads or writes, on the worker of `job` (-1: host).
+/// Master weights are tracked per parameter (`param` set, `slot` unused),
+/// because stages that share a parameter have different images.
+struct Access {
+  mlir::StringAttr buffer;
+  int64_t job = -1;
+  int64_t slot = 0;
+  int64_t offset = 0, bytes = 0;
+  mlir::StringAttr param;
+  bool write = false;
+};
+
+/// The stream queue an op is enqueued on: (job, stream) for worker ops,
+/// (-1, host queue) for host tasks: batch loading and the optimizer have a
+/// queue each so that loading the next batch never waits for AdamW.
+struct Queue {
+  int64_t job = -1;
+  int stream = 0;
+};
+std::optional<Queue> getQueue(mlir::Operation *op);
+
+/// Every range `op` reads and writes. Host tasks: load_batch writes the
+/// host token buffers; an optimizer task reads the gradient parts and
+/// writes the master weights of the parameters it finalises.
+void collectAccesses(ProgramOp program, mlir::Operation *op,
+                     llvm::SmallVectorImpl<Access> &out);
+
+/// The parameters whose last gradient part (in job order) `stage` produces:
+/// an overlap-mode optimizer task for `stage` updates exactly these. With
+/// a null stage: every parameter with a gradient.
+llvm::SmallVector<mlir::StringAttr> finalisedParams(ProgramOp program,
+                                                    StageOp stage);
+
+/// Names of the buffers with a fixed meaning.
+inline constexpr llvm::StringLiteral kParamsBuffer = "params";
+inline constexpr llvm::StringLiteral kHostIdsBuffer = "host_ids";
+inline constexpr llvm::StringLiteral kHostLabelsBuffer = "host_labels";
+inline constexpr llvm::StringLiteral kHostGradsBuffer = "host_grads";
+inline constexpr llvm::StringLiteral kHostLossBuffer = "host_loss";
+
+} // namespace rondo::exec
+
+#endif // RONDO_DIALECTS_EXEC_IR_EXECOPS_H
