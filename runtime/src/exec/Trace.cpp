@@ -77,6 +77,13 @@ std::string kindOf(const TraceRecord &r) {
   return "?";
 }
 
+/// Microseconds with nanosecond resolution, the clock's useful precision.
+std::string micros(double us) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.3f", us);
+  return buffer;
+}
+
 } // namespace
 
 std::string chromeTraceJson(const rondo_program &program,
@@ -129,15 +136,14 @@ std::string chromeTraceJson(const rondo_program &program,
       name += std::string(" ") + stageName(r.stage);
     else if (r.op == TraceRecord::Task && r.taskKind == RONDO_TASK_OPTIMIZER)
       name += " all";
-    emit("{\"name\": " + quote(name.c_str()) +
-         ", \"cat\": " + quote(kind.c_str()) +
-         ", \"ph\": \"X\", \"ts\": " + jsonNumber(r.startUs) + ", \"dur\": " +
-         jsonNumber(r.endUs - r.startUs) + ", \"pid\": " + std::to_string(pid) +
-         ", \"tid\": " + std::to_string(tid) + ", \"args\": {\"step\": " +
-         std::to_string(r.step) + ", \"job\": " + std::to_string(r.job) +
-         ", \"stage\": " + quote(stageName(r.stage)) + ", \"microbatch\": " +
-         std::to_string(r.microbatch) + ", \"kind\": " + quote(kind.c_str()) +
-         ", \"bytes\": " + std::to_string(r.bytes) +
+    emit("{\"name\": " + quote(name.c_str()) + ", \"cat\": " +
+         quote(kind.c_str()) + ", \"ph\": \"X\", \"ts\": " + micros(r.startUs) +
+         ", \"dur\": " + micros(r.endUs - r.startUs) + ", \"pid\": " +
+         std::to_string(pid) + ", \"tid\": " + std::to_string(tid) +
+         ", \"args\": {\"step\": " + std::to_string(r.step) + ", \"job\": " +
+         std::to_string(r.job) + ", \"stage\": " + quote(stageName(r.stage)) +
+         ", \"microbatch\": " + std::to_string(r.microbatch) + ", \"kind\": " +
+         quote(kind.c_str()) + ", \"bytes\": " + std::to_string(r.bytes) +
          ", \"eval\": " + (r.eval ? "true" : "false") + "}}");
   }
   out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {";

@@ -1,0 +1,475 @@
+//===- PipelineTest.cpp - The pipelined trainer on the host backend -------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/runtime/Data.h"
+#include "rondo/runtime/OnnxWeights.h"
+#include "rondo/runtime/Trainer.h"
+
+#include "Checkpoint.h"
+#include "TestUtil.h"
+#include "ToyModel.h"
+#include "ToyPipeline.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+#include <vector>
+
+using namespace rondo;
+using namespace rondo::rt;
+using rondo::test::makeTempDir;
+using rondo::test::readText;
+using ::testing::HasSubstr;
+
+namespace {
+
+constexpr int64_t kSeq = 9;
+constexpr int32_t kMicrobatches = 4;
+constexpr int32_t kRowsPerMb = 2;
+constexpr int64_t kBatch = kMicrobatches * kRowsPerMb;
+constexpr int64_t kRows = 12; // Not a multiple of the batch: wraps.
+
+using Weights = std::vector<std::vector<float>>;
+
+struct RunResult {
+  int rc;
+  std::string out, err;
+};
+
+int64_t numel(const ParamSpec &p) {
+  int64_t n = 1;
+  for (int i = 0; i < p.rank; ++i)
+    n *= p.dims[i];
+  return n;
+}
+
+/// The values of `key` in every line of a JSON-lines log that has it.
+std::vector<double> logValues(const std::string &path, const std::string &key) {
+  std::vector<double> values;
+  std::istringstream in(readText(path));
+  std::string line;
+  const std::string needle = "\"" + key + "\": ";
+  while (std::getline(in, line)) {
+    size_t pos = line.find(needle);
+    if (pos != std::string::npos)
+      values.push_back(
+          std::strtod(line.c_str() + pos + needle.size(), nullptr));
+  }
+  return values;
+}
+
+/// Doubles compared by their bits (NaN-safe, -0 != +0).
+bool sameBits(const std::vector<double> &a, const std::vector<double> &b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+class PipelineTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir = makeTempDir();
+    modelPath = dir + "/toy.onnx";
+    dataPath = dir + "/tokens.npy";
+    const ModelSpec &spec =
+        toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+    std::mt19937 rng(99);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    Weights initial;
+    std::vector<TensorToWrite<float>> tensors;
+    for (int i = 0; i < spec.numParams; ++i) {
+      std::vector<float> w(size_t(numel(spec.params[i])));
+      for (float &x : w)
+        x = i == toy::kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
+      initial.push_back(w);
+    }
+    for (int i = 0; i < spec.numParams; ++i) {
+      const ParamSpec &p = spec.params[i];
+      tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
+                         initial[size_t(i)].data()});
+    }
+    writeInitializerModel(modelPath, tensors);
+    writeTokens(dataPath, kRows, 0);
+  }
+
+  static void writeTokens(const std::string &path, int64_t rows, int salt) {
+    std::vector<int64_t> flat;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t x = (r * 5 + salt) % toy::kVocab;
+      for (int64_t t = 0; t < kSeq; ++t) {
+        flat.push_back(x);
+        x = (3 * x + 1 + (r % 3 == 0 ? t % 2 : 0)) % toy::kVocab;
+      }
+    }
+    writeNpy(path, TokenDType::Int64, {rows, kSeq}, flat.data());
+  }
+
+  /// Runs the pipelined toy (or, with `single`, the StepFn toy on the
+  /// global batch) with `args`.
+  RunResult run(std::vector<std::string> args, bool single = false) {
+    args.insert(args.begin(), "toy-pipeline");
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    int rc;
+    if (single) {
+      const ModelSpec &spec =
+          toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+      rc = trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
+    } else {
+      const toy::ToyPipeline &p =
+          toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+      if (failAtLaunch)
+        toy::toyPipelineFailAtLaunch(failAtLaunch);
+      if (badCopyStep >= 0)
+        toy::toyPipelineBadCopyAtStep(badCopyStep);
+      rc = trainerMain(int(args.size()), argv.data(), *p.model,
+                       p.programs.data(), int(p.programs.size()));
+    }
+    RunResult r;
+    r.out = ::testing::internal::GetCapturedStdout();
+    r.err = ::testing::internal::GetCapturedStderr();
+    r.rc = rc;
+    return r;
+  }
+
+  /// Trains `steps` steps with `extra` flags; returns the losses and grad
+  /// norms of the log and the exported weights.
+  struct Trained {
+    std::vector<double> losses, norms;
+    Weights weights;
+  };
+  Trained train(const std::string &tag, std::vector<std::string> extra,
+                bool single = false, int64_t steps = 6) {
+    std::string log = dir + "/" + tag + ".jsonl";
+    std::string onnx = dir + "/" + tag + ".onnx";
+    std::vector<std::string> args = {
+        "--data", dataPath,     "--steps", std::to_string(steps), "--lr",
+        "0.05",   "--log-json", log,       "--export-onnx",       onnx};
+    args.insert(args.end(), extra.begin(), extra.end());
+    RunResult r = run(args, single);
+    EXPECT_EQ(r.rc, 0) << tag << ": " << r.err;
+    Trained t;
+    t.losses = logValues(log, "loss");
+    t.norms = logValues(log, "grad_norm");
+    if (r.rc == 0)
+      for (FloatTensor &x : readOnnxFloatInitializers(onnx))
+        t.weights.push_back(x.data);
+    return t;
+  }
+
+  std::string dir, modelPath, dataPath;
+  int failAtLaunch = 0;
+  int64_t badCopyStep = -1;
+};
+
+TEST_F(PipelineTest, SameBitsForAnyWorkerCountAndOptimizerMode) {
+  Trained ref = train("w1-sync", {"--workers=1", "--optimizer-mode=sync"});
+  ASSERT_EQ(ref.losses.size(), 6u);
+  EXPECT_LT(ref.losses.back(), ref.losses.front());
+  for (const char *workers : {"1", "2", "3"})
+    for (const char *mode : {"sync", "overlap"}) {
+      std::string tag = std::string("w") + workers + "-" + mode;
+      Trained t = train(tag, {std::string("--workers=") + workers,
+                              std::string("--optimizer-mode=") + mode});
+      EXPECT_TRUE(sameBits(t.losses, ref.losses)) << tag;
+      EXPECT_TRUE(sameBits(t.norms, ref.norms)) << tag;
+      EXPECT_EQ(t.weights, ref.weights) << tag;
+    }
+}
+
+TEST_F(PipelineTest, MatchesTheSingleProcessStep) {
+  Trained single = train("single", {}, /*single=*/true);
+  Trained piped = train("piped", {"--workers=2"});
+  ASSERT_EQ(single.losses.size(), piped.losses.size());
+  for (size_t s = 0; s < single.losses.size(); ++s) {
+    EXPECT_NEAR(piped.losses[s], single.losses[s], 1e-6 * single.losses[s])
+        << "step " << s;
+    EXPECT_NEAR(piped.norms[s], single.norms[s], 1e-5 * single.norms[s])
+        << "step " << s;
+  }
+  ASSERT_EQ(single.weights.size(), piped.weights.size());
+  for (size_t i = 0; i < single.weights.size(); ++i)
+    for (size_t e = 0; e < single.weights[i].size(); ++e)
+      EXPECT_NEAR(piped.weights[i][e], single.weights[i][e], 1e-4)
+          << "param " << i << " element " << e;
+}
+
+TEST_F(PipelineTest, DefaultsAndPlanErrors) {
+  // Default: the first program's worker count, overlap.
+  RunResult r = run({"--data", dataPath, "--steps", "1"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("plan exec_w1_overlap"));
+  r = run({"--data", dataPath, "--steps", "1", "--clip-grad-norm", "1"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("plan exec_w1_sync"));
+
+  r = run({"--data", dataPath, "--workers", "5"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--workers 5: this trainer was compiled for "
+                               "1, 2, 3 workers"));
+  r = run({"--data", dataPath, "--grad-accum", "2"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--grad-accum is not supported by pipelined "
+                               "trainers; compile with --batch B*K"));
+  r = run({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_THAT(r.out, HasSubstr("exec_w3_overlap (3 workers, overlap)"));
+}
+
+TEST_F(PipelineTest, ClipAndDumpRunInSyncMode) {
+  // Clipping and dumps happen in the stage -1 task: compare with the
+  // single-process trainer.
+  std::string dump = dir + "/grads.onnx", dumpSingle = dir + "/single.onnx";
+  Trained piped = train("clip", {"--workers=3", "--clip-grad-norm", "0.5",
+                                 "--dump-gradients", dump});
+  Trained single =
+      train("clip-single",
+            {"--clip-grad-norm", "0.5", "--dump-gradients", dumpSingle},
+            /*single=*/true);
+  for (size_t s = 0; s < single.losses.size(); ++s)
+    EXPECT_NEAR(piped.losses[s], single.losses[s], 1e-6 * single.losses[s]);
+  std::vector<FloatTensor> a = readOnnxFloatInitializers(dump);
+  std::vector<FloatTensor> b = readOnnxFloatInitializers(dumpSingle);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    ASSERT_EQ(a[i].data.size(), b[i].data.size());
+    for (size_t e = 0; e < a[i].data.size(); ++e)
+      EXPECT_NEAR(a[i].data[e], b[i].data[e], 1e-5) << a[i].name;
+  }
+}
+
+/// One complete event of the trace, from its one-line form.
+struct Event {
+  std::string kind, stage;
+  int pid = -1;
+  int tid = -1;
+  int64_t step = -1, job = -1, microbatch = -1, bytes = 0;
+  bool eval = false;
+};
+
+std::vector<Event> readTrace(const std::string &path, std::string &otherData) {
+  std::vector<Event> events;
+  std::istringstream in(readText(path));
+  std::string line;
+  auto field = [](const std::string &l, const std::string &key) {
+    size_t pos = l.find("\"" + key + "\": ");
+    return pos == std::string::npos ? std::string()
+                                    : l.substr(pos + key.size() + 4);
+  };
+  auto integer = [&](const std::string &l, const std::string &key) {
+    return std::strtoll(field(l, key).c_str(), nullptr, 10);
+  };
+  auto text = [&](const std::string &l, const std::string &key) {
+    std::string v = field(l, key);
+    return v.substr(1, v.find('"', 1) - 1);
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("\"otherData\"", 0) == 0)
+      otherData = line;
+    if (line.find("\"ph\": \"X\"") == std::string::npos)
+      continue;
+    Event e;
+    e.kind = text(line, "kind");
+    e.stage = text(line, "stage");
+    e.pid = int(integer(line, "pid"));
+    e.tid = int(integer(line, "tid"));
+    e.step = integer(line, "step");
+    e.job = integer(line, "job");
+    e.microbatch = integer(line, "microbatch");
+    e.bytes = integer(line, "bytes");
+    e.eval = field(line, "eval").rfind("true", 0) == 0;
+    events.push_back(e);
+  }
+  return events;
+}
+
+TEST_F(PipelineTest, TraceShowsRotationAndTransfers) {
+  for (int workers : {2, 3}) {
+    for (const char *mode : {"sync", "overlap"}) {
+      std::string trace = dir + "/trace.json";
+      RunResult r =
+          run({"--data", dataPath, "--steps", "4", "--workers",
+               std::to_string(workers), std::string("--optimizer-mode=") + mode,
+               "--trace", trace});
+      ASSERT_EQ(r.rc, 0) << r.err;
+      std::string otherData;
+      std::vector<Event> events = readTrace(trace, otherData);
+      ASSERT_FALSE(events.empty());
+      EXPECT_THAT(otherData,
+                  HasSubstr("\"workers\": " + std::to_string(workers)));
+      EXPECT_THAT(otherData, HasSubstr("\"predictedJobSeconds\": 0.002"));
+      std::string text = readText(trace);
+      for (const char *row : {"\"upload\"", "\"upload (activations)\"",
+                              "\"compute\"", "\"download\"", "\"optimizer\"",
+                              "\"data\"", "\"worker 0\"", "\"host\""})
+        EXPECT_THAT(text, HasSubstr(row));
+
+      const int c0 = 1 % workers, numJobs = 3;
+      std::map<std::pair<int64_t, int64_t>, int64_t> uploaded, downloaded,
+          downloads;
+      std::set<std::pair<int64_t, int>> optimizerTasks;
+      for (const Event &e : events) {
+        if (e.pid < workers) {
+          // Job n of step s runs on worker (c0 + s * K + n) mod N.
+          EXPECT_EQ(e.pid, (c0 + e.step * numJobs + e.job) % workers)
+              << e.kind << " of step " << e.step << ", job " << e.job;
+        } else {
+          EXPECT_EQ(e.pid, workers);
+        }
+        if (e.kind == "param_upload") {
+          uploaded[{e.step, e.job}] += e.bytes;
+          EXPECT_EQ(e.tid, 0);
+        }
+        if (e.kind == "grad_download") {
+          downloaded[{e.step, e.job}] += e.bytes;
+          ++downloads[{e.step, e.job}];
+          EXPECT_EQ(e.tid, 3);
+        }
+        if (e.kind == "launch") {
+          EXPECT_EQ(e.tid, 2);
+        }
+        if (e.kind == "optimizer") {
+          EXPECT_EQ(e.tid, 1);
+        }
+      }
+      for (int64_t s = 0; s < 4; ++s)
+        for (int job = 0; job < numJobs; ++job) {
+          EXPECT_EQ((uploaded[{s, job}]), toy::toyStageParamBytes(job))
+              << "step " << s << ", job " << job;
+          if (job > 0) {
+            EXPECT_EQ((downloads[{s, job}]), 1);
+            EXPECT_EQ((downloaded[{s, job}]), toy::toyStageGradBytes(job));
+          }
+        }
+    }
+  }
+}
+
+TEST_F(PipelineTest, ResumeIsBitwise) {
+  for (const char *mode : {"sync", "overlap"}) {
+    std::string m = std::string("--optimizer-mode=") + mode;
+    Trained full = train(std::string("full-") + mode, {"--workers=2", m});
+    std::string ckpt = dir + "/ckpt-" + mode;
+    Trained first =
+        train(std::string("first-") + mode,
+              {"--workers=3", m, "--checkpoint-dir", ckpt, "--save-every", "2"},
+              false, 3);
+    ASSERT_EQ(first.losses.size(), 3u);
+    EXPECT_TRUE(hasCheckpoint(ckpt));
+    // Resume with another worker count: the plan does not change the bits.
+    Trained rest =
+        train(std::string("rest-") + mode,
+              {"--workers=1", m, "--checkpoint-dir", ckpt, "--resume"});
+    ASSERT_EQ(rest.losses.size(), 3u);
+    std::vector<double> joined = first.losses;
+    joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+    EXPECT_TRUE(sameBits(joined, full.losses)) << mode;
+    EXPECT_EQ(rest.weights, full.weights) << mode;
+  }
+  // The single-process trainer resumes the same way.
+  Trained full = train("single-full", {}, true);
+  std::string ckpt = dir + "/ckpt-single";
+  train("single-first", {"--checkpoint-dir", ckpt}, true, 2);
+  Trained rest =
+      train("single-rest", {"--checkpoint-dir", ckpt, "--resume"}, true);
+  EXPECT_EQ(rest.weights, full.weights);
+}
+
+TEST_F(PipelineTest, FailedCheckpointWriteKeepsThePreviousOne) {
+  std::string ckpt = dir + "/ckpt";
+  train("first", {"--checkpoint-dir", ckpt, "--save-every", "1"}, false, 2);
+  // A directory where the next checkpoints' files go: their renames fail,
+  // even for root.
+  ASSERT_EQ(::mkdir((ckpt + "/" + checkpointFileName(3)).c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((ckpt + "/" + checkpointFileName(4)).c_str(), 0755), 0);
+  RunResult r = run({"--data", dataPath, "--steps", "4", "--checkpoint-dir",
+                     ckpt, "--save-every", "1", "--resume"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: cannot write the checkpoint of "
+                               "step 3"));
+  EXPECT_THAT(r.err, HasSubstr(checkpointFileName(3)));
+  EXPECT_THAT(r.err, HasSubstr("the previous checkpoint is kept"));
+  const ModelSpec &spec =
+      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+  std::vector<std::vector<float>> storage;
+  std::vector<CheckpointTensor> tensors;
+  for (int i = 0; i < spec.numParams; ++i) {
+    const ParamSpec &p = spec.params[i];
+    if (!p.trainable)
+      continue;
+    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
+      storage.emplace_back(size_t(numel(p)));
+      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    tensors[i].data = storage[i].data();
+  CheckpointMeta meta = readLatestCheckpoint(ckpt, tensors);
+  EXPECT_EQ(meta.step, 2);
+}
+
+TEST_F(PipelineTest, StageExceptionIsReportedNotAHang) {
+  failAtLaunch = 6; // Step 1's second F0 launch.
+  RunResult r = run({"--data", dataPath, "--steps", "4", "--workers", "3"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("toy stage F0 failed on purpose"));
+  EXPECT_THAT(r.err, HasSubstr("launch of step 1, job 0 (stage F0), "
+                               "microbatch 1"));
+}
+
+TEST_F(PipelineTest, OutOfBoundsRefNamesTheBufferAndOp) {
+  badCopyStep = 1;
+  RunResult r = run({"--data", dataPath, "--steps", "3", "--workers", "2"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("checkpoint of step 1, job 0 (stage F0), "
+                               "microbatch 3"));
+  EXPECT_THAT(r.err, HasSubstr("buffer 'ckpt'"));
+  EXPECT_THAT(r.err, HasSubstr("is outside the buffer"));
+}
+
+TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {
+  std::string evalPath = dir + "/eval.npy";
+  writeTokens(evalPath, 2 * kBatch + 3, 7);
+  Trained plain = train("plain", {"--workers=2"});
+  Trained withEval = train(
+      "eval", {"--workers=2", "--eval-data", evalPath, "--eval-every", "2"});
+  EXPECT_TRUE(sameBits(plain.losses, withEval.losses));
+  EXPECT_EQ(plain.weights, withEval.weights);
+  std::vector<double> evals = logValues(dir + "/eval.jsonl", "eval_loss");
+  ASSERT_EQ(evals.size(), 3u); // After steps 2, 4 and 6.
+  EXPECT_EQ(logValues(dir + "/eval.jsonl", "eval_step"),
+            (std::vector<double>{2, 4, 6}));
+  // Another worker count and the single-process trainer agree.
+  train("eval3", {"--workers=3", "--eval-data", evalPath, "--eval-every", "2"});
+  EXPECT_TRUE(sameBits(logValues(dir + "/eval3.jsonl", "eval_loss"), evals));
+  train("eval-single", {"--eval-data", evalPath, "--eval-every", "2"}, true);
+  std::vector<double> single =
+      logValues(dir + "/eval-single.jsonl", "eval_loss");
+  ASSERT_EQ(single.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(evals[i], single[i], 1e-5 * single[i]);
+
+  RunResult r =
+      run({"--data", dataPath, "--steps", "1", "--eval-data", evalPath});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("eval: step 1 loss"));
+  EXPECT_THAT(r.err, HasSubstr("ppl"));
+  EXPECT_THAT(r.err, HasSubstr("the last 3 rows do not fill a batch"));
+}
+
+} // namespace

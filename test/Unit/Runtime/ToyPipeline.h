@@ -1,0 +1,57 @@
+//===- ToyPipeline.h - A hand-written pipelined "emitted model" -*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The toy model of ToyModel.h cut into three stages as rondo-compile would
+// cut it, with hand-written stage functions and issue functions:
+//
+//   job 0, F0 (forward):  h = emb[x] * norm; checkpoints its token ids
+//   job 1, T  (tail):     logits = h proj + bias, loss sums, d h; grads of
+//                         proj and bias, plus an all-zero part of emb's
+//                         gradient (so emb has two parts, as a tied
+//                         embedding would, finalised by B1)
+//   job 2, B1 (backward): reloads the ids, d emb[x] += d h * norm
+//
+// with parameter uploads (F0's in two chunks that cut a piece), input
+// uploads, handoffs, checkpoint/reload, loss and gradient downloads, and
+// per-step events, for 1, 2 and 3 workers in sync and overlap mode.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_TEST_UNIT_RUNTIME_TOYPIPELINE_H
+#define RONDO_TEST_UNIT_RUNTIME_TOYPIPELINE_H
+
+#include "rondo/runtime/Exec.h"
+#include "rondo/runtime/Trainer.h"
+
+#include <string>
+#include <vector>
+
+namespace rondo::toy {
+
+struct ToyPipeline {
+  const rt::ModelSpec *model;
+  std::vector<rondo_program> programs; ///< w1 sync, w1 overlap, w2 ...
+};
+
+/// Configures the pipelined toy: `microbatches` x `rows` rows of `seqLen`
+/// tokens per step, CausalLM. Valid until the next call.
+const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
+                               int64_t seqLen, const std::string &modelPath);
+
+/// Makes F0 throw on its `n`-th launch (counting from 1; 0: never).
+void toyPipelineFailAtLaunch(int n);
+/// Makes the issue function copy past the end of a buffer in step `step`
+/// (-1: never).
+void toyPipelineBadCopyAtStep(int64_t step);
+
+/// Stage indices and parameter image sizes, for trace checks.
+enum : int { kStageF0 = 0, kStageT = 1, kStageB1 = 2 };
+int64_t toyStageParamBytes(int stage);
+int64_t toyStageGradBytes(int stage);
+
+} // namespace rondo::toy
+
+#endif // RONDO_TEST_UNIT_RUNTIME_TOYPIPELINE_H
