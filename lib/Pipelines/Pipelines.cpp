@@ -6,6 +6,7 @@
 
 #include "rondo/Pipelines/Pipelines.h"
 
+#include "Exec/Transforms/Passes.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/Transforms/Passes.h"
 
@@ -64,7 +65,17 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(pipe::createPipeVerifyPlanPass());
 }
 
+void rondo::buildExecPipeline(OpPassManager &pm) {
+  pm.addPass(pipe::createPipeOutlineStagesPass());
+  pm.addPass(exec::createConvertPipeToExecPass());
+  pm.addPass(exec::createExecVerifyPass());
+}
+
 void rondo::registerPipelines() {
+  PassPipelineRegistration<>(
+      "rondo-exec-pipeline",
+      "Outline stages, lower plans to exec programs, verify them",
+      buildExecPipeline);
   PassPipelineRegistration<>("rondo-tg-pipeline",
                              "Import cleanup and structure recognition",
                              buildTGPipeline);

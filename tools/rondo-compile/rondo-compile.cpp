@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Exec/IR/ExecOps.h"
 #include "Pipe/IR/PipeOps.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
@@ -38,6 +39,8 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
+
 using namespace mlir;
 namespace cl = llvm::cl;
 
@@ -59,7 +62,7 @@ static cl::list<std::string>
     inputShapes("input-shape",
                 cl::desc("NAME=d0,d1,...: the shape of a graph input"),
                 cl::cat(category));
-enum class Emit { TG, Train, Pipe, Cpp, Exe };
+enum class Emit { TG, Train, Pipe, Exec, Cpp, Exe };
 static cl::opt<Emit>
     emit("emit", cl::desc("what to produce"), cl::init(Emit::Exe),
          cl::values(clEnumValN(Emit::TG, "tg", "imported, recognised tg IR"),
@@ -67,6 +70,8 @@ static cl::opt<Emit>
                                "the training function (loss and gradients)"),
                     clEnumValN(Emit::Pipe, "pipe",
                                "the plan: layers, stages, job order"),
+                    clEnumValN(Emit::Exec, "exec",
+                               "per plan: stage functions and exec programs"),
                     clEnumValN(Emit::Cpp, "cpp", "the trainer's C++ source"),
                     clEnumValN(Emit::Exe, "exe", "the trainer executable")),
          cl::cat(category));
@@ -238,6 +243,52 @@ static LogicalResult buildExecutable(llvm::StringRef cppPath,
   return success();
 }
 
+/// Lowers every plan of `module` to exec programs. Stage functions take one
+/// microbatch, so each group of plans with the same rows per microbatch gets
+/// the training function rebuilt at that shape (the layering is the same:
+/// only the batch dimension differs); its stage functions and programs are
+/// then moved into `module`.
+static LogicalResult lowerPlans(MLIRContext &ctx, ModuleOp module,
+                                const rondo::ImportOptions &importOpts,
+                                const rondo::TrainPipelineOptions &trainOpts) {
+  std::map<int64_t, SmallVector<rondo::pipe::PlanOp>> byRows;
+  for (auto plan : module.getOps<rondo::pipe::PlanOp>())
+    byRows[plan.getRowsPerMicrobatch()].push_back(plan);
+  if (byRows.empty()) {
+    llvm::errs() << "error: nothing to lower: no plan (give --workers)\n";
+    return failure();
+  }
+  for (auto &[rows, plans] : byRows) {
+    rondo::ImportOptions opts = importOpts;
+    opts.batch = rows;
+    OwningOpRef<ModuleOp> micro = rondo::importOnnxFile(&ctx, inputFile, opts);
+    if (!micro)
+      return failure();
+    OpBuilder b(&ctx);
+    b.setInsertionPointToEnd(micro->getBody());
+    for (rondo::pipe::PlanOp plan : plans)
+      b.clone(*plan);
+    PassManager pm(&ctx);
+    if (failed(applyPassManagerCLOptions(pm)))
+      return failure();
+    rondo::buildTGPipeline(pm);
+    rondo::buildTrainPipeline(pm, trainOpts);
+    rondo::buildExecPipeline(pm);
+    if (failed(pm.run(*micro)))
+      return failure();
+    SmallVector<Operation *> moved;
+    for (Operation &op : micro->getBody()->getOperations())
+      if (isa<rondo::exec::ProgramOp>(op) ||
+          (isa<func::FuncOp>(op) && op.hasAttr("exec.stage")))
+        moved.push_back(&op);
+    for (Operation *op : moved) {
+      op->remove();
+      module.getBody()->push_back(op);
+    }
+  }
+  return success();
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerAsmPrinterCLOptions();
@@ -263,7 +314,7 @@ int main(int argc, char **argv) {
 
   DialectRegistry registry;
   registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
-                  func::FuncDialect>();
+                  rondo::exec::ExecDialect, func::FuncDialect>();
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
   OwningOpRef<ModuleOp> module = rondo::importOnnxFile(&ctx, inputFile, opts);
@@ -278,15 +329,19 @@ int main(int argc, char **argv) {
   TimingScope timing = tm.getRootScope();
   pm.enableTiming(timing);
   rondo::buildTGPipeline(pm);
-  if (emit != Emit::TG) {
-    rondo::TrainPipelineOptions trainOpts;
-    trainOpts.loss = loss;
-    trainOpts.trainable = trainable;
-    trainOpts.freeze = freeze;
-    trainOpts.chunkRows = chunkRows;
+  rondo::TrainPipelineOptions trainOpts;
+  trainOpts.loss = loss;
+  trainOpts.trainable = trainable;
+  trainOpts.freeze = freeze;
+  trainOpts.chunkRows = chunkRows;
+  if (emit != Emit::TG)
     rondo::buildTrainPipeline(pm, trainOpts);
-  }
   bool explaining = explain.getNumOccurrences() > 0;
+  bool lowering = emit == Emit::Exec || emit == Emit::Cpp || emit == Emit::Exe;
+  // A trainer runs a compiled plan; without --workers it gets the plan for
+  // one worker, the round-robin pipeline's degenerate case.
+  if (lowering && workers.empty())
+    workers.push_back(1);
   bool planning = emit == Emit::Pipe || explaining || !workers.empty();
   if (planning) {
     if (emit == Emit::TG) {
@@ -306,6 +361,8 @@ int main(int argc, char **argv) {
     rondo::buildPlanPipeline(pm, planOpts);
   }
   if (failed(pm.run(*module)))
+    return 1;
+  if (lowering && failed(lowerPlans(ctx, *module, opts, trainOpts)))
     return 1;
   if (summary)
     printSummary(*module);
@@ -343,7 +400,7 @@ int main(int argc, char **argv) {
   }
 
   if (emit == Emit::TG || emit == Emit::Train || emit == Emit::Pipe ||
-      emit == Emit::Cpp) {
+      emit == Emit::Exec || emit == Emit::Cpp) {
     std::string error;
     auto out = openOutputFile(outputFile, &error);
     if (!out) {

@@ -378,6 +378,7 @@ struct PipeOutlineStagesPass
       module.emitError("pipe-outline-stages needs the training function @main");
       return signalPassFailure();
     }
+    tagOpsCreatedAfterLayerize(main);
     FailureOr<TrainFunction> tf = analyse(main);
     if (failed(tf))
       return signalPassFailure();

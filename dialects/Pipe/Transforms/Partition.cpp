@@ -172,49 +172,6 @@ struct PipePartitionPass
     }
   }
 
-  /// Canonicalization after tg-autodiff creates ops (folded reshapes, CSE
-  /// leaders) without a layer tag. An untagged op that depends on a
-  /// parameter or on the loss-scale seed belongs where it is used: the
-  /// smallest layer among its users, else the largest among its producers.
-  /// Side data (masks, labels, positions) stays untagged.
-  void tagOpsCreatedAfterLayerize(func::FuncOp func) {
-    Block &body = func.getBody().front();
-    llvm::DenseSet<Value> heavy;
-    for (BlockArgument arg : func.getArguments())
-      if (func.getArgAttr(arg.getArgNumber(), tg::kParamAttr) ||
-          func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
-        heavy.insert(arg);
-    SmallVector<Operation *> untagged;
-    for (Operation &op : body.without_terminator()) {
-      if (llvm::any_of(op.getOperands(),
-                       [&](Value v) { return heavy.contains(v); }))
-        for (Value r : op.getResults())
-          heavy.insert(r);
-      if (!op.hasAttr(kLayerAttr) && op.getNumResults() &&
-          heavy.contains(op.getResult(0)))
-        untagged.push_back(&op);
-    }
-    Builder b(func.getContext());
-    for (Operation *op : llvm::reverse(untagged)) {
-      std::optional<int64_t> layer;
-      for (Operation *user : op->getUsers())
-        if (auto l = getLayer(user))
-          layer = std::min(layer.value_or(*l), *l);
-      if (layer)
-        op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
-    }
-    for (Operation *op : untagged) {
-      if (op->hasAttr(kLayerAttr))
-        continue;
-      std::optional<int64_t> layer;
-      for (Value v : op->getOperands())
-        if (auto l = getLayer(v.getDefiningOp()))
-          layer = std::max(layer.value_or(*l), *l);
-      if (layer)
-        op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
-    }
-  }
-
   /// Host memory every plan needs: the fixed part plus hand-off staging
   /// (a plan without backward stages has no checkpoints).
   static double hostFloorBytes(const planner::PlanProblem &p) {
@@ -642,3 +599,46 @@ struct PipePartitionPass
   }
 };
 } // namespace
+
+/// Canonicalization after tg-autodiff creates ops (folded reshapes, CSE
+/// leaders) without a layer tag. An untagged op that depends on a
+/// parameter or on the loss-scale seed belongs where it is used: the
+/// smallest layer among its users, else the largest among its producers.
+/// Side data (masks, labels, positions) stays untagged.
+void rondo::pipe::tagOpsCreatedAfterLayerize(func::FuncOp func) {
+  Block &body = func.getBody().front();
+  llvm::DenseSet<Value> heavy;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), tg::kParamAttr) ||
+        func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
+      heavy.insert(arg);
+  SmallVector<Operation *> untagged;
+  for (Operation &op : body.without_terminator()) {
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return heavy.contains(v); }))
+      for (Value r : op.getResults())
+        heavy.insert(r);
+    if (!op.hasAttr(kLayerAttr) && op.getNumResults() &&
+        heavy.contains(op.getResult(0)))
+      untagged.push_back(&op);
+  }
+  Builder b(func.getContext());
+  for (Operation *op : llvm::reverse(untagged)) {
+    std::optional<int64_t> layer;
+    for (Operation *user : op->getUsers())
+      if (auto l = getLayer(user))
+        layer = std::min(layer.value_or(*l), *l);
+    if (layer)
+      op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
+  }
+  for (Operation *op : untagged) {
+    if (op->hasAttr(kLayerAttr))
+      continue;
+    std::optional<int64_t> layer;
+    for (Value v : op->getOperands())
+      if (auto l = getLayer(v.getDefiningOp()))
+        layer = std::max(layer.value_or(*l), *l);
+    if (layer)
+      op->setAttr(kLayerAttr, b.getI64IntegerAttr(*layer));
+  }
+}

@@ -8,10 +8,16 @@
 #define RONDO_DIALECTS_PIPE_TRANSFORMS_PASSES_H
 
 #include "Pipe/IR/PipeOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
 namespace rondo::pipe {
+
+/// Tags ops that canonicalization created after pipe-layerize (folded
+/// reshapes, CSE leaders) with the layer of their users, else of their
+/// producers; side data stays untagged.
+void tagOpsCreatedAfterLayerize(mlir::func::FuncOp func);
 
 #define GEN_PASS_DECL
 #include "Pipe/Transforms/Passes.h.inc"

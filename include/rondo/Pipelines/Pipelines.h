@@ -73,6 +73,11 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 
 /// Registers them as `rondo-plan-pipeline`, `rondo-tg-pipeline` and
 /// `rondo-train-pipeline`.
+/// Phase `exec`: outline the stages of every plan (from @main built at the
+/// plan's microbatch shape), lower each plan to exec.programs and prove
+/// them race-free.
+void buildExecPipeline(mlir::OpPassManager &pm);
+
 void registerPipelines();
 
 } // namespace rondo

@@ -13,11 +13,13 @@
 
 #include "rondo/Target/Cpp/TrainerEmitter.h"
 
+#include "Exec/IR/ExecOps.h"
 #include "TG/IR/TGOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -104,6 +106,9 @@ public:
   LogicalResult run();
 
 private:
+  LogicalResult emitStageFunction(func::FuncOp fn, StringRef cName);
+  LogicalResult emitProgram(exec::ProgramOp program,
+                            const llvm::StringMap<unsigned> &paramIndex);
   LogicalResult emitOp(Operation *op);
   std::string ptr(Value v) { return exprs.lookup(v); }
   std::string view(Value v, bool mut = false) {
@@ -143,6 +148,9 @@ private:
   llvm::raw_string_ostream globalsOs{globals};
   std::string bodyText;
   llvm::raw_string_ostream body{bodyText};
+  std::string functions, tables, issueText, programsText;
+  llvm::raw_string_ostream functionsOs{functions}, tablesOs{tables},
+      issueOs{issueText}, programsOs{programsText};
   llvm::DenseMap<Value, std::string> exprs;
   llvm::DenseMap<Value, std::string> roots; ///< owning buffer of a value
   unsigned counter = 0;
@@ -434,61 +442,28 @@ LogicalResult Emitter::emitOp(Operation *op) {
          << op->getName() << "'; it should have been rewritten away";
 }
 
-LogicalResult Emitter::run() {
-  auto func = module.lookupSymbol<func::FuncOp>("main");
-  if (!func)
-    return module.emitError("no @main function to emit");
-  if (func.getNumResults() == 0 || !func.getResultAttr(0, kResultNameAttr))
-    return func.emitError(
-        "emit a differentiated training function (run the train phase)");
-  Block &block = func.getBody().front();
-
-  // Arguments: parameters, token ids, labels, loss scale.
-  struct ParamInfo {
-    std::string name, torchName;
-    SmallVector<int64_t> dims;
-    bool trainable;
-  };
-  SmallVector<ParamInfo> params;
-  llvm::StringMap<unsigned> paramSlot;
-  std::string inputName;
-  int64_t batch = 0, seq = 0, vocab = 0;
-  for (unsigned k = 0; k < func.getNumArguments(); ++k) {
-    Value arg = func.getArgument(k);
-    auto t = cast<RankedTensorType>(arg.getType());
-    if (auto name = func.getArgAttrOfType<StringAttr>(k, kParamAttr)) {
-      auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
-      paramSlot[name.getValue()] = params.size();
-      exprs[arg] = llvm::formatv("args.params[{0}]", params.size()).str();
-      params.push_back({name.str(), torch ? torch.str() : "",
-                        SmallVector<int64_t>(t.getShape()),
-                        func.getArgAttr(k, kTrainableAttr) != nullptr});
-    } else if (auto in = func.getArgAttrOfType<StringAttr>(k, kInputAttr)) {
-      if (!t.getElementType().isInteger(64) || t.getRank() != 2)
-        return func.emitError(
-                   "the trainer takes one int64 [batch, seq] token input; '")
-               << in.getValue() << "' is " << t;
-      inputName = in.str();
-      batch = t.getDimSize(0);
-      seq = t.getDimSize(1);
-      exprs[arg] = "args.inputIds";
-    } else if (func.getArgAttr(k, kLabelsAttr)) {
-      exprs[arg] = "args.labels";
-    } else if (func.getArgAttr(k, kLossScaleAttr)) {
-      exprs[arg] = "lossScale";
-    } else {
-      return func.emitError("argument ")
-             << k << " has no role the trainer can supply";
+LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
+  exprs.clear();
+  roots.clear();
+  bodyText.clear();
+  // io: arguments (the loss scale is passed by value), then plain results,
+  // then parameter-gradient results, which are added into their buffers.
+  unsigned slot = 0;
+  for (unsigned k = 0; k < fn.getNumArguments(); ++k) {
+    Value arg = fn.getArgument(k);
+    auto role = fn.getArgAttrOfType<StringAttr>(k, "exec.role");
+    if (role && role.getValue() == "loss_scale") {
+      exprs[arg] = "lossScaleValue";
+      continue;
     }
+    bool ints = cast<RankedTensorType>(arg.getType())
+                    .getElementType()
+                    .isInteger(64);
+    exprs[arg] = llvm::formatv("static_cast<{0} *>(io[{1}])",
+                               ints ? "int64_t" : "float", slot++)
+                     .str();
   }
-  if (inputName.empty())
-    return func.emitError("the training function has no token input");
-  func.walk([&](GatherOp g) {
-    if (exprs.lookup(g.getIds()) == "args.inputIds")
-      vocab = cast<RankedTensorType>(g.getTable().getType()).getDimSize(0);
-  });
-
-  // Last use of each buffer, to free activations as soon as possible.
+  Block &block = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   SmallVector<Operation *> ops;
   for (Operation &op : block.without_terminator())
@@ -496,7 +471,6 @@ LogicalResult Emitter::run() {
   for (auto [i, op] : llvm::enumerate(ops)) {
     if (failed(emitOp(op)))
       return failure();
-    // Free buffers whose values have no later user.
     for (Value operand : op->getOperands()) {
       auto root = roots.find(operand);
       if (root == roots.end() || root->second.empty())
@@ -526,27 +500,347 @@ LogicalResult Emitter::run() {
       }
     }
   }
-  for (unsigned k = 1; k < ret.getNumOperands(); ++k) {
-    auto of = func.getResultAttrOfType<StringAttr>(k, "tg.grad_of");
-    if (!of || !paramSlot.count(of.getValue()))
-      return func.emitError("result ")
-             << k << " is not the gradient of a parameter";
-    Value g = ret.getOperand(k);
-    auto t = cast<RankedTensorType>(g.getType());
-    body << llvm::formatv("  accumulate({0}, FView{{args.grads[{1}], {2}});\n",
-                          view(g), paramSlot[of.getValue()],
-                          shapeList(t.getShape()));
+  SmallVector<unsigned> plain, grads;
+  for (unsigned k = 0; k < fn.getNumResults(); ++k) {
+    auto role = fn.getResultAttrOfType<StringAttr>(k, "exec.role");
+    (role && role.getValue() == "param_grad" ? grads : plain).push_back(k);
   }
+  for (unsigned k : plain) {
+    Value v = ret.getOperand(k);
+    auto t = cast<RankedTensorType>(v.getType());
+    int64_t bytes = t.getNumElements() *
+                    (t.getElementType().isInteger(64) ? 8 : 4);
+    body << llvm::formatv("  std::memcpy(io[{0}], {1}, {2});\n", slot++,
+                          ptr(v), bytes);
+  }
+  for (unsigned k : grads) {
+    Value v = ret.getOperand(k);
+    auto t = cast<RankedTensorType>(v.getType());
+    body << llvm::formatv(
+        "  accumulate({0}, FView{{static_cast<float *>(io[{1}]), {2}});\n",
+        view(v), slot++, shapeList(t.getShape()));
+  }
+  functionsOs << "// " << fn.getSymName() << "\n"
+              << "void " << cName
+              << "(void *const *io, float lossScale) {\n"
+              << "  const float lossScaleValue[1] = {lossScale};\n"
+              << "  (void)lossScaleValue;\n"
+              << bodyText << "}\n\n";
+  return success();
+}
+
+namespace {
+const char *copyKindName(exec::CopyKind k) {
+  switch (k) {
+  case exec::CopyKind::param_upload:
+    return "RONDO_COPY_PARAM_UPLOAD";
+  case exec::CopyKind::input_upload:
+    return "RONDO_COPY_INPUT_UPLOAD";
+  case exec::CopyKind::handoff:
+    return "RONDO_COPY_HANDOFF";
+  case exec::CopyKind::checkpoint:
+    return "RONDO_COPY_CHECKPOINT";
+  case exec::CopyKind::reload:
+    return "RONDO_COPY_RELOAD";
+  case exec::CopyKind::grad_download:
+    return "RONDO_COPY_GRAD_DOWNLOAD";
+  case exec::CopyKind::loss_download:
+    return "RONDO_COPY_LOSS_DOWNLOAD";
+  }
+  return "?";
+}
+const char *streamName(exec::Stream s) {
+  switch (s) {
+  case exec::Stream::compute:
+    return "RONDO_STREAM_COMPUTE";
+  case exec::Stream::param_upload:
+    return "RONDO_STREAM_PARAM_UPLOAD";
+  case exec::Stream::act_upload:
+    return "RONDO_STREAM_ACT_UPLOAD";
+  case exec::Stream::download:
+    return "RONDO_STREAM_DOWNLOAD";
+  case exec::Stream::host:
+    return "RONDO_STREAM_HOST";
+  }
+  return "?";
+}
+std::string cIdent(StringRef name) {
+  std::string out;
+  for (char c : name)
+    out += llvm::isAlnum(c) ? c : '_';
+  return out;
+}
+} // namespace
+
+LogicalResult Emitter::emitProgram(exec::ProgramOp program,
+                                   const llvm::StringMap<unsigned> &paramIndex) {
+  std::string id = cIdent(program.getSymName());
+  Block &block = program.getBody().front();
+  // Buffers: the master weights are the trainer's, not the runtime's.
+  llvm::StringMap<int> bufferIndex;
+  std::string buffers;
+  llvm::raw_string_ostream bos(buffers);
+  int numBuffers = 0;
+  for (auto buf : block.getOps<exec::BufferOp>()) {
+    if (buf.getSymName() == exec::kParamsBuffer) {
+      bufferIndex[buf.getSymName()] = -1;
+      continue;
+    }
+    bufferIndex[buf.getSymName()] = numBuffers++;
+    bos << llvm::formatv("    {{\"{0}\", {1}, {2}, {3}, {4}},\n",
+                         buf.getSymName(),
+                         buf.getSpace() == exec::Space::worker
+                             ? "RONDO_SPACE_WORKER"
+                             : "RONDO_SPACE_HOST",
+                         buf.getSlots(), buf.getBytes(), buf.getOffset());
+  }
+  tablesOs << "const rondo_buffer_desc " << id << "_buffers[] = {\n"
+           << buffers << "};\n";
+
+  // Stages, their parameter pieces, and the gradient parts in the order
+  // the host sums them: by parameter, then by job.
+  llvm::StringMap<int> stageIndex;
+  SmallVector<exec::StageOp> stages(block.getOps<exec::StageOp>());
+  struct Part {
+    unsigned param;
+    int stage;
+    int64_t offset;
+  };
+  SmallVector<Part> parts;
+  for (auto [k, st] : llvm::enumerate(stages)) {
+    stageIndex[st.getSymName()] = k;
+    tablesOs << "const rondo_param_piece " << id << "_pieces" << k << "[] = {";
+    for (auto [name, off, size] : llvm::zip(
+             st.getParams(), st.getParamOffsets(), st.getParamSizes())) {
+      auto it = paramIndex.find(cast<StringAttr>(name).getValue());
+      if (it == paramIndex.end())
+        return st.emitOpError("reads parameter ")
+               << name << ", which @main does not have";
+      tablesOs << llvm::formatv("{{{0}, {1}, {2}}, ", it->second, off, size);
+    }
+    tablesOs << "{-1, 0, 0}};\n";
+    for (auto [name, off] : llvm::zip(st.getGrads(), st.getGradOffsets()))
+      parts.push_back({paramIndex.lookup(cast<StringAttr>(name).getValue()),
+                       int(k), st.getHostGradOffset() + off});
+  }
+  llvm::stable_sort(parts,
+                    [](const Part &a, const Part &b) { return a.param < b.param; });
+  tablesOs << "const rondo_stage_desc " << id << "_stages[] = {\n";
+  for (auto [k, st] : llvm::enumerate(stages))
+    tablesOs << llvm::formatv(
+        "    {{\"{0}\", {1}, {2}, {3}, {4}_pieces{5}, {6}, {7}, {8}, {9}, "
+        "{10}},\n",
+        st.getSymName(),
+        st.getKind() == exec::StageKind::forward ? "RONDO_STAGE_FORWARD"
+        : st.getKind() == exec::StageKind::tail  ? "RONDO_STAGE_TAIL"
+                                                 : "RONDO_STAGE_BACKWARD",
+        st.getFirstLayer(), st.getEndLayer(), id, k, st.getParams().size(),
+        st.getParamBytes(), st.getGradBytes(), st.getHostGradOffset(),
+        llvm::formatv("{0:e6}", st.getPredictedJobSeconds().convertToDouble()));
+  tablesOs << "};\n";
+  tablesOs << "const rondo_grad_part " << id << "_grads[] = {";
+  for (const Part &p : parts)
+    tablesOs << llvm::formatv("{{{0}, {1}, {2}}, ", p.param, p.stage,
+                              p.offset);
+  tablesOs << "{-1, -1, 0}};\n";
+  tablesOs << "const int32_t " << id << "_jobs[] = {";
+  for (auto [n, job] : llvm::enumerate(program.getJobs()))
+    tablesOs << (n ? ", " : "")
+             << stageIndex.lookup(cast<FlatSymbolRefAttr>(job).getValue());
+  tablesOs << "};\n";
+
+  // The issue function: one runtime call per op.
+  llvm::DenseMap<Value, int> eventId;
+  int numEvents = 0;
+  for (Operation &op : block)
+    if (op.getNumResults() == 1 && isa<exec::EventType>(op.getResult(0).getType()))
+      eventId[op.getResult(0)] = numEvents++;
+  auto yield = cast<exec::YieldOp>(block.getTerminator());
+  auto awaits = [&](ValueRange events) -> std::string {
+    if (events.empty())
+      return "nullptr, 0";
+    std::string list;
+    for (Value e : events) {
+      int idValue, previous = 0;
+      if (auto arg = dyn_cast<BlockArgument>(e)) {
+        idValue = eventId.lookup(yield.getOperand(arg.getArgNumber()));
+        previous = 1;
+      } else {
+        idValue = eventId.lookup(e);
+      }
+      list += llvm::formatv("{{{0}, {1}}, ", idValue, previous).str();
+    }
+    std::string name = "aw" + std::to_string(counter++);
+    issueOs << "  static const rondo_await " << name << "[] = {" << list
+            << "};\n";
+    return name + ", " + std::to_string(events.size());
+  };
+  auto refText = [&](exec::RefAttr r) {
+    return llvm::formatv("rondo_ref{{{0}, {1}, {2}, {3}}",
+                         bufferIndex.lookup(r.getBuffer().getValue()),
+                         r.getJob(), r.getSlot(), r.getOffset())
+        .str();
+  };
+  issueOs << "// " << program.getSymName() << ": one call per exec op.\n"
+          << "void " << id << "_issue(rondo_exec *x) {\n";
+  for (Operation &op : block) {
+    if (auto c = dyn_cast<exec::CopyOp>(op)) {
+      std::string aw = awaits(c.getAwaits());
+      issueOs << llvm::formatv(
+          "  rondo_exec_copy(x, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});\n",
+          eventId[c.getEvent()], copyKindName(c.getKind()),
+          streamName(c.getStream()), int64_t(c.getJob()), int64_t(c.getMb()),
+          refText(c.getSrc()), refText(c.getDst()), c.getSrc().getBytes(), aw);
+    } else if (auto f = dyn_cast<exec::FillZeroOp>(op)) {
+      std::string aw = awaits(f.getAwaits());
+      issueOs << llvm::formatv("  rondo_exec_fill_zero(x, {0}, {1}, {2}, {3}, "
+                               "{4});\n",
+                               eventId[f.getEvent()], int64_t(f.getJob()),
+                               refText(f.getDst()), f.getDst().getBytes(), aw);
+    } else if (auto l = dyn_cast<exec::LaunchOp>(op)) {
+      std::string aw = awaits(l.getAwaits());
+      auto stage = cast<exec::StageOp>(
+          program.lookupSymbol(l.getStageAttr().getAttr()));
+      std::string io = "io" + std::to_string(counter++);
+      issueOs << "  static const rondo_ref " << io << "[] = {";
+      unsigned count = 0;
+      for (auto list : {l.getInputs(), l.getOutputs(), l.getAccumulate()})
+        for (Attribute a : list) {
+          issueOs << (count ? ", " : "") << refText(cast<exec::RefAttr>(a));
+          ++count;
+        }
+      issueOs << "};\n";
+      issueOs << llvm::formatv(
+          "  rondo_exec_launch(x, {0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
+          eventId[l.getEvent()], int64_t(l.getJob()), int64_t(l.getMb()),
+          cIdent(stage.getFunction()), io, count, aw);
+    } else if (auto h = dyn_cast<exec::HostTaskOp>(op)) {
+      std::string aw = awaits(h.getAwaits());
+      issueOs << llvm::formatv(
+          "  rondo_exec_host_task(x, {0}, {1}, {2}, {3});\n",
+          eventId[h.getEvent()],
+          h.getKind() == exec::HostTaskKind::load_batch
+              ? "RONDO_TASK_LOAD_BATCH"
+              : "RONDO_TASK_OPTIMIZER",
+          h.getStageAttr() ? stageIndex.lookup(h.getStageAttr().getValue())
+                           : -1,
+          aw);
+    } else if (isa<exec::BarrierOp>(op)) {
+      issueOs << "  rondo_exec_barrier(x);\n";
+    }
+  }
+  issueOs << "}\n\n";
+
+  auto bufferOr = [&](StringRef name) {
+    auto it = bufferIndex.find(name);
+    return it == bufferIndex.end() ? -1 : it->second;
+  };
+  programsOs << llvm::formatv(
+      "    {{\"{0}\", \"{1}\", {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
+      "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
+      "{16}, {17}, {18}, {7}_issue},\n",
+      program.getSymName(), program.getOptimizer(), program.getWorkers(),
+      program.getMicrobatches(), program.getRowsPerMicrobatch(),
+      program.getFirstWorker(), program.getNumJobs(), id, stages.size(),
+      numBuffers,
+      program->getAttrOfType<IntegerAttr>("worker_arena_bytes").getInt(),
+      program->getAttrOfType<IntegerAttr>("host_pool_bytes").getInt(),
+      parts.size(), bufferOr(exec::kHostIdsBuffer),
+      bufferOr(exec::kHostLabelsBuffer), bufferOr(exec::kHostLossBuffer),
+      bufferOr(exec::kHostGradsBuffer), numEvents,
+      llvm::formatv("{0:e6}",
+                    program.getPredictedStepSeconds().convertToDouble()));
+  return success();
+}
+
+LogicalResult Emitter::run() {
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    return module.emitError("no @main function to emit");
+  if (func.getNumResults() == 0 || !func.getResultAttr(0, kResultNameAttr))
+    return func.emitError(
+        "emit a differentiated training function (run the train phase)");
+  SmallVector<exec::ProgramOp> programs(module.getOps<exec::ProgramOp>());
+  if (programs.empty())
+    return module.emitError("no exec.program to emit: plan the model "
+                            "(--workers) and lower it (--emit=exec) first");
+
+  // The parameter table, in @main's order.
+  struct ParamInfo {
+    std::string name, torchName;
+    SmallVector<int64_t> dims;
+    bool trainable;
+  };
+  SmallVector<ParamInfo> params;
+  llvm::StringMap<unsigned> paramIndex;
+  std::string inputName;
+  int64_t seq = 0, vocab = 0;
+  Value ids;
+  for (unsigned k = 0; k < func.getNumArguments(); ++k) {
+    Value arg = func.getArgument(k);
+    auto t = cast<RankedTensorType>(arg.getType());
+    if (auto name = func.getArgAttrOfType<StringAttr>(k, kParamAttr)) {
+      auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
+      paramIndex[name.getValue()] = params.size();
+      params.push_back({name.str(), torch ? torch.str() : "",
+                        SmallVector<int64_t>(t.getShape()),
+                        func.getArgAttr(k, kTrainableAttr) != nullptr});
+    } else if (auto in = func.getArgAttrOfType<StringAttr>(k, kInputAttr)) {
+      if (!t.getElementType().isInteger(64) || t.getRank() != 2)
+        return func.emitError(
+                   "the trainer takes one int64 [batch, seq] token input; '")
+               << in.getValue() << "' is " << t;
+      inputName = in.str();
+      seq = t.getDimSize(1);
+      ids = arg;
+    } else if (!func.getArgAttr(k, kLabelsAttr) &&
+               !func.getArgAttr(k, kLossScaleAttr)) {
+      return func.emitError("argument ")
+             << k << " has no role the trainer can supply";
+    }
+  }
+  if (inputName.empty())
+    return func.emitError("the training function has no token input");
+  func.walk([&](GatherOp g) {
+    if (g.getIds() == ids)
+      vocab = cast<RankedTensorType>(g.getTable().getType()).getDimSize(0);
+  });
+  int64_t globalBatch = programs.front().getMicrobatches() *
+                        programs.front().getRowsPerMicrobatch();
+  for (exec::ProgramOp p : programs)
+    if (p.getMicrobatches() * p.getRowsPerMicrobatch() != globalBatch)
+      return p.emitOpError("runs ")
+             << p.getMicrobatches() * p.getRowsPerMicrobatch()
+             << " rows per step, another program " << globalBatch;
+
+  llvm::StringSet<> emitted;
+  for (exec::ProgramOp p : programs)
+    for (auto st : p.getBody().getOps<exec::StageOp>()) {
+      StringRef fnName = st.getFunction();
+      if (!emitted.insert(fnName).second)
+        continue;
+      auto fn = module.lookupSymbol<func::FuncOp>(fnName);
+      if (!fn)
+        return st.emitOpError("names missing function @") << fnName;
+      if (failed(emitStageFunction(fn, cIdent(fnName))))
+        return failure();
+    }
+  for (exec::ProgramOp p : programs)
+    if (failed(emitProgram(p, paramIndex)))
+      return failure();
+
   auto lossKind = module->getAttrOfType<StringAttr>("tg.loss");
   bool causal = !lossKind || lossKind.getValue() == "causal-lm";
-
   os << "// Generated by rondo-compile from " << opts.modelPath
      << ". Do not edit.\n"
-     << "// One call per tg op of the training function (rondo-compile "
-        "--emit=train).\n"
-     << "#include \"Kernels.h\"\n#include \"rondo/runtime/Trainer.h\"\n\n"
+     << "// Stage functions call runtime/kernels/cpu (one call per tg op of "
+        "the stage);\n"
+     << "// issue functions make one runtime call per exec op "
+        "(rondo-compile --emit=exec).\n"
+     << "#include \"Kernels.h\"\n#include \"rondo/runtime/Exec.h\"\n"
+     << "#include \"rondo/runtime/Trainer.h\"\n\n"
      << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include "
-        "<cstdlib>\n"
+        "<cstdlib>\n#include <cstring>\n"
      << "#include <vector>\n\n"
      << "namespace {\nusing namespace rondo::cpu;\n\n"
      << "[[noreturn]] void labelError() {\n"
@@ -575,20 +869,8 @@ LogicalResult Emitter::run() {
         "xShape[d];\n"
      << "    }\n    out[k] = x[src];\n  }\n}\n\n"
      << globals << "\n"
-     << "rondo::rt::StepResult step(const rondo::rt::StepArgs &args) {\n"
-     << "  const float lossScale[1] = {args.lossScale};\n"
-     << bodyText << "  rondo::rt::StepResult result;\n"
-     << "  result.lossSum = " << ptr(ret.getOperand(0)) << "[0];\n";
-  if (causal)
-    os << "  result.lossCount = 0;\n"
-       << llvm::formatv(
-              "  for (int64_t b = 0; b < {0}; ++b)\n"
-              "    for (int64_t t = 1; t < {1}; ++t)\n"
-              "      result.lossCount += args.labels[b * {1} + t] != -100;\n",
-              batch, seq);
-  else
-    os << "  result.lossCount = 1;\n";
-  os << "  return result;\n}\n\n";
+     << functions << tables << "\n"
+     << issueText;
   os << "const rondo::rt::ParamSpec kParams[] = {\n";
   for (const ParamInfo &p : params) {
     os << "    {\"" << p.name << "\", \"" << p.torchName << "\", "
@@ -601,12 +883,15 @@ LogicalResult Emitter::run() {
   std::string modelPath = opts.modelPath;
   os << "const rondo::rt::ModelSpec kModel = {\n"
      << "    \"" << llvm::StringRef(modelPath) << "\", \"" << inputName
-     << "\", " << batch << ", " << seq << ", " << vocab << ",\n"
+     << "\", " << globalBatch << ", " << seq << ", " << vocab << ",\n"
      << "    rondo::rt::LossKind::" << (causal ? "CausalLM" : "GraphOutput")
-     << ", kParams, " << params.size() << "};\n"
+     << ", kParams, " << params.size() << "};\n\n"
+     << "const rondo_program kPrograms[] = {\n"
+     << programsText << "};\n"
      << "} // namespace\n\n"
      << "int main(int argc, char **argv) {\n"
-     << "  return rondo::rt::trainerMain(argc, argv, kModel, step);\n}\n";
+     << "  return rondo::rt::trainerMain(argc, argv, kModel, kPrograms, "
+     << programs.size() << ");\n}\n";
   return success();
 }
 } // namespace
