@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 using namespace rondo;
@@ -358,6 +359,26 @@ TEST_F(PipelineTest, TraceShowsRotationAndTransfers) {
         }
     }
   }
+}
+
+TEST_F(PipelineTest, PlanVsTraceSetsThemSideBySide) {
+  if (::access("/usr/bin/python3", X_OK) != 0)
+    GTEST_SKIP() << "no /usr/bin/python3";
+  std::string trace = dir + "/trace.json", table = dir + "/table.txt";
+  RunResult r = run({"--data", dataPath, "--steps", "3", "--workers", "2",
+                     "--trace", trace});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string command = std::string("/usr/bin/python3 ") + RONDO_SCRIPTS_DIR +
+                        "/plan-vs-trace.py '" + trace + "' > '" + table + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::string text = readText(table);
+  EXPECT_THAT(text, HasSubstr("plan exec_w2_overlap (overlap optimizer): 2 "
+                              "workers, 4 microbatches of 2 rows"));
+  EXPECT_THAT(text, HasSubstr("measured over steps 1, 2"));
+  for (const char *row : {"F0     forward", "T      tail", "B1     backward",
+                          "first to last op", "interval"})
+    EXPECT_THAT(text, HasSubstr(row));
+  EXPECT_THAT(text, HasSubstr("1.500")); // B1's predicted milliseconds.
 }
 
 TEST_F(PipelineTest, ResumeIsBitwise) {
