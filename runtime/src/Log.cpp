@@ -8,6 +8,7 @@
 
 #include "rondo/runtime/Error.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -39,9 +40,10 @@ std::string formatDuration(double seconds) {
 }
 
 std::string progressLine(const StepRecord &r, int64_t totalSteps,
-                         double elapsedSeconds) {
+                         double elapsedSeconds, int64_t firstStep) {
   int64_t done = r.step + 1;
-  double eta = elapsedSeconds / double(done) * double(totalSteps - done);
+  double eta = elapsedSeconds / double(std::max<int64_t>(1, done - firstStep)) *
+               double(totalSteps - done);
   double tokensPerSecond = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
   char buffer[256];
   std::snprintf(buffer, sizeof(buffer),

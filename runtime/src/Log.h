@@ -30,9 +30,10 @@ std::string jsonNumber(double value);
 /// "H:MM:SS" (or "M:SS" under an hour).
 std::string formatDuration(double seconds);
 
-/// The human progress line of a step.
+/// The human progress line of a step; `firstStep` is where this run
+/// started (a resumed run), for the ETA.
 std::string progressLine(const StepRecord &record, int64_t totalSteps,
-                         double elapsedSeconds);
+                         double elapsedSeconds, int64_t firstStep = 0);
 
 /// One JSON object per line, flushed after every step so tools can follow
 /// a running job.

@@ -140,6 +140,8 @@ private:
   /// Rows [first, first + rowsPerStep) mod rows of `source` into the batch.
   void gatherRows(const TokenMatrix &source, const TokenMatrix *sourceLabels,
                   uint64_t first);
+  /// The first data row of `step`.
+  uint64_t firstRow(int64_t step) const;
   int64_t countTargets() const;
   float lossScaleFor(int64_t count, int64_t microbatches) const;
   double lrAt(int64_t step) const {
@@ -182,6 +184,8 @@ private:
   std::unique_ptr<TokenMatrix> labels;
   std::unique_ptr<TokenMatrix> evalData;
   int64_t rowsPerStep = 0;
+  int64_t cursorStep = 0; ///< Step of the checkpoint resumed from (or 0),
+  uint64_t cursorRow = 0; ///< and its data cursor.
   std::vector<int64_t> batchIds; ///< [rowsPerStep, seqLen] of this step.
   std::vector<int64_t> batchLabels;
 
@@ -359,6 +363,15 @@ uint64_t firstRowOf(int64_t step, int64_t rowsPerStep, int64_t numRows) {
   return (uint64_t(step) % rows) * (uint64_t(rowsPerStep) % rows) % rows;
 }
 
+uint64_t Trainer::firstRow(int64_t step) const {
+  // The data cursor of the checkpoint the run resumed from, advanced by the
+  // steps since; the same rows as an uninterrupted run on the same data.
+  const uint64_t rows = uint64_t(data->rows());
+  return (cursorRow % rows +
+          firstRowOf(step - cursorStep, rowsPerStep, data->rows())) %
+         rows;
+}
+
 int64_t Trainer::countTargets() const {
   const int64_t seq = model.seqLen;
   int64_t count = 0;
@@ -396,7 +409,7 @@ void Trainer::update(const std::vector<int> &which, int64_t step) {
 double Trainer::runStepLocal(int64_t step, StepRecord &record) {
   for (const GradTensor &g : trainableGrads)
     parallelZero(g.data, g.numel);
-  gatherRows(*data, labels.get(), firstRowOf(step, rowsPerStep, data->rows()));
+  gatherRows(*data, labels.get(), firstRow(step));
 
   const int64_t seq = model.seqLen, K = opts.gradAccum;
   const bool causal = model.loss == LossKind::CausalLM;
@@ -533,7 +546,7 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   // The data thread may still read the previous batch.
   exec->drainData();
   exec->checkError();
-  gatherRows(*data, labels.get(), firstRowOf(step, rowsPerStep, data->rows()));
+  gatherRows(*data, labels.get(), firstRow(step));
   const bool causal = model.loss == LossKind::CausalLM;
   const int64_t count = causal ? countTargets() : 0;
   dumpNow = step == 0 && !opts.dumpGradients.empty();
@@ -633,7 +646,7 @@ void Trainer::saveCheckpoint(int64_t stepsDone) {
   drain();
   CheckpointMeta meta;
   meta.step = stepsDone;
-  meta.dataCursor = firstRowOf(stepsDone, rowsPerStep, data->rows());
+  meta.dataCursor = firstRow(stepsDone);
   meta.rngState = rngStateOf(opts);
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
@@ -660,12 +673,8 @@ int64_t Trainer::resume() {
   }
   CheckpointMeta meta =
       readLatestCheckpoint(opts.checkpointDir, checkpointTensors());
-  if (meta.dataCursor != firstRowOf(meta.step, rowsPerStep, data->rows()))
-    throw Error(opts.checkpointDir + ": the checkpoint's data cursor (row " +
-                std::to_string(meta.dataCursor) + ") does not match step " +
-                std::to_string(meta.step) + " of " + opts.data + " with " +
-                std::to_string(rowsPerStep) +
-                " rows per step; resume with the same data and batch");
+  cursorStep = meta.step;
+  cursorRow = meta.dataCursor;
   say("rondo: resuming from step " + std::to_string(meta.step) + " (" +
       opts.checkpointDir + ", " + meta.program + ")");
   return meta.step;
@@ -791,9 +800,7 @@ int Trainer::run() {
     double elapsed = std::chrono::duration<double>(stepEnd - start).count();
     if (jsonLog)
       jsonLog->write(record);
-    StepRecord shown = record;
-    shown.step = s - firstStep;
-    say(progressLine(shown, opts.steps - firstStep, elapsed));
+    say(progressLine(record, opts.steps, elapsed, firstStep));
     if (!std::isfinite(lastLoss) && !warnedNonFinite) {
       std::fprintf(stderr, "rondo: warning: step %lld has a non-finite loss\n",
                    (long long)s);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -591,25 +592,7 @@ void HostExec::run(Stream &s) {
     if (!error.empty()) {
       if (!failed) {
         failed = true;
-        const char *kind =
-            op.op == TraceRecord::Launch ? "launch"
-            : op.op == TraceRecord::Task
-                ? (op.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
-                                                        : "optimizer task")
-            : op.op == TraceRecord::Fill ? "fill_zero"
-                                         : copyKindName(op.copyKind);
-        std::string where =
-            std::string(kind) + " of step " + std::to_string(op.tag.step);
-        if (op.job >= 0)
-          where += ", job " + std::to_string(op.job);
-        if (op.stage >= 0)
-          where +=
-              " (stage " + std::string(program.stages[op.stage].name) + ")";
-        if (op.microbatch >= 0)
-          where += ", microbatch " + std::to_string(op.microbatch);
-        if (op.worker >= 0)
-          where += ", worker " + std::to_string(op.worker);
-        failure = where + ": " + error;
+        failure = describeOp(op) + ": " + error;
       }
     } else {
       if (op.event >= 0)
@@ -691,12 +674,32 @@ void HostExec::gatherParams(int32_t stage, int64_t offset, int64_t bytes,
     std::memset(dst + (pos - offset), 0, size_t(end - pos));
 }
 
-void HostExec::barrier() {
-  std::unique_lock<std::mutex> lock(mu);
+std::string HostExec::describeOp(const Op &op) const {
+  const char *kind =
+      op.op == TraceRecord::Launch ? "launch"
+      : op.op == TraceRecord::Task
+          ? (op.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
+                                                  : "optimizer task")
+      : op.op == TraceRecord::Fill ? "fill_zero"
+                                   : copyKindName(op.copyKind);
+  std::string s = std::string(kind) + " of step " + std::to_string(op.tag.step);
+  if (op.job >= 0)
+    s += ", job " + std::to_string(op.job);
+  if (op.stage >= 0)
+    s += " (stage " + std::string(program.stages[op.stage].name) + ")";
+  if (op.microbatch >= 0)
+    s += ", microbatch " + std::to_string(op.microbatch);
+  if (op.worker >= 0)
+    s += ", worker " + std::to_string(op.worker);
+  return s;
+}
+
+void HostExec::waitFor(std::unique_lock<std::mutex> &lock,
+                       const std::function<bool()> &done) {
   while (!cv.wait_for(lock, std::chrono::milliseconds(200),
-                      [&] { return failed || pendingWorker == 0; })) {
-    // Nothing runs and nothing can start: an await that no op of this or
-    // the previous step completes. A compiler bug; say which op waits.
+                      [&] { return failed || done(); })) {
+    // Nothing runs and nothing can start: an await that no op issued so far
+    // completes. A compiler bug; say which op waits for what.
     bool progress = false;
     const Stream *blocked = nullptr;
     for (const auto &s : streams) {
@@ -709,33 +712,33 @@ void HostExec::barrier() {
       continue;
     const Op &op = blocked->queue.front();
     std::string message =
-        "exec: deadlock in step " + std::to_string(op.tag.step) +
-        ": the op of job " + std::to_string(op.job) + ", microbatch " +
-        std::to_string(op.microbatch) + " on " +
-        (blocked->worker >= 0 ? "worker " + std::to_string(blocked->worker)
-                              : std::string("the host")) +
-        ", stream " + std::to_string(blocked->role) + " waits for";
+        "exec: deadlock: the " + describeOp(op) + " waits for";
     for (const Wait &w : op.waits)
       if (generation[size_t(w.event)] < w.generation)
         message += " event " + std::to_string(w.event) + " (generation " +
-                   std::to_string(w.generation) + ", has " +
+                   std::to_string(w.generation) + ", completed up to " +
                    std::to_string(generation[size_t(w.event)]) + ")";
+    message += ", which no issued op completes";
     failed = true;
     failure = message;
     cv.notify_all();
-    break;
+    return;
   }
+}
+
+void HostExec::barrier() {
+  std::unique_lock<std::mutex> lock(mu);
+  waitFor(lock, [&] { return pendingWorker == 0; });
 }
 
 void HostExec::drainHost() {
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock,
-          [&] { return failed || (pendingHost == 0 && pendingData == 0); });
+  waitFor(lock, [&] { return pendingHost == 0 && pendingData == 0; });
 }
 
 void HostExec::drainData() {
   std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return failed || pendingData == 0; });
+  waitFor(lock, [&] { return pendingData == 0; });
 }
 
 void HostExec::checkError() {

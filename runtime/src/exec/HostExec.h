@@ -38,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -219,6 +220,11 @@ private:
   void gatherParams(int32_t stage, int64_t offset, int64_t bytes,
                     char *dst) const;
   bool ready(const Op &op) const;
+  std::string describeOp(const Op &op) const;
+  /// Waits under `lock` until `done` or a failure; a state in which no op
+  /// runs or can start is a deadlock and fails the executor.
+  void waitFor(std::unique_lock<std::mutex> &lock,
+               const std::function<bool()> &done);
   int32_t internalEvent(int32_t stage) const {
     return program.numEvents + 1 + stage;
   }

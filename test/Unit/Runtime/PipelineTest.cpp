@@ -137,6 +137,8 @@ protected:
         toy::toyPipelineFailAtLaunch(failAtLaunch);
       if (badCopyStep >= 0)
         toy::toyPipelineBadCopyAtStep(badCopyStep);
+      if (deadlockStep >= 0)
+        toy::toyPipelineDeadlockAtStep(deadlockStep);
       rc = trainerMain(int(args.size()), argv.data(), *p.model,
                        p.programs.data(), int(p.programs.size()));
     }
@@ -175,6 +177,7 @@ protected:
   std::string dir, modelPath, dataPath;
   int failAtLaunch = 0;
   int64_t badCopyStep = -1;
+  int64_t deadlockStep = -1;
 };
 
 TEST_F(PipelineTest, SameBitsForAnyWorkerCountAndOptimizerMode) {
@@ -365,8 +368,8 @@ TEST_F(PipelineTest, PlanVsTraceSetsThemSideBySide) {
   if (::access("/usr/bin/python3", X_OK) != 0)
     GTEST_SKIP() << "no /usr/bin/python3";
   std::string trace = dir + "/trace.json", table = dir + "/table.txt";
-  RunResult r = run({"--data", dataPath, "--steps", "3", "--workers", "2",
-                     "--trace", trace});
+  RunResult r = run(
+      {"--data", dataPath, "--steps", "3", "--workers", "2", "--trace", trace});
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string command = std::string("/usr/bin/python3 ") + RONDO_SCRIPTS_DIR +
                         "/plan-vs-trace.py '" + trace + "' > '" + table + "'";
@@ -461,6 +464,16 @@ TEST_F(PipelineTest, OutOfBoundsRefNamesTheBufferAndOp) {
                                "microbatch 3"));
   EXPECT_THAT(r.err, HasSubstr("buffer 'ckpt'"));
   EXPECT_THAT(r.err, HasSubstr("is outside the buffer"));
+}
+
+TEST_F(PipelineTest, AwaitThatNothingCompletesIsReportedNotAHang) {
+  deadlockStep = 1;
+  RunResult r = run({"--data", dataPath, "--steps", "3", "--workers", "3",
+                     "--optimizer-mode=overlap"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("exec: deadlock: the launch of step 1, job 2 "
+                               "(stage B1), microbatch 0"));
+  EXPECT_THAT(r.err, HasSubstr("which no issued op completes"));
 }
 
 TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {

@@ -25,6 +25,7 @@ int64_t gT = 0;
 std::atomic<int> gLaunches{0};
 int gFailAt = 0;
 int64_t gBadCopyStep = -1;
+int64_t gDeadlockStep = -1;
 int64_t gIssued = 0;
 
 // Stage images.
@@ -294,8 +295,11 @@ void issue(rondo_exec *x, bool overlap) {
          w(WDh, 1, m), w(WDhIn, 2, m), act, {now(ev(ML1, m))});
     rondo_ref io[] = {w(WParams, 2, 2), w(WIds, 2, 2 * gM + m), w(WDhIn, 2, m),
                       w(WGrads, 2, 2)};
-    rondo_await a[] = {now(EPu2), now(EZ2), now(ev(MRl, m)), now(ev(MH2, m))};
-    rondo_exec_launch(x, ev(ML2, m), 2, m, stageB1, io, 4, a, 4);
+    rondo_await a[] = {now(EPu2), now(EZ2), now(ev(MRl, m)), now(ev(MH2, m)),
+                       now(EOptAll)};
+    // The sync task's event never completes in overlap mode.
+    const bool hang = step == gDeadlockStep && m == 0;
+    rondo_exec_launch(x, ev(ML2, m), 2, m, stageB1, io, 4, a, hang ? 5 : 4);
   }
   copy(EGd2, RONDO_COPY_GRAD_DOWNLOAD, RONDO_STREAM_DOWNLOAD, 2, -1,
        w(WGrads, 2, 2), host(HGrads, 0, gStages[2].gradOffset), kB1GradBytes,
@@ -328,6 +332,7 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gFailAt = 0;
   gLaunches = 0;
   gBadCopyStep = -1;
+  gDeadlockStep = -1;
   gIssued = 0;
   layout();
   gPipeline.model = &toyModel(int64_t(microbatches) * rows, seqLen,
@@ -371,6 +376,8 @@ void toyPipelineFailAtLaunch(int n) {
 }
 
 void toyPipelineBadCopyAtStep(int64_t step) { gBadCopyStep = step; }
+
+void toyPipelineDeadlockAtStep(int64_t step) { gDeadlockStep = step; }
 
 int64_t toyStageParamBytes(int stage) { return gStages[stage].paramBytes; }
 int64_t toyStageGradBytes(int stage) { return gStages[stage].gradBytes; }

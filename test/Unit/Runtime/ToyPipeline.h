@@ -47,6 +47,10 @@ void toyPipelineFailAtLaunch(int n);
 /// (-1: never).
 void toyPipelineBadCopyAtStep(int64_t step);
 
+/// Makes B1's first launch in step `step` await an event that no op of the
+/// overlap programs completes (-1: never).
+void toyPipelineDeadlockAtStep(int64_t step);
+
 /// Stage indices and parameter image sizes, for trace checks.
 enum : int { kStageF0 = 0, kStageT = 1, kStageB1 = 2 };
 int64_t toyStageParamBytes(int stage);
