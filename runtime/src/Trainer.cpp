@@ -461,11 +461,25 @@ double Trainer::runStepLocal(int64_t step, StepRecord &record) {
   return loss;
 }
 
+/// Byte distance between microbatch m and m + 1 in a host buffer: its
+/// slots when it has one per microbatch, else packed.
+int64_t microbatchStride(const rondo_program &p, int32_t buffer,
+                         int64_t packed) {
+  const rondo_buffer_desc &d = p.buffers[buffer];
+  return d.count >= p.microbatches && d.bytes >= packed ? d.bytes : packed;
+}
+
 void Trainer::loadBatch(const StepTag &) {
-  const size_t bytes = batchIds.size() * sizeof(int64_t);
-  std::memcpy(exec->hostBuffer(program->idsBuffer), batchIds.data(), bytes);
-  std::memcpy(exec->hostBuffer(program->labelsBuffer), batchLabels.data(),
-              bytes);
+  const int64_t rows = program->rowsPerMicrobatch * model.seqLen;
+  const int64_t bytes = rows * int64_t(sizeof(int64_t));
+  for (auto [buffer, source] :
+       {std::pair(program->idsBuffer, &batchIds),
+        std::pair(program->labelsBuffer, &batchLabels)}) {
+    char *base = exec->hostBuffer(buffer);
+    const int64_t stride = microbatchStride(*program, buffer, bytes);
+    for (int32_t m = 0; m < program->microbatches; ++m)
+      std::memcpy(base + m * stride, source->data() + m * rows, size_t(bytes));
+  }
 }
 
 void Trainer::prepareGrad(int q, float *sum) {
@@ -521,11 +535,15 @@ double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   program->issue(exec.get());
   exec->barrier();
   exec->checkError();
-  const float *losses =
-      reinterpret_cast<const float *>(exec->hostBuffer(program->lossBuffer));
+  const char *losses = exec->hostBuffer(program->lossBuffer);
+  const int64_t stride =
+      microbatchStride(*program, program->lossBuffer, sizeof(float));
   double sum = 0;
-  for (int32_t m = 0; m < program->microbatches; ++m)
-    sum += double(losses[m]);
+  for (int32_t m = 0; m < program->microbatches; ++m) {
+    float loss;
+    std::memcpy(&loss, losses + m * stride, sizeof(float));
+    sum += double(loss);
+  }
   return sum;
 }
 

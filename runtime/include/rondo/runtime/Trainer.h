@@ -1,14 +1,15 @@
-//===- Trainer.h - The contract between emitted code and the trainer -*- C++
-//-*-===//
+//===- Trainer.h - The contract with emitted code -------------*- C++ -*-===//
 //
 // Part of the Rondo project.
 //
 //===----------------------------------------------------------------------===//
 //
 // `rondo-compile -o trainer` emits a C++ file that describes the model
-// (parameters, shapes, which are trainable) and one function that runs
-// forward + loss + backward for one microbatch by calling the kernels in
-// runtime/kernels. Everything else a training run needs -- the command line,
+// (parameters, shapes, which are trainable) and either one function that
+// runs forward + loss + backward for one microbatch by calling the kernels
+// in runtime/kernels (StepFn), or the pipelined programs of Exec.h (stage
+// functions, tables, one `issue` function per worker count and optimizer
+// mode). Everything else a training run needs -- the command line,
 // data loading, weight loading, AdamW, schedules, clipping, logging,
 // gradient dumps -- lives here, in the runtime library, so it is written and
 // tested once.
