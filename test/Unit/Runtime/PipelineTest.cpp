@@ -118,6 +118,7 @@ protected:
   /// Runs the pipelined toy (or, with `single`, the StepFn toy on the
   /// global batch) with `args`.
   RunResult run(std::vector<std::string> args, bool single = false) {
+    const LossKind loss = lossKind;
     args.insert(args.begin(), "toy-pipeline");
     std::vector<char *> argv;
     for (std::string &a : args)
@@ -127,12 +128,11 @@ protected:
     ::testing::internal::CaptureStderr();
     int rc;
     if (single) {
-      const ModelSpec &spec =
-          toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+      const ModelSpec &spec = toy::toyModel(kBatch, kSeq, loss, modelPath);
       rc = trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
     } else {
       const toy::ToyPipeline &p =
-          toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+          toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath, loss);
       if (failAtLaunch)
         toy::toyPipelineFailAtLaunch(failAtLaunch);
       if (badCopyStep >= 0)
@@ -178,6 +178,7 @@ protected:
   int failAtLaunch = 0;
   int64_t badCopyStep = -1;
   int64_t deadlockStep = -1;
+  LossKind lossKind = LossKind::CausalLM;
 };
 
 TEST_F(PipelineTest, SameBitsForAnyWorkerCountAndOptimizerMode) {
@@ -210,6 +211,21 @@ TEST_F(PipelineTest, MatchesTheSingleProcessStep) {
     for (size_t e = 0; e < single.weights[i].size(); ++e)
       EXPECT_NEAR(piped.weights[i][e], single.weights[i][e], 1e-4)
           << "param " << i << " element " << e;
+}
+
+TEST_F(PipelineTest, GraphOutputLossIsTheMeanOverMicrobatches) {
+  // Every microbatch has the same number of targets, so the mean of the
+  // microbatch means is the single-process trainer's batch mean.
+  lossKind = LossKind::GraphOutput;
+  Trained single = train("single", {}, /*single=*/true);
+  Trained piped = train("piped", {"--workers=3", "--optimizer-mode=sync"});
+  Trained overlap = train("overlap", {"--workers=2"});
+  ASSERT_EQ(single.losses.size(), piped.losses.size());
+  for (size_t s = 0; s < single.losses.size(); ++s)
+    EXPECT_NEAR(piped.losses[s], single.losses[s], 1e-6 * single.losses[s])
+        << "step " << s;
+  EXPECT_TRUE(sameBits(piped.losses, overlap.losses));
+  EXPECT_EQ(piped.weights, overlap.weights);
 }
 
 TEST_F(PipelineTest, DefaultsAndPlanErrors) {

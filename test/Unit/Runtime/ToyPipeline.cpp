@@ -22,6 +22,7 @@ constexpr int64_t kF = sizeof(float);
 
 int32_t gM = 0, gR = 0;
 int64_t gT = 0;
+bool gGraphLoss = false;
 std::atomic<int> gLaunches{0};
 int gFailAt = 0;
 int64_t gBadCopyStep = -1;
@@ -132,6 +133,15 @@ void stageT(void *const *io, float lossScale) {
   float *dh = static_cast<float *>(io[4]);
   float *gProj = static_cast<float *>(io[5]) + V * D;
   float *gBias = gProj + D * V;
+  // GraphOutput: the graph's loss is the microbatch's mean, so its gradient
+  // carries 1/count besides the runtime's scale (1/M).
+  int64_t count = 0;
+  for (int64_t b = 0; b < gR; ++b)
+    for (int64_t t = 0; t + 1 < gT; ++t)
+      count += labels[b * gT + t + 1] != -100;
+  const double scale = gGraphLoss
+                           ? (count ? double(lossScale) / double(count) : 0.0)
+                           : double(lossScale);
   double lossSum = 0;
   std::vector<double> logits(V), dl(V);
   std::fill(dh, dh + gR * gT * D, 0.0f);
@@ -155,8 +165,7 @@ void stageT(void *const *io, float lossScale) {
       const double lse = maxLogit + std::log(sumExp);
       lossSum += lse - logits[y];
       for (int64_t v = 0; v < V; ++v)
-        dl[v] = (std::exp(logits[v] - lse) - (v == y ? 1.0 : 0.0)) *
-                double(lossScale);
+        dl[v] = (std::exp(logits[v] - lse) - (v == y ? 1.0 : 0.0)) * scale;
       for (int64_t v = 0; v < V; ++v)
         gBias[v] += float(dl[v]);
       for (int64_t d = 0; d < D; ++d) {
@@ -168,7 +177,7 @@ void stageT(void *const *io, float lossScale) {
         dh[(b * gT + t) * D + d] = float(acc);
       }
     }
-  *loss = float(lossSum);
+  *loss = float(gGraphLoss ? (count ? lossSum / double(count) : 0.0) : lossSum);
 }
 
 void stageB1(void *const *io, float) {
@@ -325,7 +334,9 @@ const char *const kNames[3][2] = {{"exec_w1_sync", "exec_w1_overlap"},
 } // namespace
 
 const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
-                               int64_t seqLen, const std::string &modelPath) {
+                               int64_t seqLen, const std::string &modelPath,
+                               rt::LossKind loss) {
+  gGraphLoss = loss == rt::LossKind::GraphOutput;
   gM = microbatches;
   gR = rows;
   gT = seqLen;
@@ -335,8 +346,8 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gDeadlockStep = -1;
   gIssued = 0;
   layout();
-  gPipeline.model = &toyModel(int64_t(microbatches) * rows, seqLen,
-                              rt::LossKind::CausalLM, modelPath);
+  gPipeline.model =
+      &toyModel(int64_t(microbatches) * rows, seqLen, loss, modelPath);
   gPipeline.programs.clear();
   for (int32_t workers = 1; workers <= 3; ++workers)
     for (int overlap = 0; overlap < 2; ++overlap) {

@@ -37,9 +37,11 @@ struct ToyPipeline {
 };
 
 /// Configures the pipelined toy: `microbatches` x `rows` rows of `seqLen`
-/// tokens per step, CausalLM. Valid until the next call.
+/// tokens per step. With LossKind::GraphOutput the tail outputs each
+/// microbatch's mean loss. Valid until the next call.
 const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
-                               int64_t seqLen, const std::string &modelPath);
+                               int64_t seqLen, const std::string &modelPath,
+                               rt::LossKind loss = rt::LossKind::CausalLM);
 
 /// Makes F0 throw on its `n`-th launch (counting from 1; 0: never).
 void toyPipelineFailAtLaunch(int n);
