@@ -304,25 +304,36 @@ std::string HostExec::describe(const char *op, int32_t job,
   return s;
 }
 
+std::string HostExec::Site::text() const {
+  std::string s = exec->describe(op, job, microbatch);
+  if (detail)
+    s += std::string(", ") + detail;
+  if (operandIndex >= 0)
+    s += ", operand " + std::to_string(operandIndex);
+  return s;
+}
+
 char *HostExec::resolve(const rondo_ref &ref, int64_t bytes, bool exact,
-                        const std::string &what) {
+                        const Site &what) {
   if (ref.buffer < 0 || ref.buffer >= program.numBuffers)
-    throw Error("exec: " + what + ": no buffer " + std::to_string(ref.buffer));
+    throw Error("exec: " + what.text() + ": no buffer " +
+                std::to_string(ref.buffer));
   const rondo_buffer_desc &d = program.buffers[ref.buffer];
-  const std::string where = "buffer '" + std::string(d.name ? d.name : "?") +
-                            "' (job " + std::to_string(ref.job) + ", slot " +
-                            std::to_string(ref.slot) + ", offset " +
-                            std::to_string(ref.offset) + ", " +
-                            std::to_string(bytes) + " bytes)";
+  auto where = [&] {
+    return "buffer '" + std::string(d.name ? d.name : "?") + "' (job " +
+           std::to_string(ref.job) + ", slot " + std::to_string(ref.slot) +
+           ", offset " + std::to_string(ref.offset) + ", " +
+           std::to_string(bytes) + " bytes)";
+  };
   char *base;
   if (d.space == RONDO_SPACE_HOST) {
     if (ref.job != -1)
-      throw Error("exec: " + what + ": " + where +
+      throw Error("exec: " + what.text() + ": " + where() +
                   " is a host buffer, its ref must have job -1");
     base = hostPool;
   } else {
     if (ref.job < 0 || ref.job >= program.numJobs)
-      throw Error("exec: " + what + ": " + where + " names no job");
+      throw Error("exec: " + what.text() + ": " + where() + " names no job");
     base = arenas[size_t(workerOf(ref.job))];
   }
   // A copy may run over several consecutive slots (all microbatches at
@@ -330,21 +341,21 @@ char *HostExec::resolve(const rondo_ref &ref, int64_t bytes, bool exact,
   const int64_t start = ref.slot * d.bytes + ref.offset;
   if (ref.slot < 0 || ref.slot >= d.count || ref.offset < 0 || bytes < 0 ||
       (exact ? start + bytes > d.count * d.bytes : ref.offset >= d.bytes))
-    throw Error("exec: " + what + ": " + where + " is outside the buffer (" +
-                std::to_string(d.count) + " slots of " +
-                std::to_string(d.bytes) + " bytes)");
+    throw Error("exec: " + what.text() + ": " + where() +
+                " is outside the buffer (" + std::to_string(d.count) +
+                " slots of " + std::to_string(d.bytes) + " bytes)");
   return base + d.offset + start;
 }
 
 void HostExec::addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
-                         const std::string &what) {
+                         const Site &what) {
   if (numAwaits > 0 && !awaits)
-    throw Error("exec: " + what + ": null awaits");
+    throw Error("exec: " + what.text() + ": null awaits");
   for (int32_t i = 0; i < numAwaits; ++i) {
     const rondo_await &a = awaits[i];
     if (a.event < 0 || a.event >= program.numEvents ||
         (a.previousStep != 0 && a.previousStep != 1))
-      throw Error("exec: " + what + ": await " + std::to_string(i) +
+      throw Error("exec: " + what.text() + ": await " + std::to_string(i) +
                   " names event " + std::to_string(a.event) + " (of " +
                   std::to_string(program.numEvents) + ")");
     op.waits.push_back({a.event, tag.seq - a.previousStep});
@@ -355,17 +366,19 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
                     int32_t microbatch, rondo_ref src, rondo_ref dst,
                     int64_t bytes, const rondo_await *awaits,
                     int32_t numAwaits) {
-  std::string what = describe(copyKindName(kind), job, microbatch);
+  const Site what{this, copyKindName(kind), job, microbatch};
   try {
     if (!started)
-      throw Error("exec: " + what + ": issued before the step began");
+      throw Error("exec: " + what.text() + ": issued before the step began");
     if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what + ": no event " + std::to_string(event));
+      throw Error("exec: " + what.text() + ": no event " +
+                  std::to_string(event));
     if (stream < RONDO_STREAM_COMPUTE || stream > RONDO_STREAM_DOWNLOAD)
-      throw Error("exec: " + what + ": copies run on a worker stream, not " +
+      throw Error("exec: " + what.text() +
+                  ": copies run on a worker stream, not " +
                   std::to_string(stream));
     if (job < 0 || job >= program.numJobs)
-      throw Error("exec: " + what + ": no job " + std::to_string(job));
+      throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
     Op op;
     op.op = TraceRecord::Copy;
     op.event = event;
@@ -377,13 +390,13 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
     op.tag = tag;
     op.bytes = bytes;
     if (dst.buffer == RONDO_BUFFER_PARAMS)
-      throw Error("exec: " + what +
+      throw Error("exec: " + what.text() +
                   ": the master parameters are written by the optimizer only");
-    op.dst = resolve(dst, bytes, true, what + ", destination");
+    op.dst = resolve(dst, bytes, true, what.part("destination"));
     if (src.buffer == RONDO_BUFFER_PARAMS) {
       if (src.slot < 0 || src.slot >= program.numStages || src.offset < 0 ||
           bytes < 0 || src.offset + bytes > program.stages[src.slot].paramBytes)
-        throw Error("exec: " + what + ": parameter image ref (stage " +
+        throw Error("exec: " + what.text() + ": parameter image ref (stage " +
                     std::to_string(src.slot) + ", offset " +
                     std::to_string(src.offset) + ", " + std::to_string(bytes) +
                     " bytes) is outside the stage's image");
@@ -396,7 +409,7 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
       if (optimizerIssued[0] == tag.seq - 1)
         op.waits.push_back({internalEvent(-1), tag.seq - 1});
     } else {
-      op.src = resolve(src, bytes, true, what + ", source");
+      op.src = resolve(src, bytes, true, what.part("source"));
     }
     if (dst.buffer == program.hostGradsBuffer) {
       // Do not overwrite gradients the previous step's tasks still read.
@@ -417,14 +430,15 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
 void HostExec::fillZero(int32_t event, int32_t job, rondo_ref dst,
                         int64_t bytes, const rondo_await *awaits,
                         int32_t numAwaits) {
-  std::string what = describe("fill_zero", job, -1);
+  const Site what{this, "fill_zero", job, -1};
   try {
     if (!started)
-      throw Error("exec: " + what + ": issued before the step began");
+      throw Error("exec: " + what.text() + ": issued before the step began");
     if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what + ": no event " + std::to_string(event));
+      throw Error("exec: " + what.text() + ": no event " +
+                  std::to_string(event));
     if (job < -1 || job >= program.numJobs)
-      throw Error("exec: " + what + ": no job " + std::to_string(job));
+      throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
     Op op;
     op.op = TraceRecord::Fill;
     op.event = event;
@@ -434,7 +448,8 @@ void HostExec::fillZero(int32_t event, int32_t job, rondo_ref dst,
     op.tag = tag;
     op.bytes = bytes;
     if (dst.buffer == RONDO_BUFFER_PARAMS)
-      throw Error("exec: " + what + ": cannot clear the master parameters");
+      throw Error("exec: " + what.text() +
+                  ": cannot clear the master parameters");
     op.dst = resolve(dst, bytes, true, what);
     addAwaits(op, awaits, numAwaits, what);
     enqueue(streamOf(op.worker, job >= 0 ? RONDO_STREAM_COMPUTE : kDataRole),
@@ -448,16 +463,17 @@ void HostExec::fillZero(int32_t event, int32_t job, rondo_ref dst,
 void HostExec::launch(int32_t event, int32_t job, int32_t microbatch,
                       rondo_stage_fn fn, const rondo_ref *io, int32_t numIo,
                       const rondo_await *awaits, int32_t numAwaits) {
-  std::string what = describe("launch", job, microbatch);
+  const Site what{this, "launch", job, microbatch};
   try {
     if (!started)
-      throw Error("exec: " + what + ": issued before the step began");
+      throw Error("exec: " + what.text() + ": issued before the step began");
     if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what + ": no event " + std::to_string(event));
+      throw Error("exec: " + what.text() + ": no event " +
+                  std::to_string(event));
     if (job < 0 || job >= program.numJobs)
-      throw Error("exec: " + what + ": no job " + std::to_string(job));
+      throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
     if (!fn || numIo < 0 || (numIo > 0 && !io))
-      throw Error("exec: " + what + ": no stage function or operands");
+      throw Error("exec: " + what.text() + ": no stage function or operands");
     Op op;
     op.op = TraceRecord::Launch;
     op.event = event;
@@ -469,10 +485,9 @@ void HostExec::launch(int32_t event, int32_t job, int32_t microbatch,
     op.fn = fn;
     for (int32_t i = 0; i < numIo; ++i) {
       if (io[i].buffer == RONDO_BUFFER_PARAMS)
-        throw Error("exec: " + what + ": operand " + std::to_string(i) +
+        throw Error("exec: " + what.text() + ": operand " + std::to_string(i) +
                     " reads the master parameters; upload them first");
-      op.io.push_back(
-          resolve(io[i], 0, false, what + ", operand " + std::to_string(i)));
+      op.io.push_back(resolve(io[i], 0, false, what.operand(i)));
     }
     addAwaits(op, awaits, numAwaits, what);
     enqueue(streamOf(op.worker, RONDO_STREAM_COMPUTE), std::move(op));
@@ -484,19 +499,22 @@ void HostExec::launch(int32_t event, int32_t job, int32_t microbatch,
 
 void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
                         const rondo_await *awaits, int32_t numAwaits) {
-  std::string what =
-      kind == RONDO_TASK_LOAD_BATCH ? "load_batch task" : "optimizer task";
-  what += " of step " + std::to_string(tag.step);
+  const Site what{this,
+                  kind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
+                                                : "optimizer task",
+                  -1, -1};
   try {
     if (!started)
-      throw Error("exec: " + what + ": issued before the step began");
+      throw Error("exec: " + what.text() + ": issued before the step began");
     if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what + ": no event " + std::to_string(event));
+      throw Error("exec: " + what.text() + ": no event " +
+                  std::to_string(event));
     if (kind != RONDO_TASK_LOAD_BATCH && kind != RONDO_TASK_OPTIMIZER)
-      throw Error("exec: " + what + ": unknown task kind " +
+      throw Error("exec: " + what.text() + ": unknown task kind " +
                   std::to_string(kind));
     if (stage < -1 || stage >= program.numStages)
-      throw Error("exec: " + what + ": no stage " + std::to_string(stage));
+      throw Error("exec: " + what.text() + ": no stage " +
+                  std::to_string(stage));
     Op op;
     op.op = TraceRecord::Task;
     op.event = event;

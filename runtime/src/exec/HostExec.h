@@ -208,12 +208,33 @@ private:
     std::thread thread;
   };
 
+  /// Where an issued op comes from, for errors; text only on failure, so
+  /// issuing builds no strings.
+  struct Site {
+    const HostExec *exec;
+    const char *op;
+    int32_t job, microbatch;
+    const char *detail = nullptr;
+    int32_t operandIndex = -1;
+    std::string text() const;
+    Site part(const char *d) const {
+      Site s = *this;
+      s.detail = d;
+      return s;
+    }
+    Site operand(int32_t i) const {
+      Site s = *this;
+      s.operandIndex = i;
+      return s;
+    }
+  };
+
   Stream &streamOf(int32_t worker, int32_t role);
   void enqueue(Stream &stream, Op op);
   void addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
-                 const std::string &what);
+                 const Site &what);
   char *resolve(const rondo_ref &ref, int64_t bytes, bool exact,
-                const std::string &what);
+                const Site &what);
   std::string describe(const char *op, int32_t job, int32_t microbatch) const;
   void run(Stream &stream);
   void execute(Op &op);
