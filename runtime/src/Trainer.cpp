@@ -778,8 +778,9 @@ int Trainer::run() {
     char how[256];
     if (program) {
       std::snprintf(how, sizeof(how),
-                    "plan %s: %d workers, %d microbatches of %d rows",
-                    program->name, program->workers, program->microbatches,
+                    "plan %s: %d worker%s, %d microbatches of %d rows",
+                    program->name, program->workers,
+                    program->workers == 1 ? "" : "s", program->microbatches,
                     program->rowsPerMicrobatch);
     } else {
       int threads = 1;
