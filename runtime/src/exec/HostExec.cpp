@@ -158,8 +158,8 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
         g.hostOffset + bytes > st.gradOffset + st.gradBytes ||
         g.hostOffset % int64_t(sizeof(float)) != 0)
       throw bad("gradient part " + std::to_string(i) + " of '" +
-                model.params[g.param].name + "' lies outside stage '" +
-                st.name + "''s gradient image");
+                model.params[g.param].name +
+                "' lies outside the gradient image of stage '" + st.name + "'");
     info.partsOf[size_t(g.param)].push_back(i);
   }
 

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -139,8 +140,12 @@ protected:
         toy::toyPipelineBadCopyAtStep(badCopyStep);
       if (deadlockStep >= 0)
         toy::toyPipelineDeadlockAtStep(deadlockStep);
-      rc = trainerMain(int(args.size()), argv.data(), *p.model,
-                       p.programs.data(), int(p.programs.size()));
+      std::vector<rondo_program> programs = p.programs;
+      if (breakProgram)
+        for (rondo_program &program : programs)
+          breakProgram(program);
+      rc = trainerMain(int(args.size()), argv.data(), *p.model, programs.data(),
+                       int(programs.size()));
     }
     RunResult r;
     r.out = ::testing::internal::GetCapturedStdout();
@@ -179,6 +184,7 @@ protected:
   int64_t badCopyStep = -1;
   int64_t deadlockStep = -1;
   LossKind lossKind = LossKind::CausalLM;
+  std::function<void(rondo_program &)> breakProgram;
 };
 
 TEST_F(PipelineTest, SameBitsForAnyWorkerCountAndOptimizerMode) {
@@ -490,6 +496,32 @@ TEST_F(PipelineTest, AwaitThatNothingCompletesIsReportedNotAHang) {
   EXPECT_THAT(r.err, HasSubstr("exec: deadlock: the launch of step 1, job 2 "
                                "(stage B1), microbatch 0"));
   EXPECT_THAT(r.err, HasSubstr("which no issued op completes"));
+}
+
+TEST_F(PipelineTest, MalformedProgramsAreRejectedByName) {
+  auto expectError = [&](std::function<void(rondo_program &)> mutate,
+                         const std::string &message) {
+    breakProgram = mutate;
+    RunResult r = run({"--data", dataPath, "--steps", "1"});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_THAT(r.err, HasSubstr(message));
+  };
+  expectError([](rondo_program &p) { p.rowsPerMicrobatch = 3; },
+              "the compiled program 'exec_w1_overlap' runs 4 microbatches of "
+              "3 rows, but the model's global batch is 8");
+  expectError([](rondo_program &p) { p.idsBuffer = -1; },
+              "'exec_w1_overlap' has no host ids buffer");
+  static rondo_grad_part parts[4];
+  expectError(
+      [](rondo_program &p) {
+        std::copy(p.gradParts, p.gradParts + p.numGradParts, parts);
+        parts[2].hostOffset += 4;
+        p.gradParts = parts;
+      },
+      "gradient part 2 of 'proj.bias' lies outside the gradient image of "
+      "stage 'T'");
+  expectError([](rondo_program &p) { p.workerArenaBytes = 64; },
+              "buffer 'w.params' does not fit its arena or pool");
 }
 
 TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {
