@@ -199,7 +199,8 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        }},
       {"grad-accum", "K",
        "Microbatch calls per step; the loss is the mean over all K*batch "
-       "rows (default 1).",
+       "rows (default 1). Single-process trainers only: pipelined ones are "
+       "compiled for their global batch.",
        integer(o.gradAccum, 1)},
       {"lr-schedule", "constant|cosine|linear",
        "Learning-rate schedule over --steps, as transformers' "
@@ -239,7 +240,8 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        text(o.weights)},
       {"log-json", "FILE",
        "Write one JSON object per step: step (0-based), loss, tokens, "
-       "seconds, lr, grad_norm.",
+       "seconds, lr, grad_norm; and one per evaluation: eval_step, "
+       "eval_loss, eval_ppl, eval_tokens.",
        text(o.logJson)},
       {"dump-gradients", "FILE.onnx",
        "Write the gradients of the first step (before clipping and any "

@@ -873,7 +873,8 @@ std::string describePlans(const rondo_program *programs, int numPrograms) {
     if (i)
       s += ", ";
     s += std::string(programs[i].name ? programs[i].name : "?") + " (" +
-         std::to_string(programs[i].workers) + " workers, " +
+         std::to_string(programs[i].workers) +
+         (programs[i].workers == 1 ? " worker, " : " workers, ") +
          (programs[i].optimizer ? programs[i].optimizer : "?") + ")";
   }
   return s;
