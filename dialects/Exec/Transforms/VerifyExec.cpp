@@ -159,9 +159,12 @@ LogicalResult verifyProgram(ProgramOp program) {
           if (r.write && !a.write && worker >= 0) {
             written = true;
             const Instance &writer = instances[r.instance];
-            if (writer.step != s || writer.job != a.job)
+            // A kernel reads only what its own stage-job produced; a copy
+            // is the explicit transfer, reading what its source job wrote.
+            int64_t reader = isa<LaunchOp, FillZeroOp>(op) ? q.job : a.job;
+            if (writer.step != s || writer.job != reader)
               return op->emitOpError("job ")
-                     << a.job << " reads " << where() << ", written by job "
+                     << reader << " reads " << where() << ", written by job "
                      << writer.job << " of step " << writer.step
                      << ": workers are stateless, so data may only cross "
                         "stage-jobs through an explicit transfer";

@@ -20,6 +20,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+
+#include <map>
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -154,6 +156,21 @@ private:
   llvm::DenseMap<Value, std::string> exprs;
   llvm::DenseMap<Value, std::string> roots; ///< owning buffer of a value
   unsigned counter = 0;
+  /// Constants are shared by content, so that stage functions computing the
+  /// same thing print the same text and are emitted once.
+  std::map<std::string, std::string> constantNames;
+  std::map<std::string, std::string> functionsByBody;
+  std::string globalConstant(StringRef elem, const std::string &values) {
+    std::string key = elem.str() + ":" + values;
+    auto it = constantNames.find(key);
+    if (it != constantNames.end())
+      return it->second;
+    std::string name = "c" + std::to_string(constantNames.size());
+    globalsOs << "static const " << elem << " " << name << "[] = {" << values
+              << "};\n";
+    constantNames[key] = name;
+    return name;
+  }
 };
 
 LogicalResult Emitter::emitOp(Operation *op) {
@@ -173,22 +190,20 @@ LogicalResult Emitter::emitOp(Operation *op) {
                               name, floatLiteral(dense.getSplatValue<float>()));
         return success();
       }
-      std::string name = "c" + std::to_string(counter++);
-      globalsOs << "static const float " << name << "[] = {";
+      std::string values;
+      llvm::raw_string_ostream vos(values);
       for (auto [k, f] : llvm::enumerate(dense.getValues<float>()))
-        globalsOs << (k ? "," : "") << (k % 8 == 0 ? "\n    " : " ")
-                  << floatLiteral(f);
-      globalsOs << "};\n";
-      exprs[c] = name;
+        vos << (k ? "," : "") << (k % 8 == 0 ? "\n    " : " ")
+            << floatLiteral(f);
+      exprs[c] = globalConstant("float", values);
       return success();
     }
     if (t.getElementType().isInteger(64)) {
-      std::string name = "c" + std::to_string(counter++);
-      globalsOs << "static const int64_t " << name << "[] = {";
+      std::string values;
+      llvm::raw_string_ostream vos(values);
       for (auto [k, v] : llvm::enumerate(dense.getValues<int64_t>()))
-        globalsOs << (k ? ", " : "") << v;
-      globalsOs << "};\n";
-      exprs[c] = name;
+        vos << (k ? ", " : "") << v;
+      exprs[c] = globalConstant("int64_t", values);
       return success();
     }
     return op->emitError(
@@ -446,6 +461,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   exprs.clear();
   roots.clear();
   bodyText.clear();
+  counter = 0;
   // io: arguments (the loss scale is passed by value), then plain results,
   // then parameter-gradient results, which are added into their buffers.
   unsigned slot = 0;
@@ -519,6 +535,16 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
     body << llvm::formatv(
         "  accumulate({0}, FView{{static_cast<float *>(io[{1}]), {2}});\n",
         view(v), slot++, shapeList(t.getShape()));
+  }
+  // Stages with the same layers' code (block layers differ only in their
+  // parameters, which are arguments) share one function.
+  auto [it, fresh] = functionsByBody.try_emplace(bodyText, cName.str());
+  if (!fresh) {
+    functionsOs << "// " << fn.getSymName() << ": same code as " << it->second
+                << "\n"
+                << "void " << cName << "(void *const *io, float lossScale) { "
+                << it->second << "(io, lossScale); }\n\n";
+    return success();
   }
   functionsOs << "// " << fn.getSymName() << "\n"
               << "void " << cName
