@@ -119,7 +119,11 @@ void stageF0(void *const *io, float) {
   const float *norm = emb + V * D;
   const int64_t *ids = static_cast<const int64_t *>(io[1]);
   float *h = static_cast<float *>(io[2]);
-  for (int64_t i = 0; i < gR * gT; ++i)
+  // OpenMP inside the worker's compute thread, as the CPU kernels do; every
+  // element is written by one thread.
+  const int64_t n = int64_t(gR) * gT;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d)
       h[i * D + d] = emb[ids[i] * D + d] * norm[d];
 }
@@ -185,8 +189,12 @@ void stageB1(void *const *io, float) {
   const int64_t *ids = static_cast<const int64_t *>(io[1]);
   const float *dh = static_cast<const float *>(io[2]);
   float *gEmb = static_cast<float *>(io[3]);
-  for (int64_t i = 0; i < gR * gT; ++i)
-    for (int64_t d = 0; d < D; ++d)
+  // Rows of emb repeat across positions, so threads split the columns and
+  // each keeps the positions' order: the same bits for any thread count.
+  const int64_t n = int64_t(gR) * gT;
+#pragma omp parallel for schedule(static)
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t i = 0; i < n; ++i)
       gEmb[ids[i] * D + d] += float(double(dh[i * D + d]) * norm[d]);
 }
 
