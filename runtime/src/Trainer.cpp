@@ -777,11 +777,10 @@ int Trainer::run() {
   {
     char how[256];
     if (program) {
-      std::snprintf(how, sizeof(how),
-                    "plan %s: %d worker%s, %d microbatches of %d rows",
-                    program->name, program->workers,
-                    program->workers == 1 ? "" : "s", program->microbatches,
-                    program->rowsPerMicrobatch);
+      std::snprintf(
+          how, sizeof(how), "plan %s: %d worker%s, %d microbatches of %d rows",
+          program->name, program->workers, program->workers == 1 ? "" : "s",
+          program->microbatches, program->rowsPerMicrobatch);
     } else {
       int threads = 1;
 #ifdef _OPENMP
