@@ -65,9 +65,11 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(pipe::createPipeVerifyPlanPass());
 }
 
-void rondo::buildExecPipeline(OpPassManager &pm) {
+void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff) {
   pm.addPass(pipe::createPipeOutlineStagesPass());
-  pm.addPass(exec::createConvertPipeToExecPass());
+  exec::ConvertPipeToExecPassOptions convert;
+  convert.peerHandoff = peerHandoff;
+  pm.addPass(exec::createConvertPipeToExecPass(convert));
   pm.addPass(exec::createExecVerifyPass());
 }
 
@@ -75,7 +77,7 @@ void rondo::registerPipelines() {
   PassPipelineRegistration<>(
       "rondo-exec-pipeline",
       "Outline stages, lower plans to exec programs, verify them",
-      buildExecPipeline);
+      [](OpPassManager &pm) { buildExecPipeline(pm); });
   PassPipelineRegistration<>("rondo-tg-pipeline",
                              "Import cleanup and structure recognition",
                              buildTGPipeline);

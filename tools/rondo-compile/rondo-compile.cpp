@@ -251,6 +251,13 @@ static LogicalResult buildExecutable(llvm::StringRef cppPath,
 /// the training function rebuilt at that shape (the layering is the same:
 /// only the batch dimension differs); its stage functions and programs are
 /// then moved into `module`.
+static cl::opt<std::string>
+    handoff("handoff",
+            cl::desc("how activations move between workers: peer "
+                     "(device-to-device) or host (staged through host "
+                     "memory)"),
+            cl::init("peer"), cl::cat(category));
+
 static LogicalResult lowerPlans(MLIRContext &ctx, ModuleOp module,
                                 const rondo::ImportOptions &importOpts,
                                 const rondo::TrainPipelineOptions &trainOpts) {
@@ -276,7 +283,7 @@ static LogicalResult lowerPlans(MLIRContext &ctx, ModuleOp module,
       return failure();
     rondo::buildTGPipeline(pm);
     rondo::buildTrainPipeline(pm, trainOpts);
-    rondo::buildExecPipeline(pm);
+    rondo::buildExecPipeline(pm, handoff != "host");
     if (failed(pm.run(*micro)))
       return failure();
     SmallVector<Operation *> moved;
@@ -302,6 +309,11 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "Rondo: ONNX to a standalone training program\n");
 
+  if (handoff != "peer" && handoff != "host") {
+    llvm::errs() << "error: --handoff=" << handoff
+                 << " is not one of peer, host\n";
+    return 2;
+  }
   if (target != "host") {
     llvm::errs() << "error: --target=" << target
                  << " is not available in this build (supported: host)\n";

@@ -22,8 +22,8 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
-  registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect, rondo::exec::ExecDialect,
-                  mlir::func::FuncDialect>();
+  registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
+                  rondo::exec::ExecDialect, mlir::func::FuncDialect>();
   rondo::tg::registerTGPasses();
   rondo::pipe::registerPipePasses();
   rondo::exec::registerExecPasses();

@@ -89,19 +89,20 @@ LogicalResult ProgramOp::verify() {
                       StringRef role) -> LogicalResult {
     BufferOp buffer = lookupBuffer(ref);
     if (!buffer)
-      return op->emitOpError() << role << " names unknown buffer "
-                               << ref.getBuffer();
-    bool host = buffer.getSpace() == Space::host;
-    if (host ? ref.getJob() != -1 : (ref.getJob() < 0 || ref.getJob() >= numJobs))
       return op->emitOpError()
-             << role << " " << ref.getBuffer() << " uses job " << ref.getJob()
-             << "; " << (host ? "host buffers take job -1"
-                              : "worker buffers take a job in [0, " +
-                                    std::to_string(numJobs) + ")");
+             << role << " names unknown buffer " << ref.getBuffer();
+    bool host = buffer.getSpace() == Space::host;
+    if (host ? ref.getJob() != -1
+             : (ref.getJob() < 0 || ref.getJob() >= numJobs))
+      return op->emitOpError() << role << " " << ref.getBuffer() << " uses job "
+                               << ref.getJob() << "; "
+                               << (host ? "host buffers take job -1"
+                                        : "worker buffers take a job in [0, " +
+                                              std::to_string(numJobs) + ")");
     if (ref.getSlot() < 0 || ref.getSlot() >= buffer.getSlots())
-      return op->emitOpError() << role << " " << ref.getBuffer() << " slot "
-                               << ref.getSlot() << " is outside its "
-                               << buffer.getSlots() << " slot(s)";
+      return op->emitOpError()
+             << role << " " << ref.getBuffer() << " slot " << ref.getSlot()
+             << " is outside its " << buffer.getSlots() << " slot(s)";
     if (ref.getOffset() < 0 || ref.getBytes() < 0 ||
         ref.getOffset() + ref.getBytes() > buffer.getBytes())
       return op->emitOpError()
@@ -121,12 +122,15 @@ LogicalResult ProgramOp::verify() {
                 return c.emitOpError("job ") << c.getJob() << " out of range";
               return success();
             })
-            .Case([&](FillZeroOp f) -> LogicalResult { return checkRef(f, f.getDst(), "dst"); })
+            .Case([&](FillZeroOp f) -> LogicalResult {
+              return checkRef(f, f.getDst(), "dst");
+            })
             .Case([&](LaunchOp l) -> LogicalResult {
-              auto stage =
-                  dyn_cast_or_null<StageOp>(lookupSymbol(l.getStageAttr().getAttr()));
+              auto stage = dyn_cast_or_null<StageOp>(
+                  lookupSymbol(l.getStageAttr().getAttr()));
               if (!stage)
-                return l.emitOpError("names unknown stage ") << l.getStageAttr();
+                return l.emitOpError("names unknown stage ")
+                       << l.getStageAttr();
               if (l.getJob() < 0 || l.getJob() >= numJobs ||
                   getJobStage(l.getJob()) != stage)
                 return l.emitOpError("job ")
@@ -140,9 +144,8 @@ LogicalResult ProgramOp::verify() {
               return success();
             })
             .Case([&](HostTaskOp h) -> LogicalResult {
-              if (h.getStageAttr() &&
-                  !dyn_cast_or_null<StageOp>(
-                      lookupSymbol(h.getStageAttr().getAttr())))
+              if (h.getStageAttr() && !dyn_cast_or_null<StageOp>(lookupSymbol(
+                                          h.getStageAttr().getAttr())))
                 return h.emitOpError("names unknown stage ")
                        << h.getStageAttr();
               return success();
@@ -160,8 +163,8 @@ LogicalResult ProgramOp::verify() {
 
 LogicalResult StageOp::verify() {
   if (getFirstLayer() < 0 || getEndLayer() <= getFirstLayer())
-    return emitOpError("layers ") << getFirstLayer() << " to " << getEndLayer()
-                                  << " are empty";
+    return emitOpError("layers ")
+           << getFirstLayer() << " to " << getEndLayer() << " are empty";
   if (getParams().size() != getParamOffsets().size() ||
       getParams().size() != getParamSizes().size())
     return emitOpError("params, param_offsets and param_sizes differ in "
@@ -202,8 +205,13 @@ LogicalResult CopyOp::verify() {
   case CopyKind::param_upload:
     expected = Stream::param_upload;
     break;
-  case CopyKind::input_upload:
   case CopyKind::handoff:
+    // Device to device, or the host-staged legs: download, then upload.
+    if (getStream() == Stream::download)
+      return success();
+    expected = Stream::act_upload;
+    break;
+  case CopyKind::input_upload:
   case CopyKind::reload:
     expected = Stream::act_upload;
     break;
@@ -214,10 +222,10 @@ LogicalResult CopyOp::verify() {
     break;
   }
   if (getStream() != expected)
-    return emitOpError("a ") << stringifyCopyKind(getKind())
-                             << " copy runs on the "
-                             << stringifyStream(expected) << " stream, not "
-                             << stringifyStream(getStream());
+    return emitOpError("a ")
+           << stringifyCopyKind(getKind()) << " copy runs on the "
+           << stringifyStream(expected) << " stream, not "
+           << stringifyStream(getStream());
   return success();
 }
 

@@ -30,7 +30,6 @@ class BufferOp;
 #define GET_OP_CLASSES
 #include "Exec/IR/ExecOps.h.inc"
 
-
 namespace rondo::exec {
 
 /// One byte range an op reads or writes, on the worker of `job` (-1: host).

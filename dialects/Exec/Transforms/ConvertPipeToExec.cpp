@@ -219,8 +219,7 @@ struct ConvertPipeToExecPass
     SmallVector<pipe::PlanOp> plans(module.getOps<pipe::PlanOp>());
     for (pipe::PlanOp plan : plans)
       for (StringRef mode : {"sync", "overlap"})
-        if (optimizerModes.empty() ||
-            llvm::is_contained(optimizerModes, mode))
+        if (optimizerModes.empty() || llvm::is_contained(optimizerModes, mode))
           if (failed(convert(module, plan, mode)))
             return signalPassFailure();
   }
@@ -228,8 +227,7 @@ struct ConvertPipeToExecPass
   LogicalResult convert(ModuleOp module, pipe::PlanOp plan, StringRef mode);
 };
 
-LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
-                                             pipe::PlanOp plan,
+LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                                              StringRef mode) {
   MLIRContext *ctx = module.getContext();
   auto main = module.lookupSymbol<func::FuncOp>("main");
@@ -347,10 +345,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
       builder.getI64IntegerAttr(plan.getRowsPerMicrobatch()),
       builder.getI64IntegerAttr(firstWorker), builder.getStringAttr(mode),
       builder.getArrayAttr(jobRefs),
-      builder.getF64FloatAttr(mode == "sync"
-                                  ? plan.getSyncStepSeconds().convertToDouble()
-                                  : plan.getPredictedStepSeconds()
-                                        .convertToDouble()));
+      builder.getF64FloatAttr(
+          mode == "sync" ? plan.getSyncStepSeconds().convertToDouble()
+                         : plan.getPredictedStepSeconds().convertToDouble()));
   Block *body = new Block();
   program.getBody().push_back(body);
   OpBuilder b = OpBuilder::atBlockBegin(body);
@@ -399,6 +396,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
   if (!checkpointLayers.empty())
     buffer("host_ckpt", Space::host, M * checkpointLayers.size(),
            boundaryBytes);
+  if (!peerHandoff)
+    buffer("host_stage", Space::host, 2 * M, boundaryBytes);
   program->setAttr("worker_arena_bytes", b.getI64IntegerAttr(arena));
   program->setAttr("host_pool_bytes", b.getI64IntegerAttr(pool));
 
@@ -428,10 +427,10 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
   };
   auto copy = [&](CopyKind kind, RefAttr src, RefAttr dst, Stream stream,
                   int64_t job, int64_t mb) -> Operation * {
-    return CopyOp::create(b, loc, EventType::get(ctx),
-                          CopyKindAttr::get(ctx, kind), src, dst,
-                          StreamAttr::get(ctx, stream), b.getI64IntegerAttr(job),
-                          b.getI64IntegerAttr(mb), ValueRange{});
+    return CopyOp::create(
+        b, loc, EventType::get(ctx), CopyKindAttr::get(ctx, kind), src, dst,
+        StreamAttr::get(ctx, stream), b.getI64IntegerAttr(job),
+        b.getI64IntegerAttr(mb), ValueRange{});
   };
   DependencyTracker deps(program, N);
   auto event = EventType::get(ctx);
@@ -487,6 +486,21 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
   std::vector<std::vector<Value>> inputCopy(numJobs,
                                             std::vector<Value>(M, Value()));
   const int64_t maxChunks = std::max<int64_t>(1, paramChunks);
+  // The hand-off of an activation (which = 0) or activation gradient
+  // (which = 1) of microbatch m from job n - 1's worker into `dst` on job n's:
+  // one device-to-device copy, or through host memory (download on the
+  // sender, upload on the receiver) where devices cannot reach each other.
+  auto handoff = [&](StringRef from, RefAttr dst, int64_t n, int64_t m,
+                     int64_t which) -> Value {
+    RefAttr src = ref(from, n - 1, m, 0, dst.getBytes());
+    if (peerHandoff)
+      return issueOp(
+          copy(CopyKind::handoff, src, dst, Stream::act_upload, n, m));
+    RefAttr staged = ref("host_stage", -1, which * M + m, 0, dst.getBytes());
+    issueOp(copy(CopyKind::handoff, src, staged, Stream::download, n - 1, m));
+    return issueOp(
+        copy(CopyKind::handoff, staged, dst, Stream::act_upload, n, m));
+  };
   for (int64_t n = 0; n < numJobs; ++n) {
     const StageInfo &s = stages[n];
     StringRef slotBuffer = (n / N) % 2 == 0 ? "params0" : "params1";
@@ -501,9 +515,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
         if (n >= N && c < M && inputCopy[n - N][c])
           gate.push_back(inputCopy[n - N][c]);
         issueOp(copy(CopyKind::param_upload,
-                               ref(kParamsBuffer, -1, s.index, off, bytes),
-                               ref(slotBuffer, n, 0, off, bytes),
-                               Stream::param_upload, n, -1),
+                     ref(kParamsBuffer, -1, s.index, off, bytes),
+                     ref(slotBuffer, n, 0, off, bytes), Stream::param_upload, n,
+                     -1),
                 gate);
       }
     }
@@ -520,16 +534,14 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
           RefAttr dst = ref("act_in", n, m, 0, bytes);
           if (s.kind == StageKind::backward) {
             int64_t group = checkpointGroup(s.first);
-            inputCopy[n][m] = issueOp(copy(CopyKind::reload,
-                ref("host_ckpt", -1, group * M + m, 0, bytes), dst,
-                Stream::act_upload, n, m));
+            inputCopy[n][m] = issueOp(copy(
+                CopyKind::reload, ref("host_ckpt", -1, group * M + m, 0, bytes),
+                dst, Stream::act_upload, n, m));
           } else {
             if (n == 0)
               return s.planStage.emitOpError(
                   "is the first job but takes an activation");
-            inputCopy[n][m] = issueOp(copy(CopyKind::handoff,
-                ref("act_out", n - 1, m, 0, bytes), dst, Stream::act_upload, n,
-                m));
+            inputCopy[n][m] = handoff("act_out", dst, n, m, 0);
           }
           inputs.push_back(dst);
         } else if (role == "gradient") {
@@ -537,14 +549,13 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
             return s.planStage.emitOpError(
                 "takes a gradient but no backward job precedes it");
           RefAttr dst = ref("grad_in", n, m, 0, bytes);
-          issueOp(copy(CopyKind::handoff,
-                                 ref("grad_out", n - 1, m, 0, bytes), dst,
-                                 Stream::act_upload, n, m));
+          handoff("grad_out", dst, n, m, 1);
           inputs.push_back(dst);
         } else if (role == "input_ids" || role == "labels") {
           bool ids = role == "input_ids";
           RefAttr dst = ref(ids ? "ids" : "labels", n, m, 0, bytes);
-          issueOp(copy(CopyKind::input_upload,
+          issueOp(copy(
+              CopyKind::input_upload,
               ref(ids ? kHostIdsBuffer : kHostLabelsBuffer, -1, m, 0, bytes),
               dst, Stream::act_upload, n, m));
           inputs.push_back(dst);
@@ -573,8 +584,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
         else if (role == "loss_sum")
           outputs.push_back(ref("loss", n, 0, 4 * m, 4));
         else if (role == "param_grad") {
-          accumulate.push_back(ref("grads", n, 0, s.gradOffsets[gradIdx],
-                                   s.gradSizes[gradIdx]));
+          accumulate.push_back(
+              ref("grads", n, 0, s.gradOffsets[gradIdx], s.gradSizes[gradIdx]));
           ++gradIdx;
         } else
           return s.fn.emitOpError("result ")
@@ -590,28 +601,27 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module,
       if (s.hasCheckpointOfInput) {
         int64_t group = checkpointGroup(s.first);
         issueOp(copy(CopyKind::checkpoint,
-            ref("act_in", n, m, 0, boundaryBytes),
-            ref("host_ckpt", -1, group * M + m, 0, boundaryBytes),
-            Stream::download, n, m));
+                     ref("act_in", n, m, 0, boundaryBytes),
+                     ref("host_ckpt", -1, group * M + m, 0, boundaryBytes),
+                     Stream::download, n, m));
       }
       for (auto [k, layer] : llvm::enumerate(s.checkpointLayers)) {
         int64_t group = checkpointGroup(layer);
-        issueOp(copy(CopyKind::checkpoint,
-            ref("ckpt_out", n, m * maxCheckpoints + k, 0, boundaryBytes),
-            ref("host_ckpt", -1, group * M + m, 0, boundaryBytes),
-            Stream::download, n, m));
+        issueOp(
+            copy(CopyKind::checkpoint,
+                 ref("ckpt_out", n, m * maxCheckpoints + k, 0, boundaryBytes),
+                 ref("host_ckpt", -1, group * M + m, 0, boundaryBytes),
+                 Stream::download, n, m));
       }
     }
     if (s.gradBytes > 0)
-      issueOp(copy(CopyKind::grad_download,
-          ref("grads", n, 0, 0, s.gradBytes),
-          ref(kHostGradsBuffer, -1, 0, s.hostGradOffset, s.gradBytes),
-          Stream::download, n, -1));
+      issueOp(copy(CopyKind::grad_download, ref("grads", n, 0, 0, s.gradBytes),
+                   ref(kHostGradsBuffer, -1, 0, s.hostGradOffset, s.gradBytes),
+                   Stream::download, n, -1));
     if (llvm::is_contained(s.resultRoles, "loss_sum"))
-      issueOp(copy(CopyKind::loss_download,
-                             ref("loss", n, 0, 0, 4 * M),
-                             ref(kHostLossBuffer, -1, 0, 0, 4 * M),
-                             Stream::download, n, -1));
+      issueOp(copy(CopyKind::loss_download, ref("loss", n, 0, 0, 4 * M),
+                   ref(kHostLossBuffer, -1, 0, 0, 4 * M), Stream::download, n,
+                   -1));
     if (mode == "overlap" &&
         !finalisedParams(program, program.getJobStage(n)).empty())
       optimizerTasks.push_back(cast<HostTaskOp>(

@@ -25,7 +25,8 @@ def ConvertPipeToExecPass : Pass<"convert-pipe-to-exec", "mlir::ModuleOp"> {
       input of microbatch c of the job the worker is still running
       (activations first); per microbatch the hand-off of the activation
       (or activation gradient) from the previous job's worker, or the reload
-      of the checkpoint for backward stages, the token uploads, the launch,
+      of the checkpoint for backward stages (device-to-device, or staged
+      through host memory with `peer-handoff=false`), the token uploads, the launch,
       and the checkpoint copies to the host; the gradient image downloaded
       once; the tail's loss sums downloaded once;
     - host tasks: loading the batch, and AdamW either once after the last
@@ -49,6 +50,9 @@ def ConvertPipeToExecPass : Pass<"convert-pipe-to-exec", "mlir::ModuleOp"> {
                "Optimizer modes to build programs for (sync, overlap)">,
     Option<"paramChunks", "param-chunks", "int64_t", "4",
            "Most chunks a stage's parameter upload is split into">,
+    Option<"peerHandoff", "peer-handoff", "bool", "true",
+           "Hand activations device-to-device (true) or through host "
+           "memory: a download on the sender, an upload on the receiver">,
   ];
   let dependentDialects = ["rondo::exec::ExecDialect"];
 }

@@ -110,7 +110,8 @@ LogicalResult verifyProgram(ProgramOp program) {
       fence.resize(id + 1);
       inst.before |= fence;
       std::string queue =
-          (q.job < 0 ? std::string("host") : "w" + std::to_string(workerOf(s, q.job))) +
+          (q.job < 0 ? std::string("host")
+                     : "w" + std::to_string(workerOf(s, q.job))) +
           "/" + std::to_string(q.stream);
       if (auto it = lastOnQueue.find(queue); it != lastOnQueue.end())
         addPred(it->second);
@@ -119,8 +120,7 @@ LogicalResult verifyProgram(ProgramOp program) {
         if (auto arg = dyn_cast<BlockArgument>(awaited)) {
           if (s == 0)
             continue; // The previous step's events: complete in step 0.
-          Operation *def =
-              yield.getOperand(arg.getArgNumber()).getDefiningOp();
+          Operation *def = yield.getOperand(arg.getArgNumber()).getDefiningOp();
           if (def)
             addPred(instanceOf.lookup({def, s - 1}));
           continue;
@@ -182,8 +182,7 @@ LogicalResult verifyProgram(ProgramOp program) {
             diag << "overwrites " << where()
                  << " before the previous write completes";
           else
-            diag << "overwrites " << where()
-                 << " before its reader finishes";
+            diag << "overwrites " << where() << " before its reader finishes";
           diag.attachNote(other->getLoc())
               << "the conflicting " << other->getName() << " (step "
               << instances[r.instance].step << ")";
@@ -204,7 +203,8 @@ LogicalResult verifyProgram(ProgramOp program) {
             if (r.offset < lo)
               kept.push_back({r.instance, r.offset, lo - r.offset, r.write});
             if (hi < r.offset + r.bytes)
-              kept.push_back({r.instance, hi, r.offset + r.bytes - hi, r.write});
+              kept.push_back(
+                  {r.instance, hi, r.offset + r.bytes - hi, r.write});
           }
           list = std::move(kept);
         }
@@ -215,8 +215,7 @@ LogicalResult verifyProgram(ProgramOp program) {
   return success();
 }
 
-struct ExecVerifyPass
-    : rondo::exec::impl::ExecVerifyPassBase<ExecVerifyPass> {
+struct ExecVerifyPass : rondo::exec::impl::ExecVerifyPassBase<ExecVerifyPass> {
   void runOnOperation() override {
     for (ProgramOp program : getOperation().getOps<ProgramOp>())
       if (failed(verifyProgram(program)))

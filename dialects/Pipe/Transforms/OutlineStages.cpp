@@ -238,8 +238,7 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
             found = r;
           }
       if (!found)
-        return stage.emitOpError("computes no activation for layer ")
-               << layer;
+        return stage.emitOpError("computes no activation for layer ") << layer;
       return found;
     };
     if (end < numLayers) {
@@ -285,7 +284,8 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
       Value found;
       for (Operation *op : ops)
         for (Value r : op->getResults())
-          if (tf.isBackward(op) && !tf.isRecomputable(r) && usedOutside(r, [&](Operation *user) {
+          if (tf.isBackward(op) && !tf.isRecomputable(r) &&
+              usedOutside(r, [&](Operation *user) {
                 std::optional<int64_t> l = getLayer(user);
                 return l && *l < first;
               })) {
@@ -343,9 +343,10 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
   std::string name = (plan.getSymName() + "_" + stage.getSymName()).str();
   auto fn = func::FuncOp::create(builder, stage.getLoc(), name,
                                  builder.getFunctionType(inTypes, outTypes));
-  fn->setAttr("exec.stage", SymbolRefAttr::get(
-                                plan.getSymNameAttr(),
-                                {FlatSymbolRefAttr::get(stage.getSymNameAttr())}));
+  fn->setAttr(
+      "exec.stage",
+      SymbolRefAttr::get(plan.getSymNameAttr(),
+                         {FlatSymbolRefAttr::get(stage.getSymNameAttr())}));
   for (auto [i, attrs] : llvm::enumerate(inputAttrs))
     fn.setArgAttrs(i, attrs.getDictionary(builder.getContext()));
   for (auto [i, attrs] : llvm::enumerate(outputAttrs))

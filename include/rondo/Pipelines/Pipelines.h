@@ -76,7 +76,9 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// Phase `exec`: outline the stages of every plan (from @main built at the
 /// plan's microbatch shape), lower each plan to exec.programs and prove
 /// them race-free.
-void buildExecPipeline(mlir::OpPassManager &pm);
+/// `peerHandoff`: activations move device-to-device between workers, else
+/// through host memory.
+void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true);
 
 void registerPipelines();
 

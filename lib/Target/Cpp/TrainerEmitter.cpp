@@ -21,8 +21,8 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
-#include <map>
 #include "llvm/Support/FormatVariadic.h"
+#include <map>
 
 using namespace mlir;
 using namespace rondo;
@@ -472,9 +472,8 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
       exprs[arg] = "lossScaleValue";
       continue;
     }
-    bool ints = cast<RankedTensorType>(arg.getType())
-                    .getElementType()
-                    .isInteger(64);
+    bool ints =
+        cast<RankedTensorType>(arg.getType()).getElementType().isInteger(64);
     exprs[arg] = llvm::formatv("static_cast<{0} *>(io[{1}])",
                                ints ? "int64_t" : "float", slot++)
                      .str();
@@ -524,10 +523,10 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   for (unsigned k : plain) {
     Value v = ret.getOperand(k);
     auto t = cast<RankedTensorType>(v.getType());
-    int64_t bytes = t.getNumElements() *
-                    (t.getElementType().isInteger(64) ? 8 : 4);
-    body << llvm::formatv("  std::memcpy(io[{0}], {1}, {2});\n", slot++,
-                          ptr(v), bytes);
+    int64_t bytes =
+        t.getNumElements() * (t.getElementType().isInteger(64) ? 8 : 4);
+    body << llvm::formatv("  std::memcpy(io[{0}], {1}, {2});\n", slot++, ptr(v),
+                          bytes);
   }
   for (unsigned k : grads) {
     Value v = ret.getOperand(k);
@@ -547,8 +546,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
     return success();
   }
   functionsOs << "// " << fn.getSymName() << "\n"
-              << "void " << cName
-              << "(void *const *io, float lossScale) {\n"
+              << "void " << cName << "(void *const *io, float lossScale) {\n"
               << "  const float lossScaleValue[1] = {lossScale};\n"
               << "  (void)lossScaleValue;\n"
               << bodyText << "}\n\n";
@@ -598,8 +596,9 @@ std::string cIdent(StringRef name) {
 }
 } // namespace
 
-LogicalResult Emitter::emitProgram(exec::ProgramOp program,
-                                   const llvm::StringMap<unsigned> &paramIndex) {
+LogicalResult
+Emitter::emitProgram(exec::ProgramOp program,
+                     const llvm::StringMap<unsigned> &paramIndex) {
   std::string id = cIdent(program.getSymName());
   Block &block = program.getBody().front();
   // Buffers: the master weights are the trainer's, not the runtime's.
@@ -613,12 +612,11 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
       continue;
     }
     bufferIndex[buf.getSymName()] = numBuffers++;
-    bos << llvm::formatv("    {{\"{0}\", {1}, {2}, {3}, {4}},\n",
-                         buf.getSymName(),
-                         buf.getSpace() == exec::Space::worker
-                             ? "RONDO_SPACE_WORKER"
-                             : "RONDO_SPACE_HOST",
-                         buf.getSlots(), buf.getBytes(), buf.getOffset());
+    bos << llvm::formatv(
+        "    {{\"{0}\", {1}, {2}, {3}, {4}},\n", buf.getSymName(),
+        buf.getSpace() == exec::Space::worker ? "RONDO_SPACE_WORKER"
+                                              : "RONDO_SPACE_HOST",
+        buf.getSlots(), buf.getBytes(), buf.getOffset());
   }
   tablesOs << "const rondo_buffer_desc " << id << "_buffers[] = {\n"
            << buffers << "};\n";
@@ -636,8 +634,8 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
   for (auto [k, st] : llvm::enumerate(stages)) {
     stageIndex[st.getSymName()] = k;
     tablesOs << "const rondo_param_piece " << id << "_pieces" << k << "[] = {";
-    for (auto [name, off, size] : llvm::zip(
-             st.getParams(), st.getParamOffsets(), st.getParamSizes())) {
+    for (auto [name, off, size] :
+         llvm::zip(st.getParams(), st.getParamOffsets(), st.getParamSizes())) {
       auto it = paramIndex.find(cast<StringAttr>(name).getValue());
       if (it == paramIndex.end())
         return st.emitOpError("reads parameter ")
@@ -649,8 +647,8 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
       parts.push_back({paramIndex.lookup(cast<StringAttr>(name).getValue()),
                        int(k), st.getHostGradOffset() + off});
   }
-  llvm::stable_sort(parts,
-                    [](const Part &a, const Part &b) { return a.param < b.param; });
+  llvm::stable_sort(
+      parts, [](const Part &a, const Part &b) { return a.param < b.param; });
   tablesOs << "const rondo_stage_desc " << id << "_stages[] = {\n";
   for (auto [k, st] : llvm::enumerate(stages))
     tablesOs << llvm::formatv(
@@ -666,8 +664,7 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
   tablesOs << "};\n";
   tablesOs << "const rondo_grad_part " << id << "_grads[] = {";
   for (const Part &p : parts)
-    tablesOs << llvm::formatv("{{{0}, {1}, {2}}, ", p.param, p.stage,
-                              p.offset);
+    tablesOs << llvm::formatv("{{{0}, {1}, {2}}, ", p.param, p.stage, p.offset);
   tablesOs << "{-1, -1, 0}};\n";
   tablesOs << "const int32_t " << id << "_jobs[] = {";
   for (auto [n, job] : llvm::enumerate(program.getJobs()))
@@ -679,7 +676,8 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
   llvm::DenseMap<Value, int> eventId;
   int numEvents = 0;
   for (Operation &op : block)
-    if (op.getNumResults() == 1 && isa<exec::EventType>(op.getResult(0).getType()))
+    if (op.getNumResults() == 1 &&
+        isa<exec::EventType>(op.getResult(0).getType()))
       eventId[op.getResult(0)] = numEvents++;
   auto yield = cast<exec::YieldOp>(block.getTerminator());
   auto awaits = [&](ValueRange events) -> std::string {
@@ -712,11 +710,12 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
   for (Operation &op : block) {
     if (auto c = dyn_cast<exec::CopyOp>(op)) {
       std::string aw = awaits(c.getAwaits());
-      issueOs << llvm::formatv(
-          "  rondo_exec_copy(x, {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8});\n",
-          eventId[c.getEvent()], copyKindName(c.getKind()),
-          streamName(c.getStream()), int64_t(c.getJob()), int64_t(c.getMb()),
-          refText(c.getSrc()), refText(c.getDst()), c.getSrc().getBytes(), aw);
+      issueOs << llvm::formatv("  rondo_exec_copy(x, {0}, {1}, {2}, {3}, {4}, "
+                               "{5}, {6}, {7}, {8});\n",
+                               eventId[c.getEvent()], copyKindName(c.getKind()),
+                               streamName(c.getStream()), int64_t(c.getJob()),
+                               int64_t(c.getMb()), refText(c.getSrc()),
+                               refText(c.getDst()), c.getSrc().getBytes(), aw);
     } else if (auto f = dyn_cast<exec::FillZeroOp>(op)) {
       std::string aw = awaits(f.getAwaits());
       issueOs << llvm::formatv("  rondo_exec_fill_zero(x, {0}, {1}, {2}, {3}, "
@@ -725,8 +724,8 @@ LogicalResult Emitter::emitProgram(exec::ProgramOp program,
                                refText(f.getDst()), f.getDst().getBytes(), aw);
     } else if (auto l = dyn_cast<exec::LaunchOp>(op)) {
       std::string aw = awaits(l.getAwaits());
-      auto stage = cast<exec::StageOp>(
-          program.lookupSymbol(l.getStageAttr().getAttr()));
+      auto stage =
+          cast<exec::StageOp>(program.lookupSymbol(l.getStageAttr().getAttr()));
       std::string io = "io" + std::to_string(counter++);
       issueOs << "  static const rondo_ref " << io << "[] = {";
       unsigned count = 0;
