@@ -22,6 +22,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,7 +37,7 @@ namespace rondo::rt {
 namespace {
 
 constexpr char kMagic[8] = {'R', 'O', 'N', 'D', 'O', 'C', 'K', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kFnvPrime = 0x100000001b3ull;
 const char *const kLatest = "LATEST";
 
@@ -144,6 +145,37 @@ std::map<int64_t, std::string> listCheckpoints(const std::string &dir) {
   return result;
 }
 
+/// Deletes the temporary files that writers killed mid-write (SIGKILL, a
+/// power loss) left in `dir`: "<checkpoint or LATEST>.tmp.<pid>" of a
+/// process that is gone. They were never renamed into place, so nothing
+/// refers to them; a live writer's files (another trainer sharing the
+/// directory by mistake) are left alone. Best effort.
+void removeStaleTemporaries(const std::string &dir) {
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return;
+  std::vector<std::string> stale;
+  while (struct dirent *entry = ::readdir(d)) {
+    std::string name = entry->d_name;
+    size_t tmp = name.rfind(".tmp.");
+    if (tmp == std::string::npos)
+      continue;
+    std::string base = name.substr(0, tmp), pid = name.substr(tmp + 5);
+    int64_t step;
+    if ((base != kLatest && !parseCheckpointFileName(base, step)) ||
+        pid.empty() || pid.size() > 9 ||
+        !std::all_of(pid.begin(), pid.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    pid_t owner = pid_t(std::stol(pid));
+    if (owner == ::getpid() || (::kill(owner, 0) != 0 && errno == ESRCH))
+      stale.push_back(name);
+  }
+  ::closedir(d);
+  for (const std::string &name : stale)
+    ::unlink((dir + "/" + name).c_str());
+}
+
 /// The file name LATEST holds; "" when there is no readable LATEST.
 std::string readLatestName(const std::string &dir) {
   std::ifstream in(dir + "/" + kLatest, std::ios::binary);
@@ -214,12 +246,13 @@ ParsedCheckpoint parseCheckpoint(const std::string &path) {
       0)
     in.corrupt("no RONDOCKP magic");
   uint32_t version = in.u32("version");
-  if (version != kVersion)
+  if (version != kVersion && version != 1)
     in.corrupt("format version " + std::to_string(version) +
                ", this runtime reads version " + std::to_string(kVersion));
   CheckpointMeta &meta = result.meta;
   meta.step = int64_t(in.u64("step"));
   meta.dataCursor = in.u64("data cursor");
+  meta.skippedSteps = version >= 2 ? int64_t(in.u64("skipped steps")) : 0;
   meta.rngState = in.string("RNG state");
   meta.program = in.string("program name");
   meta.model = in.string("model name");
@@ -359,6 +392,7 @@ void writeCheckpoint(const std::string &dir, const CheckpointMeta &meta,
       throw Error(dir + ": checkpoint tensor '" + t.name + "' has no data");
   }
   makeDirectories(dir);
+  removeStaleTemporaries(dir);
   std::string previousName = readLatestName(dir);
   std::string name = checkpointFileName(meta.step);
   std::string path = dir + "/" + name;
@@ -371,6 +405,7 @@ void writeCheckpoint(const std::string &dir, const CheckpointMeta &meta,
     appendU32(header, kVersion);
     appendU64(header, uint64_t(meta.step));
     appendU64(header, meta.dataCursor);
+    appendU64(header, uint64_t(meta.skippedSteps));
     appendString(header, meta.rngState);
     appendString(header, meta.program);
     appendString(header, meta.model);

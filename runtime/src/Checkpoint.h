@@ -18,10 +18,12 @@
 //
 // File format (little-endian; strings are a u64 length and the bytes):
 //
-//   "RONDOCKP"  u32 version  i64 step  u64 dataCursor
+//   "RONDOCKP"  u32 version  i64 step  u64 dataCursor  i64 skippedSteps
 //   string rngState  string program  string model  u64 tensorCount
 //   tensorCount x { string name  i64 numel  numel x f32 }
 //   u64 checksum of every byte before it
+//
+// Version 1 files (no skippedSteps) are read with skippedSteps = 0.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +49,9 @@ struct CheckpointTensor {
 struct CheckpointMeta {
   int64_t step = 0;        ///< Optimizer steps completed.
   uint64_t dataCursor = 0; ///< Where the data loader resumes.
+  /// Steps skipped by --on-nan=skip: they moved the data cursor but not
+  /// AdamW, whose step count is step - skippedSteps.
+  int64_t skippedSteps = 0;
   std::string rngState;    ///< Opaque bytes (may contain NULs).
   std::string program;     ///< Compiled plan name, to refuse a foreign one.
   std::string model;       ///< Model path or hash, for the same reason.

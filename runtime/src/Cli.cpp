@@ -147,8 +147,8 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "sync: one update after the whole backward pass (PyTorch order). "
        "overlap: each stage's parameters are updated as soon as their "
        "gradients are downloaded, while the backward pass goes on; the "
-       "same bits as sync. Default overlap, sync with --clip-grad-norm or "
-       "--dump-gradients.",
+       "same bits as sync. Default overlap, sync with --clip-grad-norm, "
+       "--dump-gradients or --on-nan=skip.",
        [&o](const std::string &v) {
          if (v != "sync" && v != "overlap")
            return std::string("expected sync or overlap");
@@ -283,6 +283,35 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        text(o.evalData)},
       {"eval-every", "K", "Also evaluate every K steps (needs --eval-data).",
        integer(o.evalEvery, 1)},
+      {"on-checkpoint-error", "continue|stop",
+       "When a checkpoint cannot be written: warn, keep the previous one "
+       "and train on (default), or stop with status 1.",
+       [&o](const std::string &v) {
+         if (v == "continue")
+           o.onCheckpointError = OnCheckpointError::Continue;
+         else if (v == "stop")
+           o.onCheckpointError = OnCheckpointError::Stop;
+         else
+           return std::string("expected continue or stop");
+         return std::string();
+       }},
+      {"on-nan", "stop|skip",
+       "A non-finite loss or gradient: stop with status 1 before any "
+       "update with it (default), or skip the whole step (no update, the "
+       "data moves on) with a warning; skip needs --optimizer-mode=sync.",
+       [&o](const std::string &v) {
+         if (v == "stop")
+           o.onNan = OnNan::Stop;
+         else if (v == "skip")
+           o.onNan = OnNan::Skip;
+         else
+           return std::string("expected stop or skip");
+         return std::string();
+       }},
+      {"watchdog-seconds", "S",
+       "Pipelined trainers: stop, naming the op that hangs, when no op "
+       "completes for S seconds (default 300; 0: off).",
+       real(o.watchdogSeconds, 0, false, inf, false)},
       {"quiet", nullptr, "No progress output.",
        [&o](const std::string &v) { return parseBool(v, o.quiet); }},
   };
@@ -348,9 +377,12 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
     return CliStatus::Error;
   }
   if (options.optimizerMode == "overlap" &&
-      (options.clipGradNorm || !options.dumpGradients.empty())) {
+      (options.clipGradNorm || !options.dumpGradients.empty() ||
+       options.onNan == OnNan::Skip)) {
     message = std::string("--optimizer-mode=overlap cannot be combined with ") +
-              (options.clipGradNorm ? "--clip-grad-norm" : "--dump-gradients") +
+              (options.clipGradNorm            ? "--clip-grad-norm"
+               : !options.dumpGradients.empty() ? "--dump-gradients"
+                                                : "--on-nan=skip") +
               ": it needs every gradient of the step before the first "
               "update; use --optimizer-mode=sync";
     return CliStatus::Error;

@@ -26,6 +26,11 @@ namespace rondo::rt {
 
 enum class InitKind { Onnx, Random };
 
+/// What a failed checkpoint write does: warn and train on, or stop.
+enum class OnCheckpointError { Continue, Stop };
+/// What a non-finite loss or gradient does: stop, or skip the step.
+enum class OnNan { Stop, Skip };
+
 struct TrainerOptions {
   std::string data;
   std::optional<TokenDType> dataDType; ///< For flat streams; default uint16.
@@ -51,8 +56,8 @@ struct TrainerOptions {
   /// compiled plan to run. 0: the default.
   int workers = 0;
   bool quiet = false;
-  /// "sync" or "overlap"; empty: overlap unless clipping or gradient dumps
-  /// need every gradient before the first update.
+  /// "sync" or "overlap"; empty: overlap unless clipping, gradient dumps or
+  /// --on-nan=skip need every gradient before the first update.
   std::string optimizerMode;
   std::string trace;
   int64_t saveEvery = 0; ///< 0: only at the end (with --checkpoint-dir).
@@ -60,6 +65,10 @@ struct TrainerOptions {
   bool resume = false;
   std::string evalData;
   int64_t evalEvery = 0; ///< 0: only after the last step.
+  OnCheckpointError onCheckpointError = OnCheckpointError::Continue;
+  OnNan onNan = OnNan::Stop;
+  /// Pipelined trainers: stop when no op completes for this long (0: off).
+  double watchdogSeconds = 300;
 };
 
 enum class CliStatus { Ok, Help, Error };

@@ -54,10 +54,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <regex>
 #include <unistd.h>
@@ -72,6 +74,41 @@ namespace rondo::rt {
 namespace {
 
 constexpr int64_t kIgnoreIndex = -100;
+
+/// The first SIGINT/SIGTERM (its number), 0 while none came. The handler
+/// only sets it; the step loop finishes the step and stops (see run()).
+volatile std::sig_atomic_t gInterrupt = 0;
+
+extern "C" void onInterruptSignal(int sig) {
+  // A second signal: the user does not want to wait for the step. _exit
+  // is async-signal-safe.
+  if (gInterrupt)
+    ::_exit(128 + sig);
+  gInterrupt = sig;
+}
+
+/// Installs onInterruptSignal for SIGINT and SIGTERM for the lifetime of
+/// the object and restores the previous handlers after.
+class InterruptHandlers {
+public:
+  InterruptHandlers() {
+    gInterrupt = 0;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = onInterruptSignal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &oldInt);
+    ::sigaction(SIGTERM, &sa, &oldTerm);
+  }
+  ~InterruptHandlers() {
+    ::sigaction(SIGINT, &oldInt, nullptr);
+    ::sigaction(SIGTERM, &oldTerm, nullptr);
+    gInterrupt = 0;
+  }
+
+private:
+  struct sigaction oldInt, oldTerm;
+};
 
 int64_t numElements(const ParamSpec &p) {
   int64_t n = 1;
@@ -99,6 +136,19 @@ void validateModel(const ModelSpec &model) {
   }
 }
 
+/// Whether `n` floats at `data` are all finite: the largest exponent field
+/// is not all ones. Branch-free, so it vectorises; most steps have no NaN.
+bool allFinite(const void *data, int64_t n) {
+  const unsigned char *p = static_cast<const unsigned char *>(data);
+  uint32_t largest = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    uint32_t bits;
+    std::memcpy(&bits, p + 4 * e, sizeof(bits));
+    largest = std::max(largest, bits & 0x7f800000u);
+  }
+  return largest != 0x7f800000u;
+}
+
 /// Fails early, not after hours of training, when an output cannot be
 /// created.
 void checkWritableDirectory(const std::string &path, const char *flag) {
@@ -123,16 +173,34 @@ struct OptParam {
 class Trainer final : public ExecClient {
 public:
   Trainer(const ModelSpec &model, const TrainerOptions &options, StepFn step,
-          const rondo_program *program)
-      : model(model), opts(options), stepFn(step), program(program) {}
+          const rondo_program *program, const char *argv0)
+      : model(model), opts(options), stepFn(step), program(program),
+        argv0(argv0) {}
   ~Trainer() override { exec.reset(); }
 
+  /// runLoop(), but a stage the watchdog found hung cannot be joined: the
+  /// process reports it and exits without waiting for it.
   int run();
 
   void loadBatch(const StepTag &tag) override;
   void optimize(const StepTag &tag, int32_t stage) override;
 
 private:
+  int runLoop();
+  /// Stops after `stepsDone` steps for SIGINT/SIGTERM: a final checkpoint
+  /// (with --checkpoint-dir) and 128 + the signal's number.
+  int interrupted(int64_t stepsDone, int64_t lastSaved);
+  /// The first non-finite gradient among `parts` (indices into
+  /// program->gradParts, in job order), as "stage X (first in job order),
+  /// parameter P"; "" when every value is finite.
+  std::string nonFiniteGradient(const std::vector<int32_t> &parts) const;
+  /// Records a non-finite gradient found by an optimizer task of `step`.
+  void recordNonFinite(int64_t step, const std::string &what);
+  /// Throws the recorded non-finite gradient (--on-nan=stop).
+  void throwIfNonFinite();
+  /// Whether a task of `step` (-1: of any step) found a non-finite
+  /// gradient.
+  bool nonFiniteIn(int64_t step);
   void loadData();
   void allocateAndInitialise();
   void setUpOptimizer();
@@ -148,6 +216,8 @@ private:
     return opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
   }
   void update(const std::vector<int> &which, int64_t step);
+  /// --on-nan=skip: step `step` applies no update.
+  void skipStep(int64_t step, const std::string &why);
   double runStepLocal(int64_t step, StepRecord &record);
   double runStepPipelined(int64_t step, StepRecord &record);
   /// Issues one step of the program on the batch and returns the sum of its
@@ -156,7 +226,9 @@ private:
   /// Evaluates after `stepsDone` steps; returns false when it was skipped.
   void evaluate(int64_t stepsDone, JsonStepLog *jsonLog);
   std::vector<CheckpointTensor> checkpointTensors();
-  void saveCheckpoint(int64_t stepsDone);
+  /// Writes the checkpoint of `stepsDone`; returns false when it failed
+  /// and --on-checkpoint-error=continue (stop throws).
+  bool saveCheckpoint(int64_t stepsDone);
   int64_t resume();
   void prepareGrad(int q, float *scratch);
   double pipelinedGradNorm();
@@ -166,6 +238,7 @@ private:
       exec->drainHost();
       exec->checkError();
     }
+    throwIfNonFinite();
   }
   void say(const std::string &line) const {
     if (!opts.quiet) {
@@ -178,7 +251,24 @@ private:
   const TrainerOptions &opts;
   StepFn stepFn;
   const rondo_program *program;
+  const char *argv0;
   bool syncMode = true;
+  /// --on-nan=skip: the sync OPTIMIZER task leaves the update to the
+  /// trainer thread, which first checks the losses too.
+  bool deferUpdate = false;
+  /// Steps skipped by --on-nan=skip (checkpointed): AdamW's step count is
+  /// step - skippedSteps + 1.
+  int64_t skippedSteps = 0;
+  std::vector<double> microbatchLosses; ///< Of the last issued step.
+
+  // Non-finite gradients found by optimizer tasks (host thread).
+  std::mutex nanMu;
+  int64_t nanStep = -1;
+  std::string nanWhat;
+  /// Gradient parts in job order of their stage, then offset: all of them
+  /// (sync), and per stage those its overlap task reads.
+  std::vector<int32_t> partsInJobOrder;
+  std::vector<std::vector<int32_t>> partsReadBy;
 
   std::unique_ptr<TokenMatrix> data;
   std::unique_ptr<TokenMatrix> labels;
@@ -340,6 +430,65 @@ void Trainer::setUpProgram(int64_t firstStep) {
   for (int32_t s = 0; s < program->numStages; ++s)
     for (int32_t q : info.finalises[size_t(s)])
       optByStage[size_t(s)].push_back(optOf[size_t(q)]);
+
+  // The order non-finite gradients are looked for in: stages by their
+  // first job, parts by their place in the stage's gradient image.
+  std::vector<int32_t> firstJob(size_t(program->numStages), program->numJobs);
+  for (int32_t n = program->numJobs - 1; n >= 0; --n)
+    firstJob[size_t(program->jobStages[n])] = n;
+  for (int32_t i = 0; i < program->numGradParts; ++i)
+    partsInJobOrder.push_back(i);
+  std::stable_sort(partsInJobOrder.begin(), partsInJobOrder.end(),
+                   [&](int32_t a, int32_t b) {
+                     const rondo_grad_part &x = program->gradParts[a],
+                                           &y = program->gradParts[b];
+                     if (firstJob[size_t(x.stage)] != firstJob[size_t(y.stage)])
+                       return firstJob[size_t(x.stage)] <
+                              firstJob[size_t(y.stage)];
+                     return x.hostOffset < y.hostOffset;
+                   });
+  partsReadBy.assign(size_t(program->numStages), {});
+  for (int32_t part : partsInJobOrder) {
+    int32_t owner = info.finalStage[size_t(program->gradParts[part].param)];
+    if (owner >= 0)
+      partsReadBy[size_t(owner)].push_back(part);
+  }
+  deferUpdate = syncMode && opts.onNan == OnNan::Skip;
+}
+
+std::string Trainer::nonFiniteGradient(const std::vector<int32_t> &parts) const {
+  const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  for (int32_t i : parts) {
+    const rondo_grad_part &part = program->gradParts[i];
+    if (allFinite(hostGrads + part.hostOffset,
+                  numElements(model.params[part.param])))
+      continue;
+    return std::string("stage ") + program->stages[part.stage].name +
+           " (first in job order), parameter " +
+           model.params[part.param].name;
+  }
+  return "";
+}
+
+void Trainer::recordNonFinite(int64_t step, const std::string &what) {
+  std::lock_guard<std::mutex> lock(nanMu);
+  if (nanStep < 0) {
+    nanStep = step;
+    nanWhat = what;
+  }
+}
+
+bool Trainer::nonFiniteIn(int64_t step) {
+  std::lock_guard<std::mutex> lock(nanMu);
+  return step < 0 ? nanStep >= 0 : nanStep == step;
+}
+
+void Trainer::throwIfNonFinite() {
+  std::lock_guard<std::mutex> lock(nanMu);
+  if (nanStep >= 0 && opts.onNan == OnNan::Stop)
+    throw Error("step " + std::to_string(nanStep) +
+                ": non-finite gradient in " + nanWhat +
+                "; no update was applied with it");
 }
 
 void Trainer::gatherRows(const TokenMatrix &source,
@@ -403,7 +552,16 @@ void Trainer::update(const std::vector<int> &which, int64_t step) {
     t.weightDecay = o.weightDecay;
     tensors.push_back(t);
   }
-  adamwUpdate(tensors.data(), tensors.size(), adamw, lrAt(step), step + 1);
+  adamwUpdate(tensors.data(), tensors.size(), adamw, lrAt(step),
+              step - skippedSteps + 1);
+}
+
+void Trainer::skipStep(int64_t step, const std::string &why) {
+  ++skippedSteps;
+  std::fprintf(stderr,
+               "rondo: warning: %s; step %lld skipped (--on-nan=skip): no "
+               "parameter or optimizer state changed\n",
+               why.c_str(), (long long)step);
 }
 
 double Trainer::runStepLocal(int64_t step, StepRecord &record) {
@@ -418,6 +576,7 @@ double Trainer::runStepLocal(int64_t step, StepRecord &record) {
 
   double lossSum = 0;
   int64_t lossCount = 0;
+  microbatchLosses.assign(size_t(K), 0.0);
   for (int64_t k = 0; k < K; ++k) {
     StepArgs args;
     args.params = paramPtrs.data();
@@ -426,6 +585,7 @@ double Trainer::runStepLocal(int64_t step, StepRecord &record) {
     args.labels = &batchLabels[size_t(k * model.batch * seq)];
     args.lossScale = lossScale;
     StepResult result = stepFn(args);
+    microbatchLosses[size_t(k)] = result.lossSum;
     lossSum += result.lossSum;
     lossCount += result.lossCount;
   }
@@ -448,10 +608,34 @@ double Trainer::runStepLocal(int64_t step, StepRecord &record) {
   }
 
   double norm = gradNorm(trainableGrads.data(), trainableGrads.size());
-  if (opts.clipGradNorm)
-    clipGradNorm(trainableGrads.data(), trainableGrads.size(), norm,
-                 *opts.clipGradNorm);
-  update(allOpt, step);
+  std::string bad;
+  if (!std::isfinite(norm)) {
+    for (const OptParam &o : opt) {
+      if (!allFinite(o.grad, o.numel)) {
+        bad = "step " + std::to_string(step) +
+              ": non-finite gradient of parameter " +
+              model.params[o.index].name + " (first in table order)";
+        break;
+      }
+    }
+  }
+  if (bad.empty())
+    for (size_t k = 0; k < microbatchLosses.size(); ++k)
+      if (!std::isfinite(microbatchLosses[k])) {
+        bad = "non-finite loss in microbatch " + std::to_string(k) +
+              " of step " + std::to_string(step);
+        break;
+      }
+  if (!bad.empty() && opts.onNan == OnNan::Stop)
+    throw Error(bad + "; no update was applied with it");
+  if (!bad.empty()) {
+    skipStep(step, bad);
+  } else {
+    if (opts.clipGradNorm)
+      clipGradNorm(trainableGrads.data(), trainableGrads.size(), norm,
+                   *opts.clipGradNorm);
+    update(allOpt, step);
+  }
 
   record.step = step;
   record.loss = loss;
@@ -505,11 +689,23 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
   if (tag.eval)
     return;
   if (stage >= 0) {
+    // A non-finite gradient stops before any update that reads it, and
+    // no later task updates anything either: the run stops.
+    if (nonFiniteIn(-1))
+      return;
+    std::string bad = nonFiniteGradient(partsReadBy[size_t(stage)]);
+    if (!bad.empty()) {
+      recordNonFinite(tag.step, bad);
+      return;
+    }
     for (int i : optByStage[size_t(stage)])
       prepareGrad(opt[size_t(i)].index, opt[size_t(i)].grad);
     update(optByStage[size_t(stage)], tag.step);
     return;
   }
+  std::string bad = nonFiniteGradient(partsInJobOrder);
+  if (!bad.empty())
+    recordNonFinite(tag.step, bad);
   for (OptParam &o : opt)
     prepareGrad(o.index, o.grad);
   std::vector<GradTensor> g;
@@ -525,6 +721,8 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
                   size_t(o.numel) * sizeof(float));
     }
   }
+  if (!bad.empty() || deferUpdate)
+    return; // The trainer thread decides (runStepPipelined).
   if (opts.clipGradNorm)
     clipGradNorm(g.data(), g.size(), syncNorm, *opts.clipGradNorm);
   update(allOpt, tag.step);
@@ -539,9 +737,11 @@ double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   const int64_t stride =
       microbatchStride(*program, program->lossBuffer, sizeof(float));
   double sum = 0;
+  microbatchLosses.assign(size_t(program->microbatches), 0.0);
   for (int32_t m = 0; m < program->microbatches; ++m) {
     float loss;
     std::memcpy(&loss, losses + m * stride, sizeof(float));
+    microbatchLosses[size_t(m)] = loss;
     sum += double(loss);
   }
   return sum;
@@ -573,9 +773,48 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   double loss = causal ? (count > 0 ? lossSum / double(count)
                                     : std::numeric_limits<double>::quiet_NaN())
                        : lossSum / double(program->microbatches);
+  // Non-finite values: the gradient message wins (the tasks looked at the
+  // gradients before any update), then the loss.
+  std::string badLoss;
+  for (size_t m = 0; m < microbatchLosses.size(); ++m)
+    if (!std::isfinite(microbatchLosses[m])) {
+      badLoss = "non-finite loss in microbatch " + std::to_string(m) +
+                " of step " + std::to_string(step);
+      break;
+    }
+  if (!badLoss.empty() || syncMode) {
+    if (exec) {
+      exec->drainHost();
+      exec->checkError();
+    }
+    throwIfNonFinite();
+    if (!badLoss.empty() && opts.onNan == OnNan::Stop)
+      throw Error(badLoss + "; no update was applied with it");
+  }
+  if (deferUpdate) {
+    std::string bad;
+    {
+      std::lock_guard<std::mutex> lock(nanMu);
+      if (nanStep == step)
+        bad = "step " + std::to_string(step) + ": non-finite gradient in " +
+              nanWhat;
+      nanStep = -1;
+    }
+    if (bad.empty())
+      bad = badLoss;
+    if (bad.empty()) {
+      std::vector<GradTensor> g;
+      for (OptParam &o : opt)
+        g.push_back({o.grad, o.numel});
+      if (opts.clipGradNorm)
+        clipGradNorm(g.data(), g.size(), syncNorm, *opts.clipGradNorm);
+      update(allOpt, step);
+    } else {
+      skipStep(step, bad);
+    }
+  }
   double norm;
   if (syncMode) {
-    drain();
     norm = syncNorm;
   } else {
     // Only logged: the tasks read the same gradients, nothing writes them
@@ -660,27 +899,34 @@ std::string rngStateOf(const TrainerOptions &opts) {
   return "init-seed " + std::to_string(opts.seed);
 }
 
-void Trainer::saveCheckpoint(int64_t stepsDone) {
+bool Trainer::saveCheckpoint(int64_t stepsDone) {
   drain();
   CheckpointMeta meta;
   meta.step = stepsDone;
   meta.dataCursor = firstRow(stepsDone);
+  meta.skippedSteps = skippedSteps;
   meta.rngState = rngStateOf(opts);
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
   try {
     writeCheckpoint(opts.checkpointDir, meta, checkpointTensors());
   } catch (const Error &e) {
+    if (opts.onCheckpointError == OnCheckpointError::Stop)
+      throw Error("cannot write the checkpoint of step " +
+                  std::to_string(stepsDone) + ": " + e.what() +
+                  "; the previous checkpoint is kept "
+                  "(--on-checkpoint-error=stop)");
     // Losing the run over a full disk is worse than a missing checkpoint:
     // the previous one stays valid, so warn and train on.
     std::fprintf(stderr,
                  "rondo: warning: cannot write the checkpoint of step %lld: "
                  "%s; the previous checkpoint is kept, training goes on\n",
                  (long long)stepsDone, e.what());
-    return;
+    return false;
   }
   say("rondo: checkpoint of step " + std::to_string(stepsDone) + " in " +
       opts.checkpointDir + "/" + checkpointFileName(stepsDone));
+  return true;
 }
 
 int64_t Trainer::resume() {
@@ -693,6 +939,7 @@ int64_t Trainer::resume() {
       readLatestCheckpoint(opts.checkpointDir, checkpointTensors());
   cursorStep = meta.step;
   cursorRow = meta.dataCursor;
+  skippedSteps = meta.skippedSteps;
   say("rondo: resuming from step " + std::to_string(meta.step) + " (" +
       opts.checkpointDir + ", " + meta.program + ")");
   return meta.step;
@@ -725,6 +972,38 @@ void Trainer::dumpGradients(double loss,
 }
 
 int Trainer::run() {
+  InterruptHandlers handlers;
+  try {
+    return runLoop();
+  } catch (const Error &e) {
+    if (exec && exec->hung()) {
+      // The hung thread cannot be joined, so do not try: report and go.
+      std::fprintf(stderr, "%s: error: %s\n", argv0, e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    throw;
+  }
+}
+
+int Trainer::interrupted(int64_t stepsDone, int64_t lastSaved) {
+  const int sig = int(gInterrupt);
+  drain();
+  std::string what = "no checkpoint written (no --checkpoint-dir)";
+  if (!opts.checkpointDir.empty()) {
+    if (lastSaved == stepsDone || saveCheckpoint(stepsDone))
+      what = "checkpoint written to " + opts.checkpointDir + "/" +
+             checkpointFileName(stepsDone);
+    else
+      what = "the checkpoint could not be written";
+  }
+  std::fprintf(stderr, "rondo: interrupted at step %lld; %s\n",
+               (long long)stepsDone, what.c_str());
+  std::fflush(stderr);
+  return 128 + sig;
+}
+
+int Trainer::runLoop() {
   validateModel(model);
   if (program) {
     if (opts.gradAccum > 1)
@@ -760,8 +1039,10 @@ int Trainer::run() {
   allocateAndInitialise();
   setUpOptimizer();
   int64_t firstStep = opts.resume ? resume() : 0;
-  if (program)
+  if (program) {
     setUpProgram(firstStep);
+    exec->setWatchdog(opts.watchdogSeconds);
+  }
   if (firstStep > 0 && !opts.dumpGradients.empty())
     throw Error("--dump-gradients writes step 0's gradients; the run resumes "
                 "at step " +
@@ -806,10 +1087,11 @@ int Trainer::run() {
 
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  bool warnedNonFinite = false;
   double lastLoss = std::numeric_limits<double>::quiet_NaN();
   int64_t lastSaved = firstStep;
   for (int64_t s = firstStep; s < opts.steps; ++s) {
+    if (gInterrupt)
+      return interrupted(s, lastSaved);
     const auto stepStart = Clock::now();
     StepRecord record;
     lastLoss = program ? runStepPipelined(s, record) : runStepLocal(s, record);
@@ -819,11 +1101,7 @@ int Trainer::run() {
     if (jsonLog)
       jsonLog->write(record);
     say(progressLine(record, opts.steps, elapsed, firstStep));
-    if (!std::isfinite(lastLoss) && !warnedNonFinite) {
-      std::fprintf(stderr, "rondo: warning: step %lld has a non-finite loss\n",
-                   (long long)s);
-      warnedNonFinite = true;
-    }
+    throwIfNonFinite();
     const int64_t done = s + 1;
     if (opts.saveEvery > 0 && done % opts.saveEvery == 0) {
       saveCheckpoint(done);
@@ -835,6 +1113,8 @@ int Trainer::run() {
   }
   drain();
   const int64_t stepsDone = std::max(firstStep, opts.steps);
+  if (gInterrupt)
+    return interrupted(stepsDone, lastSaved);
   if (!opts.checkpointDir.empty() && lastSaved != stepsDone)
     saveCheckpoint(stepsDone);
   if (evalData)
@@ -890,8 +1170,10 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
   const std::string mode =
       !opts.optimizerMode.empty()
           ? opts.optimizerMode
-          : (opts.clipGradNorm || !opts.dumpGradients.empty() ? "sync"
-                                                              : "overlap");
+          : (opts.clipGradNorm || !opts.dumpGradients.empty() ||
+                     opts.onNan == OnNan::Skip
+                 ? "sync"
+                 : "overlap");
   std::vector<int> counts;
   for (int i = 0; i < numPrograms; ++i) {
     if (std::find(counts.begin(), counts.end(), programs[i].workers) ==
@@ -955,7 +1237,7 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
                         "trainers; compile with --batch B*K");
   }
   try {
-    return Trainer(model, options, step, program).run();
+    return Trainer(model, options, step, program, argv0).run();
   } catch (const Error &e) {
     std::fprintf(stderr, "%s: error: %s\n", argv0, e.what());
   } catch (const std::bad_alloc &) {

@@ -9,6 +9,7 @@
 #include "rondo/runtime/Error.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -593,6 +594,8 @@ void HostExec::run(Stream &s) {
     Op op = std::move(s.queue.front());
     s.queue.pop_front();
     s.busy = true;
+    s.running = &op;
+    s.startedAt = std::chrono::steady_clock::now();
     lock.unlock();
     const double start = recordTrace ? nowUs() : 0;
     std::string error;
@@ -606,6 +609,8 @@ void HostExec::run(Stream &s) {
     const double end = recordTrace ? nowUs() : 0;
     lock.lock();
     s.busy = false;
+    s.running = nullptr;
+    lastCompletion = std::chrono::steady_clock::now();
     --pending;
     if (!error.empty()) {
       if (!failed) {
@@ -714,8 +719,42 @@ std::string HostExec::describeOp(const Op &op) const {
 
 void HostExec::waitFor(std::unique_lock<std::mutex> &lock,
                        const std::function<bool()> &done) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point waitStart = Clock::now();
   while (!cv.wait_for(lock, std::chrono::milliseconds(200),
                       [&] { return failed || done(); })) {
+    // The watchdog: no op completed for watchdogSeconds during this wait.
+    // Name the op that has been running longest (it stopped advancing),
+    // else the first one waiting.
+    if (watchdogSeconds > 0) {
+      const Clock::time_point now = Clock::now();
+      const double idle = std::chrono::duration<double>(
+                              now - std::max(waitStart, lastCompletion))
+                              .count();
+      if (idle >= watchdogSeconds) {
+        const Stream *oldest = nullptr;
+        for (const auto &st : streams)
+          if (st->busy && st->running &&
+              (!oldest || st->startedAt < oldest->startedAt))
+            oldest = st.get();
+        const Op *op = oldest ? oldest->running : nullptr;
+        for (const auto &st : streams)
+          if (!op && !st->queue.empty())
+            op = &st->queue.front();
+        if (op) {
+          char seconds[32];
+          std::snprintf(seconds, sizeof(seconds), "%g", watchdogSeconds);
+          failure = std::string("exec: watchdog: no op of program ") +
+                    program.name + " completed for " + seconds +
+                    " s (--watchdog-seconds): the " + describeOp(*op) +
+                    (oldest ? " has not finished" : " has not started");
+          failed = true;
+          watchdogFired = oldest != nullptr;
+          cv.notify_all();
+          return;
+        }
+      }
+    }
     // Nothing runs and nothing can start: an await that no op issued so far
     // completes. A compiler bug; say which op waits for what.
     bool progress = false;

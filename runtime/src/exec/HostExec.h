@@ -170,6 +170,16 @@ public:
   void checkError();
   /// Records a failure (e.g. of the issuing thread) and stops every stream.
   void fail(const std::string &message);
+  /// Waits (barrier, drains) fail, naming the op that has not finished,
+  /// when no op completes for `seconds` while some op runs or is queued
+  /// (0: never).
+  void setWatchdog(double seconds) { watchdogSeconds = seconds; }
+  /// Whether the watchdog fired: a thread is stuck in an op and cannot be
+  /// joined, so the executor must not be destroyed (the trainer exits).
+  bool hung() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return watchdogFired;
+  }
 
   /// Base of a host buffer in the pool.
   char *hostBuffer(int32_t buffer) const;
@@ -204,6 +214,8 @@ private:
     int32_t role = 0;    ///< rondo_stream, or kDataRole / kOptimizerRole.
     std::deque<Op> queue;
     bool busy = false;
+    const Op *running = nullptr; ///< While busy.
+    std::chrono::steady_clock::time_point startedAt;
     std::vector<TraceRecord> trace;
     std::thread thread;
   };
@@ -280,6 +292,9 @@ private:
   bool stopping = false;
   bool failed = false;
   std::string failure;
+  double watchdogSeconds = 0;
+  bool watchdogFired = false;
+  std::chrono::steady_clock::time_point lastCompletion;
   std::chrono::steady_clock::time_point origin;
 };
 

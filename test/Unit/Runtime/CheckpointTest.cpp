@@ -20,6 +20,7 @@
 #include <random>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -403,3 +404,40 @@ TEST(Checkpoint, DuplicateTensorIsRejectedOnWrite) {
 }
 
 } // namespace
+
+/// The pid of a process that has exited (and been reaped).
+static pid_t deadPid() {
+  pid_t child = ::fork();
+  if (child == 0)
+    ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+TEST(Checkpoint, KilledWritersTemporariesDoNotBreakResumeAndAreRemoved) {
+  // What a writer killed with SIGKILL leaves behind: a partial checkpoint
+  // and a partial LATEST, never renamed into place.
+  std::string dir = makeTempDir();
+  State s1 = makeState(11), s2 = makeState(22);
+  write(dir, 1, s1);
+  const std::string dead = std::to_string(deadPid());
+  const std::string live = std::to_string(::getppid());
+  writeBytes(dir + "/step-2.ckpt.tmp." + dead, "RONDOCKP\x01");
+  writeBytes(dir + "/LATEST.tmp." + dead, "step-");
+  writeBytes(dir + "/step-2.ckpt.tmp." + live, "RONDOCKP");
+  writeBytes(dir + "/notes.tmp." + dead, "the user's own file");
+
+  State loaded = s1.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
+  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+
+  write(dir, 2, s2);
+  EXPECT_EQ(listDir(dir),
+            (std::vector<std::string>{"LATEST", "notes.tmp." + dead,
+                                      "step-1.ckpt", "step-2.ckpt",
+                                      "step-2.ckpt.tmp." + live}));
+  State again = s2.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, again.tensors()).step, 2);
+  EXPECT_TRUE(again.bitwiseEqual(s2));
+}
