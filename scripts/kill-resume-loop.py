@@ -17,6 +17,8 @@ resumed runs end bitwise where an uninterrupted run ends.
               printed right before that step's checkpoint is written);
      write    as soon as a temporary checkpoint file shows up in D, i.e.
               in the middle of a checkpoint write.
+   With --signal INT or TERM the trainer must stop after the current step
+   instead, with a checkpoint and status 128 + the signal's number.
    Resumed runs cycle through --resume-workers and --resume-modes, so the
    checkpoint must not depend on the plan.
 4. Merges the logs of all runs by step (the last run to log a step wins;
@@ -57,6 +59,14 @@ def parse_args():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--signal", default="KILL", choices=["KILL", "INT", "TERM"],
+                   help="the signal to send (default KILL). INT and TERM must "
+                   "let the step finish, write a checkpoint, say so and exit "
+                   "with 128 + the signal's number; the next run must resume "
+                   "from that step")
+    p.add_argument("--twice", action="store_true",
+                   help="send INT/TERM twice: the trainer must exit at once "
+                   "with 128 + the signal's number")
     p.add_argument("--workers", default="2", help="workers of the reference run")
     p.add_argument("--resume-workers", default="1,2",
                    help="workers of the killed runs, cycled (default 1,2)")
@@ -151,7 +161,11 @@ def main():
     ckdir = os.path.join(work, "ck")
     workers = a.resume_workers.split(",")
     modes = a.resume_modes.split(",")
-    kinds = ["step", "write", "startup"]
+    signo = getattr(signal, "SIG" + a.signal)
+    # INT/TERM handlers are installed once the trainer runs; a signal during
+    # the dynamic loader's work would find the default action.
+    kinds = ["step", "write", "startup"] if a.signal == "KILL" else ["step", "write"]
+    expect_resume = None
     logs = []
     kills = {k: 0 for k in kinds}
     in_write = 0
@@ -204,9 +218,16 @@ def main():
                         break
                     time.sleep(0.0005)
             if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
+                proc.send_signal(signo)
+                if a.twice:
+                    time.sleep(0.002)
+                    proc.send_signal(signo)
                 killed = True
-                proc.wait()
+                try:
+                    proc.wait(timeout=a.timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    fail("run %d did not stop within %g s of SIG%s" % (run, a.timeout, a.signal))
                 kills[kind] += 1
                 during_write = bool(temp_files(ckdir, proc.pid))
                 in_write += during_write
@@ -219,6 +240,29 @@ def main():
         logs.append(log)
         resumed = [l for l in output if "resuming from step" in l]
         start_step = resumed[0].split("resuming from step ")[1].split()[0] if resumed else "0"
+        if resumed or expect_resume is not None:
+            if expect_resume is not None and start_step != str(expect_resume):
+                fail("run %d resumed from step %s, the interrupted run wrote step %s"
+                     % (run, start_step, expect_resume))
+        expect_resume = None
+        if killed and a.signal != "KILL":
+            th.join()
+            text = "".join(output)
+            if proc.returncode == 0:
+                killed = False  # It finished before the signal came.
+            elif proc.returncode != 128 + signo:
+                fail("run %d exited with status %d after SIG%s, not %d:\n%s"
+                     % (run, proc.returncode, a.signal, 128 + signo, text))
+            elif not a.twice:
+                import re
+                m = re.search(r"rondo: interrupted at step (\d+); checkpoint written to "
+                              + re.escape(ckdir) + r"/step-(\d+)\.ckpt", text)
+                if not m or m.group(1) != m.group(2):
+                    fail("run %d: no 'interrupted at step N; checkpoint written to' "
+                         "line:\n%s" % (run, text))
+                expect_resume = int(m.group(1))
+                print("run %d: stopped at step %s with status %d"
+                      % (run, m.group(1), proc.returncode))
         if killed:
             print("run %d: --workers %s --optimizer-mode %s: from step %s, killed (%s)%s"
                   % (run, w, mode, start_step, kind,
@@ -258,9 +302,9 @@ def main():
         except ImportError:
             pass
         fail("the final weights differ from the reference's%s" % detail)
-    print("%d kills (%s), %d during a checkpoint write; %d runs; %d steps: "
+    print("%d SIG%s%s (%s), %d during a checkpoint write; %d runs; %d steps: "
           "bitwise-identical losses and final weights"
-          % (sum(kills.values()), ", ".join("%d %s" % (kills[k], k) for k in kinds),
+          % (sum(kills.values()), a.signal, " (twice)" if a.twice else "", ", ".join("%d %s" % (kills[k], k) for k in kinds),
              in_write, run, a.steps))
     if not a.keep and not a.work:
         shutil.rmtree(work)
