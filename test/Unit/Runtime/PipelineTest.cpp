@@ -17,7 +17,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -25,6 +27,7 @@
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -555,3 +558,245 @@ TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {
 }
 
 } // namespace
+
+namespace {
+
+/// Reads the trainable state of the checkpoint LATEST names in `ckpt`.
+CheckpointMeta readToyCheckpoint(const std::string &ckpt,
+                                 const std::string &modelPath) {
+  const ModelSpec &spec =
+      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+  std::vector<std::vector<float>> storage;
+  std::vector<CheckpointTensor> tensors;
+  for (int i = 0; i < spec.numParams; ++i) {
+    const ParamSpec &p = spec.params[i];
+    if (!p.trainable)
+      continue;
+    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
+      storage.emplace_back(size_t(numel(p)));
+      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    tensors[i].data = storage[i].data();
+  return readLatestCheckpoint(ckpt, tensors);
+}
+
+} // namespace
+
+TEST_F(PipelineTest, CheckpointErrorStopKeepsThePreviousOneAndExits) {
+  std::string ckpt = dir + "/ckpt";
+  train("first", {"--checkpoint-dir", ckpt, "--save-every", "1"}, false, 2);
+  ASSERT_EQ(::mkdir((ckpt + "/" + checkpointFileName(3)).c_str(), 0755), 0);
+  RunResult r = run({"--data", dataPath, "--steps", "4", "--checkpoint-dir",
+                     ckpt, "--save-every", "1", "--resume",
+                     "--on-checkpoint-error=stop"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("toy-pipeline: error: cannot write the "
+                               "checkpoint of step 3: " +
+                               ckpt + "/step-3.ckpt"));
+  EXPECT_THAT(r.err, HasSubstr("Is a directory; the previous checkpoint is "
+                               "kept (--on-checkpoint-error=stop)"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("step 4/4")));
+  EXPECT_EQ(readToyCheckpoint(ckpt, modelPath).step, 2);
+  // A bad value names the flag.
+  RunResult bad = run({"--data", dataPath, "--on-checkpoint-error=retry"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_THAT(bad.err, HasSubstr("invalid value 'retry' for "
+                                 "--on-checkpoint-error: expected continue "
+                                 "or stop"));
+}
+
+TEST_F(PipelineTest, NonFiniteGradientStopsNamingTheFirstStageInJobOrder) {
+  for (const char *mode : {"overlap", "sync"}) {
+    std::string ckpt = dir + "/ckpt-" + mode;
+    // run() would reset the fault: call trainerMain directly.
+    RunResult r;
+    {
+      const toy::ToyPipeline &p =
+          toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+      toy::toyPipelineNonFiniteAtStep(2, toy::kNanProjGrad | toy::kInfEmbGrad);
+      std::vector<std::string> args = {
+          "toy-pipeline", "--data",       dataPath,
+          "--steps",      "5",            "--workers=2",
+          std::string("--optimizer-mode=") + mode, "--checkpoint-dir", ckpt,
+          "--save-every", "1"};
+      std::vector<char *> argv;
+      for (std::string &a : args)
+        argv.push_back(a.data());
+      ::testing::internal::CaptureStderr();
+      r.rc = trainerMain(int(args.size()), argv.data(), *p.model,
+                         p.programs.data(), int(p.programs.size()));
+      r.err = ::testing::internal::GetCapturedStderr();
+    }
+    EXPECT_EQ(r.rc, 1) << mode;
+    // T (job 1) comes before B1 (job 2): its NaN is named, not B1's inf.
+    EXPECT_THAT(r.err,
+                HasSubstr("toy-pipeline: error: step 2: non-finite gradient "
+                          "in stage T (first in job order), parameter "
+                          "proj.weight; no update was applied with it"))
+        << mode << ": " << r.err;
+    // The last good checkpoint is that of step 2 (two steps done), with
+    // finite weights.
+    EXPECT_EQ(readToyCheckpoint(ckpt, modelPath).step, 2) << mode;
+  }
+}
+
+TEST_F(PipelineTest, NonFiniteLossStopsNamingTheMicrobatch) {
+  const toy::ToyPipeline &p =
+      toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+  toy::toyPipelineNonFiniteAtStep(1, toy::kNanLoss);
+  std::vector<std::string> args = {"toy-pipeline", "--data", dataPath,
+                                   "--steps", "3", "--workers=3"};
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  ::testing::internal::CaptureStderr();
+  int rc = trainerMain(int(args.size()), argv.data(), *p.model,
+                       p.programs.data(), int(p.programs.size()));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(err, HasSubstr("toy-pipeline: error: non-finite loss in "
+                             "microbatch 1 of step 1"));
+}
+
+/// Trains the toy `steps` steps with a non-finite gradient or loss in step
+/// `nanStep` and --on-nan=skip, plus `extra`.
+struct SkipRun {
+  int rc;
+  std::string err;
+  Weights weights;
+};
+
+TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
+  auto skipRun = [&](const std::string &tag, int64_t steps, int64_t nanStep,
+                     int where, std::vector<std::string> extra) {
+    const toy::ToyPipeline &p =
+        toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+    toy::toyPipelineNonFiniteAtStep(nanStep, where);
+    std::string onnx = dir + "/" + tag + ".onnx";
+    std::vector<std::string> args = {
+        "toy-pipeline", "--data",        dataPath, "--steps",
+        std::to_string(steps), "--lr",   "0.05",   "--on-nan=skip",
+        "--export-onnx", onnx};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    ::testing::internal::CaptureStderr();
+    SkipRun r;
+    r.rc = trainerMain(int(args.size()), argv.data(), *p.model,
+                       p.programs.data(), int(p.programs.size()));
+    r.err = ::testing::internal::GetCapturedStderr();
+    if (r.rc == 0)
+      for (FloatTensor &x : readOnnxFloatInitializers(onnx))
+        r.weights.push_back(x.data);
+    return r;
+  };
+  // Steps 0 and 1, then step 2 skipped: the weights of two clean steps.
+  Trained two = train("two", {"--workers=2"}, false, 2);
+  for (int where : {int(toy::kNanProjGrad), int(toy::kInfEmbGrad),
+                    int(toy::kNanLoss)}) {
+    SkipRun r = skipRun("skip" + std::to_string(where), 3, 2, where,
+                        {"--workers=2"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("step 2 skipped (--on-nan=skip): no "
+                                 "parameter or optimizer state changed"));
+    EXPECT_EQ(r.weights, two.weights) << where;
+  }
+  // A skipped step moves the data on and leaves AdamW's step count behind;
+  // the checkpoint keeps both, so resuming (with another plan) gives the
+  // same bits as an uninterrupted run.
+  SkipRun full = skipRun("full", 5, 1, toy::kNanProjGrad, {"--workers=3"});
+  ASSERT_EQ(full.rc, 0) << full.err;
+  std::string ckpt = dir + "/ckpt-skip";
+  SkipRun first = skipRun("first", 3, 1, toy::kNanProjGrad,
+                          {"--workers=3", "--checkpoint-dir", ckpt});
+  ASSERT_EQ(first.rc, 0) << first.err;
+  SkipRun rest = skipRun("rest", 5, -1, 0,
+                         {"--workers=1", "--checkpoint-dir", ckpt, "--resume"});
+  ASSERT_EQ(rest.rc, 0) << rest.err;
+  EXPECT_EQ(rest.weights, full.weights);
+  for (const auto &w : full.weights)
+    for (float x : w)
+      ASSERT_TRUE(std::isfinite(x));
+  // Skip needs the synchronous optimizer: it is the default, and an
+  // explicit overlap is refused naming both flags.
+  RunResult r = run({"--data", dataPath, "--on-nan=skip",
+                     "--optimizer-mode=overlap"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--optimizer-mode=overlap cannot be combined "
+                               "with --on-nan=skip"));
+}
+
+namespace {
+void raiseSigint() { std::raise(SIGINT); }
+void raiseSigterm() { std::raise(SIGTERM); }
+void sleepThreeSeconds() { ::sleep(3); }
+} // namespace
+
+TEST_F(PipelineTest, SignalFinishesTheStepWritesACheckpointAndExits) {
+  Trained full = train("full", {"--workers=2"});
+  for (auto [signal, action, status] :
+       {std::tuple(SIGINT, &raiseSigint, 130),
+        std::tuple(SIGTERM, &raiseSigterm, 143)}) {
+    std::string ckpt = dir + "/ckpt-" + std::to_string(signal);
+    const toy::ToyPipeline &p =
+        toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+    // F0's 7th launch: step 1 of 4 microbatches.
+    toy::toyPipelineAtLaunch(7, action);
+    std::vector<std::string> args = {
+        "toy-pipeline", "--data", dataPath, "--steps", "6", "--lr", "0.05",
+        "--workers=2",  "--checkpoint-dir", ckpt};
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    ::testing::internal::CaptureStderr();
+    int rc = trainerMain(int(args.size()), argv.data(), *p.model,
+                         p.programs.data(), int(p.programs.size()));
+    std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, status);
+    EXPECT_THAT(err, HasSubstr("rondo: interrupted at step 2; checkpoint "
+                               "written to " +
+                               ckpt + "/step-2.ckpt"));
+    EXPECT_THAT(err, ::testing::Not(HasSubstr("step 3/6")));
+    // The previous handler is back.
+    struct sigaction now;
+    ::sigaction(signal, nullptr, &now);
+    EXPECT_EQ(now.sa_handler, SIG_DFL);
+    Trained rest = train("rest-" + std::to_string(signal),
+                         {"--workers=1", "--checkpoint-dir", ckpt, "--resume"});
+    EXPECT_EQ(rest.weights, full.weights);
+  }
+}
+
+TEST_F(PipelineTest, WatchdogNamesTheStageJobThatStoppedAdvancing) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // F0's 6th launch (step 1, microbatch 1) sleeps past a 1 s watchdog.
+  auto child = [&] {
+    const toy::ToyPipeline &p =
+        toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+    toy::toyPipelineAtLaunch(6, &sleepThreeSeconds);
+    std::vector<std::string> args = {"toy-pipeline", "--data",
+                                     dataPath,       "--steps",
+                                     "3",            "--workers=2",
+                                     "--quiet",      "--watchdog-seconds",
+                                     "1"};
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    std::exit(trainerMain(int(args.size()), argv.data(), *p.model,
+                          p.programs.data(), int(p.programs.size())));
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(1),
+      "toy-pipeline: error: exec: watchdog: no op of program exec_w2_overlap "
+      "completed for 1 s \\(--watchdog-seconds\\): the launch of step 1, job "
+      "0 \\(stage F0\\), microbatch 1, worker [01] has not finished");
+  // Slow but advancing is fine, and 0 turns the watchdog off.
+  const toy::ToyPipeline &p =
+      toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
+  (void)p;
+  RunResult r = run({"--data", dataPath, "--steps", "2", "--workers=2",
+                     "--watchdog-seconds", "0"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+}

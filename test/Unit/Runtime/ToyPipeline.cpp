@@ -28,6 +28,12 @@ int gFailAt = 0;
 int64_t gBadCopyStep = -1;
 int64_t gDeadlockStep = -1;
 int64_t gIssued = 0;
+int gActionAt = 0;
+void (*gAction)() = nullptr;
+std::atomic<int> gActionLaunches{0};
+int64_t gNanStep = -1;
+int gNanWhere = 0;
+std::atomic<int64_t> gTLaunches{0}, gB1Launches{0};
 
 // Stage images.
 const rondo_param_piece kF0Pieces[] = {{kEmb, 0, V *D *kF},
@@ -115,6 +121,8 @@ void layout() {
 void stageF0(void *const *io, float) {
   if (gFailAt > 0 && ++gLaunches == gFailAt)
     throw std::runtime_error("toy stage F0 failed on purpose");
+  if (gActionAt > 0 && ++gActionLaunches == gActionAt && gAction)
+    gAction();
   const float *emb = static_cast<const float *>(io[0]);
   const float *norm = emb + V * D;
   const int64_t *ids = static_cast<const int64_t *>(io[1]);
@@ -146,6 +154,8 @@ void stageT(void *const *io, float lossScale) {
   const double scale = gGraphLoss
                            ? (count ? double(lossScale) / double(count) : 0.0)
                            : double(lossScale);
+  const int64_t launch = gTLaunches++;
+  const bool nanHere = gNanStep >= 0 && launch / gM == gNanStep;
   double lossSum = 0;
   std::vector<double> logits(V), dl(V);
   std::fill(dh, dh + gR * gT * D, 0.0f);
@@ -172,6 +182,8 @@ void stageT(void *const *io, float lossScale) {
         dl[v] = (std::exp(logits[v] - lse) - (v == y ? 1.0 : 0.0)) * scale;
       for (int64_t v = 0; v < V; ++v)
         gBias[v] += float(dl[v]);
+      if (b == 0 && t == 0 && nanHere && (gNanWhere & kNanProjGrad))
+        gProj[3] += std::nanf("");
       for (int64_t d = 0; d < D; ++d) {
         double acc = 0;
         for (int64_t v = 0; v < V; ++v) {
@@ -182,6 +194,8 @@ void stageT(void *const *io, float lossScale) {
       }
     }
   *loss = float(gGraphLoss ? (count ? lossSum / double(count) : 0.0) : lossSum);
+  if (nanHere && (gNanWhere & kNanLoss) && launch % gM == 1)
+    *loss = std::nanf("");
 }
 
 void stageB1(void *const *io, float) {
@@ -196,6 +210,9 @@ void stageB1(void *const *io, float) {
   for (int64_t d = 0; d < D; ++d)
     for (int64_t i = 0; i < n; ++i)
       gEmb[ids[i] * D + d] += float(double(dh[i * D + d]) * norm[d]);
+  const int64_t launch = gB1Launches++;
+  if (gNanStep >= 0 && launch / gM == gNanStep && (gNanWhere & kInfEmbGrad))
+    gEmb[5] = HUGE_VALF;
 }
 
 // Events.
@@ -353,6 +370,13 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gBadCopyStep = -1;
   gDeadlockStep = -1;
   gIssued = 0;
+  gActionAt = 0;
+  gAction = nullptr;
+  gActionLaunches = 0;
+  gNanStep = -1;
+  gNanWhere = 0;
+  gTLaunches = 0;
+  gB1Launches = 0;
   layout();
   gPipeline.model =
       &toyModel(int64_t(microbatches) * rows, seqLen, loss, modelPath);
@@ -395,6 +419,19 @@ void toyPipelineFailAtLaunch(int n) {
 }
 
 void toyPipelineBadCopyAtStep(int64_t step) { gBadCopyStep = step; }
+
+void toyPipelineAtLaunch(int n, void (*action)()) {
+  gActionAt = n;
+  gAction = action;
+  gActionLaunches = 0;
+}
+
+void toyPipelineNonFiniteAtStep(int64_t step, int where) {
+  gNanStep = step;
+  gNanWhere = where;
+  gTLaunches = 0;
+  gB1Launches = 0;
+}
 
 void toyPipelineDeadlockAtStep(int64_t step) { gDeadlockStep = step; }
 

@@ -53,6 +53,16 @@ void toyPipelineBadCopyAtStep(int64_t step);
 /// overlap programs completes (-1: never).
 void toyPipelineDeadlockAtStep(int64_t step);
 
+/// Runs `action` on F0's `n`-th launch (counting from 1; 0: never), e.g. to
+/// sleep past a watchdog or to raise a signal mid-step.
+void toyPipelineAtLaunch(int n, void (*action)());
+
+/// Non-finite values in training step `step` (counting T and B1 launches,
+/// so no evaluation may run before it): NaN in T's gradient of proj, +inf
+/// in B1's gradient of emb, NaN in microbatch 1's loss (bit flags).
+enum : int { kNanProjGrad = 1, kInfEmbGrad = 2, kNanLoss = 4 };
+void toyPipelineNonFiniteAtStep(int64_t step, int where);
+
 /// Stage indices and parameter image sizes, for trace checks.
 enum : int { kStageF0 = 0, kStageT = 1, kStageB1 = 2 };
 int64_t toyStageParamBytes(int stage);
