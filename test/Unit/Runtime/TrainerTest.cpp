@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <unistd.h>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -634,6 +636,81 @@ TEST_F(TrainerTest, FileErrorsNameTheFile) {
   r = run({"--data", dataPath, "--log-json", dir + "/no/such/dir/log"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("--log-json"));
+}
+
+TEST_F(TrainerTest, OutOfRangeIdsAndLabelsNameFileRowAndValue) {
+  Rows negative = rows;
+  negative[2][0] = -1;
+  writeRows(dir + "/negative.npy", negative);
+  RunResult r = run({"--data", dir + "/negative.npy"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("negative.npy: row 2, column 0: value -1 is "
+                               "outside [0, 16)"));
+
+  // Labels: -100 (ignore) is fine, other values must be token ids.
+  Rows labels = rows;
+  labels[1][4] = -100;
+  writeRows(dir + "/ok-labels.npy", labels);
+  r = run({"--data", dataPath, "--labels", dir + "/ok-labels.npy"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (int64_t value : {int64_t(-5), toy::kVocab, int64_t(-99)}) {
+    labels[5][7] = value;
+    writeRows(dir + "/bad-labels.npy", labels);
+    r = run({"--data", dataPath, "--labels", dir + "/bad-labels.npy"});
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_THAT(r.err, HasSubstr("bad-labels.npy: row 5, column 7: value " +
+                                 std::to_string(value) +
+                                 " is outside [0, 16) and is not -100"));
+  }
+
+  // A flat token stream: the row is the token's index / seq-len.
+  std::vector<uint16_t> stream(size_t(3 * kSeq), 1);
+  stream[size_t(2 * kSeq + 3)] = 40;
+  std::string bin(reinterpret_cast<const char *>(stream.data()),
+                  stream.size() * sizeof(uint16_t));
+  writeBytes(dir + "/tokens.bin", bin);
+  r = run({"--data", dir + "/tokens.bin"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("tokens.bin: row 2, column 3: value 40 is "
+                               "outside [0, 16)"));
+}
+
+TEST_F(TrainerTest, NonFiniteGradientStopsOrSkips) {
+  // A NaN weight: every step's loss and gradients are NaN.
+  Weights w = initial;
+  w[toy::kProj][5] = std::nanf("");
+  const ModelSpec &spec = toy::toyModel(2, kSeq, LossKind::CausalLM, modelPath);
+  std::vector<TensorToWrite<float>> tensors;
+  for (int i = 0; i < spec.numParams; ++i) {
+    const ParamSpec &p = spec.params[i];
+    tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
+                       w[size_t(i)].data()});
+  }
+  writeInitializerModel(dir + "/nan.onnx", tensors);
+  std::string ckpt = dir + "/ckpt";
+  RunResult r = run({"--data", dataPath, "--steps", "3", "--weights",
+                     dir + "/nan.onnx", "--checkpoint-dir", ckpt});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("toy-trainer: error: step 0: non-finite "
+                               "gradient of parameter "));
+  EXPECT_THAT(r.err, HasSubstr("(first in table order); no update was "
+                               "applied with it"));
+  EXPECT_NE(::access((ckpt + "/LATEST").c_str(), F_OK), 0);
+
+  r = run({"--data", dataPath, "--steps", "2", "--weights", dir + "/nan.onnx",
+           "--on-nan=skip", "--export-onnx", dir + "/skipped.onnx"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("step 0 skipped (--on-nan=skip)"));
+  EXPECT_THAT(r.err, HasSubstr("step 1 skipped (--on-nan=skip)"));
+  // Nothing changed: the exported weights are the initial ones, bit for bit.
+  std::vector<FloatTensor> exported =
+      readOnnxFloatInitializers(dir + "/skipped.onnx");
+  ASSERT_EQ(exported.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i)
+    EXPECT_EQ(std::memcmp(exported[i].data.data(), w[i].data(),
+                          w[i].size() * sizeof(float)),
+              0)
+        << i;
 }
 
 } // namespace
