@@ -83,9 +83,10 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     freeze("freeze", cl::desc("regex: these parameters are frozen"),
            cl::init(""), cl::cat(category));
-static cl::opt<std::string> target("target",
-                                   cl::desc("host (CPU worker threads)"),
-                                   cl::init("host"), cl::cat(category));
+static cl::opt<std::string>
+    target("target",
+           cl::desc("host (CPU worker threads) or cuda (one GPU per worker)"),
+           cl::init("host"), cl::cat(category));
 static cl::opt<int64_t>
     chunkRows("loss-chunk-rows",
               cl::desc("rows of logits the fused loss holds at once"),
@@ -205,6 +206,7 @@ static void printSummary(ModuleOp module) {
 /// Compiles the generated C++ into an executable with the system compiler.
 static LogicalResult buildExecutable(llvm::StringRef cppPath,
                                      llvm::StringRef exePath) {
+  // The generated file names its target; so does the link line below.
   auto cxx = llvm::sys::findProgramByName(RONDO_CXX);
   if (!cxx) {
     cxx = llvm::sys::findProgramByName("c++");
@@ -234,6 +236,23 @@ static LogicalResult buildExecutable(llvm::StringRef cppPath,
                                              "-lprotobuf",
                                              "-lopenblas",
                                              "-lpthread"};
+  llvm::SmallVector<llvm::StringRef> extra;
+  llvm::StringRef(RONDO_TRAINER_FLAGS).split(extra, ' ', -1, false);
+  args.append(extra.begin(), extra.end());
+#ifdef RONDO_CUDA_KERNELS_LIB
+  // GPU trainers: the device ops and CUDA kernels come before the runtime
+  // that calls into them; cuBLAS and the CUDA runtime last.
+  if (target == "cuda") {
+    auto runtimeLib = llvm::find(args, llvm::StringRef(RONDO_RUNTIME_LIB));
+    args.insert(runtimeLib, {RONDO_RUNTIME_CUDA_LIB, RONDO_CUDA_KERNELS_LIB});
+    args.insert(args.begin() + 1, {"-DRONDO_TARGET_CUDA", "-I",
+                                   RONDO_CUDA_KERNELS_INCLUDE_DIR, "-I",
+                                   RONDO_CUDA_INCLUDE_DIR});
+    args.append({RONDO_CUDA_KERNELS_LIB, "-L", RONDO_CUDA_LIB_DIR,
+                 "-lcublasLt", "-lcublas", "-lcudart",
+                 "-Wl,-rpath," RONDO_CUDA_LIB_DIR});
+  }
+#endif
   std::string message;
   int rc =
       llvm::sys::ExecuteAndWait(*cxx, args, std::nullopt, {}, 0, 0, &message);
@@ -314,11 +333,19 @@ int main(int argc, char **argv) {
                  << " is not one of peer, host\n";
     return 2;
   }
-  if (target != "host") {
+  if (target != "host" && target != "cuda") {
     llvm::errs() << "error: --target=" << target
-                 << " is not available in this build (supported: host)\n";
+                 << " is not one of host, cuda\n";
     return 2;
   }
+#ifndef RONDO_CUDA_KERNELS_LIB
+  if (target == "cuda" && emit == Emit::Exe) {
+    llvm::errs() << "error: --target=cuda: this rondo-compile was built "
+                    "without the CUDA runtime (configure with "
+                    "-DRONDO_ENABLE_CUDA=ON); --emit=cpp still works\n";
+    return 2;
+  }
+#endif
   rondo::ImportOptions opts;
   opts.batch = batch;
   opts.seqLen = seqLen;
@@ -367,7 +394,9 @@ int main(int argc, char **argv) {
     rondo::PlanPipelineOptions planOpts;
     planOpts.workers = workers;
     planOpts.microbatches = microbatches;
-    planOpts.device = device.empty() ? std::string(target) : device;
+    planOpts.device = !device.empty()   ? std::string(device)
+                      : target == "cuda" ? std::string("h100")
+                                         : std::string(target);
     planOpts.precision = precision;
     planOpts.strategy = planStrategy;
     planOpts.stages = forcedStages;
@@ -426,7 +455,8 @@ int main(int argc, char **argv) {
     if (emit == Emit::Cpp) {
       llvm::SmallString<256> abs(inputFile);
       llvm::sys::fs::make_absolute(abs);
-      if (failed(rondo::emitTrainerCpp(*module, out->os(), {abs.str().str()})))
+      if (failed(rondo::emitTrainerCpp(*module, out->os(),
+                                       {abs.str().str(), target})))
         return 1;
     } else {
       module->print(out->os());
@@ -448,7 +478,8 @@ int main(int argc, char **argv) {
   }
   {
     llvm::raw_fd_ostream cppOut(fd, /*shouldClose=*/true);
-    if (failed(rondo::emitTrainerCpp(*module, cppOut, {abs.str().str()}))) {
+    if (failed(rondo::emitTrainerCpp(*module, cppOut,
+                                     {abs.str().str(), target}))) {
       llvm::sys::fs::remove(cppPath);
       return 1;
     }

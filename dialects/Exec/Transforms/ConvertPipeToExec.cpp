@@ -239,7 +239,6 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   if (!schedule)
     return plan.emitOpError("has no pipe.schedule");
   const int64_t N = plan.getWorkers(), M = plan.getMicrobatches();
-  const int64_t numLayers = plan.getLayers().size();
 
   // Stages in job order, with their interfaces.
   std::vector<StageInfo> stages;
@@ -402,7 +401,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   program->setAttr("host_pool_bytes", b.getI64IntegerAttr(pool));
 
   for (const StageInfo &s : stages) {
-    auto stage = StageOp::create(
+    StageOp::create(
         b, loc, b.getStringAttr(s.planStage.getSymName()),
         StageKindAttr::get(ctx, s.kind), b.getI64IntegerAttr(s.first),
         b.getI64IntegerAttr(s.end),
@@ -417,7 +416,6 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                 ? s.planStage->getAttrOfType<FloatAttr>("job_seconds")
                       .getValueAsDouble()
                 : 0.0));
-    (void)stage;
   }
 
   auto ref = [&](StringRef buf, int64_t job, int64_t slot, int64_t offset,
@@ -636,7 +634,6 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   for (HostTaskOp t : optimizerTasks)
     yielded.push_back(t.getEvent());
   YieldOp::create(b, loc, yielded);
-  (void)numLayers;
   return success();
 }
 

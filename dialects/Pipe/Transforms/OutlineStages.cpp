@@ -390,7 +390,7 @@ struct PipeOutlineStagesPass
     OpBuilder builder(module.getBodyRegion());
     builder.setInsertionPointToEnd(module.getBody());
     for (PlanOp plan : plans) {
-      if (rows >= 0 && plan.getRowsPerMicrobatch() != rows) {
+      if (rows >= 0 && int64_t(plan.getRowsPerMicrobatch()) != rows) {
         plan.emitOpError("is for ")
             << plan.getRowsPerMicrobatch()
             << " rows per microbatch, but @main takes " << rows

@@ -122,11 +122,18 @@ private:
                          shapeList(t.getShape()))
         .str();
   }
+  /// A scalar operand read on the host: the loss-gradient seed is the loss
+  /// scale, which stage functions receive by value.
+  std::string scalar(Value v) {
+    if (exprs.lookup(v) == "lossScaleValue")
+      return "lossScale";
+    return ptr(v) + "[0]";
+  }
   std::string newBuffer(Value v) {
     auto t = cast<RankedTensorType>(v.getType());
     std::string name = "v" + std::to_string(counter++);
     const char *elem = t.getElementType().isInteger(64) ? "int64_t" : "float";
-    body << llvm::formatv("  std::vector<{0}> {1}({2});\n", elem, name,
+    body << llvm::formatv("  Buf<{0}> {1}({2});\n", elem, name,
                           t.getNumElements());
     exprs[v] = name + ".data()";
     roots[v] = name;
@@ -168,6 +175,13 @@ private:
     std::string name = "c" + std::to_string(constantNames.size());
     globalsOs << "static const " << elem << " " << name << "[] = {" << values
               << "};\n";
+    // On GPUs a constant lives in each device's memory, uploaded on first
+    // use.
+    if (opts.target == "cuda")
+      name = llvm::formatv("static_cast<const {0} *>(constantOnDevice({1}, "
+                           "sizeof({1})))",
+                           elem, name)
+                 .str();
     constantNames[key] = name;
     return name;
   }
@@ -186,8 +200,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
     if (t.getElementType().isF32()) {
       if (dense.isSplat()) {
         std::string name = newBuffer(c);
-        body << llvm::formatv("  std::fill({0}.begin(), {0}.end(), {1});\n",
-                              name, floatLiteral(dense.getSplatValue<float>()));
+        body << llvm::formatv("  fill(FView{{{0}.data(), {1}}, {2});\n", name,
+                              shapeList(t.getShape()),
+                              floatLiteral(dense.getSplatValue<float>()));
         return success();
       }
       std::string values;
@@ -225,7 +240,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
     auto t = cast<RankedTensorType>(g.getType());
     std::string o = out();
     body << llvm::formatv(
-        "  {{ std::vector<float> act({0});\n"
+        "  {{ Buf<float> act({0});\n"
         "    unary(UnaryKind::{1}, {2}, FView{{act.data(), {3}});\n"
         "    binary(BinaryKind::Mul, CFView{{act.data(), {3}}, {4}, {5}); }\n",
         t.getNumElements(), unaryName(g.getAct()), view(g.getGate()),
@@ -402,41 +417,55 @@ LogicalResult Emitter::emitOp(Operation *op) {
   }
   if (auto c = dyn_cast<CrossEntropyOp>(op)) {
     std::string name = newBuffer(c);
-    body << llvm::formatv(
-        "  {{ double sum = 0; int64_t count = 0;\n"
-        "    if (!crossEntropy({0}, {1}, {2}, &sum, &count)) labelError();\n"
-        "    {3}[0] = float(sum); }\n",
-        view(c.getLogits()), view(c.getLabels()),
-        static_cast<int64_t>(c.getIgnoreIndex()), name);
+    if (opts.target == "cuda")
+      body << llvm::formatv("  crossEntropy({0}, {1}, {2}, {3}.data(), "
+                            "nullptr);\n",
+                            view(c.getLogits()), view(c.getLabels()),
+                            static_cast<int64_t>(c.getIgnoreIndex()), name);
+    else
+      body << llvm::formatv(
+          "  {{ double sum = 0; int64_t count = 0;\n"
+          "    if (!crossEntropy({0}, {1}, {2}, &sum, &count)) labelError();\n"
+          "    {3}[0] = float(sum); }\n",
+          view(c.getLogits()), view(c.getLabels()),
+          static_cast<int64_t>(c.getIgnoreIndex()), name);
     return success();
   }
   if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
     body << llvm::formatv(
-        "  crossEntropyBackward({0}, {1}, {2}, {3}[0], {4});\n",
+        "  crossEntropyBackward({0}, {1}, {2}, {3}, {4});\n",
         view(c.getLogits()), view(c.getLabels()),
-        static_cast<int64_t>(c.getIgnoreIndex()), ptr(c.getDloss()), out());
+        static_cast<int64_t>(c.getIgnoreIndex()), scalar(c.getDloss()), out());
     return success();
   }
   if (auto c = dyn_cast<LinearCrossEntropyOp>(op)) {
     std::string name = newBuffer(c);
-    body << llvm::formatv(
-        "  {{ double sum = 0; int64_t count = 0;\n"
-        "    if (!linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, &sum, "
-        "&count)) labelError();\n"
-        "    {6}[0] = float(sum); }\n",
-        view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
-        view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
-        static_cast<int64_t>(c.getChunkRows()), name);
+    if (opts.target == "cuda")
+      body << llvm::formatv(
+          "  linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, {6}.data(), "
+          "nullptr);\n",
+          view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
+          view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
+          static_cast<int64_t>(c.getChunkRows()), name);
+    else
+      body << llvm::formatv(
+          "  {{ double sum = 0; int64_t count = 0;\n"
+          "    if (!linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, &sum, "
+          "&count)) labelError();\n"
+          "    {6}[0] = float(sum); }\n",
+          view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
+          view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
+          static_cast<int64_t>(c.getChunkRows()), name);
     return success();
   }
   if (auto c = dyn_cast<LinearCrossEntropyGradOp>(op)) {
     std::string dh = out(0), dw = out(1);
     body << llvm::formatv(
-        "  linearCrossEntropyBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}[0], "
+        "  linearCrossEntropyBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}, "
         "{7}, {8});\n",
         view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
         view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
-        static_cast<int64_t>(c.getChunkRows()), ptr(c.getDloss()), dh, dw);
+        static_cast<int64_t>(c.getChunkRows()), scalar(c.getDloss()), dh, dw);
     return success();
   }
   if (auto u = dyn_cast<UnaryGradOp>(op)) {
@@ -502,7 +531,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
       for (Value v : ret.getOperands())
         usedLater |= roots.lookup(v) == name;
       if (!usedLater) {
-        body << "  std::vector<"
+        body << "  Buf<"
              << (cast<RankedTensorType>(operand.getType())
                          .getElementType()
                          .isInteger(64)
@@ -525,7 +554,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
     auto t = cast<RankedTensorType>(v.getType());
     int64_t bytes =
         t.getNumElements() * (t.getElementType().isInteger(64) ? 8 : 4);
-    body << llvm::formatv("  std::memcpy(io[{0}], {1}, {2});\n", slot++, ptr(v),
+    body << llvm::formatv("  copyOut(io[{0}], {1}, {2});\n", slot++, ptr(v),
                           bytes);
   }
   for (unsigned k : grads) {
@@ -862,12 +891,27 @@ LogicalResult Emitter::run() {
         "the stage);\n"
      << "// issue functions make one runtime call per exec op "
         "(rondo-compile --emit=exec).\n"
-     << "#include \"Kernels.h\"\n#include \"rondo/runtime/Exec.h\"\n"
+     << "#include \"rondo/runtime/Exec.h\"\n"
      << "#include \"rondo/runtime/Trainer.h\"\n\n"
      << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include "
         "<cstdlib>\n#include <cstring>\n"
-     << "#include <vector>\n\n"
-     << "namespace {\nusing namespace rondo::cpu;\n\n"
+     << "#include <vector>\n\n";
+  if (opts.target == "cuda") {
+    // Device kernels; Buf is the stream-ordered device buffer, and the
+    // helpers below come from the CUDA library.
+    os << "#include \"CudaKernels.h\"\n#include \"GeneratedSupport.h\"\n"
+       << "#include \"rondo/runtime/DeviceOps.h\"\n\n"
+       << "namespace {\nusing namespace rondo::cuda;\n"
+       << "template <class T> using Buf = rondo::cuda::DeviceBuffer<T>;\n\n"
+       << globals << "\n"
+       << functions << tables << "\n"
+       << issueText;
+  } else {
+    os << "#include \"Kernels.h\"\n\n"
+     << "namespace {\nusing namespace rondo::cpu;\n"
+     << "template <class T> using Buf = std::vector<T>;\n\n"
+     << "void copyOut(void *dst, const void *src, size_t bytes) {\n"
+     << "  std::memcpy(dst, src, bytes);\n}\n\n"
      << "[[noreturn]] void labelError() {\n"
      << "  std::fprintf(stderr, \"error: a label is outside the "
         "vocabulary\\n\");\n"
@@ -896,6 +940,7 @@ LogicalResult Emitter::run() {
      << globals << "\n"
      << functions << tables << "\n"
      << issueText;
+  }
   os << "const rondo::rt::ParamSpec kParams[] = {\n";
   for (const ParamInfo &p : params) {
     os << "    {\"" << p.name << "\", \"" << p.torchName << "\", "
@@ -916,7 +961,9 @@ LogicalResult Emitter::run() {
      << "} // namespace\n\n"
      << "int main(int argc, char **argv) {\n"
      << "  return rondo::rt::trainerMain(argc, argv, kModel, kPrograms, "
-     << programs.size() << ");\n}\n";
+     << programs.size()
+     << (opts.target == "cuda" ? ", rondo::rt::makeCudaDeviceOps" : "")
+     << ");\n}\n";
   return success();
 }
 } // namespace

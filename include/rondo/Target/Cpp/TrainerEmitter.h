@@ -23,6 +23,10 @@ namespace rondo {
 struct TrainerEmitOptions {
   /// The ONNX file initial weights are read from (made absolute).
   std::string modelPath;
+  /// "host": stage functions call runtime/kernels/cpu on host memory;
+  /// "cuda": runtime/kernels/cuda on device memory (temporaries from the
+  /// stream-ordered allocator, constants uploaded once per device).
+  std::string target = "host";
 };
 
 mlir::LogicalResult emitTrainerCpp(mlir::ModuleOp module, llvm::raw_ostream &os,
