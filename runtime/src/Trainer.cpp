@@ -96,6 +96,9 @@ public:
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
     sa.sa_handler = onInterruptSignal;
+    // Restart interrupted system calls: a checkpoint being written when
+    // the signal comes must not fail with EINTR.
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &oldInt);
     ::sigaction(SIGTERM, &sa, &oldTerm);
