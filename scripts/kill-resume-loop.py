@@ -21,6 +21,7 @@ resumed runs end bitwise where an uninterrupted run ends.
    instead, with a checkpoint and status 128 + the signal's number.
    Resumed runs cycle through --resume-workers and --resume-modes, so the
    checkpoint must not depend on the plan.
+   No run may find LATEST naming a damaged checkpoint.
 4. Merges the logs of all runs by step (the last run to log a step wins;
    every step must be logged; a line cut off by the kill is ignored) and
    compares the losses with the reference's, and the final weights (the
@@ -238,6 +239,12 @@ def main():
             fail("run %d took more than %g s" % (run, a.timeout))
         th.join()
         logs.append(log)
+        # LATEST must never name a partial file: a resume that falls back to
+        # the previous checkpoint means it did.
+        damaged = [l for l in output if "truncated or corrupt" in l
+                   or "resuming from the previous checkpoint" in l]
+        if damaged:
+            fail("run %d found a damaged checkpoint:\n%s" % (run, "".join(damaged)))
         resumed = [l for l in output if "resuming from step" in l]
         start_step = resumed[0].split("resuming from step ")[1].split()[0] if resumed else "0"
         if resumed or expect_resume is not None:
