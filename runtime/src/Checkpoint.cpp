@@ -21,8 +21,8 @@
 #include <iterator>
 #include <map>
 #include <set>
-#include <sstream>
 #include <signal.h>
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 

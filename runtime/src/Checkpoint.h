@@ -52,9 +52,9 @@ struct CheckpointMeta {
   /// Steps skipped by --on-nan=skip: they moved the data cursor but not
   /// AdamW, whose step count is step - skippedSteps.
   int64_t skippedSteps = 0;
-  std::string rngState;    ///< Opaque bytes (may contain NULs).
-  std::string program;     ///< Compiled plan name, to refuse a foreign one.
-  std::string model;       ///< Model path or hash, for the same reason.
+  std::string rngState; ///< Opaque bytes (may contain NULs).
+  std::string program;  ///< Compiled plan name, to refuse a foreign one.
+  std::string model;    ///< Model path or hash, for the same reason.
 };
 
 /// The file name ("step-<step>.ckpt") a checkpoint of `step` is written to.

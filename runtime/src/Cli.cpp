@@ -380,7 +380,7 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
       (options.clipGradNorm || !options.dumpGradients.empty() ||
        options.onNan == OnNan::Skip)) {
     message = std::string("--optimizer-mode=overlap cannot be combined with ") +
-              (options.clipGradNorm            ? "--clip-grad-norm"
+              (options.clipGradNorm             ? "--clip-grad-norm"
                : !options.dumpGradients.empty() ? "--dump-gradients"
                                                 : "--on-nan=skip") +
               ": it needs every gradient of the step before the first "

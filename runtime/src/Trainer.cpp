@@ -459,7 +459,8 @@ void Trainer::setUpProgram(int64_t firstStep) {
   deferUpdate = syncMode && opts.onNan == OnNan::Skip;
 }
 
-std::string Trainer::nonFiniteGradient(const std::vector<int32_t> &parts) const {
+std::string
+Trainer::nonFiniteGradient(const std::vector<int32_t> &parts) const {
   const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   for (int32_t i : parts) {
     const rondo_grad_part &part = program->gradParts[i];
@@ -467,8 +468,7 @@ std::string Trainer::nonFiniteGradient(const std::vector<int32_t> &parts) const 
                   numElements(model.params[part.param])))
       continue;
     return std::string("stage ") + program->stages[part.stage].name +
-           " (first in job order), parameter " +
-           model.params[part.param].name;
+           " (first in job order), parameter " + model.params[part.param].name;
   }
   return "";
 }

@@ -433,10 +433,9 @@ TEST(Checkpoint, KilledWritersTemporariesDoNotBreakResumeAndAreRemoved) {
   EXPECT_TRUE(loaded.bitwiseEqual(s1));
 
   write(dir, 2, s2);
-  EXPECT_EQ(listDir(dir),
-            (std::vector<std::string>{"LATEST", "notes.tmp." + dead,
-                                      "step-1.ckpt", "step-2.ckpt",
-                                      "step-2.ckpt.tmp." + live}));
+  EXPECT_EQ(listDir(dir), (std::vector<std::string>{
+                              "LATEST", "notes.tmp." + dead, "step-1.ckpt",
+                              "step-2.ckpt", "step-2.ckpt.tmp." + live}));
   State again = s2.zeroed();
   EXPECT_EQ(readLatestCheckpoint(dir, again.tensors()).step, 2);
   EXPECT_TRUE(again.bitwiseEqual(s2));

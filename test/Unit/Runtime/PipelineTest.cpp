@@ -588,9 +588,9 @@ TEST_F(PipelineTest, CheckpointErrorStopKeepsThePreviousOneAndExits) {
   std::string ckpt = dir + "/ckpt";
   train("first", {"--checkpoint-dir", ckpt, "--save-every", "1"}, false, 2);
   ASSERT_EQ(::mkdir((ckpt + "/" + checkpointFileName(3)).c_str(), 0755), 0);
-  RunResult r = run({"--data", dataPath, "--steps", "4", "--checkpoint-dir",
-                     ckpt, "--save-every", "1", "--resume",
-                     "--on-checkpoint-error=stop"});
+  RunResult r =
+      run({"--data", dataPath, "--steps", "4", "--checkpoint-dir", ckpt,
+           "--save-every", "1", "--resume", "--on-checkpoint-error=stop"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("toy-pipeline: error: cannot write the "
                                "checkpoint of step 3: " +
@@ -616,11 +616,17 @@ TEST_F(PipelineTest, NonFiniteGradientStopsNamingTheFirstStageInJobOrder) {
       const toy::ToyPipeline &p =
           toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
       toy::toyPipelineNonFiniteAtStep(2, toy::kNanProjGrad | toy::kInfEmbGrad);
-      std::vector<std::string> args = {
-          "toy-pipeline", "--data",       dataPath,
-          "--steps",      "5",            "--workers=2",
-          std::string("--optimizer-mode=") + mode, "--checkpoint-dir", ckpt,
-          "--save-every", "1"};
+      std::vector<std::string> args = {"toy-pipeline",
+                                       "--data",
+                                       dataPath,
+                                       "--steps",
+                                       "5",
+                                       "--workers=2",
+                                       std::string("--optimizer-mode=") + mode,
+                                       "--checkpoint-dir",
+                                       ckpt,
+                                       "--save-every",
+                                       "1"};
       std::vector<char *> argv;
       for (std::string &a : args)
         argv.push_back(a.data());
@@ -647,7 +653,7 @@ TEST_F(PipelineTest, NonFiniteLossStopsNamingTheMicrobatch) {
       toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
   toy::toyPipelineNonFiniteAtStep(1, toy::kNanLoss);
   std::vector<std::string> args = {"toy-pipeline", "--data", dataPath,
-                                   "--steps", "3", "--workers=3"};
+                                   "--steps",      "3",      "--workers=3"};
   std::vector<char *> argv;
   for (std::string &a : args)
     argv.push_back(a.data());
@@ -676,9 +682,9 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
     toy::toyPipelineNonFiniteAtStep(nanStep, where);
     std::string onnx = dir + "/" + tag + ".onnx";
     std::vector<std::string> args = {
-        "toy-pipeline", "--data",        dataPath, "--steps",
+        "toy-pipeline",        "--data", dataPath, "--steps",
         std::to_string(steps), "--lr",   "0.05",   "--on-nan=skip",
-        "--export-onnx", onnx};
+        "--export-onnx",       onnx};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char *> argv;
     for (std::string &a : args)
@@ -695,10 +701,10 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
   };
   // Steps 0 and 1, then step 2 skipped: the weights of two clean steps.
   Trained two = train("two", {"--workers=2"}, false, 2);
-  for (int where : {int(toy::kNanProjGrad), int(toy::kInfEmbGrad),
-                    int(toy::kNanLoss)}) {
-    SkipRun r = skipRun("skip" + std::to_string(where), 3, 2, where,
-                        {"--workers=2"});
+  for (int where :
+       {int(toy::kNanProjGrad), int(toy::kInfEmbGrad), int(toy::kNanLoss)}) {
+    SkipRun r =
+        skipRun("skip" + std::to_string(where), 3, 2, where, {"--workers=2"});
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_THAT(r.err, HasSubstr("step 2 skipped (--on-nan=skip): no "
                                  "parameter or optimizer state changed"));
@@ -722,8 +728,8 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
       ASSERT_TRUE(std::isfinite(x));
   // Skip needs the synchronous optimizer: it is the default, and an
   // explicit overlap is refused naming both flags.
-  RunResult r = run({"--data", dataPath, "--on-nan=skip",
-                     "--optimizer-mode=overlap"});
+  RunResult r =
+      run({"--data", dataPath, "--on-nan=skip", "--optimizer-mode=overlap"});
   EXPECT_EQ(r.rc, 2);
   EXPECT_THAT(r.err, HasSubstr("--optimizer-mode=overlap cannot be combined "
                                "with --on-nan=skip"));
@@ -746,8 +752,8 @@ TEST_F(PipelineTest, SignalFinishesTheStepWritesACheckpointAndExits) {
     // F0's 7th launch: step 1 of 4 microbatches.
     toy::toyPipelineAtLaunch(7, action);
     std::vector<std::string> args = {
-        "toy-pipeline", "--data", dataPath, "--steps", "6", "--lr", "0.05",
-        "--workers=2",  "--checkpoint-dir", ckpt};
+        "toy-pipeline", "--data", dataPath,      "--steps",          "6",
+        "--lr",         "0.05",   "--workers=2", "--checkpoint-dir", ckpt};
     std::vector<char *> argv;
     for (std::string &a : args)
       argv.push_back(a.data());
@@ -777,10 +783,14 @@ TEST_F(PipelineTest, WatchdogNamesTheStageJobThatStoppedAdvancing) {
     const toy::ToyPipeline &p =
         toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath);
     toy::toyPipelineAtLaunch(6, &sleepThreeSeconds);
-    std::vector<std::string> args = {"toy-pipeline", "--data",
-                                     dataPath,       "--steps",
-                                     "3",            "--workers=2",
-                                     "--quiet",      "--watchdog-seconds",
+    std::vector<std::string> args = {"toy-pipeline",
+                                     "--data",
+                                     dataPath,
+                                     "--steps",
+                                     "3",
+                                     "--workers=2",
+                                     "--quiet",
+                                     "--watchdog-seconds",
                                      "1"};
     std::vector<char *> argv;
     for (std::string &a : args)
@@ -788,7 +798,8 @@ TEST_F(PipelineTest, WatchdogNamesTheStageJobThatStoppedAdvancing) {
     std::exit(trainerMain(int(args.size()), argv.data(), *p.model,
                           p.programs.data(), int(p.programs.size())));
   };
-  EXPECT_EXIT(child(), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(
+      child(), ::testing::ExitedWithCode(1),
       "toy-pipeline: error: exec: watchdog: no op of program exec_w2_overlap "
       "completed for 1 s \\(--watchdog-seconds\\): the launch of step 1, job "
       "0 \\(stage F0\\), microbatch 1, worker [01] has not finished");

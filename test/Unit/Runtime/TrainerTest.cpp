@@ -18,13 +18,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <unistd.h>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
+#include <unistd.h>
 #include <vector>
 
 using namespace rondo;

@@ -1,0 +1,198 @@
+//===- CudaDeviceOps.cpp - Workers on GPUs ----------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The CUDA backend's DeviceOps: worker w runs on GPU gpus[w % gpus.size()]
+// (so a plan for 4 workers also runs on one GPU, for testing). Every stream
+// thread owns a non-blocking CUDA stream on its worker's device; an op is
+// enqueued there and the thread synchronizes that stream alone, so copies in
+// both directions and compute overlap across streams and devices exactly as
+// the host backend's threads do. Arenas are allocated once per worker; the
+// host pool and the master weights are page-locked, so no hot-path copy is
+// pageable. Stage functions allocate their temporaries from the device's
+// stream-ordered pool, which keeps freed memory for reuse.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/runtime/DeviceOps.h"
+#include "HostExec.h"
+
+#include "CudaKernels.h"
+#include "rondo/runtime/Error.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+namespace rondo::rt {
+namespace {
+
+void check(cudaError_t status, const char *call, int device) {
+  if (status == cudaSuccess)
+    return;
+  std::ostringstream os;
+  os << call << " failed on GPU " << device << ": "
+     << cudaGetErrorName(status) << " (" << cudaGetErrorString(status) << ")";
+  throw Error(os.str());
+}
+
+class PinnedHostPool final : public PinnedPool {
+public:
+  void *allocate(size_t bytes) override {
+    void *p = nullptr;
+    check(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable),
+          "cudaHostAlloc of the host pool", -1);
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void release(void *ptr) override { cudaFreeHost(ptr); }
+};
+
+class CudaDeviceOps final : public DeviceOps {
+public:
+  explicit CudaDeviceOps(std::vector<int> gpus) : gpus(std::move(gpus)) {
+    // Hand-offs go device to device where the hardware allows it; the
+    // driver stages the others through host memory.
+    for (int a : this->gpus)
+      for (int b : this->gpus) {
+        if (a == b)
+          continue;
+        int can = 0;
+        check(cudaDeviceCanAccessPeer(&can, a, b), "cudaDeviceCanAccessPeer",
+              a);
+        if (!can)
+          continue;
+        check(cudaSetDevice(a), "cudaSetDevice", a);
+        cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled)
+          cudaGetLastError();
+        else
+          check(e, "cudaDeviceEnablePeerAccess", a);
+      }
+    for (int d : this->gpus) {
+      // Keep freed temporaries in the pool instead of returning them to
+      // the driver after every synchronization.
+      cudaMemPool_t pool;
+      check(cudaDeviceGetDefaultMemPool(&pool, d), "cudaDeviceGetDefaultMemPool",
+            d);
+      uint64_t keep = UINT64_MAX;
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                    &keep),
+            "cudaMemPoolSetAttribute", d);
+    }
+  }
+
+  const char *name() const override { return "cuda"; }
+
+  std::unique_ptr<PinnedPool> makeHostPool() override {
+    return std::make_unique<PinnedHostPool>();
+  }
+
+  void registerHostMemory(void *ptr, size_t bytes) override {
+    if (bytes)
+      check(cudaHostRegister(ptr, bytes, cudaHostRegisterPortable),
+            "cudaHostRegister of the master weights", -1);
+  }
+  void unregisterHostMemory(void *ptr) override { cudaHostUnregister(ptr); }
+
+  char *allocateArena(int32_t worker, size_t bytes) override {
+    int d = device(worker);
+    check(cudaSetDevice(d), "cudaSetDevice", d);
+    void *p = nullptr;
+    check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc of a worker arena", d);
+    check(cudaMemset(p, 0, bytes), "cudaMemset of a worker arena", d);
+    return static_cast<char *>(p);
+  }
+  void releaseArena(int32_t worker, char *arena) override {
+    cudaSetDevice(device(worker));
+    cudaFree(arena);
+  }
+
+  void bindThread(int32_t worker, int32_t) override {
+    ThreadState &t = state();
+    t.device = worker >= 0 ? device(worker) : gpus.front();
+    check(cudaSetDevice(t.device), "cudaSetDevice", t.device);
+    if (!t.stream)
+      check(cudaStreamCreateWithFlags(&t.stream, cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags", t.device);
+    cuda::setCurrentStream(t.stream);
+  }
+
+  void copy(int32_t, void *dst, const void *src, size_t bytes) override {
+    ThreadState &t = state();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, t.stream),
+          "cudaMemcpyAsync", t.device);
+    check(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize after a copy",
+          t.device);
+  }
+
+  void zero(int32_t, void *dst, size_t bytes) override {
+    ThreadState &t = state();
+    check(cudaMemsetAsync(dst, 0, bytes, t.stream), "cudaMemsetAsync",
+          t.device);
+    check(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize after a fill",
+          t.device);
+  }
+
+  void launch(int32_t, rondo_stage_fn fn, void *const *io,
+              float lossScale) override {
+    ThreadState &t = state();
+    cuda::setCurrentStream(t.stream);
+    fn(io, lossScale);
+    check(cudaGetLastError(), "a kernel launch of a stage function", t.device);
+    check(cudaStreamSynchronize(t.stream),
+          "cudaStreamSynchronize after a stage function", t.device);
+  }
+
+private:
+  struct ThreadState {
+    int device = 0;
+    cudaStream_t stream = nullptr;
+  };
+  static ThreadState &state() {
+    thread_local ThreadState t;
+    return t;
+  }
+  int device(int32_t worker) const {
+    return gpus[size_t(worker) % gpus.size()];
+  }
+
+  std::vector<int> gpus;
+};
+
+} // namespace
+
+std::unique_ptr<DeviceOps> makeCudaDeviceOps(int32_t workers,
+                                             const std::string &gpuList) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw Error(std::string("this trainer runs on GPUs, and none can be used") +
+                (e != cudaSuccess ? std::string(": ") + cudaGetErrorString(e)
+                                  : std::string()));
+  std::vector<int> gpus;
+  if (gpuList.empty()) {
+    for (int d = 0; d < std::min(count, int(workers)); ++d)
+      gpus.push_back(d);
+  } else {
+    std::stringstream ss(gpuList);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char *end = nullptr;
+      long d = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end || d < 0 || d >= count)
+        throw Error("--gpus " + gpuList + ": '" + item +
+                    "' is not a GPU index (this machine has " +
+                    std::to_string(count) + ")");
+      gpus.push_back(int(d));
+    }
+  }
+  return std::make_unique<CudaDeviceOps>(std::move(gpus));
+}
+
+} // namespace rondo::rt
