@@ -9,6 +9,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libopenblas-dev
   libonnx-testdata python3-onnx python3-numpy
+  clang-22 libclang-rt-22-dev libomp-22-dev # scripts/fuzz.sh: libFuzzer, sanitizers, OpenMP for clang
 )
 
 missing=()

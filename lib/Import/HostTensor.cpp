@@ -18,6 +18,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
 #include <cmath>
 #include <cstring>
@@ -48,12 +49,29 @@ const char *rondo::import::dtypeName(DType t) {
   return "?";
 }
 
-int64_t HostTensor::numel() const {
+int64_t rondo::import::checkedNumel(ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return -1;
   return n;
 }
+
+llvm::Error rondo::import::checkShape(ArrayRef<int64_t> shape,
+                                      const llvm::Twine &what) {
+  for (int64_t d : shape)
+    if (d < 0)
+      return llvm::createStringError(llvm::formatv(
+          "{0} has negative dimension {1} (shape [{2}])", what.str(), d,
+          llvm::make_range(shape.begin(), shape.end())));
+  if (checkedNumel(shape) < 0)
+    return llvm::createStringError(llvm::formatv(
+        "{0} has shape [{1}], whose element count overflows int64",
+        what.str(), llvm::make_range(shape.begin(), shape.end())));
+  return llvm::Error::success();
+}
+
+int64_t HostTensor::numel() const { return std::max<int64_t>(checkedNumel(shape), 0); }
 
 HostTensor HostTensor::shapeOnly(DType t, ArrayRef<int64_t> shape) {
   HostTensor r;
@@ -169,12 +187,18 @@ HostTensor withData(DType t, ArrayRef<int64_t> shape) {
   return HostTensor::zeros(t, shape);
 }
 
+/// Whether a result of `shape` is too large to compute with data (or not a
+/// valid shape at all: evaluateNode rejects those afterwards).
 bool tooBig(ArrayRef<int64_t> shape, int64_t maxElements) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n > maxElements;
+  int64_t n = checkedNumel(shape);
+  return n < 0 || n > maxElements;
 }
+
+/// Wrapping int64 arithmetic (ONNX leaves overflow undefined; C++ UB is not
+/// an option here).
+int64_t wrapAdd(int64_t a, int64_t b) { return int64_t(uint64_t(a) + uint64_t(b)); }
+int64_t wrapSub(int64_t a, int64_t b) { return int64_t(uint64_t(a) - uint64_t(b)); }
+int64_t wrapMul(int64_t a, int64_t b) { return int64_t(uint64_t(a) * uint64_t(b)); }
 
 /// Normalises an axis against `rank`, or errors.
 llvm::Expected<int64_t> axisOf(int64_t axis, int64_t rank,
@@ -195,6 +219,9 @@ llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a,
                                      "GreaterOrEqual", "And", "Or", "Xor"},
                                     op);
   DType outT = compare ? DType::Bool : a.dtype;
+  if (!compare && isFloat(a.dtype) != isFloat(b.dtype))
+    return err(llvm::formatv("operand types differ: {0} and {1}",
+                             dtypeName(a.dtype), dtypeName(b.dtype)));
   if (!a.hasData || !b.hasData || tooBig(*shape, maxElements))
     return Tensors{HostTensor::shapeOnly(outT, *shape)};
   HostTensor r = withData(outT, *shape);
@@ -243,16 +270,24 @@ llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a,
     constexpr bool isInt = std::is_integral_v<T>;
     switch (fn) {
     case Add:
+      if constexpr (isInt)
+        return wrapAdd(x, y);
       return x + y;
     case Sub:
+      if constexpr (isInt)
+        return wrapSub(x, y);
       return x - y;
     case Mul:
+      if constexpr (isInt)
+        return wrapMul(x, y);
       return x * y;
     case Div:
       if constexpr (isInt)
-        return y == 0 ? 0 : x / y;
+        return y == 0 ? 0 : y == -1 ? wrapSub(0, x) : x / y;
       return x / y;
     case Pow:
+      if constexpr (isInt)
+        return toI64(std::pow(double(x), double(y)));
       return T(std::pow(double(x), double(y)));
     case Max:
       return std::max(x, y);
@@ -275,8 +310,12 @@ llvm::Expected<Tensors> binaryOp(llvm::StringRef op, const HostTensor &a,
     case Xor:
       return (x != 0) != (y != 0);
     case Mod:
-      if constexpr (isInt)
-        return y == 0 ? 0 : ((x % y) + y) % y;
+      if constexpr (isInt) {
+        if (y == 0 || y == -1)
+          return 0;
+        T m = x % y;
+        return m != 0 && ((m < 0) != (y < 0)) ? m + y : m;
+      }
       return std::fmod(x, y);
     }
     return 0;
@@ -302,6 +341,9 @@ llvm::Expected<Tensors> unaryOp(llvm::StringRef op, const HostTensor &x,
   if (!x.hasData)
     return Tensors{HostTensor::shapeOnly(outT, x.shape)};
   HostTensor r = withData(outT, x.shape);
+  if (op == "Not" && x.dtype != DType::Bool)
+    return err(llvm::formatv("'Not' needs a bool input, got {0}",
+                             dtypeName(x.dtype)));
   for (int64_t k = 0, n = x.numel(); k < n; ++k) {
     if (op == "Not") {
       r.i[k] = !x.i[k];
@@ -314,9 +356,9 @@ llvm::Expected<Tensors> unaryOp(llvm::StringRef op, const HostTensor &x,
     if (!isFloat(x.dtype)) {
       int64_t v = x.i[k];
       if (op == "Neg")
-        r.i[k] = -v;
+        r.i[k] = wrapSub(0, v);
       else if (op == "Abs")
-        r.i[k] = v < 0 ? -v : v;
+        r.i[k] = v < 0 ? wrapSub(0, v) : v;
       else if (op == "Sign")
         r.i[k] = (v > 0) - (v < 0);
       else
@@ -380,7 +422,7 @@ HostTensor castTo(const HostTensor &x, DType t) {
     else if (t == DType::Bool)
       r.i[k] = x.getF(k) != 0;
     else
-      r.i[k] = isFloat(x.dtype) ? int64_t(std::trunc(x.f[k])) : x.i[k];
+      r.i[k] = isFloat(x.dtype) ? toI64(std::trunc(x.f[k])) : x.i[k];
   }
   return r;
 }
@@ -474,17 +516,22 @@ rondo::import::sliceParams(const onnx::NodeProto &node, int64_t opset,
       return err("Slice step is zero");
     int64_t s = starts[k], e = ends[k];
     if (s < 0)
-      s += dim;
+      s += dim; // no overflow: dim >= 0
     if (e < 0)
       e += dim;
+    // Lengths in unsigned arithmetic: steps may be as large as INT64_MIN.
     if (step > 0) {
       s = std::clamp<int64_t>(s, 0, dim);
       e = std::clamp<int64_t>(e, 0, dim);
-      shape[*a] = e > s ? (e - s + step - 1) / step : 0;
+      shape[*a] = e > s ? int64_t((uint64_t(e - s) - 1) / uint64_t(step) + 1) : 0;
+    } else if (dim == 0) {
+      s = 0;
+      shape[*a] = 0;
     } else {
       s = std::clamp<int64_t>(s, 0, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
-      shape[*a] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
+      uint64_t mag = uint64_t(0) - uint64_t(step);
+      shape[*a] = s > e ? int64_t((uint64_t(s - e) - 1) / mag + 1) : 0;
     }
     st[*a] = s;
     sp[*a] = step;
@@ -514,10 +561,9 @@ bool rondo::import::canEvaluate(llvm::StringRef op) {
                             op);
 }
 
-llvm::Expected<std::vector<HostTensor>>
-rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
-                            ArrayRef<const HostTensor *> in,
-                            int64_t maxElements) {
+static llvm::Expected<std::vector<HostTensor>>
+evaluateNodeImpl(const onnx::NodeProto &node, int64_t opset,
+                 ArrayRef<const HostTensor *> in, int64_t maxElements) {
   llvm::StringRef op = node.op_type();
   auto need = [&](size_t k) -> llvm::Expected<const HostTensor *> {
     if (k >= in.size() || !in[k])
@@ -562,6 +608,9 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto shape = broadcastShape(*ab, c.shape);
     if (!shape)
       return shape.takeError();
+    if (c.dtype != DType::Bool)
+      return err(llvm::formatv("Where condition must be bool, got {0}",
+                               dtypeName(c.dtype)));
     if (!c.hasData || !a.hasData || !b.hasData || tooBig(*shape, maxElements))
       return Tensors{HostTensor::shapeOnly(a.dtype, *shape)};
     HostTensor r = withData(a.dtype, *shape);
@@ -638,8 +687,14 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
       if (!t)
         return t.takeError();
       fillV = std::move(*t);
+      if (fillV.numel() != 1)
+        return err(llvm::formatv(
+            "ConstantOfShape value must hold one element, it holds {0}",
+            fillV.numel()));
     }
     SmallVector<int64_t> dims(shape->begin(), shape->end());
+    if (llvm::Error e = checkShape(dims, "ConstantOfShape shape"))
+      return std::move(e);
     if (tooBig(dims, maxElements))
       return Tensors{HostTensor::shapeOnly(fillV.dtype, dims)};
     HostTensor r = withData(fillV.dtype, dims);
@@ -655,17 +710,25 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     NEED(d, 2);
     if (!s.hasData || !l.hasData || !d.hasData)
       return err("Range bounds must be compile-time constants");
+    if (s.numel() != 1 || l.numel() != 1 || d.numel() != 1)
+      return err("Range start, limit and delta must be scalars");
     double start = s.getF(0), limit = l.getF(0), delta = d.getF(0);
     if (delta == 0)
       return err("Range delta is zero");
-    int64_t n =
-        std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
+    double count = std::ceil((limit - start) / delta);
+    if (std::isnan(count) || count > 9.0e18)
+      return err(llvm::formatv("Range({0:e}, {1:e}, {2:e}) has too many "
+                               "elements",
+                               start, limit, delta));
+    int64_t n = std::max<int64_t>(0, int64_t(count));
+    if (n > maxElements)
+      return Tensors{HostTensor::shapeOnly(s.dtype, {n})};
     HostTensor r = withData(s.dtype, {n});
     for (int64_t k = 0; k < n; ++k) {
       if (isFloat(s.dtype))
         r.f[k] = roundTo(s.dtype, start + k * delta);
       else
-        r.i[k] = s.i[0] + k * d.i[0];
+        r.i[k] = wrapAdd(s.getI(0), wrapMul(k, d.getI(0)));
     }
     return Tensors{std::move(r)};
   }
@@ -675,6 +738,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto axv = intsOf(&ax, "CumSum axis");
     if (!axv)
       return axv.takeError();
+    if (axv->size() != 1)
+      return err("CumSum axis must hold one value");
     auto axis = axisOf((*axv)[0], x.shape.size(), "CumSum axis");
     if (!axis)
       return axis.takeError();
@@ -704,9 +769,9 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         } else {
           if (exclusive) {
             r.i[pos] = accI;
-            accI += x.i[pos];
+            accI = wrapAdd(accI, x.i[pos]);
           } else {
-            accI += x.i[pos];
+            accI = wrapAdd(accI, x.i[pos]);
             r.i[pos] = accI;
           }
         }
@@ -735,6 +800,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         auto n = axisOf(a, rank, "Unsqueeze axis");
         if (!n)
           return n.takeError();
+        if (isNew[*n])
+          return err(llvm::formatv("Unsqueeze axis {0} is repeated", a));
         isNew[*n] = true;
       }
       size_t src = 0;
@@ -765,7 +832,10 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     SmallVector<int64_t> shape;
     if (op == "Flatten") {
       auto axis = attrInt(node, "axis", 1);
-      int64_t a = axis < 0 ? axis + x.shape.size() : axis;
+      int64_t a = axis < 0 ? axis + int64_t(x.shape.size()) : axis;
+      if (a < 0 || a > int64_t(x.shape.size()))
+        return err(llvm::formatv("Flatten axis {0} is out of range for rank {1}",
+                                 axis, x.shape.size()));
       int64_t outer = 1;
       for (int64_t d = 0; d < a; ++d)
         outer *= x.shape[d];
@@ -795,7 +865,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         if (v < 0)
           return err("Reshape shape has negative dimension " + llvm::Twine(v));
         shape.push_back(v);
-        known *= v;
+        if (__builtin_mul_overflow(known, v, &known))
+          return err("Reshape shape's element count overflows int64");
       }
       if (inferAt >= 0) {
         if (known == 0 || x.numel() % known)
@@ -872,7 +943,11 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     for (const HostTensor *x : in) {
       if (!x || (int64_t)x->shape.size() != rank)
         return err("Concat inputs differ in rank");
-      shape[*axis] += x->shape[*axis];
+      for (int64_t d = 0; d < rank; ++d)
+        if (d != *axis && x->shape[d] != in[0]->shape[d])
+          return err(llvm::formatv("Concat inputs differ in dimension {0}", d));
+      if (__builtin_add_overflow(shape[*axis], x->shape[*axis], &shape[*axis]))
+        return err("Concat result is too large");
       allData &= x->hasData;
     }
     if (!allData || tooBig(shape, maxElements))
@@ -903,6 +978,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     auto axis = axisOf(attrInt(node, "axis", 0), rank, "Gather axis");
     if (!axis)
       return axis.takeError();
+    if (isFloat(idx.dtype))
+      return err("Gather indices must be integers");
     SmallVector<int64_t> shape;
     for (int64_t d = 0; d < *axis; ++d)
       shape.push_back(x.shape[d]);
@@ -933,7 +1010,9 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     NEED(idx, 1);
     if (attrInt(node, "batch_dims", 0) != 0)
       return err("GatherND with batch_dims != 0 is not supported");
-    int64_t last = idx.shape.empty() ? 0 : idx.shape.back();
+    if (idx.shape.empty() || isFloat(idx.dtype))
+      return err("GatherND indices must be integers of rank >= 1");
+    int64_t last = idx.shape.back();
     if (last > (int64_t)x.shape.size())
       return err("GatherND index depth exceeds the data rank");
     SmallVector<int64_t> shape(idx.shape.begin(), idx.shape.end() - 1);
@@ -945,6 +1024,13 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     int64_t inner = 1;
     for (size_t d = last; d < x.shape.size(); ++d)
       inner *= x.shape[d];
+    for (int64_t k = 0, n = idx.numel(); k < n; ++k) {
+      int64_t dim = x.shape[k % last];
+      if (idx.i[k] < -dim || idx.i[k] >= dim)
+        return err(llvm::formatv(
+            "GatherND index {0} is out of range for dimension {1}", idx.i[k],
+            dim));
+    }
     HostTensor r = gatherElements(x, shape, [&](int64_t k) {
       int64_t tuple = k / inner, off = 0;
       for (int64_t d = 0; d < last; ++d) {
@@ -968,6 +1054,14 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
         perm.push_back(d);
     if ((int64_t)perm.size() != rank)
       return err("Transpose perm does not match the input rank");
+    SmallVector<bool> seen(rank, false);
+    for (int64_t p : perm) {
+      if (p < 0 || p >= rank || seen[p])
+        return err(llvm::formatv("Transpose perm entry {0} is out of range or "
+                                 "repeated for rank {1}",
+                                 p, rank));
+      seen[p] = true;
+    }
     SmallVector<int64_t> shape;
     for (int64_t p : perm)
       shape.push_back(x.shape[p]);
@@ -987,6 +1081,8 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     NEED(b, 1);
     if (a.shape.size() < 2 || b.shape.size() < 2)
       return err("folding MatMul needs operands of rank >= 2");
+    if (!isFloat(a.dtype) || !isFloat(b.dtype))
+      return err("folding MatMul needs floating-point operands");
     int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back();
     int64_t k2 = b.shape[b.shape.size() - 2], n = b.shape.back();
     if (k != k2)
@@ -998,7 +1094,12 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     SmallVector<int64_t> shape(*batch);
     shape.push_back(m);
     shape.push_back(n);
-    if (!a.hasData || !b.hasData || tooBig(shape, maxElements))
+    // The work, not only the result, is bounded.
+    int64_t work = checkedNumel(shape);
+    if (work < 0 || __builtin_mul_overflow(work, std::max<int64_t>(k, 1), &work))
+      work = -1;
+    if (!a.hasData || !b.hasData || tooBig(shape, maxElements) || work < 0 ||
+        work > 4 * std::max<int64_t>(maxElements, 1))
       return Tensors{HostTensor::shapeOnly(a.dtype, shape)};
     HostTensor r = withData(a.dtype, shape);
     auto sa = broadcastStrides(ArrayRef<int64_t>(a.shape).drop_back(2), *batch);
@@ -1024,8 +1125,12 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
       auto kv = intsOf(in[1], "Trilu k");
       if (!kv)
         return kv.takeError();
+      if (kv->size() != 1)
+        return err("Trilu k must hold one value");
       kDiag = (*kv)[0];
     }
+    if (x.shape.size() < 2)
+      return err("Trilu needs an input of rank >= 2");
     if (!x.hasData)
       return Tensors{HostTensor::shapeOnly(x.dtype, x.shape)};
     bool upper = attrInt(node, "upper", 1);
@@ -1033,7 +1138,7 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
     int64_t rows = x.shape[x.shape.size() - 2], cols = x.shape.back();
     for (int64_t k = 0, n = x.numel(); k < n; ++k) {
       int64_t i = (k / cols) % rows, j = k % cols;
-      bool keep = upper ? j - i >= kDiag : j - i <= kDiag;
+      bool keep = upper ? j - i >= kDiag : j - i <= kDiag; // |j - i| < 2^63
       if (!keep) {
         if (isFloat(r.dtype))
           r.f[k] = 0;
@@ -1047,6 +1152,164 @@ rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
   return err("the constant folder does not implement '" + op + "'");
 }
 
+llvm::Expected<std::vector<HostTensor>>
+rondo::import::evaluateNode(const onnx::NodeProto &node, int64_t opset,
+                            ArrayRef<const HostTensor *> in,
+                            int64_t maxElements) {
+  auto results = evaluateNodeImpl(node, opset, in, maxElements);
+  if (!results)
+    return results.takeError();
+  // Shapes computed from data (Reshape, Expand, ConstantOfShape, Range) can
+  // be absurd; results computed with data are bounded by maxElements.
+  for (const HostTensor &t : *results)
+    if (llvm::Error e = checkShape(t.shape, "the result"))
+      return std::move(e);
+  if (results->empty())
+    return err("the node has no result");
+  return results;
+}
+
+/// Bytes per element of an ONNX data type in raw_data (0: unknown or not a
+/// fixed-size type).
+static int64_t onnxElementBytes(int dt) {
+  switch (dt) {
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
+    return 4;
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
+  case onnx::TensorProto::COMPLEX64:
+    return 8;
+  case onnx::TensorProto::COMPLEX128:
+    return 16;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+    return 2;
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static std::string onnxTypeName(int dt) {
+  if (onnx::TensorProto::DataType_IsValid(dt))
+    return onnx::TensorProto::DataType_Name(
+        static_cast<onnx::TensorProto::DataType>(dt));
+  return "type " + std::to_string(dt);
+}
+
+llvm::Error rondo::import::checkTensorProto(const onnx::TensorProto &proto,
+                                            llvm::StringRef what) {
+  SmallVector<int64_t> shape(proto.dims().begin(), proto.dims().end());
+  if (llvm::Error e = checkShape(shape, what))
+    return e;
+  int64_t n = checkedNumel(shape);
+  int dt = proto.data_type();
+  int64_t elem = onnxElementBytes(dt);
+  auto shapeStr = [&] {
+    return llvm::formatv("[{0}]", llvm::make_range(shape.begin(), shape.end()))
+        .str();
+  };
+  int64_t bytes = -1; // what the shape needs, if it fits in int64
+  if (elem && __builtin_mul_overflow(n, elem, &bytes))
+    bytes = -1;
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    bool haveLocation = false;
+    for (const auto &entry : proto.external_data()) {
+      llvm::StringRef key = entry.key(), value = entry.value();
+      if (key == "location") {
+        location = value.str();
+        haveLocation = true;
+      } else if (key == "offset" || key == "length") {
+        uint64_t v;
+        if (value.getAsInteger(10, v) || int64_t(v) < 0)
+          return err(llvm::formatv(
+              "{0} has external data {1} '{2}', not a non-negative integer",
+              what, key, value));
+        if (key == "length" && bytes >= 0 && int64_t(v) != bytes)
+          return err(llvm::formatv(
+              "{0} has external data of length {1} bytes, but its shape {2} "
+              "of {3} needs {4} bytes",
+              what, v, shapeStr(), onnxTypeName(dt), bytes));
+      }
+    }
+    if (!haveLocation || location.empty())
+      return err(what + " is external data without a 'location' entry");
+    if (location.find('\0') != std::string::npos)
+      return err(what + " has an external data location with a NUL byte");
+    namespace path = llvm::sys::path;
+    if (path::is_absolute(location, path::Style::posix) ||
+        path::is_absolute(location, path::Style::windows) ||
+        path::has_root_name(location, path::Style::windows) ||
+        llvm::StringRef(location).starts_with("~"))
+      return err(llvm::formatv("{0} has external data location '{1}', an "
+                               "absolute path; it must be relative to the "
+                               "model's directory",
+                               what, location));
+    for (auto it = path::begin(location, path::Style::windows_slash),
+              end = path::end(location);
+         it != end; ++it)
+      if (*it == "..")
+        return err(llvm::formatv("{0} has external data location '{1}', "
+                                 "which escapes the model's directory",
+                                 what, location));
+    return llvm::Error::success();
+  }
+  if (!proto.raw_data().empty()) {
+    if (!elem)
+      return err(llvm::formatv("{0} has raw_data of data type {1}, which has "
+                               "no fixed element size",
+                               what, onnxTypeName(dt)));
+    if (bytes < 0 || int64_t(proto.raw_data().size()) != bytes)
+      return err(llvm::formatv("{0} has raw_data of {1} bytes, but its shape "
+                               "{2} of {3} needs {4} bytes",
+                               what, proto.raw_data().size(), shapeStr(),
+                               onnxTypeName(dt), n * std::max<int64_t>(elem, 1)));
+    return llvm::Error::success();
+  }
+  int64_t have;
+  const char *field;
+  switch (dt) {
+  case onnx::TensorProto::FLOAT:
+    have = proto.float_data_size(), field = "float_data";
+    break;
+  case onnx::TensorProto::COMPLEX64:
+    have = proto.float_data_size() / 2, field = "float_data";
+    break;
+  case onnx::TensorProto::DOUBLE:
+    have = proto.double_data_size(), field = "double_data";
+    break;
+  case onnx::TensorProto::COMPLEX128:
+    have = proto.double_data_size() / 2, field = "double_data";
+    break;
+  case onnx::TensorProto::INT64:
+    have = proto.int64_data_size(), field = "int64_data";
+    break;
+  case onnx::TensorProto::UINT32:
+  case onnx::TensorProto::UINT64:
+    have = proto.uint64_data_size(), field = "uint64_data";
+    break;
+  case onnx::TensorProto::STRING:
+    have = proto.string_data_size(), field = "string_data";
+    break;
+  default:
+    have = proto.int32_data_size(), field = "int32_data";
+  }
+  if (have != n)
+    return err(llvm::formatv("{0} holds {1} values in {2}, but its shape {3} "
+                             "needs {4}",
+                             what, have, field, shapeStr(), n));
+  return llvm::Error::success();
+}
+
 llvm::Expected<HostTensor>
 rondo::import::hostTensorFromProto(const onnx::TensorProto &proto,
                                    llvm::StringRef what) {
@@ -1055,12 +1318,15 @@ rondo::import::hostTensorFromProto(const onnx::TensorProto &proto,
   if (!ok)
     return err(llvm::formatv("{0} has unsupported ONNX data type {1}", what,
                              proto.data_type()));
-  if (proto.data_location() == onnx::TensorProto::EXTERNAL)
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    if (llvm::Error e = checkTensorProto(proto, what))
+      return std::move(e);
     return err(what + " is stored as external data; constants must be inline");
+  }
+  // Header against data before anything is allocated.
+  if (llvm::Error e = checkTensorProto(proto, what))
+    return std::move(e);
   SmallVector<int64_t> shape(proto.dims().begin(), proto.dims().end());
-  for (int64_t d : shape)
-    if (d < 0)
-      return err(llvm::formatv("{0} has negative dimension {1}", what, d));
   HostTensor r = HostTensor::zeros(t, shape);
   int64_t n = r.numel();
   const std::string &raw = proto.raw_data();

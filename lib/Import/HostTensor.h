@@ -18,6 +18,7 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Error.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +32,26 @@ namespace rondo::import {
 
 enum class DType { F32, F64, I64, I32, Bool };
 
+/// Converts a double to int64 the way a C cast would for in-range values,
+/// saturating out-of-range ones and mapping NaN to 0 (a plain cast is UB).
+inline int64_t toI64(double v) {
+  if (std::isnan(v))
+    return 0;
+  if (v >= 9223372036854775807.0)
+    return INT64_MAX;
+  if (v <= -9223372036854775808.0)
+    return INT64_MIN;
+  return int64_t(v);
+}
+
+/// The element count of `shape`, or -1 if a dimension is negative or the
+/// product overflows int64.
+int64_t checkedNumel(llvm::ArrayRef<int64_t> shape);
+
+/// An error unless every dimension of `shape` is >= 0 and the element count
+/// fits in int64; `what` names the tensor.
+llvm::Error checkShape(llvm::ArrayRef<int64_t> shape, const llvm::Twine &what);
+
 bool isFloat(DType t);
 const char *dtypeName(DType t);
 
@@ -43,11 +64,11 @@ struct HostTensor {
   std::vector<int64_t> i;
   bool hasData = false;
 
+  /// The element count; shapes are checked (checkShape) before a tensor is
+  /// built, so this does not overflow.
   int64_t numel() const;
   double getF(int64_t k) const { return isFloat(dtype) ? f[k] : double(i[k]); }
-  int64_t getI(int64_t k) const {
-    return isFloat(dtype) ? int64_t(f[k]) : i[k];
-  }
+  int64_t getI(int64_t k) const { return isFloat(dtype) ? toI64(f[k]) : i[k]; }
 
   static HostTensor shapeOnly(DType t, llvm::ArrayRef<int64_t> shape);
   static HostTensor zeros(DType t, llvm::ArrayRef<int64_t> shape);
@@ -66,6 +87,15 @@ evaluateNode(const onnx::NodeProto &node, int64_t opset,
 /// Converts an ONNX TensorProto with inline data; `what` names it in errors.
 llvm::Expected<HostTensor> hostTensorFromProto(const onnx::TensorProto &proto,
                                                llvm::StringRef what);
+
+/// Checks a TensorProto's header against its data without reading it: the
+/// dimensions (non-negative, element count within int64), and raw_data's
+/// byte length or the typed field's value count against the element count.
+/// External data must name a file inside the model's directory (a relative
+/// path with no `..` component; it need not exist) with numeric offset and
+/// length, the length matching the shape. `what` names it in errors.
+llvm::Error checkTensorProto(const onnx::TensorProto &proto,
+                             llvm::StringRef what);
 
 /// ONNX Slice (any opset) normalised against an input shape: in-range
 /// starts, nonzero steps and the result shape.

@@ -39,12 +39,14 @@
 #include "onnx/onnx_pb.h"
 
 #include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/unknown_field_set.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
@@ -321,9 +323,11 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
       continue;
     SmallVector<int64_t> shape(init.dims().begin(), init.dims().end());
     for (int64_t d : shape)
-      if (d < 0)
-        return emitError(loc) << "initializer '" << init.name()
-                              << "' has negative dimension " << d;
+      if (d <= 0)
+        return emitError(loc)
+               << "initializer '" << init.name() << "' (a parameter) has "
+               << (d < 0 ? "negative" : "zero") << " dimension " << d
+               << "; empty parameters are not supported";
     argTypes.push_back(RankedTensorType::get(shape, f32));
     NamedAttrList attrs;
     attrs.set(tg::kParamAttr, builder.getStringAttr(init.name()));
@@ -398,6 +402,15 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
       if (d <= 0)
         return emitError(loc)
                << "input '" << name << "' gets non-positive dimension " << d;
+    if (llvm::Error e = checkShape(shape, "input '" + name + "'"))
+      return emitError(loc) << llvm::toString(std::move(e));
+    if (isSpecialisedInput(in) && checkedNumel(shape) > opts.maxFoldElements)
+      return emitError(loc)
+             << "input '" << name << "' of shape ["
+             << llvm::make_range(shape.begin(), shape.end())
+             << "] is too large to specialise to a constant ("
+             << checkedNumel(shape) << " elements, limit "
+             << opts.maxFoldElements << ")";
     if (isSpecialisedInput(in)) {
       HostTensor t = HostTensor::zeros(DType::I64, shape);
       int64_t last = shape.empty() ? 1 : shape.back();
@@ -628,10 +641,20 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
 }
 
 OwningOpRef<ModuleOp> Importer::run() {
-  if (failed(readOpsets()) || failed(classifyInitializers()))
+  if (failed(readOpsets()))
+    return nullptr;
+  const auto &graph = model.graph();
+  // Every initializer's header against its data (and external data paths)
+  // before any of them is read.
+  for (const auto &init : graph.initializer())
+    if (llvm::Error e =
+            checkTensorProto(init, "initializer '" + init.name() + "'")) {
+      emitError(loc) << llvm::toString(std::move(e));
+      return nullptr;
+    }
+  if (failed(classifyInitializers()))
     return nullptr;
   recoverTorchNames();
-  const auto &graph = model.graph();
 
   // Non-parameter initializers are constants.
   for (const auto &init : graph.initializer()) {
@@ -798,6 +821,11 @@ Importer::convertDynamic(const onnx::NodeProto &node,
           if (failed(requireFloat(x)))
             return failure();
           Value m = causalMask(in[k]->host.shape);
+          if (failed(tg::broadcastShapes(typeOf(x).getShape(),
+                                         typeOf(m).getShape())))
+            return nodeError(node) << "the causal mask " << m.getType()
+                                   << " does not broadcast with " << x.getType(),
+                   failure();
           return wrap(
               tg::BinaryOp::create(builder, loc, tg::BinaryKind::add, x, m));
         }
@@ -827,9 +855,11 @@ Importer::convertDynamic(const onnx::NodeProto &node,
         tanhApprox ? tg::UnaryKind::gelu_tanh : tg::UnaryKind::gelu_erf, *x));
   }
   if (op == "Identity" || op == "Dropout") {
+    if (in.empty() || !in[0])
+      return nodeError(node) << "input 0 is required", failure();
     if (op == "Dropout" && node.input_size() > 2 && !node.input(2).empty()) {
       auto mode = constInts(in[2]);
-      if (failed(mode) || (*mode)[0] != 0)
+      if (failed(mode) || mode->size() != 1 || (*mode)[0] != 0)
         return nodeError(node) << "dropout in training mode is not supported",
                failure();
     }
@@ -868,6 +898,10 @@ Importer::convertDynamic(const onnx::NodeProto &node,
     auto xt = typeOf(x), wt = typeOf(w);
     if (op == "Gemm" && (xt.getRank() != 2 || wt.getRank() != 2))
       return nodeError(node) << "Gemm needs rank-2 operands", failure();
+    if (xt.getRank() == 0 || wt.getRank() == 0)
+      return nodeError(node) << "MatMul operands must have rank >= 1, got "
+                             << xt << " and " << wt,
+           failure();
     // Rank-1 operands follow NumPy: promote, multiply, drop the added dim.
     bool vecA = xt.getRank() == 1, vecB = wt.getRank() == 1;
     if (vecA)
@@ -917,6 +951,13 @@ Importer::convertDynamic(const onnx::NodeProto &node,
         if (failed(c))
           return failure();
         Value bias = *c;
+        if (failed(requireFloat(bias)))
+          return failure();
+        if (failed(tg::broadcastShapes(typeOf(bias).getShape(),
+                                       typeOf(y).getShape())))
+          return nodeError(node) << "bias " << bias.getType()
+                                 << " does not broadcast to " << y.getType(),
+                 failure();
         if (beta != 1.0f)
           bias = tg::BinaryOp::create(builder, loc, tg::BinaryKind::mul, bias,
                                       scalar(beta));
@@ -959,6 +1000,15 @@ Importer::convertDynamic(const onnx::NodeProto &node,
       return nodeError(node)
                  << "perm has " << perm.size() << " entries for rank " << rank,
              failure();
+    SmallVector<bool> seen(rank, false);
+    for (int64_t p : perm) {
+      if (p < 0 || p >= rank || seen[p])
+        return nodeError(node) << "perm entry " << p
+                               << " is out of range or repeated for rank "
+                               << rank,
+               failure();
+      seen[p] = true;
+    }
     return wrap(tg::TransposeOp::create(builder, loc, *x,
                                         builder.getDenseI64ArrayAttr(perm)));
   }
@@ -1000,11 +1050,20 @@ Importer::convertDynamic(const onnx::NodeProto &node,
       sizes.assign(a->ints().begin(), a->ints().end());
     } else {
       int64_t parts = opset >= 18 ? attrInt(node, "num_outputs", n) : n;
+      if (parts <= 0 || parts != n)
+        return nodeError(node) << "splits into " << parts << " parts but has "
+                               << n << " outputs",
+               failure();
       int64_t chunk = (dim + parts - 1) / parts;
       for (int64_t k = 0; k < parts; ++k)
-        sizes.push_back(std::min(chunk, dim - k * chunk));
+        sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - k * chunk)));
     }
-    if ((int64_t)sizes.size() != n || llvm::sum_of(sizes) != dim)
+    int64_t total = 0;
+    for (int64_t size : sizes)
+      if (size < 0 || __builtin_add_overflow(total, size, &total))
+        return nodeError(node) << "split size " << size << " is invalid",
+               failure();
+    if ((int64_t)sizes.size() != n || total != dim)
       return nodeError(node)
                  << "split sizes do not add up to dimension " << dim,
              failure();
@@ -1034,11 +1093,33 @@ Importer::convertDynamic(const onnx::NodeProto &node,
         return failure();
       xs.push_back(*x);
     }
-    return wrap(
-        tg::ConcatOp::create(builder, loc, xs, attrInt(node, "axis", 0)));
+    if (xs.empty())
+      return nodeError(node) << "needs at least one input", failure();
+    auto first = typeOf(xs.front());
+    int64_t rank = first.getRank(), axis = attrInt(node, "axis", 0);
+    if (axis < -rank || axis >= rank)
+      return nodeError(node) << "axis " << axis << " is out of range for rank "
+                             << rank,
+             failure();
+    if (axis < 0)
+      axis += rank;
+    for (Value x : xs) {
+      auto t = typeOf(x);
+      bool same = t.getRank() == rank &&
+                  t.getElementType() == first.getElementType();
+      for (int64_t d = 0; same && d < rank; ++d)
+        same = d == axis || t.getDimSize(d) == first.getDimSize(d);
+      if (!same)
+        return nodeError(node) << "inputs " << first << " and " << t
+                               << " do not concatenate along axis " << axis,
+               failure();
+    }
+    return wrap(tg::ConcatOp::create(builder, loc, xs, axis));
   }
   if (op == "Gather") {
     int64_t axis = attrInt(node, "axis", 0);
+    if (in.size() < 2 || !in[0] || !in[1])
+      return nodeError(node) << "expects two inputs", failure();
     if (!in[1]->isConst) {
       // Embedding lookup: a table indexed by token data.
       auto table = need(0), ids = need(1);
@@ -1050,6 +1131,10 @@ Importer::convertDynamic(const onnx::NodeProto &node,
                       "table (an embedding), got "
                    << typeOf(*table) << " axis " << axis,
                failure();
+      if (!typeOf(*ids).getElementType().isInteger(64))
+        return nodeError(node) << "Gather indices must be integers, got "
+                               << typeOf(*ids),
+               failure();
       return wrap(tg::GatherOp::create(builder, loc, *table, *ids));
     }
     // Constant indices into data: a slice (a single index also drops the
@@ -1059,8 +1144,14 @@ Importer::convertDynamic(const onnx::NodeProto &node,
     if (failed(x) || failed(idx))
       return failure();
     auto xt = typeOf(*x);
+    if (axis < -xt.getRank() || axis >= xt.getRank())
+      return nodeError(node) << "axis " << axis << " is out of range for rank "
+                             << xt.getRank(),
+             failure();
     if (axis < 0)
       axis += xt.getRank();
+    if (isFloat(in[1]->host.dtype))
+      return nodeError(node) << "Gather indices must be integers", failure();
     int64_t dim = xt.getDimSize(axis);
     SmallVector<int64_t> ids;
     for (int64_t v : *idx)
@@ -1075,7 +1166,7 @@ Importer::convertDynamic(const onnx::NodeProto &node,
         return nodeError(node) << "Gather index " << v
                                << " is out of range for dimension " << dim,
                failure();
-    bool rowLookup = xt.getRank() == 2 && (axis == 0 || axis == -2);
+    bool rowLookup = xt.getRank() == 2 && axis == 0;
     if (rowLookup && (!arithmetic || in[1]->host.shape.size() > 1)) {
       auto ids = need(1);
       if (failed(ids))
@@ -1149,6 +1240,11 @@ Importer::convertDynamic(const onnx::NodeProto &node,
       if (a < 0)
         a += rank;
     }
+    for (size_t k = 0; k < axes.size(); ++k)
+      for (size_t j = 0; j < k; ++j)
+        if (axes[j] == axes[k])
+          return nodeError(node) << "axis " << axes[k] << " is repeated",
+                 failure();
     return wrap(tg::ReduceOp::create(
         builder, loc,
         op == "ReduceMean" ? tg::ReduceKind::mean : tg::ReduceKind::sum, *x,
@@ -1183,9 +1279,12 @@ Importer::convertDynamic(const onnx::NodeProto &node,
           DenseElementsAttr::get(typeOf(*w), builder.getF32FloatAttr(0)));
     }
     for (Value v : {*w, bias})
-      if (typeOf(v).getRank() != 1)
+      if (typeOf(*x).getRank() < 1 || typeOf(v).getRank() != 1 ||
+          typeOf(v).getDimSize(0) != typeOf(*x).getShape().back() ||
+          typeOf(v).getElementType() != typeOf(*x).getElementType())
         return nodeError(node)
-                   << "scale and bias must be rank 1, got " << v.getType(),
+                   << "scale and bias must be rank 1 of the last dimension of "
+                   << x->getType() << ", got " << v.getType(),
                failure();
     return wrap(tg::LayerNormOp::create(
         builder, loc, x->getType(), *x, *w, bias,
@@ -1199,6 +1298,14 @@ Importer::convertDynamic(const onnx::NodeProto &node,
         in[2]->host.hasData && in[2]->host.numel() == 1 &&
         in[2]->host.getF(0) <= -1e30) {
       Value m = causalMask(in[0]->host.shape);
+      if (failed(requireFloat(in[1]->value)))
+        return failure();
+      if (failed(tg::broadcastShapes(typeOf(in[1]->value).getShape(),
+                                     typeOf(m).getShape())))
+        return nodeError(node) << "the causal mask " << m.getType()
+                               << " does not broadcast with "
+                               << in[1]->value.getType(),
+               failure();
       return wrap(tg::BinaryOp::create(builder, loc, tg::BinaryKind::add,
                                        in[1]->value, m));
     }
@@ -1208,6 +1315,13 @@ Importer::convertDynamic(const onnx::NodeProto &node,
       return failure();
     if (!typeOf(*c).getElementType().isInteger(1))
       return nodeError(node) << "condition must be boolean", failure();
+    auto ab = tg::broadcastShapes(typeOf(*a).getShape(), typeOf(*b).getShape());
+    if (failed(ab) ||
+        failed(tg::broadcastShapes(*ab, typeOf(*c).getShape())))
+      return nodeError(node) << "shapes " << c->getType() << ", "
+                             << a->getType() << " and " << b->getType()
+                             << " do not broadcast",
+             failure();
     return wrap(tg::SelectOp::create(builder, loc, *c, *a, *b));
   }
   if (op == "IsNaN") {
@@ -1260,18 +1374,131 @@ llvm::Error rondo::addInputShape(ImportOptions &options, StringRef spec) {
   return llvm::Error::success();
 }
 
+namespace {
+/// Protobuf's parser's complaints go to the log, not to the caller; while a
+/// LogCapture is alive on this thread they are kept for the diagnostic.
+thread_local std::string *protobufLogSink = nullptr;
+
+void protobufLogHandler(google::protobuf::LogLevel level, const char *file,
+                        int line, const std::string &message) {
+  if (protobufLogSink) {
+    if (!protobufLogSink->empty())
+      *protobufLogSink += "; ";
+    *protobufLogSink += message;
+    return;
+  }
+  static const char *names[] = {"INFO", "WARNING", "ERROR", "FATAL"};
+  llvm::errs() << "[libprotobuf " << names[std::clamp<int>(level, 0, 3)] << " "
+               << file << ":" << line << "] " << message << "\n";
+}
+
+struct LogCapture {
+  std::string text;
+  LogCapture() {
+    static bool installed =
+        (google::protobuf::SetLogHandler(protobufLogHandler), true);
+    (void)installed;
+    protobufLogSink = &text;
+  }
+  ~LogCapture() { protobufLogSink = nullptr; }
+};
+
+/// Protobuf's hard limit on a serialized message (it counts sizes in int).
+constexpr uint64_t kMaxProtobufBytes = uint64_t(std::numeric_limits<int>::max());
+/// Subgraphs (If/Loop/Scan bodies) nested deeper than this are rejected; the
+/// importer supports no control flow, but walking deeper graphs must not
+/// exhaust the stack.
+constexpr int kMaxGraphDepth = 32;
+/// Brackets nested deeper than this in ONNX text are rejected before ONNX's
+/// recursive-descent parser sees them.
+constexpr int kMaxTextNesting = 128;
+
+std::string describeNode(const onnx::NodeProto &node) {
+  std::string who = !node.name().empty() ? "node '" + node.name() + "'"
+                    : node.output_size() > 0
+                        ? "node producing '" + node.output(0) + "'"
+                        : "unnamed node";
+  return who + " (op '" + node.op_type() + "')";
+}
+
+/// Finds the first subgraph nested deeper than kMaxGraphDepth; `outer` and
+/// `inner` name the outermost and the too-deep node holding it.
+bool graphTooDeep(const onnx::GraphProto &graph, int depth, std::string &outer,
+                  std::string &inner) {
+  for (const auto &node : graph.node())
+    for (const auto &attr : node.attribute()) {
+      SmallVector<const onnx::GraphProto *> subgraphs;
+      if (attr.has_g())
+        subgraphs.push_back(&attr.g());
+      for (const auto &g : attr.graphs())
+        subgraphs.push_back(&g);
+      for (const onnx::GraphProto *g : subgraphs) {
+        std::string here = describeNode(node) + " attribute '" + attr.name() + "'";
+        if (depth + 1 > kMaxGraphDepth) {
+          inner = here;
+          outer = here;
+          return true;
+        }
+        if (graphTooDeep(*g, depth + 1, outer, inner)) {
+          outer = here;
+          return true;
+        }
+      }
+    }
+  return false;
+}
+
+/// The deepest bracket nesting of ONNX text, outside string literals and
+/// comments, or -1 once it exceeds kMaxTextNesting.
+int textNesting(StringRef text) {
+  int depth = 0, deepest = 0;
+  for (size_t k = 0; k < text.size(); ++k) {
+    char c = text[k];
+    if (c == '"') {
+      for (++k; k < text.size() && text[k] != '"'; ++k)
+        if (text[k] == '\\')
+          ++k;
+    } else if (c == '#') {
+      while (k < text.size() && text[k] != '\n')
+        ++k;
+    } else if (c == '{' || c == '(' || c == '[' || c == '<') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > kMaxTextNesting)
+        return -1;
+    } else if (c == '}' || c == ')' || c == ']' || c == '>') {
+      depth = std::max(depth - 1, 0);
+    }
+  }
+  return deepest;
+}
+} // namespace
+
 OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
                                               StringRef contents,
                                               StringRef bufferName,
                                               const ImportOptions &opts) {
   ctx->loadDialect<tg::TGDialect, func::FuncDialect>();
   Location fileLoc = FileLineColLoc::get(ctx, bufferName, 0, 0);
+  if (contents.size() > kMaxProtobufBytes) {
+    emitError(fileLoc) << "the model is " << contents.size()
+                       << " bytes, over protobuf's 2 GB limit ("
+                       << kMaxProtobufBytes
+                       << " bytes); store the weights as external data";
+    return nullptr;
+  }
   onnx::ModelProto model;
   // ONNX text starts with '<' (the model header), after '#' comment lines.
   StringRef head = contents.ltrim();
   while (head.starts_with("#"))
     head = head.drop_until([](char c) { return c == '\n'; }).ltrim();
   if (head.starts_with("<")) {
+    if (textNesting(contents) < 0) {
+      emitError(fileLoc) << "malformed ONNX text: brackets nest more than "
+                         << kMaxTextNesting
+                         << " levels deep (graph recursion limit)";
+      return nullptr;
+    }
+    LogCapture log;
     std::string text = contents.str();
     onnx::Status status;
     try {
@@ -1285,20 +1512,33 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
       return nullptr;
     }
   } else {
+    LogCapture log;
     google::protobuf::io::ArrayInputStream raw(contents.data(),
                                                int(contents.size()));
     google::protobuf::io::CodedInputStream coded(&raw);
     coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
-    coded.SetRecursionLimit(64);
+    // Deep enough for kMaxGraphDepth subgraph levels (three messages each),
+    // so that the graph walk below reports them by name.
+    coded.SetRecursionLimit(3 * kMaxGraphDepth + 40);
     if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
-      emitError(fileLoc)
-          << "not a valid ONNX model (protobuf parse failed; the file is "
-             "truncated or not ONNX)";
+      auto diag = emitError(fileLoc)
+                  << "not a valid ONNX model (protobuf parse failed; the file "
+                     "is truncated or not ONNX)";
+      if (!log.text.empty())
+        diag << ": " << log.text;
       return nullptr;
     }
   }
   if (!model.has_graph() || model.graph().node_size() == 0) {
     emitError(fileLoc) << "the ONNX model has no graph nodes";
+    return nullptr;
+  }
+  std::string outer, inner;
+  if (graphTooDeep(model.graph(), 0, outer, inner)) {
+    emitError(fileLoc) << "subgraphs nest more than " << kMaxGraphDepth
+                       << " levels deep (graph recursion limit): " << outer
+                       << " holds a subgraph whose level-" << kMaxGraphDepth
+                       << " " << inner << " nests deeper";
     return nullptr;
   }
   Importer importer(ctx, model, bufferName, opts);
@@ -1307,6 +1547,13 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
 
 OwningOpRef<ModuleOp> rondo::importOnnxFile(MLIRContext *ctx, StringRef path,
                                             const ImportOptions &opts) {
+  uint64_t size;
+  if (!llvm::sys::fs::file_size(path, size) && size > kMaxProtobufBytes) {
+    emitError(FileLineColLoc::get(ctx, path, 0, 0))
+        << "the model is " << size << " bytes, over protobuf's 2 GB limit ("
+        << kMaxProtobufBytes << " bytes); store the weights as external data";
+    return nullptr;
+  }
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer) {
