@@ -440,3 +440,31 @@ TEST(Checkpoint, KilledWritersTemporariesDoNotBreakResumeAndAreRemoved) {
   EXPECT_EQ(readLatestCheckpoint(dir, again.tensors()).step, 2);
   EXPECT_TRUE(again.bitwiseEqual(s2));
 }
+
+TEST(Checkpoint, SkippedStepsRoundTripAndVersion1ReadsAsZero) {
+  std::string dir = makeTempDir();
+  State s = makeState(5);
+  CheckpointMeta meta = makeMeta(7);
+  meta.skippedSteps = 3;
+  writeCheckpoint(dir, meta, s.tensors());
+  State loaded = s.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).skippedSteps, 3);
+
+  // The same file as version 1 wrote it: no skippedSteps field.
+  std::string bytes = readText(dir + "/step-7.ckpt");
+  const size_t skippedAt = 8 + 4 + 8 + 8;
+  bytes.erase(skippedAt, 8);
+  const uint32_t one = 1;
+  std::memcpy(&bytes[8], &one, sizeof(one));
+  CheckpointHasher hasher;
+  hasher.update(bytes.data(), bytes.size() - 8);
+  const uint64_t sum = hasher.finish();
+  std::memcpy(&bytes[bytes.size() - 8], &sum, sizeof(sum));
+  writeBytes(dir + "/v1.ckpt", bytes);
+  State old = s.zeroed();
+  CheckpointMeta v1 = readCheckpoint(dir + "/v1.ckpt", old.tensors());
+  EXPECT_EQ(v1.step, 7);
+  EXPECT_EQ(v1.skippedSteps, 0);
+  EXPECT_EQ(v1.dataCursor, meta.dataCursor);
+  EXPECT_TRUE(old.bitwiseEqual(s));
+}
