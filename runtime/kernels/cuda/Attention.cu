@@ -1,0 +1,510 @@
+//===- Attention.cu - Causal grouped-query attention ----------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A simple tiled implementation, correct first (the fast fused path comes
+// later). Tiles of BM query rows and BN keys are staged in shared memory
+// (rows padded by one float against bank conflicts); every score is one
+// thread's fma chain over D in ascending order.
+//
+// Forward: one block per (query tile, query head, batch), online softmax over
+// the key tiles with the running row max, the row sum in double, and the
+// output accumulated in shared memory; at the end out = acc / sum and
+// lse = max + log(sum). Rows with no visible key get out = 0, lse = -inf.
+//
+// Backward, without atomics: delta_i = dO_i . O_i (double) first; then
+//  - dQ: one block per (query tile, query head) walks the key tiles,
+//    recomputing P = exp(s - lse) and dS = P (dP - delta), dQ += dS K;
+//  - dK, dV: one block per (key tile, kv head) walks the query heads of its
+//    group in ascending order and their query tiles in ascending order,
+//    dV += P^T dO, dK += dS^T Q.
+// Each output element is owned by one thread of one block and accumulated in
+// a fixed order, so results are reproducible bit for bit. Tiles are 32 x 32
+// (16 x 16 for head dimensions whose tiles would not fit in shared memory).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.cuh"
+
+namespace rondo::cuda {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kAttnThreads = 256;
+
+struct AttnDims {
+  int64_t B, Hq, Hkv, T, S, D, group;
+};
+
+AttnDims attnDims(const Shape &q, const Shape &k, const Shape &v,
+                  const char *name) {
+  if (q.rank != 4 || k.rank != 4 || v.rank != 4)
+    contract(name, "q, k and v must be rank 4");
+  AttnDims d{q.dims[0], q.dims[1], k.dims[1], q.dims[2],
+             k.dims[2], q.dims[3], 1};
+  if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
+    contract(name, "%lld query heads not a multiple of %lld kv heads",
+             (long long)d.Hq, (long long)d.Hkv);
+  if (k.dims[0] != d.B || !(k == v) || k.dims[3] != d.D)
+    contract(name, "k/v shapes do not match q");
+  if (d.Hq > 65535 || d.B > 65535)
+    contract(name, "too many heads or batch entries for the grid");
+  d.group = d.Hq / d.Hkv;
+  return d;
+}
+
+struct AttnArgs {
+  const float *q, *k, *v, *o, *lse, *dout, *delta;
+  float *out, *lseOut, *dq, *dk, *dv;
+  int64_t Hq, Hkv, T, S, D, group;
+  bool causal;
+  float scale;
+  int BM, BN;
+};
+
+__device__ inline int64_t visibleKeys(const AttnArgs &a, int64_t i) {
+  if (!a.causal)
+    return a.S;
+  int64_t n = i + a.S - a.T + 1;
+  return n < 0 ? 0 : (n > a.S ? a.S : n);
+}
+
+/// Copies `rows` rows of D floats (starting at row `row0` of a [limit, D]
+/// matrix) into shared memory with row stride ld, zero past the end.
+__device__ inline void loadTile(float *dst, int ld, const float *src,
+                                int64_t row0, int rows, int64_t limit,
+                                int64_t D) {
+  for (int64_t idx = threadIdx.x; idx < int64_t(rows) * D; idx += blockDim.x) {
+    int64_t r = idx / D, d = idx % D;
+    dst[r * ld + d] = row0 + r < limit ? src[(row0 + r) * D + d] : 0.0f;
+  }
+}
+
+__device__ inline float dotRows(const float *a, const float *b, int64_t D) {
+  float acc = 0.0f;
+  for (int64_t d = 0; d < D; ++d)
+    acc = fmaf(a[d], b[d], acc);
+  return acc;
+}
+
+__host__ __device__ inline size_t alignUp8(size_t bytes) {
+  return (bytes + 7) & ~size_t(7);
+}
+
+__host__ __device__ inline size_t fwdFloats(int BM, int BN, int64_t D) {
+  int64_t ld = D + 1;
+  return size_t(BM * ld + 2 * BN * ld + BM * (BN + 1) + BM * D + 2 * BM);
+}
+size_t fwdSmem(int BM, int BN, int64_t D) {
+  return alignUp8(fwdFloats(BM, BN, D) * 4) + size_t(BM) * sizeof(double);
+}
+size_t dqSmem(int BM, int BN, int64_t D) {
+  int64_t ld = D + 1;
+  return size_t(2 * BM * ld + 2 * BN * ld + BM * (BN + 1) + BM * D + 2 * BM) *
+         4;
+}
+size_t dkvSmem(int BM, int BN, int64_t D) {
+  int64_t ld = D + 1;
+  return size_t(2 * BN * ld + 2 * BM * ld + 2 * BM * (BN + 1) + 2 * BN * D +
+                2 * BM) *
+         4;
+}
+
+__global__ void __launch_bounds__(kAttnThreads) attnFwdKernel(AttnArgs a) {
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  const int BM = a.BM, BN = a.BN;
+  const int64_t D = a.D;
+  const int ld = int(D + 1), lds = BN + 1;
+  float *Qs = reinterpret_cast<float *>(smemRaw);
+  float *Ks = Qs + BM * ld;
+  float *Vs = Ks + BN * ld;
+  float *Ss = Vs + BN * ld;
+  float *Os = Ss + BM * lds;
+  float *mRow = Os + BM * D;
+  float *alphaRow = mRow + BM;
+  double *lRow = reinterpret_cast<double *>(
+      smemRaw + alignUp8(fwdFloats(BM, BN, D) * 4));
+
+  const int64_t i0 = int64_t(blockIdx.x) * BM;
+  const int64_t hq = blockIdx.y, b = blockIdx.z;
+  const int64_t hk = hq / a.group;
+  const int rowsHere = int(a.T - i0 < BM ? a.T - i0 : BM);
+  const float *qh = a.q + (b * a.Hq + hq) * a.T * D;
+  const float *kh = a.k + (b * a.Hkv + hk) * a.S * D;
+  const float *vh = a.v + (b * a.Hkv + hk) * a.S * D;
+
+  loadTile(Qs, ld, qh, i0, BM, a.T, D);
+  for (int64_t idx = threadIdx.x; idx < int64_t(BM) * D; idx += blockDim.x)
+    Os[idx] = 0.0f;
+  for (int r = threadIdx.x; r < BM; r += blockDim.x) {
+    mRow[r] = -INFINITY;
+    lRow[r] = 0.0;
+  }
+  const int64_t nMax = visibleKeys(a, i0 + rowsHere - 1);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  for (int64_t j0 = 0; j0 < nMax; j0 += BN) {
+    __syncthreads();
+    loadTile(Ks, ld, kh, j0, BN, a.S, D);
+    loadTile(Vs, ld, vh, j0, BN, a.S, D);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < BM * BN; idx += blockDim.x) {
+      int r = idx / BN, c = idx % BN;
+      float s = -INFINITY;
+      if (r < rowsHere && j0 + c < visibleKeys(a, i0 + r))
+        s = dotRows(Qs + r * ld, Ks + c * ld, D) * a.scale;
+      Ss[r * lds + c] = s;
+    }
+    __syncthreads();
+    for (int r = warp; r < BM; r += warps) {
+      float tileMax = -INFINITY;
+      for (int c = lane; c < BN; c += 32)
+        tileMax = fmaxf(tileMax, Ss[r * lds + c]);
+      tileMax = warpMax(tileMax);
+      float mOld = mRow[r];
+      float mNew = fmaxf(mOld, tileMax);
+      double tileSum = 0.0;
+      float alpha = 1.0f;
+      if (mNew == -INFINITY) {
+        for (int c = lane; c < BN; c += 32)
+          Ss[r * lds + c] = 0.0f;
+      } else {
+        for (int c = lane; c < BN; c += 32) {
+          float s = Ss[r * lds + c];
+          float p = s == -INFINITY ? 0.0f : expf(s - mNew);
+          Ss[r * lds + c] = p;
+          tileSum += double(p);
+        }
+        tileSum = warpSum(tileSum);
+        alpha = mOld == -INFINITY ? 0.0f : expf(mOld - mNew);
+      }
+      __syncwarp();
+      if (lane == 0) {
+        lRow[r] = lRow[r] * double(alpha) + tileSum;
+        mRow[r] = mNew;
+        alphaRow[r] = alpha;
+      }
+    }
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < int64_t(BM) * D; idx += blockDim.x) {
+      int r = int(idx / D);
+      int64_t d = idx % D;
+      float acc = Os[idx] * alphaRow[r];
+      const float *pr = Ss + r * lds;
+      for (int c = 0; c < BN; ++c)
+        acc = fmaf(pr[c], Vs[c * ld + d], acc);
+      Os[idx] = acc;
+    }
+  }
+  __syncthreads();
+  float *oh = a.out + ((b * a.Hq + hq) * a.T + i0) * D;
+  for (int64_t idx = threadIdx.x; idx < int64_t(rowsHere) * D;
+       idx += blockDim.x) {
+    int r = int(idx / D);
+    double l = lRow[r];
+    oh[idx] = l > 0.0 ? float(double(Os[idx]) / l) : 0.0f;
+  }
+  if (a.lseOut) {
+    float *lh = a.lseOut + (b * a.Hq + hq) * a.T + i0;
+    for (int r = threadIdx.x; r < rowsHere; r += blockDim.x) {
+      double l = lRow[r];
+      lh[r] = l > 0.0 ? float(double(mRow[r]) + log(l)) : -INFINITY;
+    }
+  }
+}
+
+/// delta[row] = sum_d dO[row, d] * O[row, d] (double, one warp per row).
+__global__ void attnDeltaKernel(const float *dout, const float *o,
+                                float *delta, int64_t rows, int64_t D) {
+  int lane = threadIdx.x & 31;
+  int64_t warpId = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  int64_t numWarps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = warpId; r < rows; r += numWarps) {
+    double acc = 0.0;
+    for (int64_t d = lane; d < D; d += 32)
+      acc += double(dout[r * D + d]) * o[r * D + d];
+    acc = warpSum(acc);
+    if (lane == 0)
+      delta[r] = float(acc);
+  }
+}
+
+/// dS (and P) of one score: returns false for a masked or empty position.
+__device__ inline bool gradScore(const AttnArgs &a, const float *qr,
+                                 const float *dor, const float *kr,
+                                 const float *vr, float l, float dl, float &p,
+                                 float &ds) {
+  if (isinf(l))
+    return false;
+  float s = dotRows(qr, kr, a.D) * a.scale;
+  float dp = dotRows(dor, vr, a.D);
+  p = expf(s - l);
+  ds = p * (dp - dl);
+  return true;
+}
+
+__global__ void __launch_bounds__(kAttnThreads) attnDqKernel(AttnArgs a) {
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  const int BM = a.BM, BN = a.BN;
+  const int64_t D = a.D;
+  const int ld = int(D + 1), lds = BN + 1;
+  float *Qs = reinterpret_cast<float *>(smemRaw);
+  float *dOs = Qs + BM * ld;
+  float *Ks = dOs + BM * ld;
+  float *Vs = Ks + BN * ld;
+  float *dSs = Vs + BN * ld;
+  float *acc = dSs + BM * lds;
+  float *lseS = acc + BM * D;
+  float *deltaS = lseS + BM;
+
+  const int64_t i0 = int64_t(blockIdx.x) * BM;
+  const int64_t hq = blockIdx.y, b = blockIdx.z;
+  const int64_t hk = hq / a.group;
+  const int rowsHere = int(a.T - i0 < BM ? a.T - i0 : BM);
+  const int64_t rowBase = (b * a.Hq + hq) * a.T;
+  const float *kh = a.k + (b * a.Hkv + hk) * a.S * D;
+  const float *vh = a.v + (b * a.Hkv + hk) * a.S * D;
+
+  loadTile(Qs, ld, a.q + rowBase * D, i0, BM, a.T, D);
+  loadTile(dOs, ld, a.dout + rowBase * D, i0, BM, a.T, D);
+  for (int r = threadIdx.x; r < BM; r += blockDim.x) {
+    lseS[r] = r < rowsHere ? a.lse[rowBase + i0 + r] : -INFINITY;
+    deltaS[r] = r < rowsHere ? a.delta[rowBase + i0 + r] : 0.0f;
+  }
+  for (int64_t idx = threadIdx.x; idx < int64_t(BM) * D; idx += blockDim.x)
+    acc[idx] = 0.0f;
+  const int64_t nMax = visibleKeys(a, i0 + rowsHere - 1);
+  for (int64_t j0 = 0; j0 < nMax; j0 += BN) {
+    __syncthreads();
+    loadTile(Ks, ld, kh, j0, BN, a.S, D);
+    loadTile(Vs, ld, vh, j0, BN, a.S, D);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < BM * BN; idx += blockDim.x) {
+      int r = idx / BN, c = idx % BN;
+      float p = 0.0f, ds = 0.0f;
+      if (r < rowsHere && j0 + c < visibleKeys(a, i0 + r))
+        if (!gradScore(a, Qs + r * ld, dOs + r * ld, Ks + c * ld, Vs + c * ld,
+                       lseS[r], deltaS[r], p, ds))
+          ds = 0.0f;
+      dSs[r * lds + c] = ds;
+    }
+    __syncthreads();
+    for (int64_t idx = threadIdx.x; idx < int64_t(BM) * D; idx += blockDim.x) {
+      int r = int(idx / D);
+      int64_t d = idx % D;
+      float v = acc[idx];
+      const float *dsr = dSs + r * lds;
+      for (int c = 0; c < BN; ++c)
+        v = fmaf(dsr[c], Ks[c * ld + d], v);
+      acc[idx] = v;
+    }
+  }
+  __syncthreads();
+  float *dqh = a.dq + (rowBase + i0) * D;
+  for (int64_t idx = threadIdx.x; idx < int64_t(rowsHere) * D;
+       idx += blockDim.x)
+    dqh[idx] = a.scale * acc[idx];
+}
+
+__global__ void __launch_bounds__(kAttnThreads) attnDkvKernel(AttnArgs a) {
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  const int BM = a.BM, BN = a.BN;
+  const int64_t D = a.D;
+  const int ld = int(D + 1), lds = BN + 1;
+  float *Ks = reinterpret_cast<float *>(smemRaw);
+  float *Vs = Ks + BN * ld;
+  float *Qs = Vs + BN * ld;
+  float *dOs = Qs + BM * ld;
+  float *Ps = dOs + BM * ld;
+  float *dSs = Ps + BM * lds;
+  float *dKacc = dSs + BM * lds;
+  float *dVacc = dKacc + BN * D;
+  float *lseS = dVacc + BN * D;
+  float *deltaS = lseS + BM;
+
+  const int64_t j0 = int64_t(blockIdx.x) * BN;
+  const int64_t hk = blockIdx.y, b = blockIdx.z;
+  const int colsHere = int(a.S - j0 < BN ? a.S - j0 : BN);
+  const int64_t kvBase = (b * a.Hkv + hk) * a.S;
+  loadTile(Ks, ld, a.k + kvBase * D, j0, BN, a.S, D);
+  loadTile(Vs, ld, a.v + kvBase * D, j0, BN, a.S, D);
+  for (int64_t idx = threadIdx.x; idx < int64_t(BN) * D; idx += blockDim.x) {
+    dKacc[idx] = 0.0f;
+    dVacc[idx] = 0.0f;
+  }
+  // The first query that sees key j0.
+  int64_t first = a.causal ? j0 - (a.S - a.T) : 0;
+  if (first < 0)
+    first = 0;
+  const int64_t iStart = (first / BM) * BM;
+  for (int64_t hl = 0; hl < a.group; ++hl) {
+    const int64_t hq = hk * a.group + hl;
+    const int64_t rowBase = (b * a.Hq + hq) * a.T;
+    for (int64_t i0 = iStart; i0 < a.T; i0 += BM) {
+      const int rowsHere = int(a.T - i0 < BM ? a.T - i0 : BM);
+      __syncthreads();
+      loadTile(Qs, ld, a.q + rowBase * D, i0, BM, a.T, D);
+      loadTile(dOs, ld, a.dout + rowBase * D, i0, BM, a.T, D);
+      for (int r = threadIdx.x; r < BM; r += blockDim.x) {
+        lseS[r] = r < rowsHere ? a.lse[rowBase + i0 + r] : -INFINITY;
+        deltaS[r] = r < rowsHere ? a.delta[rowBase + i0 + r] : 0.0f;
+      }
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < BM * BN; idx += blockDim.x) {
+        int r = idx / BN, c = idx % BN;
+        float p = 0.0f, ds = 0.0f;
+        if (r < rowsHere && c < colsHere && j0 + c < visibleKeys(a, i0 + r))
+          if (!gradScore(a, Qs + r * ld, dOs + r * ld, Ks + c * ld,
+                         Vs + c * ld, lseS[r], deltaS[r], p, ds)) {
+            p = 0.0f;
+            ds = 0.0f;
+          }
+        Ps[r * lds + c] = p;
+        dSs[r * lds + c] = ds;
+      }
+      __syncthreads();
+      for (int64_t idx = threadIdx.x; idx < int64_t(BN) * D;
+           idx += blockDim.x) {
+        int c = int(idx / D);
+        int64_t d = idx % D;
+        float accV = dVacc[idx], accK = dKacc[idx];
+        for (int r = 0; r < BM; ++r) {
+          accV = fmaf(Ps[r * lds + c], dOs[r * ld + d], accV);
+          accK = fmaf(dSs[r * lds + c], Qs[r * ld + d], accK);
+        }
+        dVacc[idx] = accV;
+        dKacc[idx] = accK;
+      }
+    }
+  }
+  __syncthreads();
+  for (int64_t idx = threadIdx.x; idx < int64_t(colsHere) * D;
+       idx += blockDim.x) {
+    if (a.dk)
+      a.dk[(kvBase + j0) * D + idx] = a.scale * dKacc[idx];
+    if (a.dv)
+      a.dv[(kvBase + j0) * D + idx] = dVacc[idx];
+  }
+}
+
+/// Picks the tile size (32, else 16) whose shared memory fits the device.
+int pickTile(size_t (*smem)(int, int, int64_t), int64_t D, const char *name,
+             size_t &bytes) {
+  int device = 0;
+  RONDO_CHECK(cudaGetDevice(&device), name);
+  int limit = 0;
+  RONDO_CHECK(cudaDeviceGetAttribute(
+                  &limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+              name);
+  for (int tile : {32, 16}) {
+    bytes = smem(tile, tile, D);
+    if (bytes <= size_t(limit))
+      return tile;
+  }
+  contract(name, "head dimension %lld too large for shared memory",
+           (long long)D);
+}
+
+template <typename Kernel>
+void launchAttn(Kernel kernel, dim3 grid, size_t smem, const AttnArgs &args,
+                const char *name) {
+  RONDO_CHECK(cudaFuncSetAttribute(kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(smem)),
+              name);
+  kernel<<<grid, kAttnThreads, smem, currentStream()>>>(args);
+  checkLaunch(name);
+}
+
+AttnArgs baseArgs(const AttnDims &d, bool causal, float scale) {
+  AttnArgs a{};
+  a.Hq = d.Hq;
+  a.Hkv = d.Hkv;
+  a.T = d.T;
+  a.S = d.S;
+  a.D = d.D;
+  a.group = d.group;
+  a.causal = causal;
+  a.scale = scale;
+  return a;
+}
+
+} // namespace
+
+void attention(CFView q, CFView k, CFView v, bool causal, float scale,
+               FView out, FView lse) {
+  const char *name = "attention";
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  if (d.B * d.Hq == 0 || d.T == 0)
+    return;
+  AttnArgs a = baseArgs(d, causal, scale);
+  a.q = q.data;
+  a.k = k.data;
+  a.v = v.data;
+  a.out = out.data;
+  a.lseOut = lse.data;
+  size_t smem = 0;
+  int tile = pickTile(fwdSmem, d.D, name, smem);
+  a.BM = a.BN = tile;
+  dim3 grid(unsigned((d.T + tile - 1) / tile), unsigned(d.Hq),
+            unsigned(d.B));
+  launchAttn(attnFwdKernel, grid, smem, a, name);
+}
+
+void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
+                       CFView dOut, bool causal, float scale, FView dQ,
+                       FView dK, FView dV) {
+  const char *name = "attentionBackward";
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  bool empty = d.B * d.Hkv == 0 || d.T == 0;
+  if (empty || d.S == 0) {
+    if (dK.data)
+      fillDevice(dK.data, dK.shape.numel(), 0.0f, name);
+    if (dV.data)
+      fillDevice(dV.data, dV.shape.numel(), 0.0f, name);
+    if (dQ.data)
+      fillDevice(dQ.data, dQ.shape.numel(), 0.0f, name);
+    return;
+  }
+  if (!lse.data)
+    contract(name, "lse is required");
+  int64_t rows = d.B * d.Hq * d.T;
+  Temp delta(size_t(rows) * sizeof(float), name);
+  attnDeltaKernel<<<gridFor(rows * 32), kThreads, 0, currentStream()>>>(
+      dOut.data, out.data, delta.as<float>(), rows, d.D);
+  checkLaunch(name);
+  AttnArgs a = baseArgs(d, causal, scale);
+  a.q = q.data;
+  a.k = k.data;
+  a.v = v.data;
+  a.o = out.data;
+  a.lse = lse.data;
+  a.dout = dOut.data;
+  a.delta = delta.as<float>();
+  a.dq = dQ.data;
+  a.dk = dK.data;
+  a.dv = dV.data;
+  if (dQ.data) {
+    size_t smem = 0;
+    int tile = pickTile(dqSmem, d.D, name, smem);
+    a.BM = a.BN = tile;
+    dim3 grid(unsigned((d.T + tile - 1) / tile), unsigned(d.Hq),
+              unsigned(d.B));
+    launchAttn(attnDqKernel, grid, smem, a, name);
+  }
+  if (dK.data || dV.data) {
+    size_t smem = 0;
+    int tile = pickTile(dkvSmem, d.D, name, smem);
+    a.BM = a.BN = tile;
+    dim3 grid(unsigned((d.S + tile - 1) / tile), unsigned(d.Hkv),
+              unsigned(d.B));
+    launchAttn(attnDkvKernel, grid, smem, a, name);
+  }
+  delta.release();
+}
+
+} // namespace rondo::cuda

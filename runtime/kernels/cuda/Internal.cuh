@@ -1,0 +1,272 @@
+//===- Internal.cuh - Helpers shared by the CUDA kernels -------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Not part of the kernel contract; only the kernel .cu files include this.
+// Error checking, the per-(thread, device) context, stream-ordered
+// temporaries, launch geometry, merged broadcast / strided iteration spaces
+// that are passed to kernels by value, and fixed-tree reductions.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_KERNELS_CUDA_INTERNAL_CUH
+#define RONDO_RUNTIME_KERNELS_CUDA_INTERNAL_CUH
+
+#include "CudaKernels.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rondo::cuda::detail {
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+/// Throws std::runtime_error("rondo cuda kernels: <kernel> on device <d>:
+/// <call> failed: <message>").
+[[noreturn]] void fail(const char *kernel, const char *call,
+                       const char *message);
+/// A contract violation (printf-style message).
+[[noreturn]] void contract(const char *kernel, const char *format, ...);
+void check(cudaError_t status, const char *call, const char *kernel);
+void check(cublasStatus_t status, const char *call, const char *kernel);
+/// Checks the last launch (cudaGetLastError).
+void checkLaunch(const char *kernel);
+
+#define RONDO_CHECK(call, kernel)                                              \
+  ::rondo::cuda::detail::check((call), #call, (kernel))
+
+//===----------------------------------------------------------------------===//
+// Context
+//===----------------------------------------------------------------------===//
+
+/// The calling thread's cuBLAS handle for the current device, bound to the
+/// current stream, with its fixed workspace and TF32 disabled.
+cublasHandle_t cublas(const char *kernel);
+
+/// A stream-ordered device temporary: allocated on the current stream, freed
+/// on it by release() (checked) or, on an exception path, by the destructor.
+class Temp {
+public:
+  Temp(size_t bytes, const char *kernel);
+  ~Temp();
+  Temp(const Temp &) = delete;
+  Temp &operator=(const Temp &) = delete;
+  void release();
+  template <typename T> T *as() const { return static_cast<T *>(ptr_); }
+
+private:
+  void *ptr_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  const char *kernel_;
+};
+
+//===----------------------------------------------------------------------===//
+// Launch geometry
+//===----------------------------------------------------------------------===//
+
+constexpr int kThreads = 256;
+
+/// Blocks for a grid-stride loop over n items with kThreads threads.
+inline unsigned gridFor(int64_t n, int threads = kThreads) {
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks < 1)
+    blocks = 1;
+  if (blocks > (int64_t(1) << 20))
+    blocks = int64_t(1) << 20;
+  return unsigned(blocks);
+}
+
+#define RONDO_GRID_STRIDE(i, n)                                                \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);    \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+//===----------------------------------------------------------------------===//
+// Iteration spaces
+//===----------------------------------------------------------------------===//
+
+/// A broadcast space: a contiguous output walked row-major over merged
+/// dimensions `dims`, and up to two inputs with per-dimension strides (0 where
+/// broadcast).
+struct Bcast {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[2][kMaxRank] = {};
+};
+
+/// Builds the merged broadcast space of `out` and inputs (at most 2).
+Bcast makeBcast(const Shape &out, const Shape *inputs, int numInputs,
+                const char *kernel);
+
+/// Element offset of input `op` for output linear index i.
+__device__ inline int64_t bcastOffset(const Bcast &s, int op, int64_t i) {
+  int64_t off = 0;
+#pragma unroll
+  for (int d = kMaxRank - 1; d >= 0; --d) {
+    if (d < s.rank) {
+      int64_t c = i % s.dims[d];
+      i /= s.dims[d];
+      off += c * s.strides[op][d];
+    }
+  }
+  return off;
+}
+
+/// A strided walk: contiguous side row-major over `dims`, strided side at
+/// base + sum(idx[d] * strides[d]).
+struct Strided {
+  int rank = 0;
+  int64_t base = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+};
+
+Strided makeStrided(const Shape &shape, const int64_t *strides, int64_t base);
+
+__device__ inline int64_t stridedOffset(const Strided &s, int64_t i) {
+  int64_t off = s.base;
+#pragma unroll
+  for (int d = kMaxRank - 1; d >= 0; --d) {
+    if (d < s.rank) {
+      int64_t c = i % s.dims[d];
+      i /= s.dims[d];
+      off += c * s.strides[d];
+    }
+  }
+  return off;
+}
+
+/// Row-major strides of a shape.
+void contiguousStrides(const Shape &shape, int64_t *strides);
+
+//===----------------------------------------------------------------------===//
+// Reductions (fixed trees)
+//===----------------------------------------------------------------------===//
+
+template <typename T> __device__ inline T warpSum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_down_sync(0xffffffffu, v, o);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+__device__ inline float warpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024), returned
+/// to every thread. `scratch` holds 32 values. Fixed tree: lanes, then warps.
+template <typename T> __device__ inline T blockSum(T v, T *scratch) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int warps = blockDim.x >> 5;
+  v = warpSum(v);
+  __syncthreads(); // scratch may still be read by a previous call
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads();
+  T r = lane < warps ? scratch[lane] : T(0);
+  return warpSum(r);
+}
+
+/// Max over the block (NaN-free inputs assumed as on the CPU's std::max).
+__device__ inline float blockMax(float v, float *scratch) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int warps = blockDim.x >> 5;
+  v = warpMax(v);
+  __syncthreads();
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? scratch[lane] : -INFINITY;
+  return warpMax(r);
+}
+
+/// Threads per block for a row kernel over rows of `width` elements.
+inline int rowThreads(int64_t width, int maxThreads = 256) {
+  int t = 32;
+  while (t < maxThreads && t < width)
+    t <<= 1;
+  return t;
+}
+
+/// Rows and width of a tensor split along its last axis.
+inline void rowsOf(const Shape &shape, int64_t &rows, int64_t &width) {
+  width = shape.rank ? shape.dims[shape.rank - 1] : 1;
+  rows = width ? shape.numel() / width : 0;
+}
+
+/// out[c] = sum over rows r (ascending within fixed row parts, parts
+/// ascending) of term(r, c), in double. Term is a device functor
+/// `double operator()(int64_t r, int64_t c) const`.
+template <typename Term>
+__global__ void columnPartialKernel(int64_t rows, int64_t width,
+                                    int64_t rowsPerPart, int64_t parts,
+                                    double *partial, Term term) {
+  RONDO_GRID_STRIDE(i, parts * width) {
+    int64_t c = i % width, p = i / width;
+    int64_t r0 = p * rowsPerPart;
+    int64_t r1 = r0 + rowsPerPart < rows ? r0 + rowsPerPart : rows;
+    double acc = 0.0;
+    for (int64_t r = r0; r < r1; ++r)
+      acc += term(r, c);
+    partial[p * width + c] = acc;
+  }
+}
+
+__global__ void columnFinalKernel(int64_t width, int64_t parts,
+                                  const double *partial, float *out);
+
+/// Number of row parts for a column sum: depends on the shape only.
+inline int64_t columnParts(int64_t rows, int64_t width) {
+  int64_t wantThreads = 16384;
+  int64_t parts = (wantThreads + width - 1) / (width > 0 ? width : 1);
+  int64_t maxParts = (rows + 63) / 64; // at least 64 rows a part
+  if (parts > maxParts)
+    parts = maxParts;
+  return parts < 1 ? 1 : parts;
+}
+
+template <typename Term>
+void columnSums(int64_t rows, int64_t width, float *out, Term term,
+                const char *kernel) {
+  if (width == 0)
+    return;
+  cudaStream_t stream = currentStream();
+  int64_t parts = columnParts(rows, width);
+  int64_t rowsPerPart = (rows + parts - 1) / parts;
+  if (rowsPerPart < 1)
+    rowsPerPart = 1;
+  Temp partial(size_t(parts * width) * sizeof(double), kernel);
+  columnPartialKernel<Term><<<gridFor(parts * width), kThreads, 0, stream>>>(
+      rows, width, rowsPerPart, parts, partial.as<double>(), term);
+  checkLaunch(kernel);
+  columnFinalKernel<<<gridFor(width), kThreads, 0, stream>>>(
+      width, parts, partial.as<double>(), out);
+  checkLaunch(kernel);
+  partial.release();
+}
+
+/// Row-major C[M,N] (ldc) = alpha op(A) op(B) + beta C through cuBLAS, one
+/// matrix (batch == 1) or a strided batch (strides in elements).
+void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *a, int64_t lda, int64_t strideA,
+                  const float *b, int64_t ldb, int64_t strideB, float beta,
+                  float *c, int64_t ldc, int64_t strideC, int64_t batch,
+                  const char *kernel);
+
+/// Enqueues out[i] = value for i < n.
+void fillDevice(float *out, int64_t n, float value, const char *kernel);
+
+} // namespace rondo::cuda::detail
+
+#endif // RONDO_RUNTIME_KERNELS_CUDA_INTERNAL_CUH

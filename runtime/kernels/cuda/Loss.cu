@@ -1,0 +1,264 @@
+//===- Loss.cu - Cross-entropy kernels ------------------------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// One block per logits row: the row max, sum(exp(x - max)) in double (fixed
+// tree) and the loss lse - x[label] in double, as the CPU computes them. The
+// per-row losses go to a double buffer and one block sums them with a fixed
+// tree over the non-ignored rows; an invalid label anywhere makes the sum 0
+// and raises *badLabel (the CPU's `false`).
+//
+// linearCrossEntropy computes logits chunk by chunk ([chunkRows, V] at a time,
+// a stream-ordered temporary) with cuBLAS sgemm. The backward follows the
+// CPU: dLogits in place, dH = dLogits W^T per chunk, dW zeroed and then
+// accumulated over chunks in chunk order with beta = 1. Unlike the CPU it
+// cannot skip chunks whose rows are all ignored (that needs the labels on the
+// host); those chunks contribute exact zeros.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.cuh"
+
+#include <algorithm>
+
+namespace rondo::cuda {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kLossThreads = 512;
+
+__device__ inline bool validLabel(int64_t l, int64_t ignoreIndex, int64_t V) {
+  return l != ignoreIndex && l >= 0 && l < V;
+}
+
+/// Row max and sum(exp(x - max)) of a row, for every thread of the block.
+__device__ inline void rowMaxSum(const float *x, int64_t V, float *fscratch,
+                                 double *dscratch, float &m, double &sum) {
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+    mx = fmaxf(mx, x[c]);
+  m = blockMax(mx, fscratch);
+  double s = 0.0;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+    s += double(expf(x[c] - m));
+  sum = blockSum(s, dscratch);
+}
+
+/// losses[r0 + r] = loss of row r of `logits` (0 for ignored/invalid rows).
+__global__ void rowLossKernel(const float *logits, int64_t n, int64_t V,
+                              const int64_t *labels, int64_t r0,
+                              int64_t ignoreIndex, double *losses) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int64_t l = labels[r0 + r];
+    if (!validLabel(l, ignoreIndex, V)) {
+      if (threadIdx.x == 0)
+        losses[r0 + r] = 0.0;
+      continue;
+    }
+    const float *x = logits + r * V;
+    float m;
+    double sum;
+    rowMaxSum(x, V, fscratch, dscratch, m, sum);
+    if (threadIdx.x == 0)
+      losses[r0 + r] = double(m) + log(sum) - double(x[l]);
+  }
+}
+
+/// In place: x = scale * (softmax(x) - onehot(label)), zero rows for ignored
+/// or invalid labels.
+__global__ void rowGradKernel(float *logits, int64_t n, int64_t V,
+                              const int64_t *labels, int64_t r0,
+                              int64_t ignoreIndex, float scale) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int64_t l = labels[r0 + r];
+    float *x = logits + r * V;
+    if (!validLabel(l, ignoreIndex, V)) {
+      for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+        x[c] = 0.0f;
+      continue;
+    }
+    float m;
+    double sum;
+    rowMaxSum(x, V, fscratch, dscratch, m, sum);
+    double inv = double(scale) / sum;
+    __syncthreads(); // every thread has read the row before it is rewritten
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+      float v = float(double(expf(x[c] - m)) * inv);
+      if (c == l)
+        v -= scale;
+      x[c] = v;
+    }
+  }
+}
+
+/// *lossSum = sum over non-ignored rows (fixed tree), or 0 with *badLabel = 1
+/// when a label is invalid.
+__global__ void lossSumKernel(const double *losses, const int64_t *labels,
+                              int64_t n, int64_t V, int64_t ignoreIndex,
+                              float *lossSum, int *badLabel) {
+  __shared__ double dscratch[32];
+  double acc = 0.0;
+  int bad = 0;
+  for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+    int64_t l = labels[r];
+    if (l == ignoreIndex)
+      continue;
+    if (l < 0 || l >= V)
+      bad = 1;
+    else
+      acc += losses[r];
+  }
+  bad = __syncthreads_or(bad);
+  acc = blockSum(acc, dscratch);
+  if (threadIdx.x == 0) {
+    *lossSum = bad ? 0.0f : float(acc);
+    if (bad && badLabel)
+      *badLabel = 1;
+  }
+}
+
+unsigned rowGrid(int64_t rows) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20)));
+}
+
+struct LinearDims {
+  int64_t N, D, V;
+};
+
+LinearDims linearDims(const Shape &h, const Shape &w, bool transW,
+                      const char *name) {
+  LinearDims d;
+  rowsOf(h, d.N, d.D);
+  if (w.rank != 2)
+    contract(name, "weight must be rank 2");
+  int64_t wD = transW ? w.dims[1] : w.dims[0];
+  d.V = transW ? w.dims[0] : w.dims[1];
+  if (wD != d.D)
+    contract(name, "hidden size %lld does not match %lld", (long long)d.D,
+             (long long)wD);
+  return d;
+}
+
+/// logits[n, V] = h[r0 : r0 + n] . W.
+void chunkLogits(CFView h, CFView w, bool transW, const LinearDims &d,
+                 int64_t r0, int64_t n, float *logits, const char *name) {
+  gemmRowMajor(false, transW, n, d.V, d.D, 1.0f, h.data + r0 * d.D, d.D, 0,
+               w.data, transW ? d.D : d.V, 0, 0.0f, logits, d.V, 0, 1, name);
+}
+
+void finishLoss(const double *losses, IView labels, int64_t N, int64_t V,
+                int64_t ignoreIndex, float *lossSum, int *badLabel,
+                const char *name) {
+  lossSumKernel<<<1, 1024, 0, currentStream()>>>(losses, labels.data, N, V,
+                                                 ignoreIndex, lossSum,
+                                                 badLabel);
+  checkLaunch(name);
+}
+
+} // namespace
+
+void crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
+                  float *lossSum, int *badLabel) {
+  const char *name = "crossEntropy";
+  int64_t N, V;
+  rowsOf(logits.shape, N, V);
+  Temp losses(size_t(std::max<int64_t>(N, 1)) * sizeof(double), name);
+  if (N > 0) {
+    rowLossKernel<<<rowGrid(N), kLossThreads, 0, currentStream()>>>(
+        logits.data, N, V, labels.data, 0, ignoreIndex, losses.as<double>());
+    checkLaunch(name);
+  }
+  finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum,
+             badLabel, name);
+  losses.release();
+}
+
+void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
+                          float gradScale, FView dLogits) {
+  const char *name = "crossEntropyBackward";
+  int64_t N, V;
+  rowsOf(logits.shape, N, V);
+  if (N == 0 || V == 0)
+    return;
+  ::rondo::cuda::copy(logits, dLogits);
+  rowGradKernel<<<rowGrid(N), kLossThreads, 0, currentStream()>>>(
+      dLogits.data, N, V, labels.data, 0, ignoreIndex, gradScale);
+  checkLaunch(name);
+}
+
+void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
+                        int64_t ignoreIndex, int64_t chunkRows,
+                        float *lossSum, int *badLabel) {
+  const char *name = "linearCrossEntropy";
+  LinearDims d = linearDims(h.shape, w.shape, transW, name);
+  Temp losses(size_t(std::max<int64_t>(d.N, 1)) * sizeof(double), name);
+  if (d.N > 0 && d.V > 0) {
+    int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
+    Temp logits(size_t(chunk * d.V) * sizeof(float), name);
+    for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
+      int64_t n = std::min(chunk, d.N - r0);
+      chunkLogits(h, w, transW, d, r0, n, logits.as<float>(), name);
+      rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+          logits.as<float>(), n, d.V, labels.data, r0, ignoreIndex,
+          losses.as<double>());
+      checkLaunch(name);
+    }
+    logits.release();
+  } else if (d.N > 0) {
+    RONDO_CHECK(cudaMemsetAsync(losses.as<double>(), 0,
+                                size_t(d.N) * sizeof(double), currentStream()),
+                name);
+  }
+  finishLoss(losses.as<double>(), labels, d.N, d.V, ignoreIndex, lossSum,
+             badLabel, name);
+  losses.release();
+}
+
+void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
+                                int64_t ignoreIndex, int64_t chunkRows,
+                                float gradScale, FView dH, FView dW) {
+  const char *name = "linearCrossEntropyBackward";
+  LinearDims d = linearDims(h.shape, w.shape, transW, name);
+  if (dW.data)
+    fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
+  if (d.N == 0)
+    return;
+  if (d.V == 0) {
+    if (dH.data)
+      fillDevice(dH.data, d.N * d.D, 0.0f, name);
+    return;
+  }
+  int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
+  Temp grads(size_t(chunk * d.V) * sizeof(float), name);
+  float *g = grads.as<float>();
+  for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
+    int64_t n = std::min(chunk, d.N - r0);
+    chunkLogits(h, w, transW, d, r0, n, g, name);
+    rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+        g, n, d.V, labels.data, r0, ignoreIndex, gradScale);
+    checkLaunch(name);
+    if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
+      gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
+                   transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
+                   name);
+    if (dW.data) {
+      if (transW) // dW[V, D] += dLogits^T . h
+        gemmRowMajor(true, false, d.V, d.D, n, 1.0f, g, d.V, 0,
+                     h.data + r0 * d.D, d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
+      else // dW[D, V] += h^T . dLogits
+        gemmRowMajor(true, false, d.D, d.V, n, 1.0f, h.data + r0 * d.D, d.D, 0,
+                     g, d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
+    }
+  }
+  grads.release();
+}
+
+} // namespace rondo::cuda

@@ -1,0 +1,133 @@
+//===- Matmul.cu - Batched matrix multiplication through cuBLAS -----------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so every
+// call swaps the operands. Broadcast batch dimensions are merged as on the
+// CPU; the innermost merged batch dimension becomes one strided-batched sgemm
+// (stride 0 for a broadcast operand), and the outer ones are walked on the
+// host. x·W with a shared, untransposed W folds the batch into M (one sgemm),
+// as on the CPU. The handle runs in CUBLAS_DEFAULT_MATH (no TF32) with atomics
+// disallowed and a fixed workspace, so results are reproducible.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.cuh"
+
+#include <climits>
+
+namespace rondo::cuda {
+
+using namespace detail;
+
+namespace detail {
+
+/// Row-major C[M,N] (ldc) = alpha op(A) op(B) + beta C for one matrix or a
+/// strided batch of them (strides in elements).
+void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *a, int64_t lda, int64_t strideA,
+                  const float *b, int64_t ldb, int64_t strideB, float beta,
+                  float *c, int64_t ldc, int64_t strideC, int64_t batch,
+                  const char *kernel) {
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
+      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
+    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+  cublasHandle_t h = cublas(kernel);
+  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (batch == 1) {
+    RONDO_CHECK(cublasSgemm(h, opB, opA, int(N), int(M), int(K), &alpha, b,
+                            int(ldb), a, int(lda), &beta, c, int(ldc)),
+                kernel);
+  } else {
+    RONDO_CHECK(cublasSgemmStridedBatched(h, opB, opA, int(N), int(M), int(K),
+                                          &alpha, b, int(ldb), strideB, a,
+                                          int(lda), strideA, &beta, c,
+                                          int(ldc), strideC, int(batch)),
+                kernel);
+  }
+}
+
+} // namespace detail
+
+void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
+            bool accumulate) {
+  const char *name = "matmul";
+  const Shape &as = a.shape, &bs = b.shape, &os = out.shape;
+  int ra = as.rank, rb = bs.rank;
+  if (ra < 1 || rb < 1)
+    contract(name, "operands must have rank >= 1");
+  int64_t M, K, N, Kb;
+  if (ra == 1) {
+    M = 1;
+    K = as.dims[0];
+    transA = false;
+  } else {
+    M = transA ? as.dims[ra - 1] : as.dims[ra - 2];
+    K = transA ? as.dims[ra - 2] : as.dims[ra - 1];
+  }
+  if (rb == 1) {
+    N = 1;
+    Kb = bs.dims[0];
+    transB = false;
+  } else {
+    Kb = transB ? bs.dims[rb - 1] : bs.dims[rb - 2];
+    N = transB ? bs.dims[rb - 2] : bs.dims[rb - 1];
+  }
+  if (K != Kb)
+    contract(name, "contraction sizes differ (%lld vs %lld)", (long long)K,
+             (long long)Kb);
+  int matDims = (ra > 1 ? 1 : 0) + (rb > 1 ? 1 : 0);
+  if (os.rank < matDims)
+    contract(name, "output rank %d too small", os.rank);
+  if ((ra > 1 && rb > 1 &&
+       (os.dims[os.rank - 2] != M || os.dims[os.rank - 1] != N)) ||
+      (ra > 1 && rb == 1 && os.dims[os.rank - 1] != M) ||
+      (ra == 1 && rb > 1 && os.dims[os.rank - 1] != N))
+    contract(name, "output shape does not match operands");
+  Shape outBatch(os.dims, os.rank - matDims);
+  Shape aBatch(as.dims, ra > 2 ? ra - 2 : 0);
+  Shape bBatch(bs.dims, rb > 2 ? rb - 2 : 0);
+  int64_t batch = outBatch.numel();
+  if (batch == 0 || M == 0 || N == 0)
+    return;
+  if (K == 0) {
+    if (!accumulate)
+      fillDevice(out.data, batch * M * N, 0.0f, name);
+    return;
+  }
+  float beta = accumulate ? 1.0f : 0.0f;
+  int64_t lda = transA ? M : K;
+  int64_t ldb = transB ? K : N;
+  int64_t ldc = N;
+
+  if (bBatch.numel() == 1 && aBatch.numel() == batch && !transA) {
+    gemmRowMajor(transA, transB, batch * M, N, K, 1.0f, a.data, lda, 0,
+                 b.data, ldb, 0, beta, out.data, ldc, 0, 1, name);
+    return;
+  }
+  Shape inputs[2] = {aBatch, bBatch};
+  Bcast space = makeBcast(outBatch, inputs, 2, name);
+  int64_t aMat = M * K, bMat = K * N, cMat = M * N;
+  int64_t inner = space.rank ? space.dims[space.rank - 1] : 1;
+  int64_t sa = space.rank ? space.strides[0][space.rank - 1] : 0;
+  int64_t sb = space.rank ? space.strides[1][space.rank - 1] : 0;
+  int64_t rows = batch / inner;
+  for (int64_t r = 0; r < rows; ++r) {
+    // Offsets of the row start over the outer merged dimensions.
+    int64_t offA = 0, offB = 0, rem = r;
+    for (int d = space.rank - 2; d >= 0; --d) {
+      int64_t i = rem % space.dims[d];
+      rem /= space.dims[d];
+      offA += i * space.strides[0][d];
+      offB += i * space.strides[1][d];
+    }
+    gemmRowMajor(transA, transB, M, N, K, 1.0f, a.data + offA * aMat, lda,
+                 sa * aMat, b.data + offB * bMat, ldb, sb * bMat, beta,
+                 out.data + r * inner * cMat, ldc, cMat, inner, name);
+  }
+}
+
+} // namespace rondo::cuda
