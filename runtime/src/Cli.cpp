@@ -28,9 +28,6 @@ struct Flag {
   std::function<std::string(const std::string &)> apply;
 };
 
-/// Flags of the CLI contract that this trainer does not implement yet: they
-/// get a precise message rather than "unknown flag".
-const char *const kReservedFlags[] = {"gpus"};
 
 std::string parseDouble(const std::string &text, double &out) {
   char *end = nullptr;
@@ -262,6 +259,17 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          o.workers = int(x);
          return std::string();
        }},
+      {"gpus", "LIST",
+       "GPU trainers (--target=cuda): the GPUs to run on, e.g. 0,1,2,3; "
+       "worker w runs on the (w mod count)-th (default: the first "
+       "--workers GPUs).",
+       [&o](const std::string &v) {
+         if (v.empty())
+           return std::string("expected a comma-separated list of GPU "
+                              "indices");
+         o.gpus = v;
+         return std::string();
+       }},
       {"trace", "FILE.json",
        "Write a Chrome trace (chrome://tracing, Perfetto) of every op of "
        "the pipelined run, with the plan's predictions in otherData; "
@@ -341,11 +349,6 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
     auto flag = std::find_if(flags.begin(), flags.end(),
                              [&](const Flag &f) { return body == f.name; });
     if (flag == flags.end()) {
-      for (const char *reserved : kReservedFlags)
-        if (body == reserved) {
-          message = "--" + body + " is not supported by this trainer yet";
-          return CliStatus::Error;
-        }
       message = "unknown flag '--" + body + "'";
       const Flag *best = nullptr;
       size_t bestDistance = 3;

@@ -60,6 +60,7 @@ struct TrainerOptions {
   /// --on-nan=skip need every gradient before the first update.
   std::string optimizerMode;
   std::string trace;
+  std::string gpus; ///< GPU trainers: the GPUs workers run on.
   int64_t saveEvery = 0; ///< 0: only at the end (with --checkpoint-dir).
   std::string checkpointDir;
   bool resume = false;

@@ -176,9 +176,10 @@ struct OptParam {
 class Trainer final : public ExecClient {
 public:
   Trainer(const ModelSpec &model, const TrainerOptions &options, StepFn step,
-          const rondo_program *program, const char *argv0)
+          const rondo_program *program, const char *argv0,
+          DeviceOpsFactory device = nullptr)
       : model(model), opts(options), stepFn(step), program(program),
-        argv0(argv0) {}
+        argv0(argv0), deviceFactory(device) {}
   ~Trainer() override { exec.reset(); }
 
   /// runLoop(), but a stage the watchdog found hung cannot be joined: the
@@ -295,6 +296,7 @@ private:
   // Pipelined execution.
   ProgramInfo info;
   std::unique_ptr<HostExec> exec;
+  DeviceOpsFactory deviceFactory = nullptr;
   std::vector<FloatBuffer> partSums; ///< Per param with several parts.
   std::vector<FloatBuffer> normSums; ///< The same, for the logged norm.
   FloatBuffer zeroGrad;              ///< For params without gradient.
@@ -406,8 +408,10 @@ void Trainer::setUpOptimizer() {
 void Trainer::setUpProgram(int64_t firstStep) {
   info = analyseProgram(*program, model);
   syncMode = std::string(program->optimizer) == "sync";
-  exec = std::make_unique<HostExec>(*program, model, info, paramPtrs.data(),
-                                    *this, !opts.trace.empty(), firstStep);
+  exec = std::make_unique<HostExec>(
+      *program, model, info, paramPtrs.data(), *this, !opts.trace.empty(),
+      firstStep,
+      deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr);
   // Gradients: in the host buffer for one part, summed for several.
   char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   int64_t largest = 0;
@@ -1201,7 +1205,8 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
 }
 
 int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
-                    const rondo_program *programs, int numPrograms) {
+                    const rondo_program *programs, int numPrograms,
+                    DeviceOpsFactory device = nullptr) {
   const char *argv0 = argc > 0 && argv[0] ? argv[0] : "trainer";
   TrainerOptions options;
   std::string message;
@@ -1230,6 +1235,10 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   if (options.dataDType && isNpy)
     return usageError("--data-dtype applies to flat token streams; " +
                       options.data + " is a .npy file with its own dtype");
+  if (!options.gpus.empty() && !device)
+    return usageError("--gpus " + options.gpus +
+                      ": this trainer runs on host workers (compiled with "
+                      "--target=host); choose their number with --workers");
   const rondo_program *program = nullptr;
   if (programs || numPrograms) {
     std::string why = selectProgram(programs, numPrograms, options, program);
@@ -1240,7 +1249,7 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
                         "trainers; compile with --batch B*K");
   }
   try {
-    return Trainer(model, options, step, program, argv0).run();
+    return Trainer(model, options, step, program, argv0, device).run();
   } catch (const Error &e) {
     std::fprintf(stderr, "%s: error: %s\n", argv0, e.what());
   } catch (const std::bad_alloc &) {
@@ -1258,10 +1267,12 @@ int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step) {
 }
 
 int trainerMain(int argc, char **argv, const ModelSpec &model,
-                const rondo_program *programs, int numPrograms) {
+                const rondo_program *programs, int numPrograms,
+                DeviceOpsFactory device) {
   if (!programs && numPrograms == 0)
     numPrograms = -1; // Still a pipelined trainer: report the missing table.
-  return trainerMainImpl(argc, argv, model, nullptr, programs, numPrograms);
+  return trainerMainImpl(argc, argv, model, nullptr, programs, numPrograms,
+                         device);
 }
 
 } // namespace rondo::rt

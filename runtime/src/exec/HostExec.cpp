@@ -205,17 +205,26 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
 
 HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
                    const ProgramInfo &info, float *const *params,
-                   ExecClient &client, bool recordTrace, int64_t firstRotation)
+                   ExecClient &client, bool recordTrace, int64_t firstRotation,
+                   std::unique_ptr<DeviceOps> deviceOps)
     : program(program), model(model), info(info), params(params),
       client(client), recordTrace(recordTrace), firstRotation(firstRotation),
       origin(std::chrono::steady_clock::now()) {
-  pool = makeHostPinnedPool();
+  device = deviceOps ? std::move(deviceOps) : makeHostDeviceOps(0, "");
+  pool = device->makeHostPool();
   hostPool = static_cast<char *>(pool->allocate(size_t(program.hostPoolBytes)));
-  for (int32_t w = 0; w < program.workers; ++w) {
-    // The arenas stand for device memory; the pool interface keeps their
-    // allocation in one place.
+  for (int32_t w = 0; w < program.workers; ++w)
     arenas.push_back(
-        static_cast<char *>(pool->allocate(size_t(program.workerArenaBytes))));
+        device->allocateArena(w, size_t(program.workerArenaBytes)));
+  // Parameter uploads read the master weights directly.
+  for (int32_t i = 0; i < model.numParams; ++i) {
+    int64_t n = 1;
+    for (int d = 0; d < model.params[i].rank; ++d)
+      n *= model.params[i].dims[d];
+    if (params && params[i] && n > 0) {
+      device->registerHostMemory(params[i], size_t(n) * sizeof(float));
+      registered.push_back(params[i]);
+    }
   }
   sortedPieces.resize(size_t(program.numStages));
   for (int32_t s = 0; s < program.numStages; ++s) {
@@ -257,8 +266,10 @@ HostExec::~HostExec() {
   for (auto &s : streams)
     if (s->thread.joinable())
       s->thread.join();
-  for (char *a : arenas)
-    pool->release(a);
+  for (size_t w = 0; w < arenas.size(); ++w)
+    device->releaseArena(int32_t(w), arenas[w]);
+  for (void *p : registered)
+    device->unregisterHostMemory(p);
   pool->release(hostPool);
 }
 
@@ -574,6 +585,11 @@ void HostExec::run(Stream &s) {
           ? 1
           : std::max(1, hw / std::max<int32_t>(1, program.workers)));
 #endif
+  try {
+    device->bindThread(s.worker, s.worker >= 0 ? s.role : RONDO_STREAM_HOST);
+  } catch (const std::exception &e) {
+    fail(e.what());
+  }
   int64_t &pending = s.worker >= 0         ? pendingWorker
                      : s.role == kDataRole ? pendingData
                                            : pendingHost;
@@ -651,16 +667,16 @@ void HostExec::execute(Op &op) {
   switch (op.op) {
   case TraceRecord::Copy:
     if (op.paramStage >= 0)
-      gatherParams(op.paramStage, op.srcOffset, op.bytes, op.dst);
+      gatherParams(op.worker, op.paramStage, op.srcOffset, op.bytes, op.dst);
     else if (op.bytes > 0)
-      std::memmove(op.dst, op.src, size_t(op.bytes));
+      device->copy(op.worker, op.dst, op.src, size_t(op.bytes));
     return;
   case TraceRecord::Fill:
     if (op.bytes > 0)
-      std::memset(op.dst, 0, size_t(op.bytes));
+      device->zero(op.worker, op.dst, size_t(op.bytes));
     return;
   case TraceRecord::Launch:
-    op.fn(op.io.data(), op.tag.lossScale);
+    device->launch(op.worker, op.fn, op.io.data(), op.tag.lossScale);
     return;
   case TraceRecord::Task:
     if (op.taskKind == RONDO_TASK_LOAD_BATCH)
@@ -671,8 +687,8 @@ void HostExec::execute(Op &op) {
   }
 }
 
-void HostExec::gatherParams(int32_t stage, int64_t offset, int64_t bytes,
-                            char *dst) const {
+void HostExec::gatherParams(int32_t worker, int32_t stage, int64_t offset,
+                            int64_t bytes, char *dst) const {
   // The range may cut pieces; bytes between pieces (alignment) are zero.
   const rondo_stage_desc &st = program.stages[stage];
   const int64_t end = offset + bytes;
@@ -686,15 +702,15 @@ void HostExec::gatherParams(int32_t stage, int64_t offset, int64_t bytes,
     if (hi <= lo)
       continue;
     if (lo > pos)
-      std::memset(dst + (pos - offset), 0, size_t(lo - pos));
-    std::memcpy(dst + (lo - offset),
-                reinterpret_cast<const char *>(params[pc.param]) +
-                    (lo - pc.imageOffset),
-                size_t(hi - lo));
+      device->zero(worker, dst + (pos - offset), size_t(lo - pos));
+    device->copy(worker, dst + (lo - offset),
+                 reinterpret_cast<const char *>(params[pc.param]) +
+                     (lo - pc.imageOffset),
+                 size_t(hi - lo));
     pos = hi;
   }
   if (pos < end)
-    std::memset(dst + (pos - offset), 0, size_t(end - pos));
+    device->zero(worker, dst + (pos - offset), size_t(end - pos));
 }
 
 std::string HostExec::describeOp(const Op &op) const {
@@ -868,3 +884,48 @@ void rondo_exec_host_task(rondo_exec *exec, int32_t event, int32_t kind,
 void rondo_exec_barrier(rondo_exec *exec) { exec->barrier(); }
 
 } // extern "C"
+
+namespace rondo::rt {
+namespace {
+
+/// Workers are threads of this process: arenas are host memory, copies are
+/// memmove, a launch is a call.
+class HostDeviceOps final : public DeviceOps {
+public:
+  const char *name() const override { return "host"; }
+  std::unique_ptr<PinnedPool> makeHostPool() override {
+    return makeHostPinnedPool();
+  }
+  void registerHostMemory(void *, size_t) override {}
+  void unregisterHostMemory(void *) override {}
+  char *allocateArena(int32_t, size_t bytes) override {
+    if (!arenaPool)
+      arenaPool = makeHostPinnedPool();
+    return static_cast<char *>(arenaPool->allocate(bytes));
+  }
+  void releaseArena(int32_t, char *arena) override {
+    arenaPool->release(arena);
+  }
+  void bindThread(int32_t, int32_t) override {}
+  void copy(int32_t, void *dst, const void *src, size_t bytes) override {
+    std::memmove(dst, src, bytes);
+  }
+  void zero(int32_t, void *dst, size_t bytes) override {
+    std::memset(dst, 0, bytes);
+  }
+  void launch(int32_t, rondo_stage_fn fn, void *const *io,
+              float lossScale) override {
+    fn(io, lossScale);
+  }
+
+private:
+  std::unique_ptr<PinnedPool> arenaPool;
+};
+
+} // namespace
+
+std::unique_ptr<DeviceOps> makeHostDeviceOps(int32_t, const std::string &) {
+  return std::make_unique<HostDeviceOps>();
+}
+
+} // namespace rondo::rt

@@ -31,6 +31,7 @@
 #ifndef RONDO_RUNTIME_SRC_EXEC_HOSTEXEC_H
 #define RONDO_RUNTIME_SRC_EXEC_HOSTEXEC_H
 
+#include "rondo/runtime/DeviceOps.h"
 #include "rondo/runtime/Exec.h"
 #include "rondo/runtime/Trainer.h"
 
@@ -141,9 +142,12 @@ class HostExec final : public rondo_exec {
 public:
   /// `params` are the trainer's fp32 master weights, one per model
   /// parameter; they are read by parameter uploads.
+  /// `device` decides what a worker is (host threads' memory or a GPU);
+  /// null: the host.
   HostExec(const rondo_program &program, const ModelSpec &model,
            const ProgramInfo &info, float *const *params, ExecClient &client,
-           bool recordTrace, int64_t firstRotation);
+           bool recordTrace, int64_t firstRotation,
+           std::unique_ptr<DeviceOps> device = nullptr);
   ~HostExec() override;
 
   /// Starts the next step; ops issued until the next call belong to it.
@@ -250,7 +254,7 @@ private:
   std::string describe(const char *op, int32_t job, int32_t microbatch) const;
   void run(Stream &stream);
   void execute(Op &op);
-  void gatherParams(int32_t stage, int64_t offset, int64_t bytes,
+  void gatherParams(int32_t worker, int32_t stage, int64_t offset, int64_t bytes,
                     char *dst) const;
   bool ready(const Op &op) const;
   std::string describeOp(const Op &op) const;
@@ -271,7 +275,9 @@ private:
   const bool recordTrace;
   const int64_t firstRotation;
 
+  std::unique_ptr<DeviceOps> device;
   std::unique_ptr<PinnedPool> pool;
+  std::vector<void *> registered; ///< Master weights registered with device.
   char *hostPool = nullptr;
   std::vector<char *> arenas;
   /// Per stage: indices into its pieces, by image offset.

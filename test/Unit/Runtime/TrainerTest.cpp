@@ -539,7 +539,7 @@ TEST_F(TrainerTest, CommandLineErrorsNameTheFlag) {
 
   r = run({"--data", dataPath, "--gpus", "0"});
   EXPECT_EQ(r.rc, 2);
-  EXPECT_THAT(r.err, HasSubstr("--gpus is not supported by this trainer"));
+  EXPECT_THAT(r.err, HasSubstr("--gpus 0: this trainer runs on host workers"));
 
   r = run({"--data", dataPath, "--resume"});
   EXPECT_EQ(r.rc, 2);

@@ -19,6 +19,7 @@
 #ifndef RONDO_RUNTIME_TRAINER_H
 #define RONDO_RUNTIME_TRAINER_H
 
+#include "rondo/runtime/DeviceOps.h"
 #include "rondo/runtime/Exec.h"
 
 #include <cstdint>
@@ -90,8 +91,12 @@ int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step);
 /// checkpoints, but each step runs one of `programs` (one per compiled
 /// worker count and optimizer mode; Exec.h) on the host backend. `--workers`
 /// and `--optimizer-mode` pick the program.
+/// `device` makes what a worker is: null for host threads, or
+/// makeCudaDeviceOps for GPU trainers (--target=cuda), which then accept
+/// --gpus.
 int trainerMain(int argc, char **argv, const ModelSpec &model,
-                const rondo_program *programs, int numPrograms);
+                const rondo_program *programs, int numPrograms,
+                DeviceOpsFactory device = nullptr);
 
 } // namespace rondo::rt
 

@@ -1,0 +1,68 @@
+//===- DeviceOps.h - Where workers' memory lives, how data moves -*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The executor's scheduling (streams as FIFOs, events, awaits, host tasks,
+// tracing, the watchdog) is the same on every backend; what differs is what
+// a worker is. DeviceOps is that difference: host memory and memcpy for the
+// host backend, one GPU per worker (round-robin over the visible devices)
+// for the CUDA backend. Every call returns when its work is complete, so the
+// executor's events keep their meaning; on a GPU the stream thread enqueues
+// on its own CUDA stream and synchronizes that stream only.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_DEVICEOPS_H
+#define RONDO_RUNTIME_DEVICEOPS_H
+
+#include "rondo/runtime/Exec.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace rondo::rt {
+
+class PinnedPool;
+
+class DeviceOps {
+public:
+  virtual ~DeviceOps() = default;
+  /// "host" or "cuda", for messages.
+  virtual const char *name() const = 0;
+  /// The host pool: page-locked on GPUs.
+  virtual std::unique_ptr<PinnedPool> makeHostPool() = 0;
+  /// Makes `bytes` of host memory at `ptr` (the master weights) fast to copy
+  /// from; a no-op on the host.
+  virtual void registerHostMemory(void *ptr, size_t bytes) = 0;
+  virtual void unregisterHostMemory(void *ptr) = 0;
+  /// A worker's arena, zeroed.
+  virtual char *allocateArena(int32_t worker, size_t bytes) = 0;
+  virtual void releaseArena(int32_t worker, char *arena) = 0;
+  /// Called on each stream thread before its first op (role: rondo_stream).
+  virtual void bindThread(int32_t worker, int32_t role) = 0;
+  virtual void copy(int32_t worker, void *dst, const void *src,
+                    size_t bytes) = 0;
+  virtual void zero(int32_t worker, void *dst, size_t bytes) = 0;
+  virtual void launch(int32_t worker, rondo_stage_fn fn, void *const *io,
+                      float lossScale) = 0;
+};
+
+/// Makes the DeviceOps of a backend for a plan of `workers` workers on the
+/// GPUs of `--gpus` (empty: the first `workers` visible ones).
+using DeviceOpsFactory = std::unique_ptr<DeviceOps> (*)(int32_t workers,
+                                                        const std::string &gpus);
+
+std::unique_ptr<DeviceOps> makeHostDeviceOps(int32_t workers,
+                                             const std::string &gpus);
+/// One GPU per worker; throws rt::Error when no GPU can be used. Only in
+/// builds with the CUDA runtime (RONDO_ENABLE_CUDA).
+std::unique_ptr<DeviceOps> makeCudaDeviceOps(int32_t workers,
+                                             const std::string &gpuList);
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_DEVICEOPS_H
