@@ -29,6 +29,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cpu = rondo::cpu;
@@ -338,8 +339,11 @@ TEST_F(CudaKernels, BinaryBackward) {
                             skip ? FView{nullptr, c.a} : ra.v(), rb.v());
         Dev da(a), db(b), dg(g);
         std::string what = std::string("binaryBackward ") + binaryName(k);
-        // With skip, dA is not asked for (a null view) and not checked.
-        auto got = runTwice({{c.b, {}}, {c.a, {}}},
+        // With skip, dA is not asked for (a null view) and not allocated.
+        std::vector<OutSpec> outs{{c.b, {}}};
+        if (!skip)
+          outs.push_back({c.a, {}});
+        auto got = runTwice(outs,
                             [&](const std::vector<FView> &o) {
                               cu::binaryBackward(
                                   k, da.cv(), db.cv(), dg.cv(),
@@ -934,6 +938,59 @@ TEST_F(CudaKernels, StreamIsThreadLocal) {
   EXPECT_EQ(cu::currentStream(), stream_);
 }
 
+TEST_F(CudaKernels, ThreadsUseTheirOwnStreamsAndHandles) {
+  // Each thread enqueues on its own stream with its own cuBLAS handle; the
+  // results are the same bits as on the test's thread.
+  Tensor a = uniform(Shape{3, 64, 128}), b = uniform(Shape{128, 96});
+  Tensor x = uniform(Shape{64, 256}), w = uniform(Shape{256}),
+         g = uniform(Shape{64, 256});
+  Dev da(a), db(b), dx(x), dw(w), dg(g);
+  ck(cudaDeviceSynchronize(), "sync uploads");
+  auto work = [&](std::vector<float> &c, std::vector<float> &dW) {
+    float *pc = nullptr, *pw = nullptr;
+    ck(cudaMalloc(&pc, 3 * 64 * 96 * sizeof(float)), "cudaMalloc");
+    ck(cudaMalloc(&pw, 256 * sizeof(float)), "cudaMalloc");
+    cu::matmul(da.cv(), db.cv(), FView{pc, Shape{3, 64, 96}}, false, false);
+    cu::rmsNormBackward(dx.cv(), dw.cv(), 1e-6f, dg.cv(),
+                        FView{nullptr, Shape{64, 256}}, FView{pw, Shape{256}});
+    ck(cudaStreamSynchronize(cu::currentStream()), "sync");
+    c.resize(3 * 64 * 96);
+    dW.resize(256);
+    ck(cudaMemcpy(c.data(), pc, c.size() * 4, cudaMemcpyDeviceToHost), "get");
+    ck(cudaMemcpy(dW.data(), pw, dW.size() * 4, cudaMemcpyDeviceToHost), "get");
+    cudaFree(pc);
+    cudaFree(pw);
+  };
+  std::vector<float> c0, w0;
+  work(c0, w0);
+  std::vector<float> c[2], dW[2];
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        cudaStream_t st = nullptr;
+        ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+        cu::setCurrentStream(st);
+        work(c[t], dW[t]);
+        cu::releaseThreadResources();
+        cudaStreamDestroy(st);
+      } catch (const std::exception &e) {
+        errors[t] = e.what();
+      }
+    });
+  for (auto &th : threads)
+    th.join();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(errors[t], "");
+    if (!errors[t].empty())
+      continue;
+    EXPECT_EQ(0, std::memcmp(c[t].data(), c0.data(), c0.size() * 4));
+    EXPECT_EQ(0, std::memcmp(dW[t].data(), w0.data(), w0.size() * 4));
+  }
+  EXPECT_EQ(cu::currentStream(), stream_); // other threads' settings
+}
+
 /// Milliseconds per call of fn (median of `reps` timed calls after a warm-up),
 /// timed with events on the current stream.
 double timeMs(const std::function<void()> &fn, int reps = 10) {
@@ -962,11 +1019,16 @@ double timeMs(const std::function<void()> &fn, int reps = 10) {
 struct DevBuf {
   float *p = nullptr;
   Shape shape;
+  /// Random in [lo, hi]; lo == hi: zeros (no host data).
   explicit DevBuf(Shape s, float lo = -1.0f, float hi = 1.0f) : shape(s) {
+    size_t n = size_t(s.numel());
+    ck(cudaMalloc(&p, n * sizeof(float)), "cudaMalloc");
+    if (lo == hi) {
+      ck(cudaMemset(p, 0, n * sizeof(float)), "memset");
+      return;
+    }
     Tensor t = uniform(s, lo, hi);
-    ck(cudaMalloc(&p, t.data.size() * sizeof(float)), "cudaMalloc");
-    ck(cudaMemcpy(p, t.data.data(), t.data.size() * sizeof(float),
-                  cudaMemcpyHostToDevice),
+    ck(cudaMemcpy(p, t.data.data(), n * sizeof(float), cudaMemcpyHostToDevice),
        "upload");
   }
   ~DevBuf() { cudaFree(p); }
@@ -988,8 +1050,8 @@ TEST_F(CudaKernels, DISABLED_Timing) {
     const int64_t B = 1, Hq = 16, Hkv = 8, T = 2048, D = 128;
     DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}), v(Shape{B, Hkv, T, D});
     DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
-    DevBuf dq(Shape{B, Hq, T, D}), dk(Shape{B, Hkv, T, D}),
-        dv(Shape{B, Hkv, T, D});
+    DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f), dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
+        dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
     float scale = 1.0f / std::sqrt(float(D));
     double f = timeMs([&] {
       cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v());
@@ -1026,7 +1088,7 @@ TEST_F(CudaKernels, DISABLED_Timing) {
   }
   {
     const int64_t N = 4096, V = 151936;
-    DevBuf logits(Shape{N, V}, -4.0f, 4.0f), dl(Shape{N, V});
+    DevBuf logits(Shape{N, V}, -4.0f, 4.0f), dl(Shape{N, V}, 0.0f, 0.0f);
     std::vector<int64_t> labels = randomLabels(N, V, -100);
     DevIds lab(labels, Shape{N});
     LossDev ld;
@@ -1042,7 +1104,7 @@ TEST_F(CudaKernels, DISABLED_Timing) {
   }
   {
     const int64_t rows = 151936, W = 2048, n = 16384;
-    DevBuf table(Shape{rows, W}), g(Shape{n, W});
+    DevBuf table(Shape{rows, W}, 0.0f, 0.0f), g(Shape{n, W});
     std::uniform_int_distribution<int64_t> dist(0, rows - 1);
     std::vector<int64_t> ids(static_cast<size_t>(n));
     for (auto &i : ids)
