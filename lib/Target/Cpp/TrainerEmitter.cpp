@@ -23,6 +23,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 #include <map>
+#include <regex>
 
 using namespace mlir;
 using namespace rondo;
@@ -564,6 +565,18 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
         "  accumulate({0}, FView{{static_cast<float *>(io[{1}]), {2}});\n",
         view(v), slot++, shapeList(t.getShape()));
   }
+  // Kernel calls are qualified (K:: is rondo::cpu or rondo::cuda): both
+  // libraries take the same view types, so unqualified calls would find the
+  // other library's overloads by argument-dependent lookup.
+  static const std::regex kernelCall(
+      "(^|[^A-Za-z0-9_:.])(unaryBackward|binaryBackward|unary|binary|scale|"
+      "broadcastTo|sumToShape|transpose|sliceBackward|slice|concat|"
+      "gatherRowsBackward|gatherRows|matmul|softmaxBackward|softmax|"
+      "rmsNormBackward|rmsNorm|layerNormBackward|layerNorm|rotaryBackward|"
+      "rotary|attentionBackward|attention|linearCrossEntropyBackward|"
+      "linearCrossEntropy|crossEntropyBackward|crossEntropy|fill|copy|"
+      "accumulate|roundToBf16)\\(");
+  bodyText = std::regex_replace(bodyText, kernelCall, "$1K::$2(");
   // Stages with the same layers' code (block layers differ only in their
   // parameters, which are arguments) share one function.
   auto [it, fresh] = functionsByBody.try_emplace(bodyText, cName.str());
@@ -901,14 +914,16 @@ LogicalResult Emitter::run() {
     // helpers below come from the CUDA library.
     os << "#include \"CudaKernels.h\"\n#include \"GeneratedSupport.h\"\n"
        << "#include \"rondo/runtime/DeviceOps.h\"\n\n"
-       << "namespace {\nusing namespace rondo::cuda;\n"
+       << "namespace {\nnamespace K = rondo::cuda;\n"
+       << "using namespace rondo::cuda;\n"
        << "template <class T> using Buf = rondo::cuda::DeviceBuffer<T>;\n\n"
        << globals << "\n"
        << functions << tables << "\n"
        << issueText;
   } else {
     os << "#include \"Kernels.h\"\n\n"
-     << "namespace {\nusing namespace rondo::cpu;\n"
+     << "namespace {\nnamespace K = rondo::cpu;\n"
+     << "using namespace rondo::cpu;\n"
      << "template <class T> using Buf = std::vector<T>;\n\n"
      << "void copyOut(void *dst, const void *src, size_t bytes) {\n"
      << "  std::memcpy(dst, src, bytes);\n}\n\n"
