@@ -720,7 +720,7 @@ evaluateNodeImpl(const onnx::NodeProto &node, int64_t opset,
       return err(llvm::formatv("Range({0:e}, {1:e}, {2:e}) has too many "
                                "elements",
                                start, limit, delta));
-    int64_t n = std::max<int64_t>(0, int64_t(count));
+    int64_t n = count > 0 ? int64_t(count) : 0;
     if (n > maxElements)
       return Tensors{HostTensor::shapeOnly(s.dtype, {n})};
     HostTensor r = withData(s.dtype, {n});

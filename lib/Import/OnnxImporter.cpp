@@ -1506,6 +1506,9 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
     } catch (const std::exception &e) {
       emitError(fileLoc) << "malformed ONNX text: " << e.what();
       return nullptr;
+    } catch (...) {
+      emitError(fileLoc) << "malformed ONNX text";
+      return nullptr;
     }
     if (!status.IsOK()) {
       emitError(fileLoc) << "malformed ONNX text: " << status.ErrorMessage();
