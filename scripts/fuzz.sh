@@ -10,13 +10,12 @@
 # tests and ONNX's backend node tests). Exits non-zero when the fuzzer finds a
 # crash, a sanitizer report, a hang (-timeout) or runaway memory
 # (-rss_limit_mb); the input is saved under $RONDO_FUZZ_ARTIFACTS (default
-# build-fuzz-artifacts/ in the repository) and its path printed.
+# $RONDO_FUZZ_BUILD/artifacts) and its path printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 seconds=${1:-600}
 build=${RONDO_FUZZ_BUILD:-/tmp/rondo-fuzz-build}
-artifacts=${RONDO_FUZZ_ARTIFACTS:-$root/build-fuzz-artifacts}
+artifacts=${RONDO_FUZZ_ARTIFACTS:-$build/artifacts}
 jobs=${RONDO_JOBS:-2}
 
 bash scripts/install-deps.sh
@@ -58,7 +57,7 @@ set +e
 "$build/bin/rondo-import-fuzzer" "$corpus/work" "$corpus/seeds" \
   -dict=fuzz/onnx.dict -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
   -max_total_time="$seconds" -print_final_stats=1 \
-  -artifact_prefix="$artifacts/" 2>&1 | tee "$corpus/log.txt" | grep -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)'
+  -artifact_prefix="$artifacts/" 2>&1 | tee "$corpus/log.txt" | grep --line-buffered -v '^#[0-9]*.*\(NEW\|REDUCE\|pulse\)'
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then
