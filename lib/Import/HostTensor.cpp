@@ -1219,7 +1219,9 @@ llvm::Error rondo::import::checkTensorProto(const onnx::TensorProto &proto,
   };
   int64_t bytes = -1; // what the shape needs, if it fits in int64
   if (elem && __builtin_mul_overflow(n, elem, &bytes))
-    bytes = -1;
+    return err(llvm::formatv("{0} has shape {1} of {2}, whose size in bytes "
+                             "overflows int64",
+                             what, shapeStr(), onnxTypeName(dt)));
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     bool haveLocation = false;
@@ -1268,11 +1270,11 @@ llvm::Error rondo::import::checkTensorProto(const onnx::TensorProto &proto,
       return err(llvm::formatv("{0} has raw_data of data type {1}, which has "
                                "no fixed element size",
                                what, onnxTypeName(dt)));
-    if (bytes < 0 || int64_t(proto.raw_data().size()) != bytes)
+    if (int64_t(proto.raw_data().size()) != bytes)
       return err(llvm::formatv("{0} has raw_data of {1} bytes, but its shape "
                                "{2} of {3} needs {4} bytes",
                                what, proto.raw_data().size(), shapeStr(),
-                               onnxTypeName(dt), n * std::max<int64_t>(elem, 1)));
+                               onnxTypeName(dt), bytes));
     return llvm::Error::success();
   }
   int64_t have;
