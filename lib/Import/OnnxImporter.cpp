@@ -1231,6 +1231,8 @@ Importer::convertDynamic(const onnx::NodeProto &node,
         return wrap(*x);
       for (int64_t d = 0; d < rank; ++d)
         axes.push_back(d);
+      if (axes.empty()) // reducing a scalar over all (no) axes
+        return wrap(*x);
     }
     for (int64_t &a : axes) {
       if (a < -rank || a >= rank)
