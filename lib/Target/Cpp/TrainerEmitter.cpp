@@ -228,8 +228,13 @@ LogicalResult Emitter::emitOp(Operation *op) {
   }
   if (auto r = dyn_cast<ReshapeOp>(op)) {
     exprs[r] = ptr(r.getX());
-    if (roots.count(r.getX()))
-      roots[r] = roots[r.getX()];
+    // Copy the root's name before inserting: DenseMap::operator[] may grow
+    // the table and leave a reference to another entry dangling (the
+    // sanitizer suite caught an early free from exactly that).
+    if (auto root = roots.find(r.getX()); root != roots.end()) {
+      std::string name = root->second;
+      roots[r] = std::move(name);
+    }
     return success();
   }
   if (auto u = dyn_cast<UnaryOp>(op)) {
