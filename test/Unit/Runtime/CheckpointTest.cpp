@@ -62,9 +62,11 @@ struct State {
     if (names != other.names || values.size() != other.values.size())
       return false;
     for (size_t i = 0; i < values.size(); ++i)
+      // memcmp's pointers must not be null, even for no bytes (UBSan).
       if (values[i].size() != other.values[i].size() ||
-          std::memcmp(values[i].data(), other.values[i].data(),
-                      values[i].size() * sizeof(float)) != 0)
+          (!values[i].empty() &&
+           std::memcmp(values[i].data(), other.values[i].data(),
+                       values[i].size() * sizeof(float)) != 0))
         return false;
     return true;
   }
