@@ -153,10 +153,10 @@ TEST(Checkpoint, RoundTripIsBitwise) {
     reordered.add(state.names[i], std::vector<float>(state.values[i].size()));
   readCheckpoint(dir + "/step-7.ckpt", reordered.tensors());
   for (size_t i = 0; i < state.names.size(); ++i)
-    EXPECT_EQ(std::memcmp(reordered.values[state.names.size() - 1 - i].data(),
-                          state.values[i].data(),
-                          state.values[i].size() * sizeof(float)),
-              0)
+    EXPECT_TRUE(state.values[i].empty() ||
+                std::memcmp(reordered.values[state.names.size() - 1 - i].data(),
+                            state.values[i].data(),
+                            state.values[i].size() * sizeof(float)) == 0)
         << state.names[i];
 }
 
