@@ -374,23 +374,30 @@ void HostExec::addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
   }
 }
 
+void HostExec::checkIssue(const Site &what, int32_t event) const {
+  if (!started)
+    throw Error("exec: " + what.text() + ": issued before the step began");
+  if (event < -1 || event >= program.numEvents)
+    throw Error("exec: " + what.text() + ": no event " + std::to_string(event));
+}
+
+void HostExec::checkJob(const Site &what, int32_t job, bool hostAllowed) const {
+  if (job < (hostAllowed ? -1 : 0) || job >= program.numJobs)
+    throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
+}
+
 void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
                     int32_t microbatch, rondo_ref src, rondo_ref dst,
                     int64_t bytes, const rondo_await *awaits,
                     int32_t numAwaits) {
   const Site what{this, copyKindName(kind), job, microbatch};
   try {
-    if (!started)
-      throw Error("exec: " + what.text() + ": issued before the step began");
-    if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what.text() + ": no event " +
-                  std::to_string(event));
+    checkIssue(what, event);
     if (stream < RONDO_STREAM_COMPUTE || stream > RONDO_STREAM_DOWNLOAD)
       throw Error("exec: " + what.text() +
                   ": copies run on a worker stream, not " +
                   std::to_string(stream));
-    if (job < 0 || job >= program.numJobs)
-      throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
+    checkJob(what, job, /*hostAllowed=*/false);
     Op op;
     op.op = TraceRecord::Copy;
     op.event = event;
@@ -444,13 +451,8 @@ void HostExec::fillZero(int32_t event, int32_t job, rondo_ref dst,
                         int32_t numAwaits) {
   const Site what{this, "fill_zero", job, -1};
   try {
-    if (!started)
-      throw Error("exec: " + what.text() + ": issued before the step began");
-    if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what.text() + ": no event " +
-                  std::to_string(event));
-    if (job < -1 || job >= program.numJobs)
-      throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
+    checkIssue(what, event);
+    checkJob(what, job, /*hostAllowed=*/true);
     Op op;
     op.op = TraceRecord::Fill;
     op.event = event;
@@ -477,13 +479,8 @@ void HostExec::launch(int32_t event, int32_t job, int32_t microbatch,
                       const rondo_await *awaits, int32_t numAwaits) {
   const Site what{this, "launch", job, microbatch};
   try {
-    if (!started)
-      throw Error("exec: " + what.text() + ": issued before the step began");
-    if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what.text() + ": no event " +
-                  std::to_string(event));
-    if (job < 0 || job >= program.numJobs)
-      throw Error("exec: " + what.text() + ": no job " + std::to_string(job));
+    checkIssue(what, event);
+    checkJob(what, job, /*hostAllowed=*/false);
     if (!fn || numIo < 0 || (numIo > 0 && !io))
       throw Error("exec: " + what.text() + ": no stage function or operands");
     Op op;
@@ -516,11 +513,7 @@ void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
                                                 : "optimizer task",
                   -1, -1};
   try {
-    if (!started)
-      throw Error("exec: " + what.text() + ": issued before the step began");
-    if (event < -1 || event >= program.numEvents)
-      throw Error("exec: " + what.text() + ": no event " +
-                  std::to_string(event));
+    checkIssue(what, event);
     if (kind != RONDO_TASK_LOAD_BATCH && kind != RONDO_TASK_OPTIMIZER)
       throw Error("exec: " + what.text() + ": unknown task kind " +
                   std::to_string(kind));

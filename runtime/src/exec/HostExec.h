@@ -245,6 +245,10 @@ private:
     }
   };
 
+  /// The checks every issuing call makes: inside a step, a known event, a
+  /// known job (-1, the host, where `hostAllowed`).
+  void checkIssue(const Site &what, int32_t event) const;
+  void checkJob(const Site &what, int32_t job, bool hostAllowed) const;
   Stream &streamOf(int32_t worker, int32_t role);
   void enqueue(Stream &stream, Op op);
   void addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
@@ -254,8 +258,8 @@ private:
   std::string describe(const char *op, int32_t job, int32_t microbatch) const;
   void run(Stream &stream);
   void execute(Op &op);
-  void gatherParams(int32_t worker, int32_t stage, int64_t offset, int64_t bytes,
-                    char *dst) const;
+  void gatherParams(int32_t worker, int32_t stage, int64_t offset,
+                    int64_t bytes, char *dst) const;
   bool ready(const Op &op) const;
   std::string describeOp(const Op &op) const;
   /// Waits under `lock` until `done` or a failure; a state in which no op
