@@ -252,11 +252,15 @@ def main():
                 fail("run %d resumed from step %s, the interrupted run wrote step %s"
                      % (run, start_step, expect_resume))
         expect_resume = None
+        finished = False
         if killed and a.signal != "KILL":
             th.join()
             text = "".join(output)
-            if proc.returncode == 0:
-                killed = False  # It finished before the signal came.
+            finished = any(l.startswith("rondo: wrote trained weights") for l in output)
+            if proc.returncode == 0 or (proc.returncode == -signo and finished):
+                # It finished before the signal came (the default action
+                # applies again once the training loop has returned).
+                killed = False
             elif proc.returncode != 128 + signo:
                 fail("run %d exited with status %d after SIG%s, not %d:\n%s"
                      % (run, proc.returncode, a.signal, 128 + signo, text))
@@ -275,7 +279,7 @@ def main():
                   % (run, w, mode, start_step, kind,
                      ", during a checkpoint write" if during_write else ""))
             continue
-        if proc.returncode != 0:
+        if proc.returncode != 0 and not (proc.returncode == -signo and finished):
             fail("run %d exited with status %d:\n%s" % (run, proc.returncode, "".join(output)))
         print("run %d: --workers %s --optimizer-mode %s: from step %s, completed"
               % (run, w, mode, start_step))

@@ -104,9 +104,13 @@ public:
     ::sigaction(SIGTERM, &sa, &oldTerm);
   }
   ~InterruptHandlers() {
+    // An interrupted trainer is on its way out with 128 + the signal: a
+    // second signal in that window must still mean "exit now with that
+    // status", not the default action's death by signal.
+    if (gInterrupt)
+      return;
     ::sigaction(SIGINT, &oldInt, nullptr);
     ::sigaction(SIGTERM, &oldTerm, nullptr);
-    gInterrupt = 0;
   }
 
 private:
