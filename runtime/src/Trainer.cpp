@@ -1070,9 +1070,12 @@ int Trainer::runLoop() {
     char how[256];
     if (program) {
       std::snprintf(
-          how, sizeof(how), "plan %s: %d worker%s, %d microbatches of %d rows",
+          how, sizeof(how),
+          "plan %s: %d worker%s, %d microbatches of %d rows, %s on %s",
           program->name, program->workers, program->workers == 1 ? "" : "s",
-          program->microbatches, program->rowsPerMicrobatch);
+          program->microbatches, program->rowsPerMicrobatch,
+          model.precision ? model.precision : "fp32",
+          exec ? exec->backendName() : "host");
     } else {
       int threads = 1;
 #ifdef _OPENMP

@@ -204,6 +204,14 @@ static void printSummary(ModuleOp module) {
 }
 
 /// Compiles the generated C++ into an executable with the system compiler.
+/// The precision the stage functions compute in: --precision, else bf16 on
+/// GPUs and fp32 on the host (as the planner's default).
+static std::string effectivePrecision() {
+  if (!precision.empty())
+    return precision;
+  return target == "cuda" ? "bf16" : "fp32";
+}
+
 static LogicalResult buildExecutable(llvm::StringRef cppPath,
                                      llvm::StringRef exePath) {
   // The generated file names its target; so does the link line below.
@@ -456,7 +464,7 @@ int main(int argc, char **argv) {
       llvm::SmallString<256> abs(inputFile);
       llvm::sys::fs::make_absolute(abs);
       if (failed(rondo::emitTrainerCpp(*module, out->os(),
-                                       {abs.str().str(), target})))
+                                       {abs.str().str(), target, effectivePrecision()})))
         return 1;
     } else {
       module->print(out->os());
@@ -479,7 +487,7 @@ int main(int argc, char **argv) {
   {
     llvm::raw_fd_ostream cppOut(fd, /*shouldClose=*/true);
     if (failed(rondo::emitTrainerCpp(*module, cppOut,
-                                     {abs.str().str(), target}))) {
+                                     {abs.str().str(), target, effectivePrecision()}))) {
       llvm::sys::fs::remove(cppPath);
       return 1;
     }

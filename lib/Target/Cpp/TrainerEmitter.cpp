@@ -971,16 +971,21 @@ LogicalResult Emitter::run() {
   }
   os << "};\n\n";
   std::string modelPath = opts.modelPath;
+  // The host kernels compute in fp32 whatever was asked.
+  const std::string precision =
+      opts.target == "cuda" ? opts.precision : std::string("fp32");
   os << "const rondo::rt::ModelSpec kModel = {\n"
      << "    \"" << llvm::StringRef(modelPath) << "\", \"" << inputName
      << "\", " << globalBatch << ", " << seq << ", " << vocab << ",\n"
      << "    rondo::rt::LossKind::" << (causal ? "CausalLM" : "GraphOutput")
-     << ", kParams, " << params.size() << "};\n\n"
+     << ", kParams, " << params.size() << ", \"" << precision << "\"};\n\n"
      << "const rondo_program kPrograms[] = {\n"
      << programsText << "};\n"
      << "} // namespace\n\n"
-     << "int main(int argc, char **argv) {\n"
-     << "  return rondo::rt::trainerMain(argc, argv, kModel, kPrograms, "
+     << "int main(int argc, char **argv) {\n";
+  if (precision == "bf16")
+    os << "  rondo::cuda::setPrecision(rondo::cuda::Precision::Bf16);\n";
+  os << "  return rondo::rt::trainerMain(argc, argv, kModel, kPrograms, "
      << programs.size()
      << (opts.target == "cuda" ? ", rondo::rt::makeCudaDeviceOps" : "")
      << ");\n}\n";

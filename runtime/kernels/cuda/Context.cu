@@ -15,6 +15,7 @@
 
 #include "Internal.cuh"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <map>
@@ -66,6 +67,13 @@ int currentDeviceOrMinus1() {
 }
 
 } // namespace
+
+namespace {
+std::atomic<Precision> gPrecision{Precision::Fp32};
+} // namespace
+
+void setPrecision(Precision p) { gPrecision.store(p); }
+Precision precision() { return gPrecision.load(); }
 
 void setCurrentStream(cudaStream_t stream) { tlsStream = stream; }
 cudaStream_t currentStream() { return tlsStream; }

@@ -91,6 +91,19 @@ private:
   cudaStream_t previous_;
 };
 
+/// How the matrix products (matmul, attention, linear cross-entropy) compute.
+/// Storage is fp32 either way.
+///  - Fp32: fp32 inputs and accumulation (cuBLAS sgemm, TF32 off); matches the
+///    CPU library to about 1e-6.
+///  - Bf16: inputs rounded to bf16 (round to nearest even) on their way into
+///    the tensor cores, fp32 accumulation; matches the CPU library to about
+///    1e-2. Still deterministic run to run.
+enum class Precision { Fp32, Bf16 };
+/// Process-wide; set it before any kernel is enqueued (not synchronised with
+/// work in flight).
+void setPrecision(Precision precision);
+Precision precision();
+
 /// Destroys the calling thread's cuBLAS handles and workspaces (all devices).
 /// Optional: they are also released when the thread exits. The caller must
 /// make sure no enqueued work still uses them (e.g. synchronise first).

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "Profile.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -121,6 +122,7 @@ void tableGeometry(const Shape &table, int64_t &rows, int64_t &width,
 } // namespace
 
 void transpose(CFView x, const int64_t *perm, FView out) {
+  ProfileScope profileScope("transpose");
   int64_t xStrides[kMaxRank], strides[kMaxRank];
   contiguousStrides(x.shape, xStrides);
   if (out.shape.rank != x.shape.rank)
@@ -131,6 +133,7 @@ void transpose(CFView x, const int64_t *perm, FView out) {
 }
 
 void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
+  ProfileScope profileScope("slice");
   int64_t xStrides[kMaxRank], strides[kMaxRank];
   contiguousStrides(x.shape, xStrides);
   int64_t base = 0;
@@ -143,6 +146,7 @@ void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
 
 void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
                    FView dX) {
+  ProfileScope profileScope("sliceBackward");
   fillDevice(dX.data, dX.shape.numel(), 0.0f, "sliceBackward");
   int64_t xStrides[kMaxRank], strides[kMaxRank];
   contiguousStrides(dX.shape, xStrides);
@@ -156,6 +160,7 @@ void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
 }
 
 void concat(const CFView *inputs, int numInputs, int axis, FView out) {
+  ProfileScope profileScope("concat");
   const char *name = "concat";
   int rank = out.shape.rank;
   if (axis < 0)
@@ -185,6 +190,7 @@ void concat(const CFView *inputs, int numInputs, int axis, FView out) {
 }
 
 void gatherRows(CFView table, IView ids, FView out, int *badId) {
+  ProfileScope profileScope("gatherRows");
   const char *name = "gatherRows";
   int64_t rows, width;
   tableGeometry(table.shape, rows, width, name);
@@ -197,6 +203,7 @@ void gatherRows(CFView table, IView ids, FView out, int *badId) {
 }
 
 void gatherRowsBackward(IView ids, CFView dOut, FView dTable) {
+  ProfileScope profileScope("gatherRowsBackward");
   const char *name = "gatherRowsBackward";
   int64_t rows, width;
   tableGeometry(dTable.shape, rows, width, name);

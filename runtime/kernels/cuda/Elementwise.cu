@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "Profile.cuh"
 
 #include <cstring>
 
@@ -343,6 +344,7 @@ __global__ void sumFinalKernel(const double *partial, int64_t O,
 } // namespace
 
 void binary(BinaryKind kind, CFView a, CFView b, FView out) {
+  ProfileScope profileScope("binary");
   const char *name = "binary";
   int64_t n = out.shape.numel();
   if (n == 0)
@@ -362,6 +364,7 @@ void binary(BinaryKind kind, CFView a, CFView b, FView out) {
 
 void binaryBackward(BinaryKind kind, CFView a, CFView b, CFView dOut, FView dA,
                     FView dB) {
+  ProfileScope profileScope("binaryBackward");
   const char *name = "binaryBackward";
   int64_t n = dOut.shape.numel();
   bool wantA = dA.data != nullptr, wantB = dB.data != nullptr;
@@ -392,6 +395,7 @@ void binaryBackward(BinaryKind kind, CFView a, CFView b, CFView dOut, FView dA,
 }
 
 void unary(UnaryKind kind, CFView x, FView out) {
+  ProfileScope profileScope("unary");
   int64_t n = x.shape.numel();
   if (n == 0)
     return;
@@ -401,6 +405,7 @@ void unary(UnaryKind kind, CFView x, FView out) {
 }
 
 void unaryBackward(UnaryKind kind, CFView x, CFView dOut, FView dX) {
+  ProfileScope profileScope("unaryBackward");
   int64_t n = x.shape.numel();
   if (n == 0)
     return;
@@ -410,6 +415,7 @@ void unaryBackward(UnaryKind kind, CFView x, CFView dOut, FView dX) {
 }
 
 void scale(CFView x, float s, FView out) {
+  ProfileScope profileScope("scale");
   int64_t n = x.shape.numel();
   if (n == 0)
     return;
@@ -419,6 +425,7 @@ void scale(CFView x, float s, FView out) {
 }
 
 void broadcastTo(CFView x, FView out) {
+  ProfileScope profileScope("broadcastTo");
   const char *name = "broadcastTo";
   int64_t n = out.shape.numel();
   if (n == 0)
@@ -430,6 +437,7 @@ void broadcastTo(CFView x, FView out) {
 }
 
 void sumToShape(CFView x, FView out) {
+  ProfileScope profileScope("sumToShape");
   const char *name = "sumToShape";
   const Shape &xs = x.shape;
   int rank = xs.rank;
@@ -509,10 +517,12 @@ void sumToShape(CFView x, FView out) {
 }
 
 void fill(FView out, float value) {
+  ProfileScope profileScope("fill");
   fillDevice(out.data, out.shape.numel(), value, "fill");
 }
 
 void copy(CFView x, FView out) {
+  ProfileScope profileScope("copy");
   int64_t n = out.shape.numel();
   if (n == 0 || x.data == out.data)
     return;
@@ -522,6 +532,7 @@ void copy(CFView x, FView out) {
 }
 
 void accumulate(CFView x, FView out) {
+  ProfileScope profileScope("accumulate");
   int64_t n = out.shape.numel();
   if (n == 0)
     return;

@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "Profile.cuh"
 
 #include <algorithm>
 
@@ -167,6 +168,7 @@ void finishLoss(const double *losses, IView labels, int64_t N, int64_t V,
 
 void crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
                   float *lossSum, int *badLabel) {
+  ProfileScope profileScope("crossEntropy");
   const char *name = "crossEntropy";
   int64_t N, V;
   rowsOf(logits.shape, N, V);
@@ -183,6 +185,7 @@ void crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
 
 void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
                           float gradScale, FView dLogits) {
+  ProfileScope profileScope("crossEntropyBackward");
   const char *name = "crossEntropyBackward";
   int64_t N, V;
   rowsOf(logits.shape, N, V);
@@ -197,6 +200,7 @@ void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
 void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
                         int64_t ignoreIndex, int64_t chunkRows,
                         float *lossSum, int *badLabel) {
+  ProfileScope profileScope("linearCrossEntropy");
   const char *name = "linearCrossEntropy";
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   Temp losses(size_t(std::max<int64_t>(d.N, 1)) * sizeof(double), name);
@@ -225,6 +229,7 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
 void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
                                 int64_t ignoreIndex, int64_t chunkRows,
                                 float gradScale, FView dH, FView dW) {
+  ProfileScope profileScope("linearCrossEntropyBackward");
   const char *name = "linearCrossEntropyBackward";
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   if (dW.data)

@@ -10,11 +10,17 @@
 // (stride 0 for a broadcast operand), and the outer ones are walked on the
 // host. x·W with a shared, untransposed W folds the batch into M (one sgemm),
 // as on the CPU. The handle runs in CUBLAS_DEFAULT_MATH (no TF32) with atomics
-// disallowed and a fixed workspace, so results are reproducible.
+// disallowed and a fixed workspace, so results are reproducible. Under
+// Precision::Bf16 the same calls go through cublasGemmEx with
+// CUBLAS_COMPUTE_32F_FAST_16BF: bf16 tensor cores, fp32 accumulation.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "Profile.cuh"
+
+#include <cstdio>
+#include <optional>
 
 #include <climits>
 
@@ -37,6 +43,27 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   cublasHandle_t h = cublas(kernel);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (precision() == Precision::Bf16) {
+    // fp32 storage, bf16 tensor-core products with fp32 accumulation: cuBLAS
+    // rounds the operands to bf16 on the way in. CUBLAS_GEMM_DEFAULT with the
+    // handle's fixed workspace keeps the algorithm, and the result, fixed.
+    if (batch == 1)
+      RONDO_CHECK(cublasGemmEx(h, opB, opA, int(N), int(M), int(K), &alpha, b,
+                               CUDA_R_32F, int(ldb), a, CUDA_R_32F, int(lda),
+                               &beta, c, CUDA_R_32F, int(ldc),
+                               CUBLAS_COMPUTE_32F_FAST_16BF,
+                               CUBLAS_GEMM_DEFAULT),
+                  kernel);
+    else
+      RONDO_CHECK(cublasGemmStridedBatchedEx(
+                      h, opB, opA, int(N), int(M), int(K), &alpha, b,
+                      CUDA_R_32F, int(ldb), strideB, a, CUDA_R_32F, int(lda),
+                      strideA, &beta, c, CUDA_R_32F, int(ldc), strideC,
+                      int(batch), CUBLAS_COMPUTE_32F_FAST_16BF,
+                      CUBLAS_GEMM_DEFAULT),
+                  kernel);
+    return;
+  }
   if (batch == 1) {
     RONDO_CHECK(cublasSgemm(h, opB, opA, int(N), int(M), int(K), &alpha, b,
                             int(ldb), a, int(lda), &beta, c, int(ldc)),
@@ -97,6 +124,16 @@ void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
     if (!accumulate)
       fillDevice(out.data, batch * M * N, 0.0f, name);
     return;
+  }
+  std::optional<ProfileScope> profileScope;
+  if (profiling()) {
+    char key[96];
+    std::snprintf(key, sizeof(key), "matmul %lldx%lldx%lld%s%s x%lld %s",
+                  (long long)M, (long long)N, (long long)K, transA ? " tA" : "",
+                  transB ? " tB" : "", (long long)batch,
+                  precision() == Precision::Bf16 ? "bf16" : "fp32");
+    profileScope.emplace(key, 2.0 * double(M) * double(N) * double(K) *
+                                  double(batch));
   }
   float beta = accumulate ? 1.0f : 0.0f;
   int64_t lda = transA ? M : K;

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "Profile.cuh"
 
 namespace rondo::cuda {
 
@@ -243,6 +244,7 @@ void rotaryImpl(const Shape &shape, const float *in, const float *cosT,
 } // namespace
 
 void softmax(CFView x, FView out) {
+  ProfileScope profileScope("softmax");
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   if (rows == 0)
@@ -253,6 +255,7 @@ void softmax(CFView x, FView out) {
 }
 
 void softmaxBackward(CFView y, CFView dY, FView dX) {
+  ProfileScope profileScope("softmaxBackward");
   int64_t rows, width;
   rowsOf(y.shape, rows, width);
   if (rows == 0)
@@ -263,6 +266,7 @@ void softmaxBackward(CFView y, CFView dY, FView dX) {
 }
 
 void rmsNorm(CFView x, CFView w, float eps, FView y) {
+  ProfileScope profileScope("rmsNorm");
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   if (rows == 0)
@@ -274,6 +278,7 @@ void rmsNorm(CFView x, CFView w, float eps, FView y) {
 
 void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
                      FView dW) {
+  ProfileScope profileScope("rmsNormBackward");
   const char *name = "rmsNormBackward";
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
@@ -295,6 +300,7 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
 }
 
 void layerNorm(CFView x, CFView w, CFView b, float eps, FView y) {
+  ProfileScope profileScope("layerNorm");
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   if (rows == 0)
@@ -306,6 +312,7 @@ void layerNorm(CFView x, CFView w, CFView b, float eps, FView y) {
 
 void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
                        FView dW, FView dB) {
+  ProfileScope profileScope("layerNormBackward");
   const char *name = "layerNormBackward";
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
@@ -335,10 +342,12 @@ void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
 }
 
 void rotary(CFView x, CFView cos, CFView sin, FView y) {
+  ProfileScope profileScope("rotary");
   rotaryImpl(x.shape, x.data, cos.data, sin.data, y.data, false, "rotary");
 }
 
 void rotaryBackward(CFView dY, CFView cos, CFView sin, FView dX) {
+  ProfileScope profileScope("rotaryBackward");
   rotaryImpl(dY.shape, dY.data, cos.data, sin.data, dX.data, true,
              "rotaryBackward");
 }

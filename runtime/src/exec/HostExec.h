@@ -150,6 +150,9 @@ public:
            std::unique_ptr<DeviceOps> device = nullptr);
   ~HostExec() override;
 
+  /// "host" or "cuda".
+  const char *backendName() const { return device->name(); }
+
   /// Starts the next step; ops issued until the next call belong to it.
   void beginStep(int64_t step, bool eval, float lossScale);
   const StepTag &currentTag() const { return tag; }

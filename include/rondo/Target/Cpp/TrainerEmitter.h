@@ -27,6 +27,9 @@ struct TrainerEmitOptions {
   /// "cuda": runtime/kernels/cuda on device memory (temporaries from the
   /// stream-ordered allocator, constants uploaded once per device).
   std::string target = "host";
+  /// "fp32" or "bf16": how the CUDA kernels compute their matrix products
+  /// (rondo::cuda::Precision). The host target computes in fp32.
+  std::string precision = "fp32";
 };
 
 mlir::LogicalResult emitTrainerCpp(mlir::ModuleOp module, llvm::raw_ostream &os,

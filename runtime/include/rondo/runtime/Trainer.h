@@ -58,6 +58,8 @@ struct ModelSpec {
   LossKind loss;
   const ParamSpec *params;
   int numParams;
+  /// How the stage functions compute ("fp32" or "bf16"), for messages.
+  const char *precision = "fp32";
 };
 
 /// Arguments of one call of the compiled forward/backward for one microbatch.

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Workload W1 of ../shared/anchors.md, Rondo beside PyTorch in one run.
+
+W1: the Qwen3-1.7B graph (test/data/models/qwen3-1.7b.onnx, random weights),
+16 x 4096 tokens per step, causal-LM loss, fp32 master weights and AdamW.
+
+Rondo: a trainer compiled for the GPUs (see bench/README.md for the compile
+line), run for --steps steps; tokens/s over the steps after the first two,
+the plan's predicted step time and the measured bubble from its --trace.
+
+PyTorch eager, the anchor: Hugging Face Qwen3ForCausalLM built from the same
+configuration, random weights, fp32 parameters on one GPU, autocast bf16,
+SDPA attention, fused AdamW, the same 16 x 4096 tokens per step reached by
+gradient accumulation over --torch-rows rows at a time (no recompute).
+
+Both run as child processes, one after the other, so that each one's peak
+host memory (ru_maxrss) and peak GPU memory (nvidia-smi, polled every
+100 ms) are its own. Prints a table and writes OUT/w1-<machine>.json.
+
+    python3 bench/w1.py --trainer build-gpu/w1.trainer --workers 1 \\
+        --machine h100x1 --out bench/results/h100
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+
+# anchors.md: N = 1.41e9 matmul parameters, L=28, H=16, Q=128, S=4096.
+FLOP_PER_TOKEN = 6 * 1.41e9 + 12 * 28 * 16 * 128 * 4096
+PEAK_BF16 = 989e12
+
+QWEN3_17B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                 num_hidden_layers=28, num_attention_heads=16,
+                 num_key_value_heads=8, head_dim=128,
+                 max_position_embeddings=40960, rms_norm_eps=1e-6,
+                 rope_theta=1000000.0, tie_word_embeddings=True)
+
+
+class GpuMemoryPoller:
+    """The peak of nvidia-smi's memory.used (MiB) per GPU while running."""
+
+    def __init__(self):
+        self.peak = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def loop(self):
+        while not self.stop.is_set():
+            try:
+                text = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=index,memory.used",
+                     "--format=csv,noheader,nounits"],
+                    capture_output=True, text=True, timeout=10).stdout
+                for line in text.strip().splitlines():
+                    i, used = (int(x) for x in line.split(","))
+                    self.peak[i] = max(self.peak.get(i, 0), used)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+            self.stop.wait(0.1)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def run_child(cmd, env=None, log=None):
+    """Runs cmd; returns (status, peak RSS in GiB, seconds, peak GPU MiB)."""
+    start = time.monotonic()
+    with GpuMemoryPoller() as gpu:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    # ru_maxrss is in KiB on Linux.
+    return (proc.returncode, usage.ru_maxrss / 2**20,
+            time.monotonic() - start, gpu.peak)
+
+
+def bubble_from_trace(path, first_step):
+    """Measured bubble: 1 - compute-row busy time / (span x GPUs), over the
+    steps from first_step on (the trace's workers are one per GPU)."""
+    with open(path) as f:
+        trace = json.load(f)
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"
+              and not e["args"].get("eval") and e["args"]["step"] >= first_step
+              and e["pid"] < trace["otherData"]["workers"]]
+    if not events:
+        return None, trace["otherData"]
+    t0 = min(e["ts"] for e in events)
+    t1 = max(e["ts"] + e["dur"] for e in events)
+    workers = trace["otherData"]["workers"]
+    busy = sum(e["dur"] for e in events if e["tid"] == 2)
+    return 1 - busy / ((t1 - t0) * workers), trace["otherData"]
+
+
+def rondo(a, out_dir):
+    ids = os.path.join(out_dir, "w1-ids.npy")
+    import numpy as np
+    rng = np.random.default_rng(0)
+    np.save(ids, rng.integers(0, 151936, size=(16 * a.steps, 4096), dtype=np.int64))
+    log_json = os.path.join(out_dir, "w1-rondo-steps.jsonl")
+    trace = os.path.join(out_dir, "w1-rondo-trace.json")
+    cmd = [a.trainer, "--data", ids, "--steps", str(a.steps), "--init=random",
+           "--seed", "1", "--workers", str(a.workers), "--log-json", log_json,
+           "--trace", trace, "--lr", "1e-4"]
+    if a.gpus:
+        cmd += ["--gpus", a.gpus]
+    if a.optimizer_mode:
+        cmd += ["--optimizer-mode", a.optimizer_mode]
+    with open(os.path.join(out_dir, "w1-rondo.log"), "w") as log:
+        status, rss, _, gpu = run_child(cmd, log=log)
+    if status != 0:
+        with open(os.path.join(out_dir, "w1-rondo.log")) as f:
+            sys.stderr.write(f.read()[-4000:])
+        return {"error": "trainer exited with status %d" % status}
+    steps = [json.loads(l) for l in open(log_json) if l.strip()]
+    steady = [s for s in steps if s["step"] >= a.skip]
+    seconds = sum(s["seconds"] for s in steady)
+    tokens = 16 * 4096 * len(steady)
+    bubble, plan = bubble_from_trace(trace, a.skip)
+    predicted = plan.get("predictedStepSeconds")
+    return {
+        "tokens_per_s": tokens / seconds,
+        "step_seconds": seconds / len(steady),
+        "losses": [s["loss"] for s in steps],
+        "peak_gpu_mib": gpu,
+        "peak_host_gib": rss,
+        "bubble": bubble,
+        "plan": {k: plan[k] for k in ("program", "workers", "microbatches",
+                                      "rowsPerMicrobatch", "optimizer",
+                                      "predictedStepSeconds") if k in plan},
+        "predicted_tokens_per_s": 16 * 4096 / predicted if predicted else None,
+    }
+
+
+def torch_child(a):
+    """PyTorch eager W1 on GPU 0; prints one JSON line."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(0)
+    config = Qwen3Config(**QWEN3_17B)
+    config._attn_implementation = "sdpa"
+    model = Qwen3ForCausalLM(config).cuda()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    rows = a.torch_rows
+    accum = 16 // rows
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    times, losses = [], []
+    for step in range(a.steps):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        total = 0.0
+        for _ in range(accum):
+            x = torch.randint(0, 151936, (rows, 4096), device="cuda", generator=gen)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss / accum
+            loss.backward()
+            total += float(loss.detach())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        losses.append(total)
+    steady = times[a.skip:]
+    print(json.dumps({
+        "tokens_per_s": 16 * 4096 * len(steady) / sum(steady),
+        "step_seconds": sum(steady) / len(steady),
+        "losses": losses,
+        "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "rows_per_backward": rows,
+        "torch": torch.__version__,
+    }), flush=True)
+
+
+def pytorch(a, out_dir):
+    log_path = os.path.join(out_dir, "w1-pytorch.log")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=(a.gpus or "0").split(",")[0])
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child",
+           "--steps", str(a.steps), "--skip", str(a.skip),
+           "--torch-rows", str(a.torch_rows)]
+    with open(log_path, "w") as log:
+        status, rss, _, gpu = run_child(cmd, env=env, log=log)
+    text = open(log_path).read()
+    if status != 0:
+        sys.stderr.write(text[-4000:])
+        return {"error": "PyTorch exited with status %d" % status}
+    result = json.loads([l for l in text.splitlines() if l.startswith("{")][-1])
+    result["peak_gpu_mib"] = gpu
+    result["peak_host_gib"] = rss
+    return result
+
+
+def mfu(tokens_per_s, gpus):
+    return tokens_per_s * FLOP_PER_TOKEN / (PEAK_BF16 * gpus)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trainer", help="the compiled W1 trainer")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--gpus", default="", help="--gpus of the trainer")
+    p.add_argument("--optimizer-mode", default="overlap")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--skip", type=int, default=2,
+                   help="steps left out of the rate (warm-up)")
+    p.add_argument("--torch-rows", type=int, default=2,
+                   help="PyTorch rows per forward/backward (gradient accumulation)")
+    p.add_argument("--machine", default="h100x1")
+    p.add_argument("--out", default=".")
+    p.add_argument("--skip-pytorch", action="store_true")
+    p.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.torch_child:
+        torch_child(a)
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    gpus = len(a.gpus.split(",")) if a.gpus else a.workers
+    result = {"workload": "W1", "machine": a.machine, "gpus": gpus,
+              "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d")}
+    result["rondo"] = rondo(a, a.out) if a.trainer else None
+    result["pytorch"] = None if a.skip_pytorch else pytorch(a, a.out)
+
+    r, t = result["rondo"], result["pytorch"]
+    rows = []
+    for name, x, g in (("rondo", r, gpus), ("pytorch eager (1 GPU)", t, 1)):
+        if not x or "error" in x:
+            rows.append((name, x["error"] if x else "not run"))
+            continue
+        peak = max(x["peak_gpu_mib"].values()) / 1024 if x["peak_gpu_mib"] else float("nan")
+        rows.append((name, "%9.0f tok/s  MFU %4.1f%%  step %6.2f s  GPU peak %5.1f GiB"
+                     "  host peak %5.1f GiB" % (x["tokens_per_s"], 100 * mfu(x["tokens_per_s"], g),
+                                                x["step_seconds"], peak, x["peak_host_gib"])))
+        x["mfu"] = mfu(x["tokens_per_s"], g)
+    if r and "error" not in r:
+        rows.append(("rondo plan", "predicted %s tok/s; measured bubble %s" % (
+            "%.0f" % r["predicted_tokens_per_s"] if r["predicted_tokens_per_s"] else "-",
+            "%.1f%%" % (100 * r["bubble"]) if r["bubble"] is not None else "-")))
+        if t and "error" not in t:
+            result["ratio_to_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
+            rows.append(("rondo / pytorch", "%.2fx tokens/s" % result["ratio_to_pytorch"]))
+    print("W1 on %s (16 x 4096 tokens per step)" % a.machine)
+    for name, text in rows:
+        print("  %-22s %s" % (name, text))
+    path = os.path.join(a.out, "w1-%s.json" % a.machine)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote " + path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
