@@ -433,6 +433,10 @@ AttnArgs baseArgs(const AttnDims &d, bool causal, float scale) {
   return a;
 }
 
+FlashDims flashDims(const AttnDims &d) {
+  return FlashDims{d.B, d.Hq, d.Hkv, d.T, d.S, d.D};
+}
+
 } // namespace
 
 void attention(CFView q, CFView k, CFView v, bool causal, float scale,
@@ -441,6 +445,11 @@ void attention(CFView q, CFView k, CFView v, bool causal, float scale,
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
   if (d.B * d.Hq == 0 || d.T == 0)
     return;
+  if (precision() == Precision::Bf16 && flashAttentionSupports(d.D)) {
+    flashAttentionForward(flashDims(d), q.data, k.data, v.data, causal, scale,
+                          out.data, lse.data, name);
+    return;
+  }
   AttnArgs a = baseArgs(d, causal, scale);
   a.q = q.data;
   a.k = k.data;
@@ -472,6 +481,12 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   }
   if (!lse.data)
     contract(name, "lse is required");
+  if (precision() == Precision::Bf16 && flashAttentionSupports(d.D)) {
+    flashAttentionBackward(flashDims(d), q.data, k.data, v.data, out.data,
+                           lse.data, dOut.data, causal, scale, dQ.data, dK.data,
+                           dV.data, name);
+    return;
+  }
   int64_t rows = d.B * d.Hq * d.T;
   Temp delta(size_t(rows) * sizeof(float), name);
   attnDeltaKernel<<<gridFor(rows * 32), kThreads, 0, currentStream()>>>(

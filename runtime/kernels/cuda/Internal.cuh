@@ -267,6 +267,30 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 /// Enqueues out[i] = value for i < n.
 void fillDevice(float *out, int64_t n, float value, const char *kernel);
 
+//===----------------------------------------------------------------------===//
+// bf16 tensor-core attention (FlashAttention.cu)
+//===----------------------------------------------------------------------===//
+
+/// Attention shapes: q [B, Hq, T, D], k and v [B, Hkv, S, D] (validated by
+/// the caller: Hq a multiple of Hkv).
+struct FlashDims {
+  int64_t B, Hq, Hkv, T, S, D;
+};
+
+/// Head dimensions with a bf16 kernel (64 and 128).
+bool flashAttentionSupports(int64_t headDim);
+/// The Precision::Bf16 attention (same contract as attention): inputs rounded
+/// to bf16, fp32 accumulation and softmax statistics.
+void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
+                           const float *v, bool causal, float scale, float *out,
+                           float *lse, const char *name);
+/// The Precision::Bf16 attentionBackward for S > 0 (same contract; lse
+/// required; any of dQ, dK, dV may be null). No atomics.
+void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
+                            const float *v, const float *out, const float *lse,
+                            const float *dOut, bool causal, float scale,
+                            float *dQ, float *dK, float *dV, const char *name);
+
 } // namespace rondo::cuda::detail
 
 #endif // RONDO_RUNTIME_KERNELS_CUDA_INTERNAL_CUH

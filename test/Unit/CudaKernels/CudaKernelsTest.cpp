@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -777,6 +778,150 @@ TEST_F(CudaKernels, Attention) {
   }
 }
 
+/// Sets the kernel library's precision for a scope and restores the previous
+/// one on exit (also when an assertion fails or an exception escapes).
+class PrecisionGuard {
+public:
+  explicit PrecisionGuard(cu::Precision p) : previous_(cu::precision()) {
+    cu::setPrecision(p);
+  }
+  ~PrecisionGuard() { cu::setPrecision(previous_); }
+  PrecisionGuard(const PrecisionGuard &) = delete;
+  PrecisionGuard &operator=(const PrecisionGuard &) = delete;
+
+private:
+  cu::Precision previous_;
+};
+
+/// bf16 inputs, fp32 accumulation: agreement with the fp32 CPU kernels.
+constexpr double kBf16Tol = 2e-2;
+
+struct AttnCase {
+  int64_t B, Hq, Hkv, T, S, D;
+  bool causal;
+};
+
+std::string attnName(const AttnCase &c) {
+  return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
+         std::to_string(c.Hkv) + " T" + std::to_string(c.T) + " S" +
+         std::to_string(c.S) + " D" + std::to_string(c.D) +
+         (c.causal ? " causal" : "");
+}
+
+/// Rows (over [B, Hq, T]) that see no key: causal with i + S - T < 0.
+bool rowSeesNoKey(const AttnCase &c, int64_t row) {
+  int64_t i = row % c.T;
+  return c.causal && i + c.S - c.T < 0;
+}
+
+// The Precision::Bf16 path (FlashAttention.cu) against the fp32 CPU kernels:
+// head dims 64 and 128, MHA and GQA, causal and not, tails of the 64-row
+// tiles, S > T and S < T (rows with no key: out = 0 and lse = -inf, dQ = 0,
+// exactly). Each run is also done twice and compared bit for bit.
+TEST_F(CudaKernels, AttentionBf16) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  const AttnCase cases[] = {
+      {1, 2, 2, 1, 1, 64, true},       {1, 2, 2, 77, 77, 64, true},
+      {2, 2, 2, 200, 200, 128, true},  {1, 8, 2, 257, 257, 64, true},
+      {1, 8, 2, 257, 257, 128, true},  {1, 8, 2, 200, 200, 128, false},
+      {2, 4, 4, 77, 77, 64, false},    {1, 8, 2, 64, 64, 128, true},
+      {1, 8, 2, 50, 130, 128, true},   {1, 8, 2, 50, 130, 64, false},
+      {1, 4, 2, 130, 50, 64, true},    {1, 4, 2, 130, 50, 128, true},
+      {1, 2, 1, 1, 77, 128, true},     {1, 2, 2, 128, 192, 64, false},
+      {1, 2, 1, 333, 333, 128, false}, {1, 2, 1, 300, 100, 64, true},
+  };
+  for (const AttnCase &c : cases) {
+    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
+    Shape ls{c.B, c.Hq, c.T};
+    Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
+    Tensor v = uniform(ks), g = uniform(qs);
+    float scale = 1.0f / std::sqrt(float(c.D));
+    Tensor out(qs), lse(ls), dq(qs), dk(ks), dv(ks);
+    cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
+    cpu::attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), g.cv(),
+                           c.causal, scale, dq.v(), dk.v(), dv.v());
+    Dev dQ(q), dK(k), dV(v), dG(g), dO(out), dL(lse);
+    std::string what = "attention bf16 " + attnName(c);
+    auto got = runTwice(
+        {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
+          cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
+                                dG.cv(), c.causal, scale, o[2], o[3], o[4]);
+        },
+        what);
+    const char *names[] = {"out", "lse", "dQ", "dK", "dV"};
+    const Tensor *refs[] = {&out, &lse, &dq, &dk, &dv};
+    std::string line;
+    for (int i = 0; i < 5; ++i) {
+      double e = normErr(got[i], refs[i]->data);
+      EXPECT_LE(e, kBf16Tol)
+          << what << " " << names[i] << " " << str(refs[i]->shape);
+      char buf[48];
+      std::snprintf(buf, sizeof(buf), " %s %.2e", names[i], e);
+      line += buf;
+    }
+    std::printf("[ bf16 ] %s:%s\n", what.c_str(), line.c_str());
+    // Rows with no key to attend: exact zeros and -inf.
+    for (int64_t row = 0; row < c.B * c.Hq * c.T; ++row) {
+      if (!rowSeesNoKey(c, row))
+        continue;
+      EXPECT_EQ(got[1][size_t(row)], -INFINITY) << what << " lse row " << row;
+      for (int64_t d = 0; d < c.D; ++d) {
+        size_t at = size_t(row * c.D + d);
+        ASSERT_EQ(got[0][at], 0.0f) << what << " out row " << row;
+        ASSERT_EQ(got[2][at], 0.0f) << what << " dQ row " << row;
+      }
+    }
+  }
+}
+
+// Forward then backward on the forward's own out/lse, twice, at a multi-tile
+// GQA shape: bit-identical results; and the backward with some gradients
+// skipped (null data) gives the same bits for the others.
+TEST_F(CudaKernels, AttentionBf16Deterministic) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  const AttnCase c{2, 8, 2, 700, 700, 128, true};
+  Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
+  Shape ls{c.B, c.Hq, c.T};
+  Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
+  Tensor v = uniform(ks), g = uniform(qs);
+  float scale = 1.0f / std::sqrt(float(c.D));
+  Dev dQ(q), dK(k), dV(v), dG(g);
+  std::string what = "attention bf16 chain " + attnName(c);
+  auto full = runTwice(
+      {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
+      [&](const std::vector<FView> &o) {
+        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
+        cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(),
+                              CFView{o[0].data, o[0].shape},
+                              CFView{o[1].data, o[1].shape}, dG.cv(), c.causal,
+                              scale, o[2], o[3], o[4]);
+      },
+      what);
+  Tensor outT(qs), lseT(ls);
+  outT.data = full[0];
+  lseT.data = full[1];
+  Dev dO(outT), dL(lseT);
+  auto partial = runTwice(
+      {{qs, {}}, {ks, {}}, {ks, {}}},
+      [&](const std::vector<FView> &o) {
+        FView none{nullptr, qs}, noneK{nullptr, ks};
+        cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
+                              dG.cv(), c.causal, scale, o[0], noneK, noneK);
+        cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
+                              dG.cv(), c.causal, scale, none, o[1], noneK);
+        cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
+                              dG.cv(), c.causal, scale, none, noneK, o[2]);
+      },
+      what + " partial");
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(0,
+              std::memcmp(partial[size_t(i)].data(), full[size_t(i) + 2].data(),
+                          full[size_t(i) + 2].size() * sizeof(float)))
+        << what << ": gradient " << i << " differs when others are skipped";
+}
+
 //===----------------------------------------------------------------------===//
 // Losses
 //===----------------------------------------------------------------------===//
@@ -1113,6 +1258,33 @@ TEST_F(CudaKernels, DISABLED_Timing) {
     double bw = timeMs([&] { cu::gatherRowsBackward(di.v(), g.cv(), table.v()); });
     std::printf("[ timing ] gatherRowsBackward 16384 ids into [151936, 2048]: "
                 "%.3f ms\n", bw);
+  }
+}
+
+// The Precision::Bf16 attention at a training size. Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(CudaKernels, DISABLED_FlashTiming) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  for (int64_t D : {128, 64}) {
+    const int64_t B = 2, Hq = 16, Hkv = 8, T = 4096;
+    DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
+        v(Shape{B, Hkv, T, D});
+    DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+    DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+        dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
+        dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+    float scale = 1.0f / std::sqrt(float(D));
+    double f = timeMs([&] {
+      cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v());
+    });
+    double bw = timeMs([&] {
+      cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
+                            true, scale, dq.v(), dk.v(), dv.v());
+    });
+    double flops = 4.0 * B * Hq * T * T * D / 2; // causal: half the scores
+    std::printf("[ timing ] attention bf16 causal B2 Hq16 Hkv8 T4096 D%lld: "
+                "fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s)\n",
+                (long long)D, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
   }
 }
 

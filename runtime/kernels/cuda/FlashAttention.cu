@@ -1,0 +1,828 @@
+//===- FlashAttention.cu - bf16 tensor-core attention ---------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The Precision::Bf16 path of attention / attentionBackward (Attention.cu
+// dispatches here for head dimensions 64 and 128): FlashAttention-2 on the
+// sm_80+ warp-level tensor cores (mma.sync m16n8k16 bf16 -> fp32, operands
+// from shared memory through ldmatrix).
+//
+// Staging: q, k, v (and dO) are first rounded to bf16 (nearest even) by a
+// conversion pass into stream-ordered temporaries whose row counts are padded
+// to the tile size with zero rows. Converting once costs one read of the
+// inputs, while converting inside the attention kernels would re-read the
+// fp32 k/v once per query tile; it also lets every tile load be a plain
+// 16-byte cp.async with no bounds checks, double-buffered against the tensor
+// cores. Shared-memory rows are padded by 16 bytes, so the eight row addresses
+// of every ldmatrix phase fall into distinct bank groups.
+//
+// Tiles: 64 query rows x 64 keys, 4 warps, each warp owning 16 rows of the
+// 64-row side (query rows in the forward and dQ kernels, key rows in the
+// dK/dV kernel). Scores stay in registers: the fp32 accumulator fragment of
+// S = Q K^T has exactly the register layout of the bf16 A operand of the next
+// product (P V, dS K, P^T dO, dS^T Q), so P / dS are rounded to bf16 and fed
+// back without going through shared memory (as FlashAttention does).
+// Causal: key tiles entirely above the diagonal are never visited (query
+// tiles below it, in the dK/dV kernel), and only tiles that cross the diagonal
+// or the end of the keys are masked element by element. The heaviest tiles
+// (last query tiles, first key tiles) are scheduled first.
+//
+// Forward: online softmax in fp32 on log2e-prescaled scores with exp2f; the
+// row sum is kept per thread and reduced over the four threads of a row only
+// at the end; lse = m ln2 + log(l). Rows that see no key end with l = 0 and
+// get out = 0, lse = -inf.
+//
+// Backward: a prologue kernel writes delta = rowsum(dO * O) and lse * log2e
+// (+inf where lse = -inf, so that P = 0 there and in the padded rows). Then,
+// without atomics:
+//  - dK/dV: one block per (key tile, kv head, batch) walks the query heads of
+//    its group in ascending order and, for each, the query tiles (those that
+//    can see the key tile) in ascending order, recomputing S^T = K Q^T and
+//    dP^T = V dO^T, and accumulating dV += P^T dO and dK += dS^T Q in
+//    registers;
+//  - dQ: one block per (query tile, query head, batch) walks its key tiles in
+//    ascending order, recomputing S and dP, dQ += dS K.
+// Determinism: every output element is owned by one thread of one block; its
+// accumulation order (the mma k-order, the tile order, the fixed butterfly
+// over the four threads of a row) depends only on the shapes. Nothing races,
+// so two runs give the same bits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace rondo::cuda::detail {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kFaThreads = 128; // 4 warps of 16 rows
+constexpr int kTile = 64;       // query rows and keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct FlashParams {
+  // bf16 copies, rows padded to Tpad / Spad with zeros.
+  const bf16 *q, *k, *v, *dout;
+  // [B * Hq, Tpad]: lse * log2e (+inf where lse = -inf or padding), delta.
+  const float *lse2, *delta;
+  float *out, *lse, *dq, *dk, *dv;
+  int Hq, Hkv, group, T, S, Tpad, Spad;
+  bool causal;
+  float scale, scaleLog2;
+};
+
+//===----------------------------------------------------------------------===//
+// PTX wrappers
+//===----------------------------------------------------------------------===//
+
+__device__ inline uint32_t smemAddr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void cpAsync16(uint32_t dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+               "l"(src));
+}
+__device__ inline void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ inline void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ inline void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+               "[%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ inline void ldsm4t(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, "
+               "%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/// c += a b for one m16n8k16 tile (a: 16x16 row-major, b: 16x8 col-major).
+__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                           uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Two floats rounded to bf16 (nearest even), `lo` in the low half.
+__device__ inline uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t r;
+  memcpy(&r, &v, sizeof(r));
+  return r;
+}
+
+/// The A operand (16 rows x 16 of the k dimension) for k-step kk from
+/// accumulator fragments c[n] of 8 columns each: columns 16 kk .. 16 kk + 15.
+template <int N>
+__device__ inline void accToA(const float (&c)[N][4], int kk,
+                              uint32_t (&a)[4]) {
+  a[0] = packBf16(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = packBf16(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = packBf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = packBf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+//===----------------------------------------------------------------------===//
+// Shared-memory tiles
+//===----------------------------------------------------------------------===//
+
+/// Row stride (elements) of a staged bf16 tile with D columns.
+template <int D> __host__ __device__ constexpr int ldOf() { return D + 8; }
+template <int D> __host__ __device__ constexpr uint32_t tileBytes() {
+  return uint32_t(kTile * ldOf<D>() * 2);
+}
+
+/// Enqueues the cp.async copies of kTile rows of D bf16 at src (contiguous
+/// rows) to the shared tile at dst.
+template <int D>
+__device__ inline void loadTileAsync(uint32_t dst, const bf16 *src) {
+  constexpr int kChunks = D / 8; // 16-byte chunks a row
+  constexpr int kLd = ldOf<D>();
+  static_assert(kTile * kChunks % kFaThreads == 0, "whole rounds of copies");
+#pragma unroll
+  for (int it = 0; it < kTile * kChunks / kFaThreads; ++it) {
+    const int idx = it * kFaThreads + int(threadIdx.x);
+    const int r = idx / kChunks, c = idx % kChunks;
+    cpAsync16(dst + uint32_t((r * kLd + c * 8) * 2),
+              src + int64_t(r) * D + c * 8);
+  }
+}
+
+/// Per-lane byte offsets of the ldmatrix row addresses inside a tile.
+struct LdsmOffsets {
+  uint32_t a;  // A operand (x4): rows (lane & 15), k half (lane >> 4)
+  uint32_t b;  // B operand from [n][k] rows (x4 = two n-blocks of 8)
+  uint32_t bt; // B operand from [k][n] rows, transposed (two n-blocks)
+};
+
+template <int D> __device__ inline LdsmOffsets ldsmOffsets(int lane) {
+  constexpr int kLd = ldOf<D>();
+  LdsmOffsets o;
+  o.a = uint32_t(((lane & 15) * kLd + (lane >> 4) * 8) * 2);
+  o.b = uint32_t(
+      (((lane & 7) + ((lane >> 4) << 3)) * kLd + ((lane >> 3) & 1) * 8) * 2);
+  o.bt = o.a;
+  return o;
+}
+
+/// acc[n] (16 rows x 8 n) += A(16 x D, rows of tile `aTile` from row aRow0)
+/// times B^T where B is rows nRow0 .. nRow0 + 8 N - 1 of tile `bTile` ([n][k]
+/// layout, k = D). Both tiles have D columns.
+template <int D, int N>
+__device__ inline void mmaRowsByRows(float (&acc)[N][4], uint32_t aTile,
+                                     int aRow0, uint32_t bTile, int nRow0,
+                                     const LdsmOffsets &off) {
+  constexpr int kLd = ldOf<D>();
+  static_assert(N % 2 == 0, "n-blocks come in pairs");
+  const uint32_t aBase = aTile + off.a + uint32_t(aRow0 * kLd * 2);
+  const uint32_t bBase = bTile + off.b + uint32_t(nRow0 * kLd * 2);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    ldsm4(aBase + kk * 32, a);
+#pragma unroll
+    for (int np = 0; np < N / 2; ++np) {
+      uint32_t b[4];
+      ldsm4(bBase + uint32_t(np * 16 * kLd * 2) + kk * 32, b);
+      mma(acc[2 * np], a, b[0], b[1]);
+      mma(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+/// acc[D/8] (16 rows x D) += A (16 rows x 16 K, k-step kk of fragments `a`)
+/// times rows k0 .. k0 + 15 of tile `bTile` ([k][n] layout, n = D).
+template <int D>
+__device__ inline void mmaAccByRowsT(float (&acc)[D / 8][4],
+                                     const uint32_t (&a)[4], uint32_t bTile,
+                                     int k0, const LdsmOffsets &off) {
+  constexpr int kLd = ldOf<D>();
+  const uint32_t bBase = bTile + off.bt + uint32_t(k0 * kLd * 2);
+#pragma unroll
+  for (int dp = 0; dp < D / 16; ++dp) {
+    uint32_t b[4];
+    ldsm4t(bBase + uint32_t(dp * 32), b);
+    mma(acc[2 * dp], a, b[0], b[1]);
+    mma(acc[2 * dp + 1], a, b[2], b[3]);
+  }
+}
+
+template <int N> __device__ inline void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      c[n][e] = 0.0f;
+}
+
+/// Keys a causal/non-causal row range can see: keys [0, end) for the last
+/// row `lastRow` (the largest range in the tile).
+__device__ inline int keyEnd(const FlashParams &p, int lastRow) {
+  if (!p.causal)
+    return p.S;
+  int end = lastRow + (p.S - p.T) + 1;
+  return end < p.S ? end : p.S;
+}
+
+//===----------------------------------------------------------------------===//
+// Forward
+//===----------------------------------------------------------------------===//
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
+  constexpr int kNB = kTile / 8; // key n-blocks of a score tile
+  constexpr int kDB = D / 8;     // n-blocks of an output row
+  constexpr uint32_t kBytes = tileBytes<D>();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smemAddr(smem);
+  const uint32_t sK = sQ + kBytes; // two buffers
+  const uint32_t sV = sK + 2 * kBytes;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x); // heavy tiles first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int i0 = qt * kTile;
+  const int64_t bh = int64_t(b) * p.Hq + h, bhk = int64_t(b) * p.Hkv + hk;
+  const bf16 *qg = p.q + (bh * p.Tpad + i0) * D;
+  const bf16 *kg = p.k + bhk * p.Spad * D;
+  const bf16 *vg = p.v + bhk * p.Spad * D;
+  const int diag = p.S - p.T; // row i sees keys j <= i + diag
+  const int lastRow = (i0 + kTile < p.T ? i0 + kTile : p.T) - 1;
+  const int nEnd = keyEnd(p, lastRow);
+  const int nTiles = nEnd > 0 ? (nEnd + kTile - 1) / kTile : 0;
+  const LdsmOffsets off = ldsmOffsets<D>(lane);
+  const int row0 = i0 + warp * 16 + g; // this thread's rows: row0, row0 + 8
+
+  float o[kDB][4];
+  zero(o);
+  float mRow[2] = {-INFINITY, -INFINITY}, lRow[2] = {0.0f, 0.0f};
+
+  if (nTiles > 0) {
+    loadTileAsync<D>(sQ, qg);
+    loadTileAsync<D>(sK, kg);
+    loadTileAsync<D>(sV, vg);
+    cpAsyncCommit();
+  }
+  for (int jt = 0; jt < nTiles; ++jt) {
+    const int j0 = jt * kTile;
+    const uint32_t buf = (jt & 1) ? kBytes : 0u;
+    if (jt + 1 < nTiles) {
+      loadTileAsync<D>(sK + (kBytes - buf), kg + int64_t(j0 + kTile) * D);
+      loadTileAsync<D>(sV + (kBytes - buf), vg + int64_t(j0 + kTile) * D);
+    }
+    cpAsyncCommit();
+    cpAsyncWait<1>(); // this tile's group (and Q) have landed
+    __syncthreads();
+
+    float s[kNB][4];
+    zero(s);
+    mmaRowsByRows<D>(s, sQ, warp * 16, sK + buf, 0, off);
+
+    // Scores in log2 units; masked ones -inf.
+    const bool masked =
+        j0 + kTile > p.S || (p.causal && j0 + kTile - 1 > i0 + diag);
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * p.scaleLog2;
+        if (masked) {
+          int j = j0 + n * 8 + 2 * t4 + (e & 1);
+          int i = row0 + (e >> 1) * 8;
+          if (j >= p.S || (p.causal && j > i + diag))
+            x = -INFINITY;
+        }
+        s[n][e] = x;
+      }
+
+      // Online softmax; s becomes P.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kNB; ++n)
+        mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mNew = fmaxf(mRow[r], mx);
+      // A row with nothing visible yet keeps P = 0 and a zero state.
+      const float mUse = mNew == -INFINITY ? 0.0f : mNew;
+      const float alpha = exp2f(mRow[r] - mUse);
+      mRow[r] = mNew;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kNB; ++n) {
+        float p0 = exp2f(s[n][2 * r] - mUse);
+        float p1 = exp2f(s[n][2 * r + 1] - mUse);
+        s[n][2 * r] = p0;
+        s[n][2 * r + 1] = p1;
+        sum += p0;
+        sum += p1;
+      }
+      lRow[r] = lRow[r] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < kDB; ++n) {
+        o[n][2 * r] *= alpha;
+        o[n][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V (P rounded to bf16).
+#pragma unroll
+    for (int kk = 0; kk < kNB / 2; ++kk) {
+      uint32_t a[4];
+      accToA(s, kk, a);
+      mmaAccByRowsT<D>(o, a, sV + buf, kk * 16, off);
+    }
+    __syncthreads(); // the buffer is refilled two iterations on
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = lRow[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = row0 + 8 * r;
+    if (i >= p.T)
+      continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float *orow = p.out + (bh * p.T + i) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n) {
+      orow[n * 8] = o[n][2 * r] * inv;
+      orow[n * 8 + 1] = o[n][2 * r + 1] * inv;
+    }
+    if (p.lse && t4 == 0)
+      p.lse[bh * p.T + i] = l > 0.0f ? mRow[r] * kLn2 + logf(l) : -INFINITY;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+/// delta = rowsum(dO * O) and lse2 = lse * log2e over [B * Hq, Tpad] rows;
+/// padding rows and rows with lse = -inf get lse2 = +inf (P = 0), delta 0.
+/// One warp a row, fixed lane order and tree.
+__global__ void flashPrepKernel(const float *dout, const float *o,
+                                const float *lse, float *delta, float *lse2,
+                                int64_t mats, int T, int Tpad, int D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warpId = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t numWarps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t r = warpId; r < mats * Tpad; r += numWarps) {
+    const int64_t m = r / Tpad;
+    const int t = int(r % Tpad);
+    float dl = 0.0f, l2 = INFINITY;
+    if (t < T) {
+      const int64_t src = (m * T + t) * D;
+      float acc = 0.0f;
+      for (int d = lane; d < D; d += 32)
+        acc = fmaf(dout[src + d], o[src + d], acc);
+      dl = warpSum(acc);
+      float l = lse[m * T + t];
+      l2 = l == -INFINITY ? INFINITY : l * kLog2e;
+    }
+    if (lane == 0) {
+      delta[r] = dl;
+      lse2[r] = l2;
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
+  constexpr int kNB = kTile / 8;
+  constexpr int kDB = D / 8;
+  constexpr uint32_t kBytes = tileBytes<D>();
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smemAddr(smem);
+  const uint32_t sO = sQ + kBytes;     // dO
+  const uint32_t sK = sO + kBytes;     // two buffers
+  const uint32_t sV = sK + 2 * kBytes; // two buffers
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int qt = int(gridDim.x) - 1 - int(blockIdx.x); // heavy tiles first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
+  const int i0 = qt * kTile;
+  const int64_t bh = int64_t(b) * p.Hq + h, bhk = int64_t(b) * p.Hkv + hk;
+  const bf16 *qg = p.q + (bh * p.Tpad + i0) * D;
+  const bf16 *og = p.dout + (bh * p.Tpad + i0) * D;
+  const bf16 *kg = p.k + bhk * p.Spad * D;
+  const bf16 *vg = p.v + bhk * p.Spad * D;
+  const int diag = p.S - p.T;
+  const int lastRow = (i0 + kTile < p.T ? i0 + kTile : p.T) - 1;
+  const int nEnd = keyEnd(p, lastRow);
+  const int nTiles = nEnd > 0 ? (nEnd + kTile - 1) / kTile : 0;
+  const LdsmOffsets off = ldsmOffsets<D>(lane);
+  const int row0 = i0 + warp * 16 + g;
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) { // rows < Tpad: always inside the arrays
+    lse2[r] = p.lse2[bh * p.Tpad + row0 + 8 * r];
+    dl[r] = p.delta[bh * p.Tpad + row0 + 8 * r];
+  }
+
+  float dq[kDB][4];
+  zero(dq);
+  if (nTiles > 0) {
+    loadTileAsync<D>(sQ, qg);
+    loadTileAsync<D>(sO, og);
+    loadTileAsync<D>(sK, kg);
+    loadTileAsync<D>(sV, vg);
+    cpAsyncCommit();
+  }
+  for (int jt = 0; jt < nTiles; ++jt) {
+    const int j0 = jt * kTile;
+    const uint32_t buf = (jt & 1) ? kBytes : 0u;
+    if (jt + 1 < nTiles) {
+      loadTileAsync<D>(sK + (kBytes - buf), kg + int64_t(j0 + kTile) * D);
+      loadTileAsync<D>(sV + (kBytes - buf), vg + int64_t(j0 + kTile) * D);
+    }
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+
+    float s[kNB][4], dp[kNB][4];
+    zero(s);
+    zero(dp);
+    mmaRowsByRows<D>(s, sQ, warp * 16, sK + buf, 0, off);
+    mmaRowsByRows<D>(dp, sO, warp * 16, sV + buf, 0, off);
+
+    // s becomes dS = P (dP - delta).
+    const bool masked =
+        j0 + kTile > p.S || (p.causal && j0 + kTile - 1 > i0 + diag);
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float pv = exp2f(fmaf(s[n][e], p.scaleLog2, -lse2[r]));
+        if (masked) {
+          int j = j0 + n * 8 + 2 * t4 + (e & 1);
+          int i = row0 + 8 * r;
+          if (j >= p.S || (p.causal && j > i + diag))
+            pv = 0.0f;
+        }
+        s[n][e] = pv * (dp[n][e] - dl[r]);
+      }
+
+      // dQ += dS K (dS rounded to bf16).
+#pragma unroll
+    for (int kk = 0; kk < kNB / 2; ++kk) {
+      uint32_t a[4];
+      accToA(s, kk, a);
+      mmaAccByRowsT<D>(dq, a, sK + buf, kk * 16, off);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row0 + 8 * r;
+    if (i >= p.T)
+      continue;
+    float *row = p.dq + (bh * p.T + i) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n) {
+      row[n * 8] = dq[n][2 * r] * p.scale;
+      row[n * 8 + 1] = dq[n][2 * r + 1] * p.scale;
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
+  // Query columns per pass over a tile (fewer live score registers at
+  // D = 128; the shared-memory traffic is the same).
+  constexpr int kQC = D <= 64 ? 64 : 32;
+  constexpr int kNQ = kQC / 8;
+  constexpr int kDB = D / 8;
+  constexpr uint32_t kBytes = tileBytes<D>();
+  constexpr uint32_t kVecBytes = kTile * 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK = smemAddr(smem);
+  const uint32_t sV = sK + kBytes;
+  const uint32_t sQ = sV + kBytes;     // two buffers
+  const uint32_t sO = sQ + 2 * kBytes; // dO, two buffers
+  const uint32_t sVec = sO + 2 * kBytes;
+  // Per buffer: lse2[kTile] then delta[kTile].
+  const float *vecs = reinterpret_cast<const float *>(smem + 6 * kBytes);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int j0 = blockIdx.x * kTile; // heavy (early) key tiles first
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int64_t bhk = int64_t(b) * p.Hkv + hk;
+  const int diag = p.S - p.T;
+  // The first query that sees key j0, and its tile.
+  int first = p.causal ? j0 - diag : 0;
+  first = first < 0 ? 0 : first;
+  const int qtStart = first / kTile;
+  const int nq = p.Tpad / kTile - qtStart;
+  const int nWork = nq > 0 ? p.group * nq : 0;
+  const LdsmOffsets off = ldsmOffsets<D>(lane);
+  const int key0 = j0 + warp * 16 + g; // this thread's keys: key0, key0 + 8
+
+  // Enqueues the Q, dO, lse2, delta tiles of work item w into buffer `buf`.
+  auto loadWork = [&](int w, int buf) {
+    const int hq = hk * p.group + w / nq;
+    const int i0 = (qtStart + w % nq) * kTile;
+    const int64_t rowBase = (int64_t(b) * p.Hq + hq) * p.Tpad + i0;
+    loadTileAsync<D>(sQ + buf * kBytes, p.q + rowBase * D);
+    loadTileAsync<D>(sO + buf * kBytes, p.dout + rowBase * D);
+    const int c = threadIdx.x;
+    if (c < 2 * kTile / 4) { // 16-byte chunks of lse2, then of delta
+      const float *src = c < kTile / 4
+                             ? p.lse2 + rowBase + c * 4
+                             : p.delta + rowBase + (c - kTile / 4) * 4;
+      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
+    }
+  };
+
+  float dk[kDB][4], dv[kDB][4];
+  zero(dk);
+  zero(dv);
+  if (nWork > 0) {
+    loadTileAsync<D>(sK, p.k + (bhk * p.Spad + j0) * D);
+    loadTileAsync<D>(sV, p.v + (bhk * p.Spad + j0) * D);
+    loadWork(0, 0);
+    cpAsyncCommit();
+  }
+  for (int w = 0; w < nWork; ++w) {
+    const int buf = w & 1;
+    if (w + 1 < nWork)
+      loadWork(w + 1, buf ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+
+    const int i0 = (qtStart + w % nq) * kTile;
+    const uint32_t qTile = sQ + buf * kBytes, oTile = sO + buf * kBytes;
+    const float *lse2 = vecs + buf * 2 * kTile;
+    const float *dl = lse2 + kTile;
+    const bool masked = p.causal && j0 + kTile - 1 > i0 + diag;
+#pragma unroll
+    for (int c = 0; c < kTile / kQC; ++c) {
+      // S^T and dP^T for this warp's 16 keys x kQC queries.
+      float st[kNQ][4], dpt[kNQ][4];
+      zero(st);
+      zero(dpt);
+      mmaRowsByRows<D>(st, sK, warp * 16, qTile, c * kQC, off);
+      mmaRowsByRows<D>(dpt, sV, warp * 16, oTile, c * kQC, off);
+      // st becomes P^T, dpt becomes dS^T.
+#pragma unroll
+      for (int n = 0; n < kNQ; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = c * kQC + n * 8 + 2 * t4 + (e & 1); // in the tile
+          float pv = exp2f(fmaf(st[n][e], p.scaleLog2, -lse2[qi]));
+          if (masked && key0 + 8 * (e >> 1) > i0 + qi + diag)
+            pv = 0.0f;
+          st[n][e] = pv;
+          dpt[n][e] = pv * (dpt[n][e] - dl[qi]);
+        }
+        // dV += P^T dO, dK += dS^T Q (bf16 operands).
+#pragma unroll
+      for (int kk = 0; kk < kNQ / 2; ++kk) {
+        uint32_t a[4];
+        accToA(st, kk, a);
+        mmaAccByRowsT<D>(dv, a, oTile, c * kQC + kk * 16, off);
+        accToA(dpt, kk, a);
+        mmaAccByRowsT<D>(dk, a, qTile, c * kQC + kk * 16, off);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key0 + 8 * r;
+    if (j >= p.S)
+      continue;
+    const int64_t rowOff = (bhk * p.S + j) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n) {
+      if (p.dk) {
+        p.dk[rowOff + n * 8] = dk[n][2 * r] * p.scale;
+        p.dk[rowOff + n * 8 + 1] = dk[n][2 * r + 1] * p.scale;
+      }
+      if (p.dv) {
+        p.dv[rowOff + n * 8] = dv[n][2 * r];
+        p.dv[rowOff + n * 8 + 1] = dv[n][2 * r + 1];
+      }
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Conversion
+//===----------------------------------------------------------------------===//
+
+/// dst [mats, rowsPad, D] bf16 = src [mats, rows, D] rounded to nearest even,
+/// zero rows from `rows` on. One thread per 8 elements (16 bytes out).
+__global__ void toBf16PaddedKernel(const float *src, bf16 *dst, int64_t mats,
+                                   int rows, int rowsPad, int D) {
+  const int chunks = D / 8;
+  const int64_t n = mats * rowsPad * chunks;
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 15) == 0;
+  RONDO_GRID_STRIDE(idx, n) {
+    const int c = int(idx % chunks);
+    const int64_t mr = idx / chunks;
+    const int r = int(mr % rowsPad);
+    const int64_t m = mr / rowsPad;
+    float x[8];
+    if (r < rows) {
+      const float *s = src + (m * rows + r) * D + c * 8;
+      if (aligned) {
+        float4 lo = *reinterpret_cast<const float4 *>(s);
+        float4 hi = *reinterpret_cast<const float4 *>(s + 4);
+        x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+        x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          x[e] = s[e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[e] = 0.0f;
+    }
+    uint4 out;
+    out.x = packBf16(x[0], x[1]);
+    out.y = packBf16(x[2], x[3]);
+    out.z = packBf16(x[4], x[5]);
+    out.w = packBf16(x[6], x[7]);
+    *reinterpret_cast<uint4 *>(dst + idx * 8) = out;
+  }
+}
+
+int64_t padTo(int64_t n) { return (n + kTile - 1) / kTile * kTile; }
+
+/// A padded bf16 copy of [mats, rows, D] in a stream-ordered temporary.
+struct Bf16Copy {
+  Temp temp;
+  Bf16Copy(const float *src, int64_t mats, int64_t rows, int64_t D,
+           const char *name)
+      : temp(size_t(mats * padTo(rows) * D) * sizeof(bf16), name) {
+    const int64_t n = mats * padTo(rows) * (D / 8);
+    toBf16PaddedKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+        src, temp.as<bf16>(), mats, int(rows), int(padTo(rows)), int(D));
+    checkLaunch(name);
+  }
+  const bf16 *get() const { return temp.as<bf16>(); }
+};
+
+FlashParams baseParams(const FlashDims &d, bool causal, float scale,
+                       const char *name) {
+  if (d.T > (int64_t(1) << 30) || d.S > (int64_t(1) << 30))
+    contract(name, "sequence too long for the bf16 attention kernels");
+  if (d.Hq / d.Hkv * d.Hkv != d.Hq)
+    contract(name, "query heads not a multiple of kv heads");
+  FlashParams p{};
+  p.Hq = int(d.Hq);
+  p.Hkv = int(d.Hkv);
+  p.group = int(d.Hq / d.Hkv);
+  p.T = int(d.T);
+  p.S = int(d.S);
+  p.Tpad = int(padTo(d.T));
+  p.Spad = int(padTo(d.S));
+  p.causal = causal;
+  p.scale = scale;
+  p.scaleLog2 = scale * kLog2e;
+  return p;
+}
+
+template <typename Kernel>
+void launchFlash(Kernel kernel, dim3 grid, size_t smem, const FlashParams &p,
+                 const char *name) {
+  RONDO_CHECK(cudaFuncSetAttribute(kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(smem)),
+              name);
+  RONDO_CHECK(cudaFuncSetAttribute(
+                  kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                  int(cudaSharedmemCarveoutMaxShared)),
+              name);
+  kernel<<<grid, kFaThreads, smem, currentStream()>>>(p);
+  checkLaunch(name);
+}
+
+template <int D>
+void forwardD(const FlashParams &p, int64_t B, const char *name) {
+  dim3 grid(unsigned(p.Tpad / kTile), unsigned(p.Hq), unsigned(B));
+  launchFlash(flashFwdKernel<D>, grid, 5 * size_t(tileBytes<D>()), p, name);
+}
+
+template <int D>
+void backwardD(const FlashParams &p, int64_t B, bool wantDq, bool wantDkv,
+               const char *name) {
+  if (wantDq) {
+    dim3 grid(unsigned(p.Tpad / kTile), unsigned(p.Hq), unsigned(B));
+    launchFlash(flashDqKernel<D>, grid, 6 * size_t(tileBytes<D>()), p, name);
+  }
+  if (wantDkv) {
+    dim3 grid(unsigned(p.Spad / kTile), unsigned(p.Hkv), unsigned(B));
+    size_t smem = 6 * size_t(tileBytes<D>()) + 2 * 2 * kTile * sizeof(float);
+    launchFlash(flashDkvKernel<D>, grid, smem, p, name);
+  }
+}
+
+} // namespace
+
+bool flashAttentionSupports(int64_t headDim) {
+  return headDim == 64 || headDim == 128;
+}
+
+void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
+                           const float *v, bool causal, float scale, float *out,
+                           float *lse, const char *name) {
+  if (!flashAttentionSupports(d.D))
+    contract(name, "no bf16 attention kernel for head dimension %lld",
+             (long long)d.D);
+  if (d.B * d.Hq == 0 || d.T == 0)
+    return;
+  FlashParams p = baseParams(d, causal, scale, name);
+  Bf16Copy qb(q, d.B * d.Hq, d.T, d.D, name);
+  Bf16Copy kb(k, d.B * d.Hkv, d.S, d.D, name);
+  Bf16Copy vb(v, d.B * d.Hkv, d.S, d.D, name);
+  p.q = qb.get();
+  p.k = kb.get();
+  p.v = vb.get();
+  p.out = out;
+  p.lse = lse;
+  if (d.D == 64)
+    forwardD<64>(p, d.B, name);
+  else
+    forwardD<128>(p, d.B, name);
+  vb.temp.release();
+  kb.temp.release();
+  qb.temp.release();
+}
+
+void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
+                            const float *v, const float *out, const float *lse,
+                            const float *dOut, bool causal, float scale,
+                            float *dQ, float *dK, float *dV, const char *name) {
+  if (!flashAttentionSupports(d.D))
+    contract(name, "no bf16 attention kernel for head dimension %lld",
+             (long long)d.D);
+  if (!dQ && !dK && !dV)
+    return;
+  FlashParams p = baseParams(d, causal, scale, name);
+  const int64_t mats = d.B * d.Hq;
+  Temp vecs(size_t(2 * mats * p.Tpad) * sizeof(float), name);
+  float *delta = vecs.as<float>();
+  float *lse2 = delta + mats * p.Tpad;
+  flashPrepKernel<<<gridFor(mats * p.Tpad * 32), kThreads, 0,
+                    currentStream()>>>(dOut, out, lse, delta, lse2, mats, p.T,
+                                       p.Tpad, int(d.D));
+  checkLaunch(name);
+  Bf16Copy qb(q, mats, d.T, d.D, name);
+  Bf16Copy ob(dOut, mats, d.T, d.D, name);
+  Bf16Copy kb(k, d.B * d.Hkv, d.S, d.D, name);
+  Bf16Copy vb(v, d.B * d.Hkv, d.S, d.D, name);
+  p.q = qb.get();
+  p.dout = ob.get();
+  p.k = kb.get();
+  p.v = vb.get();
+  p.lse2 = lse2;
+  p.delta = delta;
+  p.dq = dQ;
+  p.dk = dK;
+  p.dv = dV;
+  if (d.D == 64)
+    backwardD<64>(p, d.B, dQ != nullptr, dK || dV, name);
+  else
+    backwardD<128>(p, d.B, dQ != nullptr, dK || dV, name);
+  vb.temp.release();
+  kb.temp.release();
+  ob.temp.release();
+  qb.temp.release();
+  vecs.release();
+}
+
+} // namespace rondo::cuda::detail
