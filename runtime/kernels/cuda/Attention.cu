@@ -27,6 +27,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
+#include "Profile.cuh"
+
+#include <string>
 
 namespace rondo::cuda {
 
@@ -443,6 +446,13 @@ void attention(CFView q, CFView k, CFView v, bool causal, float scale,
                FView out, FView lse) {
   const char *name = "attention";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  // Causal attention does about half the products of full attention.
+  ProfileScope profileScope(
+      std::string("attention") +
+          (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
+               ? " flash bf16"
+               : " fp32"),
+      2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * (causal ? 0.5 : 1.0));
   if (d.B * d.Hq == 0 || d.T == 0)
     return;
   if (precision() == Precision::Bf16 && flashAttentionSupports(d.D)) {
@@ -469,6 +479,12 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
                        FView dK, FView dV) {
   const char *name = "attentionBackward";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  ProfileScope profileScope(
+      std::string("attentionBackward") +
+          (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
+               ? " flash bf16"
+               : " fp32"),
+      2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * (causal ? 0.5 : 1.0));
   bool empty = d.B * d.Hkv == 0 || d.T == 0;
   if (empty || d.S == 0) {
     if (dK.data)

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Exports a Hugging Face causal LM to an ONNX graph that rondo-compile accepts.
+
+The graph is what PyTorch's exporter makes of the model (torch.onnx.export
+with dynamo=True, opset 20): input `input_ids` int64 [batch, seq], both axes
+dynamic, output `logits`. Rondo specialises the shapes at compile time
+(--batch, --seq-len), so one export serves every shape.
+
+Where the model comes from:
+  --model DIR          a local Hugging Face directory (config.json, and the
+                       weights unless --graph-only)
+  --config FILE.json   a config alone: random weights
+  --preset NAME        a built-in config: qwen3-0.6b, qwen3-1.7b, qwen3-8b
+  --layers N           keep only the first N decoder layers (any source)
+
+--graph-only writes the graph without weights, for models too large to hold
+twice in memory: the model is built on PyTorch's meta device (no memory for
+weights at all), and every initializer keeps its name, dtype and shape but
+points into an absent `<out>.data` file, as the graph-only fixtures do. A
+trainer then starts from `--init=random`. Without it, weights go to
+`<out>.data` beside the graph (ONNX external data).
+
+    python3 scripts/export-hf-onnx.py --preset qwen3-8b --graph-only -o qwen3-8b.onnx
+
+Needs PyTorch, transformers and onnx (the GPU machines have them; no GPU is
+used).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+PRESETS = {
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       tie_word_embeddings=True),
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     tie_word_embeddings=False),
+}
+QWEN3_COMMON = dict(vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
+                    rope_theta=1000000.0, model_type="qwen3")
+
+
+def fail(message):
+    sys.stderr.write("export-hf-onnx: error: %s\n" % message)
+    sys.exit(1)
+
+
+def load_config(a):
+    from transformers import AutoConfig, Qwen3Config
+    if a.preset:
+        if a.preset not in PRESETS:
+            fail("--preset %s: unknown (known: %s)" % (a.preset, ", ".join(sorted(PRESETS))))
+        fields = dict(QWEN3_COMMON, **PRESETS[a.preset])
+        fields.pop("model_type")
+        config = Qwen3Config(**fields)
+    elif a.config:
+        try:
+            with open(a.config) as f:
+                fields = json.load(f)
+        except (OSError, ValueError) as e:
+            fail("--config %s: %s" % (a.config, e))
+        config = AutoConfig.for_model(**fields)
+    else:
+        if not os.path.isdir(a.model):
+            fail("--model %s: not a directory (no network on the GPU machines: "
+                 "download the model first)" % a.model)
+        config = AutoConfig.from_pretrained(a.model)
+    if a.layers:
+        if a.layers > config.num_hidden_layers:
+            fail("--layers %d: the model has only %d" % (a.layers, config.num_hidden_layers))
+        config.num_hidden_layers = a.layers
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:a.layers]
+    config.use_cache = False
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class LogitsOnly:
+    """Wraps the model so that the graph has exactly one output, logits."""
+
+    @staticmethod
+    def make(model):
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.model = m
+
+            def forward(self, input_ids):
+                return self.model(input_ids=input_ids, use_cache=False).logits
+        return Wrapper(model)
+
+
+def build_model(a, config):
+    import torch
+    from transformers import AutoModelForCausalLM
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
+    if a.graph_only:
+        # Built on the meta device (no initialisation work), then given
+        # uninitialised CPU memory: the exporter needs real tensors, the
+        # values are never written. Non-persistent buffers (the rotary
+        # inverse frequencies) are computed in __init__, so those modules
+        # are rebuilt on the CPU to keep their true values.
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        model = model.to_empty(device="cpu")
+        for name, module in list(model.named_modules()):
+            if "rotary" in type(module).__name__.lower():
+                parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+                setattr(parent, name.rsplit(".", 1)[-1], type(module)(config=config))
+        return model
+    if a.model:
+        return AutoModelForCausalLM.from_pretrained(a.model, config=config, torch_dtype=dtype)
+    torch.manual_seed(a.seed)
+    return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+
+
+def point_initializers_at_absent_file(model_proto, data_name):
+    """Graph-only: every initializer big enough to be external keeps its
+    name, dtype and shape and points into data_name (which is not written).
+    Small ones (the rotary table, scalars) stay inline, as the exporter
+    writes them."""
+    from onnx import TensorProto
+    offset = 0
+    for t in model_proto.graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL or t.HasField("raw_data"):
+            if t.data_location != TensorProto.EXTERNAL and len(t.raw_data) < 1024:
+                continue
+            numel = 1
+            for d in t.dims:
+                numel *= d
+            size = numel * {TensorProto.BFLOAT16: 2, TensorProto.FLOAT16: 2,
+                            TensorProto.FLOAT: 4, TensorProto.DOUBLE: 8,
+                            TensorProto.INT64: 8, TensorProto.INT32: 4}.get(t.data_type, 4)
+            t.ClearField("raw_data")
+            del t.external_data[:]
+            for k, v in (("location", data_name), ("offset", str(offset)),
+                         ("length", str(size))):
+                e = t.external_data.add()
+                e.key, e.value = k, v
+            t.data_location = TensorProto.EXTERNAL
+            offset += (size + 4095) // 4096 * 4096
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="a local Hugging Face model directory")
+    src.add_argument("--config", help="a config.json (random weights)")
+    src.add_argument("--preset", help="qwen3-0.6b, qwen3-1.7b or qwen3-8b")
+    p.add_argument("-o", "--output", required=True, help="the ONNX file to write")
+    p.add_argument("--graph-only", action="store_true",
+                   help="no weights: initializers point into an absent OUT.data")
+    p.add_argument("--layers", type=int, default=0, help="keep the first N layers")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"],
+                   help="the initializers' dtype (default bf16, as the fixtures)")
+    p.add_argument("--seed", type=int, default=0, help="random weights' seed")
+    p.add_argument("--opset", type=int, default=20)
+    a = p.parse_args()
+    if not a.output.endswith(".onnx"):
+        fail("-o %s: the output must end in .onnx" % a.output)
+
+    import torch
+    import onnx
+    start = time.time()
+    config = load_config(a)
+    model = build_model(a, config).eval()
+    wrapper = LogitsOnly.make(model)
+    example = torch.zeros((2, 16), dtype=torch.int64)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    out_dir = os.path.dirname(os.path.abspath(a.output))
+    base = os.path.basename(a.output)
+    data_name = base + ".data"
+    tmp = os.path.join(out_dir, ".tmp-" + base)
+    try:
+        program = torch.onnx.export(wrapper, (example,), dynamo=True, opset_version=a.opset,
+                                    input_names=["input_ids"], output_names=["logits"],
+                                    dynamic_shapes={"input_ids": {0: batch, 1: seq}},
+                                    optimize=True)
+        if a.graph_only:
+            # Serialise the graph with the initializers' headers only: no
+            # weight bytes are ever written.
+            import onnx_ir as ir
+            for value in program.model.graph.initializers.values():
+                tensor = value.const_value
+                if tensor is not None and tensor.size * tensor.dtype.itemsize >= 1024:
+                    value.const_value = ir.ExternalTensor(
+                        data_name, offset=0, length=tensor.size * tensor.dtype.itemsize,
+                        dtype=tensor.dtype, shape=tensor.shape, name=value.name,
+                        base_dir=out_dir)
+            proto = ir.serde.serialize_model(program.model)
+            point_initializers_at_absent_file(proto, data_name)
+            onnx.save(proto, tmp)
+        else:
+            program.save(tmp, external_data=True)
+            os.replace(tmp + ".data", os.path.join(out_dir, data_name)) \
+                if os.path.exists(tmp + ".data") else None
+            m = onnx.load(tmp, load_external_data=False)
+            for t in m.graph.initializer:
+                for e in t.external_data:
+                    if e.key == "location":
+                        e.value = data_name
+            onnx.save(m, tmp)
+        os.replace(tmp, a.output)
+    finally:
+        for leftover in (tmp, tmp + ".data"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+    params = sum(p.numel() for p in model.parameters())
+    print("export-hf-onnx: wrote %s (%s, %d layers, %.2fB parameters%s) in %.0f s"
+          % (a.output, a.preset or a.config or a.model, config.num_hidden_layers, params / 1e9,
+             ", graph only" if a.graph_only else "", time.time() - start))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
