@@ -5,7 +5,19 @@
 //===----------------------------------------------------------------------===//
 //
 // transpose, slice and sliceBackward are one strided copy over a merged
-// iteration space, one thread per element of the contiguous side.
+// iteration space, one thread per element of the contiguous side, with two
+// fast paths (pure copies, so bitwise identical to the general kernel):
+//  - Inner run kept (the merged walk's innermost stride is 1: transposes with
+//    perm[last] == last such as [B,T,H,D] <-> [B,H,T,D], slices with step 1
+//    on the last axis): rows of the inner run copied by float4 when the run
+//    length, the base and every outer stride are multiples of 4 and both
+//    pointers are 16-byte aligned; row offsets with 32-bit index arithmetic
+//    when the row count allows.
+//  - Transposes whose merged walk is [batch,] P x Q with the strided side's
+//    P stride 1 (a batched 2-D transpose of the last two merged dims, e.g.
+//    [R, C] -> [C, R] or [B, T, HD] -> [B, HD, T]): 32 x 32 tiles staged
+//    through padded shared memory, so both the reads and the writes are
+//    coalesced; ragged edges are bounds-checked.
 //
 // gatherRowsBackward is a deterministic scatter-add without atomics: the ids
 // are normalised into destination rows, the (row, position) pairs are sorted
@@ -38,6 +50,122 @@ __global__ void scatterKernel(const float *from, float *to, int64_t n,
   RONDO_GRID_STRIDE(i, n) { to[stridedOffset(s, i)] = from[i]; }
 }
 
+/// Byte offset of the row `row` of the outer dims of a strided walk (all its
+/// dims but the innermost); Small: every index fits 32 bits.
+template <bool Small>
+__device__ inline int64_t outerOffset(const Strided &s, int64_t row) {
+  int64_t off = s.base;
+#pragma unroll
+  for (int d = kMaxRank - 2; d >= 0; --d) {
+    if (d < s.rank - 1) {
+      int64_t c;
+      if (Small) {
+        uint32_t q = uint32_t(row) / uint32_t(s.dims[d]);
+        c = int64_t(uint32_t(row) - q * uint32_t(s.dims[d]));
+        row = int64_t(q);
+      } else {
+        c = row % s.dims[d];
+        row /= s.dims[d];
+      }
+      off += c * s.strides[d];
+    }
+  }
+  return off;
+}
+
+/// Copies rows of the inner run (stride 1, length 4 * runVec) by float4:
+/// gather to[v] = from[outer(row) + q], scatter the reverse.
+template <bool Small>
+__global__ void runCopyVecKernel(const float *from, float *to, int64_t nv,
+                                 int64_t runVec, Strided s, bool scatter) {
+  RONDO_GRID_STRIDE(v, nv) {
+    int64_t row, q;
+    if (Small) {
+      uint32_t r32 = uint32_t(v) / uint32_t(runVec);
+      row = r32;
+      q = v - row * runVec;
+    } else {
+      row = v / runVec;
+      q = v - row * runVec;
+    }
+    int64_t off = outerOffset<Small>(s, row) + q * 4;
+    if (scatter)
+      store4(to + off, load4(from + v * 4));
+    else
+      store4(to + v * 4, load4(from + off));
+  }
+}
+
+/// out[b][p][q] = in[b * sb + q * ld + p] for a [batch, P, Q] output, by
+/// 32 x 32 tiles through shared memory padded to 33 columns.
+__global__ void transposeTileKernel(const float *in, float *out,
+                                    int64_t batch, int64_t P, int64_t Q,
+                                    int64_t ld, int64_t sb) {
+  __shared__ float tile[32][33];
+  int64_t q0 = int64_t(blockIdx.x) * 32, p0 = int64_t(blockIdx.y) * 32;
+  int tx = threadIdx.x, ty = threadIdx.y;
+  for (int64_t b = blockIdx.z; b < batch; b += gridDim.z) {
+    const float *src = in + b * sb;
+    float *dst = out + b * P * Q;
+    // Read along p (contiguous in the input).
+    for (int j = ty; j < 32; j += 8) {
+      int64_t q = q0 + j, p = p0 + tx;
+      if (q < Q && p < P)
+        tile[j][tx] = src[q * ld + p];
+    }
+    __syncthreads();
+    // Write along q (contiguous in the output).
+    for (int j = ty; j < 32; j += 8) {
+      int64_t p = p0 + j, q = q0 + tx;
+      if (p < P && q < Q)
+        dst[p * Q + q] = tile[tx][j];
+    }
+    __syncthreads();
+  }
+}
+
+/// The fast paths of stridedCopy; false when none applies.
+bool stridedCopyFast(bool scatter, const float *from, float *to,
+                     const Strided &s, int64_t n, bool allowTiles,
+                     const char *name) {
+  cudaStream_t st = currentStream();
+  if (s.rank >= 1 && s.strides[s.rank - 1] == 1) {
+    int64_t run = s.dims[s.rank - 1];
+    bool ok = run % 4 == 0 && s.base % 4 == 0 && aligned16(from) &&
+              aligned16(to);
+    for (int d = 0; d + 1 < s.rank; ++d)
+      ok = ok && s.strides[d] % 4 == 0;
+    if (!ok)
+      return false;
+    int64_t nv = n / 4, runVec = run / 4;
+    bool small = nv <= int64_t(0xffffffff);
+    if (small)
+      runCopyVecKernel<true><<<gridFor(nv), kThreads, 0, st>>>(
+          from, to, nv, runVec, s, scatter);
+    else
+      runCopyVecKernel<false><<<gridFor(nv), kThreads, 0, st>>>(
+          from, to, nv, runVec, s, scatter);
+    checkLaunch(name);
+    return true;
+  }
+  if (!allowTiles || scatter || (s.rank != 2 && s.rank != 3) ||
+      s.strides[s.rank - 2] != 1)
+    return false;
+  int64_t P = s.dims[s.rank - 2], Q = s.dims[s.rank - 1];
+  int64_t batch = s.rank == 3 ? s.dims[0] : 1;
+  int64_t sb = s.rank == 3 ? s.strides[0] : 0;
+  int64_t ld = s.strides[s.rank - 1];
+  int64_t gx = (Q + 31) / 32, gy = (P + 31) / 32;
+  if (gy > 65535 || gx > 0x7fffffff)
+    return false;
+  dim3 grid(unsigned(gx), unsigned(gy),
+            unsigned(batch < 65535 ? batch : 65535));
+  transposeTileKernel<<<grid, dim3(32, 8), 0, st>>>(from + s.base, to, batch,
+                                                    P, Q, ld, sb);
+  checkLaunch(name);
+  return true;
+}
+
 void stridedCopy(bool scatter, const float *from, float *to, int64_t base,
                  const int64_t *strides, const Shape &shape,
                  const char *name) {
@@ -45,6 +173,8 @@ void stridedCopy(bool scatter, const float *from, float *to, int64_t base,
   if (n == 0)
     return;
   Strided s = makeStrided(shape, strides, base);
+  if (stridedCopyFast(scatter, from, to, s, n, !scatter, name))
+    return;
   if (scatter)
     scatterKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(from, to, n,
                                                                 s);

@@ -10,6 +10,24 @@
 // contraction, so the arithmetic ops round exactly as on the CPU (the
 // transcendental functions may differ by an ulp).
 //
+// Fast paths (bitwise identical to the general ones: the same per-element
+// formula on the same operands) for the memory-bound common cases, each
+// guarded by exact conditions and falling back to the general kernels:
+//  - Flat maps (same-shape binary, unary, unaryBackward, scale, accumulate,
+//    roundToBf16): 128-bit loads/stores when every pointer is 16-byte aligned;
+//    a scalar tail of n % 4 elements.
+//  - Broadcasts whose merged space has rank <= 2, [rows, cols] with each
+//    operand full, a row vector [cols], a column [rows, 1] or a scalar
+//    (binary, binaryGrad, broadcastTo): float4 along the columns when
+//    cols % 4 == 0 (or rows == 1, with a scalar tail), the pointers of the
+//    operands read as float4 are aligned and their row strides are multiples
+//    of 4; otherwise a scalar kernel over the same [rows, cols] space, which
+//    costs one 32-bit division per element instead of the merged-odometer
+//    64-bit divisions.
+//  - sumToShape of [R, C] to [C] (column sums): the tiled two-stage column sum
+//    of Internal.cuh (blocks of 32 columns x a tile of rows, fixed lane order,
+//    then tiles in order); [R, C] to [R, 1] (row sums): a warp per row.
+//
 // binaryBackward materialises the full-size gradient of a broadcast operand
 // in a temporary and calls sumToShape, as the CPU does. sumToShape sums in
 // double: each output element's reduced range is cut into parts whose number
@@ -341,6 +359,284 @@ __global__ void sumFinalKernel(const double *partial, int64_t O,
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Fast paths
+//===----------------------------------------------------------------------===//
+
+/// A merged broadcast space of rank <= 2 as [rows, cols]: operand `op` at
+/// p + r * sr[op] + c * sc[op], with sc[op] in {0, 1}; the output contiguous.
+struct Mat2 {
+  int64_t rows = 1, cols = 1;
+  int64_t sr[2] = {0, 0}, sc[2] = {0, 0};
+};
+
+bool asMat2(const Bcast &s, int numInputs, Mat2 &m) {
+  if (s.rank > 2)
+    return false;
+  if (s.rank >= 1) {
+    m.cols = s.dims[s.rank - 1];
+    m.rows = s.rank == 2 ? s.dims[0] : 1;
+  }
+  for (int op = 0; op < numInputs; ++op) {
+    m.sc[op] = s.rank >= 1 ? s.strides[op][s.rank - 1] : 0;
+    m.sr[op] = s.rank == 2 ? s.strides[op][0] : 0;
+    if (m.sc[op] != 0 && m.sc[op] != 1)
+      return false;
+  }
+  return true;
+}
+
+/// Whether [rows, cols] may be walked by float4 along the columns: cols % 4
+/// == 0 (or a single row, the rest done by a scalar tail), and every operand
+/// read as float4 (sc == 1) aligned with a row stride a multiple of 4.
+bool mat2Vectorisable(const Mat2 &m, const float *const *ops, int numInputs) {
+  if (m.cols % 4 != 0 && m.rows != 1)
+    return false;
+  for (int op = 0; op < numInputs; ++op)
+    if (m.sc[op] == 1 && (!aligned16(ops[op]) || m.sr[op] % 4 != 0))
+      return false;
+  return true;
+}
+
+__device__ inline float4 loadMat4(const float *p, int64_t r, int64_t c,
+                                  int64_t sr, int64_t sc) {
+  if (sc)
+    return load4(p + r * sr + c);
+  float v = p[r * sr];
+  return make_float4(v, v, v, v);
+}
+
+__device__ inline float loadMat(const float *p, int64_t r, int64_t c,
+                                int64_t sr, int64_t sc) {
+  return p[r * sr + c * sc];
+}
+
+/// Position of float4 number v of a [rows, cols] space (cols / 4 per row).
+__device__ inline void mat4Pos(const Mat2 &m, int64_t v, int64_t &r,
+                               int64_t &c) {
+  if (m.rows == 1) {
+    r = 0;
+    c = v * 4;
+    return;
+  }
+  int64_t q;
+  divMod(v, m.cols / 4, r, q);
+  c = q * 4;
+}
+
+/// Number of float4 items of a vectorisable [rows, cols] space and the scalar
+/// tail after them (only with a single row).
+inline void mat4Count(const Mat2 &m, int64_t &nv, int64_t &tail) {
+  nv = m.rows * (m.cols / 4);
+  tail = m.rows == 1 ? m.cols % 4 : 0;
+}
+
+__device__ inline int64_t globalThread() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__global__ void binaryVecKernel(BinaryKind k, const float *a, const float *b,
+                                float *out, Mat2 m, int64_t nv,
+                                int64_t tail) {
+  RONDO_GRID_STRIDE(v, nv) {
+    int64_t r, c;
+    mat4Pos(m, v, r, c);
+    float4 x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
+    float4 y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
+    float4 o;
+    o.x = binaryFwd(k, x.x, y.x);
+    o.y = binaryFwd(k, x.y, y.y);
+    o.z = binaryFwd(k, x.z, y.z);
+    o.w = binaryFwd(k, x.w, y.w);
+    store4(out + v * 4, o);
+  }
+  int64_t t = globalThread();
+  if (t < tail) {
+    int64_t c = nv * 4 + t;
+    out[c] = binaryFwd(k, loadMat(a, 0, c, 0, m.sc[0]),
+                       loadMat(b, 0, c, 0, m.sc[1]));
+  }
+}
+
+__global__ void binaryMatKernel(BinaryKind k, const float *a, const float *b,
+                                float *out, Mat2 m) {
+  RONDO_GRID_STRIDE(i, m.rows * m.cols) {
+    int64_t r, c;
+    divMod(i, m.cols, r, c);
+    out[i] = binaryFwd(k, loadMat(a, r, c, m.sr[0], m.sc[0]),
+                       loadMat(b, r, c, m.sr[1], m.sc[1]));
+  }
+}
+
+__device__ inline void gradStore4(float *p, int64_t v, float4 d) {
+  if (p)
+    store4(p + v * 4, d);
+}
+
+__global__ void binaryGradVecKernel(BinaryKind k, const float *a,
+                                    const float *b, const float *g, float *ga,
+                                    float *gb, Mat2 m, int64_t nv,
+                                    int64_t tail) {
+  RONDO_GRID_STRIDE(v, nv) {
+    int64_t r, c;
+    mat4Pos(m, v, r, c);
+    float4 x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
+    float4 y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
+    float4 gv = load4(g + v * 4);
+    float4 da, db;
+    binaryGrad(k, x.x, y.x, gv.x, da.x, db.x);
+    binaryGrad(k, x.y, y.y, gv.y, da.y, db.y);
+    binaryGrad(k, x.z, y.z, gv.z, da.z, db.z);
+    binaryGrad(k, x.w, y.w, gv.w, da.w, db.w);
+    gradStore4(ga, v, da);
+    gradStore4(gb, v, db);
+  }
+  int64_t t = globalThread();
+  if (t < tail) {
+    int64_t c = nv * 4 + t;
+    float da, db;
+    binaryGrad(k, loadMat(a, 0, c, 0, m.sc[0]), loadMat(b, 0, c, 0, m.sc[1]),
+               g[c], da, db);
+    if (ga)
+      ga[c] = da;
+    if (gb)
+      gb[c] = db;
+  }
+}
+
+__global__ void binaryGradMatKernel(BinaryKind k, const float *a,
+                                    const float *b, const float *g, float *ga,
+                                    float *gb, Mat2 m) {
+  RONDO_GRID_STRIDE(i, m.rows * m.cols) {
+    int64_t r, c;
+    divMod(i, m.cols, r, c);
+    float da, db;
+    binaryGrad(k, loadMat(a, r, c, m.sr[0], m.sc[0]),
+               loadMat(b, r, c, m.sr[1], m.sc[1]), g[i], da, db);
+    if (ga)
+      ga[i] = da;
+    if (gb)
+      gb[i] = db;
+  }
+}
+
+__global__ void broadcastVecKernel(const float *x, float *out, Mat2 m,
+                                   int64_t nv, int64_t tail) {
+  RONDO_GRID_STRIDE(v, nv) {
+    int64_t r, c;
+    mat4Pos(m, v, r, c);
+    store4(out + v * 4, loadMat4(x, r, c, m.sr[0], m.sc[0]));
+  }
+  int64_t t = globalThread();
+  if (t < tail) {
+    int64_t c = nv * 4 + t;
+    out[c] = loadMat(x, 0, c, 0, m.sc[0]);
+  }
+}
+
+// Per-element maps of the flat kernels: the general kernels' formulas.
+struct UnaryMap {
+  UnaryKind k;
+  __device__ float operator()(float x, float) const { return unaryFwd(k, x); }
+};
+struct UnaryBwdMap {
+  UnaryKind k;
+  __device__ float operator()(float x, float g) const {
+    return unaryBwd(k, x, g);
+  }
+};
+struct BinaryMap {
+  BinaryKind k;
+  __device__ float operator()(float a, float b) const {
+    return binaryFwd(k, a, b);
+  }
+};
+struct ScaleMap {
+  float s;
+  __device__ float operator()(float x, float) const { return x * s; }
+};
+/// accumulate: out[i] += x[i] with a = out[i], b = x[i].
+struct AddMap {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Bf16Map {
+  __device__ float operator()(float x, float) const {
+    uint32_t bits = __float_as_uint(x);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+      bits = (bits | 0x00400000u) & 0xffff0000u;
+    } else {
+      bits += 0x7fffu + ((bits >> 16) & 1u);
+      bits &= 0xffff0000u;
+    }
+    return __uint_as_float(bits);
+  }
+};
+
+/// out[i] = f(a[i], b[i]) (b == a when the map takes one operand, HasB
+/// false), float4 over n / 4 items, then a scalar tail. Every pointer 16-byte
+/// aligned (checked by the caller). out may alias a or b: each element is
+/// read and written by one thread.
+template <bool HasB, typename Map>
+__global__ void mapVecKernel(Map f, const float *a, const float *b,
+                             float *out, int64_t n) {
+  int64_t nv = n / 4;
+  RONDO_GRID_STRIDE(v, nv) {
+    float4 x = load4(a + v * 4);
+    float4 y = HasB ? load4(b + v * 4) : x;
+    float4 o;
+    o.x = f(x.x, y.x);
+    o.y = f(x.y, y.y);
+    o.z = f(x.z, y.z);
+    o.w = f(x.w, y.w);
+    store4(out + v * 4, o);
+  }
+  int64_t i = nv * 4 + globalThread();
+  if (i < n)
+    out[i] = f(a[i], HasB ? b[i] : a[i]);
+}
+
+/// Launches mapVecKernel when every pointer is aligned; false otherwise (the
+/// caller then runs its general kernel).
+template <bool HasB, typename Map>
+bool mapVec(Map f, const float *a, const float *b, float *out, int64_t n,
+            const char *name) {
+  if (!aligned16(a) || !aligned16(out) || (HasB && !aligned16(b)))
+    return false;
+  mapVecKernel<HasB, Map>
+      <<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0, currentStream()>>>(
+          f, a, b, out, n);
+  checkLaunch(name);
+  return true;
+}
+
+/// Row sums of a contiguous [rows, width]: a warp per row, lanes striding the
+/// row in ascending order in double, then the fixed warp tree.
+__global__ void rowSumKernel(const float *x, int64_t rows, int64_t width,
+                             float *out) {
+  int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  int lane = threadIdx.x & 31;
+  for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) +
+                   (threadIdx.x >> 5);
+       r < rows; r += warps) {
+    const float *xr = x + r * width;
+    double acc = 0.0;
+    for (int64_t c = lane; c < width; c += 32)
+      acc += xr[c];
+    acc = warpSum(acc);
+    if (lane == 0)
+      out[r] = float(acc);
+  }
+}
+
+/// Column-sum term of a contiguous [rows, width].
+struct ColumnTerm {
+  const float *x;
+  int64_t width;
+  __device__ double operator()(int64_t r, int64_t c) const {
+    return double(x[r * width + c]);
+  }
+};
+
 } // namespace
 
 void binary(BinaryKind kind, CFView a, CFView b, FView out) {
@@ -351,11 +647,28 @@ void binary(BinaryKind kind, CFView a, CFView b, FView out) {
     return;
   cudaStream_t st = currentStream();
   if (a.shape == out.shape && b.shape == out.shape) {
+    if (mapVec<true>(BinaryMap{kind}, a.data, b.data, out.data, n, name))
+      return;
     binaryFlatKernel<<<gridFor(n), kThreads, 0, st>>>(kind, a.data, b.data,
                                                       out.data, n);
+    checkLaunch(name);
+    return;
+  }
+  Shape ins[2] = {a.shape, b.shape};
+  Bcast s = makeBcast(out.shape, ins, 2, name);
+  Mat2 m;
+  if (asMat2(s, 2, m)) {
+    const float *ops[2] = {a.data, b.data};
+    if (aligned16(out.data) && mat2Vectorisable(m, ops, 2)) {
+      int64_t nv, tail;
+      mat4Count(m, nv, tail);
+      binaryVecKernel<<<gridFor(nv > 0 ? nv : 1), kThreads, 0, st>>>(
+          kind, a.data, b.data, out.data, m, nv, tail);
+    } else {
+      binaryMatKernel<<<gridFor(n), kThreads, 0, st>>>(kind, a.data, b.data,
+                                                       out.data, m);
+    }
   } else {
-    Shape ins[2] = {a.shape, b.shape};
-    Bcast s = makeBcast(out.shape, ins, 2, name);
     binaryBcastKernel<<<gridFor(n), kThreads, 0, st>>>(kind, a.data, b.data,
                                                        out.data, n, s);
   }
@@ -383,8 +696,24 @@ void binaryBackward(BinaryKind kind, CFView a, CFView b, CFView dOut, FView dA,
   float *gb = wantB ? (fullB ? dB.data : tmpB.as<float>()) : nullptr;
   Shape ins[2] = {a.shape, b.shape};
   Bcast s = makeBcast(dOut.shape, ins, 2, name);
-  binaryGradKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
-      kind, a.data, b.data, dOut.data, ga, gb, n, s);
+  cudaStream_t st = currentStream();
+  Mat2 m;
+  if (asMat2(s, 2, m)) {
+    const float *ops[2] = {a.data, b.data};
+    if (aligned16(dOut.data) && aligned16(ga) && aligned16(gb) &&
+        mat2Vectorisable(m, ops, 2)) {
+      int64_t nv, tail;
+      mat4Count(m, nv, tail);
+      binaryGradVecKernel<<<gridFor(nv > 0 ? nv : 1), kThreads, 0, st>>>(
+          kind, a.data, b.data, dOut.data, ga, gb, m, nv, tail);
+    } else {
+      binaryGradMatKernel<<<gridFor(n), kThreads, 0, st>>>(
+          kind, a.data, b.data, dOut.data, ga, gb, m);
+    }
+  } else {
+    binaryGradKernel<<<gridFor(n), kThreads, 0, st>>>(
+        kind, a.data, b.data, dOut.data, ga, gb, n, s);
+  }
   checkLaunch(name);
   if (wantA && !fullA)
     ::rondo::cuda::sumToShape(CFView{tmpA.as<float>(), dOut.shape}, dA);
@@ -399,6 +728,8 @@ void unary(UnaryKind kind, CFView x, FView out) {
   int64_t n = x.shape.numel();
   if (n == 0)
     return;
+  if (mapVec<false>(UnaryMap{kind}, x.data, nullptr, out.data, n, "unary"))
+    return;
   unaryKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(kind, x.data,
                                                             out.data, n);
   checkLaunch("unary");
@@ -409,6 +740,9 @@ void unaryBackward(UnaryKind kind, CFView x, CFView dOut, FView dX) {
   int64_t n = x.shape.numel();
   if (n == 0)
     return;
+  if (mapVec<true>(UnaryBwdMap{kind}, x.data, dOut.data, dX.data, n,
+                   "unaryBackward"))
+    return;
   unaryBwdKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
       kind, x.data, dOut.data, dX.data, n);
   checkLaunch("unaryBackward");
@@ -418,6 +752,8 @@ void scale(CFView x, float s, FView out) {
   ProfileScope profileScope("scale");
   int64_t n = x.shape.numel();
   if (n == 0)
+    return;
+  if (mapVec<false>(ScaleMap{s}, x.data, nullptr, out.data, n, "scale"))
     return;
   scaleKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data, s,
                                                             out.data, n);
@@ -431,6 +767,16 @@ void broadcastTo(CFView x, FView out) {
   if (n == 0)
     return;
   Bcast s = makeBcast(out.shape, &x.shape, 1, name);
+  Mat2 m;
+  if (asMat2(s, 1, m) && aligned16(out.data) &&
+      mat2Vectorisable(m, &x.data, 1)) {
+    int64_t nv, tail;
+    mat4Count(m, nv, tail);
+    broadcastVecKernel<<<gridFor(nv > 0 ? nv : 1), kThreads, 0,
+                         currentStream()>>>(x.data, out.data, m, nv, tail);
+    checkLaunch(name);
+    return;
+  }
   broadcastKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data,
                                                                 out.data, n, s);
   checkLaunch(name);
@@ -493,6 +839,21 @@ void sumToShape(CFView x, FView out) {
   int64_t R = 1;
   for (int d = 0; d < reduced.rank; ++d)
     R *= reduced.dims[d];
+  if (kept.rank == 1 && reduced.rank == 1) {
+    int64_t C = kept.dims[0];
+    if (kept.strides[0] == 1 && reduced.strides[0] == C) {
+      // x is [R, C] summed over rows: tiled column sums.
+      tiledColumnSums(R, C, out.data, ColumnTerm{x.data, C}, name);
+      return;
+    }
+    if (reduced.strides[0] == 1 && kept.strides[0] == R) {
+      // x is [C, R] summed over its contiguous rows: a warp per row.
+      rowSumKernel<<<gridFor(C * 32), kThreads, 0, st>>>(x.data, C, R,
+                                                         out.data);
+      checkLaunch(name);
+      return;
+    }
+  }
   // Parts: enough threads to fill the GPU when there are few outputs, each
   // part at least 256 elements long. A function of (O, R) only.
   int64_t parts = 1;
@@ -536,6 +897,8 @@ void accumulate(CFView x, FView out) {
   int64_t n = out.shape.numel();
   if (n == 0)
     return;
+  if (mapVec<true>(AddMap{}, out.data, x.data, out.data, n, "accumulate"))
+    return;
   accumulateKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data,
                                                                  out.data, n);
   checkLaunch("accumulate");
@@ -544,6 +907,8 @@ void accumulate(CFView x, FView out) {
 void roundToBf16(CFView x, FView out) {
   int64_t n = out.shape.numel();
   if (n == 0)
+    return;
+  if (mapVec<false>(Bf16Map{}, x.data, nullptr, out.data, n, "roundToBf16"))
     return;
   roundToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
       x.data, out.data, n);

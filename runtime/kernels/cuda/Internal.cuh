@@ -291,6 +291,140 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
                             const float *dOut, bool causal, float scale,
                             float *dQ, float *dK, float *dV, const char *name);
 
+//===----------------------------------------------------------------------===//
+// Memory-bound fast paths: 128-bit access and tiled column sums
+//===----------------------------------------------------------------------===//
+
+/// True when p may be accessed as float4 (16-byte aligned; null counts as
+/// aligned so that optional operands do not block a fast path).
+inline bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+__device__ inline float4 load4(const float *p) {
+  return *reinterpret_cast<const float4 *>(p);
+}
+
+__device__ inline void store4(float *p, float4 v) {
+  *reinterpret_cast<float4 *>(p) = v;
+}
+
+/// q = v / d, r = v % d for v >= 0, d > 0; 32-bit division when both fit
+/// (a 64-bit division is a long software sequence on the GPU).
+__device__ inline void divMod(int64_t v, int64_t d, int64_t &q, int64_t &r) {
+  if (uint64_t(v) <= 0xffffffffu && uint64_t(d) <= 0xffffffffu) {
+    uint32_t q32 = uint32_t(v) / uint32_t(d);
+    q = int64_t(q32);
+    r = v - q * d;
+  } else {
+    q = v / d;
+    r = v - q * d;
+  }
+}
+
+/// Columns per block of the tiled column sums.
+constexpr int kColumnTileWidth = 32;
+
+/// Stage 1 of a deterministic column sum of term(r, c) over a [rows, width]
+/// space (stage 2 is the same kernel over the stage-1 partials, one tile).
+/// Block (32, blockDim.y) covers 32 columns of one tile of rows
+/// [blockIdx.y * tileRows, + tileRows): thread (tx, ty) sums rows r0 + ty,
+/// r0 + ty + blockDim.y, ... in ascending order in double (loads batched by
+/// four, additions still in order), then thread ty == 0 adds the lane sums in
+/// ascending ty. out[blockIdx.y * width + c] = Out(sum). The order depends on
+/// (rows, tileRows, blockDim.y) only. Reads are coalesced along the columns.
+/// Term: `double operator()(int64_t r, int64_t c) const`.
+template <typename Term, typename Out>
+__global__ void tileColumnSumKernel(int64_t rows, int64_t width,
+                                    int64_t tileRows, Term term, Out *out) {
+  __shared__ double lanes[32][kColumnTileWidth + 1];
+  int tx = threadIdx.x, ty = threadIdx.y, ly = blockDim.y;
+  int64_t c = int64_t(blockIdx.x) * kColumnTileWidth + tx;
+  int64_t tile = blockIdx.y;
+  int64_t r0 = tile * tileRows;
+  int64_t r1 = r0 + tileRows < rows ? r0 + tileRows : rows;
+  double acc = 0.0;
+  if (c < width) {
+    int64_t r = r0 + ty;
+    for (; r + 3 * ly < r1; r += 4 * ly) {
+      double v0 = term(r, c), v1 = term(r + ly, c);
+      double v2 = term(r + 2 * ly, c), v3 = term(r + 3 * ly, c);
+      acc += v0;
+      acc += v1;
+      acc += v2;
+      acc += v3;
+    }
+    for (; r < r1; r += ly)
+      acc += term(r, c);
+  }
+  lanes[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && c < width) {
+    double s = lanes[0][tx];
+    for (int k = 1; k < ly; ++k)
+      s += lanes[k][tx];
+    out[tile * width + c] = Out(s);
+  }
+}
+
+/// Reads stage-1 partials [tiles, width] as the term of stage 2.
+struct PartialTerm {
+  const double *partial;
+  int64_t width;
+  __device__ double operator()(int64_t r, int64_t c) const {
+    return partial[r * width + c];
+  }
+};
+
+/// Stage 2: out[c] = float(sum over tiles t ascending (by the fixed lane
+/// split of tileColumnSumKernel) of partial[t * width + c]).
+inline void finishColumnTiles(const double *partial, int64_t tiles,
+                              int64_t width, float *out, const char *kernel) {
+  dim3 block(kColumnTileWidth, 32);
+  dim3 grid(unsigned((width + kColumnTileWidth - 1) / kColumnTileWidth), 1);
+  tileColumnSumKernel<PartialTerm, float><<<grid, block, 0, currentStream()>>>(
+      tiles, width, tiles, PartialTerm{partial, width}, out);
+  checkLaunch(kernel);
+}
+
+/// Rows per tile of tiledColumnSums: at most 512 tiles (the partials stay
+/// small next to the input), at least 64 rows a tile. Shape only.
+inline int64_t columnTileRows(int64_t rows) {
+  int64_t t = (rows + 511) / 512;
+  return t < 64 ? 64 : t;
+}
+
+/// out[c] = sum over rows of term(r, c) (double, then float), by the two
+/// stages above. Deterministic: the order depends on the shape only.
+template <typename Term>
+void tiledColumnSums(int64_t rows, int64_t width, float *out, Term term,
+                     const char *kernel) {
+  if (width <= 0)
+    return;
+  if (rows <= 0) {
+    fillDevice(out, width, 0.0f, kernel);
+    return;
+  }
+  cudaStream_t stream = currentStream();
+  int64_t tileRows = columnTileRows(rows);
+  int64_t tiles = (rows + tileRows - 1) / tileRows;
+  dim3 block(kColumnTileWidth, 8);
+  dim3 grid(unsigned((width + kColumnTileWidth - 1) / kColumnTileWidth),
+            unsigned(tiles));
+  if (tiles == 1) {
+    tileColumnSumKernel<Term, float>
+        <<<grid, block, 0, stream>>>(rows, width, tileRows, term, out);
+    checkLaunch(kernel);
+    return;
+  }
+  Temp partial(size_t(tiles * width) * sizeof(double), kernel);
+  tileColumnSumKernel<Term, double><<<grid, block, 0, stream>>>(
+      rows, width, tileRows, term, partial.as<double>());
+  checkLaunch(kernel);
+  finishColumnTiles(partial.as<double>(), tiles, width, out, kernel);
+  partial.release();
+}
+
 } // namespace rondo::cuda::detail
 
 #endif // RONDO_RUNTIME_KERNELS_CUDA_INTERNAL_CUH
