@@ -264,6 +264,19 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                   float *c, int64_t ldc, int64_t strideC, int64_t batch,
                   const char *kernel);
 
+/// The same with operands already rounded to bf16 (pointers to
+/// __nv_bfloat16); fp32 accumulation and output. For callers that use one
+/// operand in several products (the LM head's weight) and round it once.
+void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
+                      int64_t K, float alpha, const void *a, int64_t lda,
+                      int64_t strideA, const void *b, int64_t ldb,
+                      int64_t strideB, float beta, float *c, int64_t ldc,
+                      int64_t strideC, int64_t batch, const char *kernel);
+/// Enqueues out[i] = bf16(in[i]) (round to nearest even) for i < n; `out`
+/// points to __nv_bfloat16.
+void roundToBf16Copy(const float *in, void *out, int64_t n,
+                     const char *kernel);
+
 /// Enqueues out[i] = value for i < n.
 void fillDevice(float *out, int64_t n, float value, const char *kernel);
 

@@ -22,6 +22,8 @@
 #include "Internal.cuh"
 #include "Profile.cuh"
 
+#include <memory>
+
 #include <algorithm>
 
 namespace rondo::cuda {
@@ -149,10 +151,50 @@ LinearDims linearDims(const Shape &h, const Shape &w, bool transW,
 }
 
 /// logits[n, V] = h[r0 : r0 + n] . W.
-void chunkLogits(CFView h, CFView w, bool transW, const LinearDims &d,
-                 int64_t r0, int64_t n, float *logits, const char *name) {
-  gemmRowMajor(false, transW, n, d.V, d.D, 1.0f, h.data + r0 * d.D, d.D, 0,
-               w.data, transW ? d.D : d.V, 0, 0.0f, logits, d.V, 0, 1, name);
+/// Under Precision::Bf16 the weight, read by every chunk's products, is
+/// rounded to bf16 once per call rather than once per product: for a
+/// 151936 x 2048 LM head and 1024-row chunks that was a third of the
+/// backward's time. Null in fp32.
+class RoundedWeight {
+public:
+  RoundedWeight(CFView w, const char *name) {
+    if (precision() != Precision::Bf16)
+      return;
+    temp_ = std::make_unique<Temp>(size_t(w.shape.numel()) * 2, name);
+    roundToBf16Copy(w.data, temp_->as<void>(), w.shape.numel(), name);
+  }
+  const void *get() const { return temp_ ? temp_->as<void>() : nullptr; }
+  void release() {
+    if (temp_)
+      temp_->release();
+  }
+
+private:
+  std::unique_ptr<Temp> temp_;
+};
+
+/// C[n, cols] (ldc) = A[n, k] . op(W) + beta C with A fp32 (h rows, or the
+/// logits gradient) and W the weight, rounded once when w16 is set.
+void productWithWeight(const float *a, int64_t n, int64_t k, CFView w,
+                       const void *w16, bool transB, int64_t ldb, int64_t cols,
+                       float *c, const char *name) {
+  if (!w16) {
+    gemmRowMajor(false, transB, n, cols, k, 1.0f, a, k, 0, w.data, ldb, 0,
+                 0.0f, c, cols, 0, 1, name);
+    return;
+  }
+  Temp a16(size_t(n * k) * 2, name);
+  roundToBf16Copy(a, a16.as<void>(), n * k, name);
+  gemmRowMajorBf16(false, transB, n, cols, k, 1.0f, a16.as<void>(), k, 0, w16,
+                   ldb, 0, 0.0f, c, cols, 0, 1, name);
+  a16.release();
+}
+
+void chunkLogits(CFView h, CFView w, const void *w16, bool transW,
+                 const LinearDims &d, int64_t r0, int64_t n, float *logits,
+                 const char *name) {
+  productWithWeight(h.data + r0 * d.D, n, d.D, w, w16, transW,
+                    transW ? d.D : d.V, d.V, logits, name);
 }
 
 void finishLoss(const double *losses, IView labels, int64_t N, int64_t V,
@@ -206,16 +248,19 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
   Temp losses(size_t(std::max<int64_t>(d.N, 1)) * sizeof(double), name);
   if (d.N > 0 && d.V > 0) {
     int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
+    RoundedWeight w16(w, name);
     Temp logits(size_t(chunk * d.V) * sizeof(float), name);
     for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
       int64_t n = std::min(chunk, d.N - r0);
-      chunkLogits(h, w, transW, d, r0, n, logits.as<float>(), name);
+      chunkLogits(h, w, w16.get(), transW, d, r0, n, logits.as<float>(),
+                  name);
       rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
           logits.as<float>(), n, d.V, labels.data, r0, ignoreIndex,
           losses.as<double>());
       checkLaunch(name);
     }
     logits.release();
+    w16.release();
   } else if (d.N > 0) {
     RONDO_CHECK(cudaMemsetAsync(losses.as<double>(), 0,
                                 size_t(d.N) * sizeof(double), currentStream()),
@@ -242,14 +287,36 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
     return;
   }
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
+  RoundedWeight w16(w, name);
   Temp grads(size_t(chunk * d.V) * sizeof(float), name);
   float *g = grads.as<float>();
   for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
     int64_t n = std::min(chunk, d.N - r0);
-    chunkLogits(h, w, transW, d, r0, n, g, name);
+    chunkLogits(h, w, w16.get(), transW, d, r0, n, g, name);
     rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
         g, n, d.V, labels.data, r0, ignoreIndex, gradScale);
     checkLaunch(name);
+    if (w16.get()) {
+      // The logits gradient and the h rows rounded once for both products.
+      Temp g16(size_t(n * d.V) * 2, name), h16(size_t(n * d.D) * 2, name);
+      roundToBf16Copy(g, g16.as<void>(), n * d.V, name);
+      roundToBf16Copy(h.data + r0 * d.D, h16.as<void>(), n * d.D, name);
+      if (dH.data)
+        gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, g16.as<void>(),
+                         d.V, 0, w16.get(), transW ? d.D : d.V, 0, 0.0f,
+                         dH.data + r0 * d.D, d.D, 0, 1, name);
+      if (dW.data && transW)
+        gemmRowMajorBf16(true, false, d.V, d.D, n, 1.0f, g16.as<void>(), d.V,
+                         0, h16.as<void>(), d.D, 0, 1.0f, dW.data, d.D, 0, 1,
+                         name);
+      else if (dW.data)
+        gemmRowMajorBf16(true, false, d.D, d.V, n, 1.0f, h16.as<void>(), d.D,
+                         0, g16.as<void>(), d.V, 0, 1.0f, dW.data, d.V, 0, 1,
+                         name);
+      g16.release();
+      h16.release();
+      continue;
+    }
     if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
       gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
                    transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
@@ -264,6 +331,7 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
     }
   }
   grads.release();
+  w16.release();
 }
 
 } // namespace rondo::cuda

@@ -39,17 +39,46 @@ __global__ void roundToBf16Kernel(const float *in, __nv_bfloat16 *out,
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-void roundToBf16Storage(const float *in, __nv_bfloat16 *out, int64_t n,
-                        const char *kernel) {
-  if (n <= 0)
-    return;
-  roundToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(in, out, n);
-  checkLaunch(kernel);
-}
-
 } // namespace
 
 namespace detail {
+
+void roundToBf16Copy(const float *in, void *out, int64_t n,
+                     const char *kernel) {
+  if (n <= 0)
+    return;
+  roundToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+      in, static_cast<__nv_bfloat16 *>(out), n);
+  checkLaunch(kernel);
+}
+
+void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
+                      int64_t K, float alpha, const void *a, int64_t lda,
+                      int64_t strideA, const void *b, int64_t ldb,
+                      int64_t strideB, float beta, float *c, int64_t ldc,
+                      int64_t strideC, int64_t batch, const char *kernel) {
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
+      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
+    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+  cublasHandle_t h = cublas(kernel);
+  cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // CUBLAS_GEMM_DEFAULT with the handle's fixed workspace keeps the
+  // algorithm, and the result, fixed.
+  if (batch == 1)
+    RONDO_CHECK(cublasGemmEx(h, opB, opA, int(N), int(M), int(K), &alpha, b,
+                             CUDA_R_16BF, int(ldb), a, CUDA_R_16BF, int(lda),
+                             &beta, c, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT),
+                kernel);
+  else
+    RONDO_CHECK(cublasGemmStridedBatchedEx(
+                    h, opB, opA, int(N), int(M), int(K), &alpha, b,
+                    CUDA_R_16BF, int(ldb), strideB, a, CUDA_R_16BF, int(lda),
+                    strideA, &beta, c, CUDA_R_32F, int(ldc), strideC,
+                    int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                kernel);
+}
 
 /// Row-major C[M,N] (ldc) = alpha op(A) op(B) + beta C for one matrix or a
 /// strided batch of them (strides in elements).
@@ -70,29 +99,16 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     // temporaries first: a pass over A and B costs a few percent of the
     // product, and cuBLAS's native bf16 kernels run about twice as fast as
     // its fp32-storage CUBLAS_COMPUTE_32F_FAST_16BF path measured here.
-    // CUBLAS_GEMM_DEFAULT with the fixed workspace keeps the result fixed.
     int64_t spanA = (transA ? (K - 1) * lda + M : (M - 1) * lda + K) +
                     strideA * (batch - 1);
     int64_t spanB = (transB ? (N - 1) * ldb + K : (K - 1) * ldb + N) +
                     strideB * (batch - 1);
     Temp a16(size_t(spanA) * 2, kernel), b16(size_t(spanB) * 2, kernel);
-    roundToBf16Storage(a, a16.as<__nv_bfloat16>(), spanA, kernel);
-    roundToBf16Storage(b, b16.as<__nv_bfloat16>(), spanB, kernel);
-    if (batch == 1)
-      RONDO_CHECK(cublasGemmEx(h, opB, opA, int(N), int(M), int(K), &alpha,
-                               b16.as<__nv_bfloat16>(), CUDA_R_16BF, int(ldb),
-                               a16.as<__nv_bfloat16>(), CUDA_R_16BF, int(lda),
-                               &beta, c, CUDA_R_32F, int(ldc),
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                  kernel);
-    else
-      RONDO_CHECK(cublasGemmStridedBatchedEx(
-                      h, opB, opA, int(N), int(M), int(K), &alpha,
-                      b16.as<__nv_bfloat16>(), CUDA_R_16BF, int(ldb), strideB,
-                      a16.as<__nv_bfloat16>(), CUDA_R_16BF, int(lda), strideA,
-                      &beta, c, CUDA_R_32F, int(ldc), strideC, int(batch),
-                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                  kernel);
+    roundToBf16Copy(a, a16.as<void>(), spanA, kernel);
+    roundToBf16Copy(b, b16.as<void>(), spanB, kernel);
+    gemmRowMajorBf16(transA, transB, M, N, K, alpha, a16.as<void>(), lda,
+                     strideA, b16.as<void>(), ldb, strideB, beta, c, ldc,
+                     strideC, batch, kernel);
     a16.release();
     b16.release();
     return;
