@@ -28,7 +28,10 @@ prepare)
   build/bin/rondo-compile $models/qwen3-deep-tiny.onnx --batch 10 --seq-len 16 \
     --microbatches 5 --workers 1,2,3,4 --target=cuda --precision=fp32 -o build-gpu/deep10.trainer
   /usr/bin/python3 -c "import numpy as np; np.save('build-gpu/rand.npy', np.random.default_rng(7).integers(0, 512, size=(200, 16)).astype(np.int64))"
-  for l in $(ldd build-gpu/qwen3-tiny.trainer | awk '{print $3}' | grep -E 'onnx|protobuf|gomp|libz'); do
+  # Every library the GPU machines lack: ONNX, protobuf, OpenMP, and Open MPI
+  # with its dependencies (trainers link it for --replicas).
+  for l in $(ldd build-gpu/qwen3-tiny.trainer | awk '{print $3}' |
+             grep -E 'onnx|protobuf|gomp|libz|mpi|open-rte|open-pal|hwloc|event|udev|openblas|gfortran|quadmath'); do
     cp -L "$l" build-gpu/lib/
   done
   du -sh build-gpu

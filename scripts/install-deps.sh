@@ -9,6 +9,7 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libgtest-dev libopenblas-dev
   libonnx-testdata python3-onnx python3-numpy
+  libopenmpi-dev openmpi-bin # trainer --replicas on the host backend (test/E2E/replicas.test)
   clang-22 libclang-rt-22-dev libomp-22-dev # scripts/fuzz.sh: libFuzzer, sanitizers, OpenMP for clang
 )
 

@@ -261,6 +261,11 @@ def main():
                 # It finished before the signal came (the default action
                 # applies again once the training loop has returned).
                 killed = False
+            elif proc.returncode == -signo and a.twice:
+                # The second signal came after the trainer had restored the
+                # default action on its way out: death by that signal is the
+                # "exit at once" asked for.
+                pass
             elif proc.returncode != 128 + signo:
                 fail("run %d exited with status %d after SIG%s, not %d:\n%s"
                      % (run, proc.returncode, a.signal, 128 + signo, text))

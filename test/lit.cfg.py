@@ -27,3 +27,14 @@ llvm_config.add_tool_substitutions([ToolSubst(t, unresolved="ignore") for t in t
 
 if os.path.isdir("/usr/share/libonnx-testdata/data/node"):
     config.available_features.add("onnx-testdata")
+
+# Trainers built with MPI and an mpirun to start them (test/E2E/replicas.test).
+import shutil
+if config.rondo_enable_mpi.upper() in ("ON", "TRUE", "1", "YES") and shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    # As root Open MPI wants --allow-run-as-root; more ranks than cores,
+    # --oversubscribe; in containers the shared-memory transport without
+    # cross-memory attach.
+    config.substitutions.append(("%mpirun",
+        "mpirun --allow-run-as-root --oversubscribe --bind-to none "
+        "--mca btl self,vader --mca btl_vader_single_copy_mechanism none"))

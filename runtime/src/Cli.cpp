@@ -259,6 +259,35 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          o.workers = int(x);
          return std::string();
        }},
+      {"replicas", "R",
+       "Pipelined trainers: run R replicas of the pipeline, one process "
+       "each, started by `mpirun -np R` (Open MPI; as root add "
+       "--allow-run-as-root). Every step is R x the compiled batch; replica "
+       "r trains rows [r*B, (r+1)*B) of it and the gradients are summed "
+       "across replicas before the optimizer reads them. Rank 0 prints, "
+       "logs and writes checkpoints.",
+       [&o](const std::string &v) {
+         int64_t x = 0;
+         if (std::string err = parseInt(v, x); !err.empty())
+           return err;
+         if (x < 1 || x > 65536)
+           return std::string("must be in [1, 65536]");
+         o.replicas = int(x);
+         return std::string();
+       }},
+      {"replica-check-every", "K",
+       "With --replicas: compare the replicas' weight checksums every K "
+       "steps and at every checkpoint; a mismatch stops the run (default "
+       "50; 0: only at checkpoints).",
+       [&o](const std::string &v) {
+         int64_t x = 0;
+         if (std::string err = parseInt(v, x); !err.empty())
+           return err;
+         if (x < 0)
+           return std::string("must be >= 0");
+         o.replicaCheckEvery = x;
+         return std::string();
+       }},
       {"gpus", "LIST",
        "GPU trainers (--target=cuda): the GPUs to run on, e.g. 0,1,2,3; "
        "worker w runs on the (w mod count)-th (default: the first "

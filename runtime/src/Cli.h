@@ -70,6 +70,11 @@ struct TrainerOptions {
   OnNan onNan = OnNan::Stop;
   /// Pipelined trainers: stop when no op completes for this long (0: off).
   double watchdogSeconds = 300;
+  /// Data-parallel replicas of the pipeline (one process each, under MPI).
+  int replicas = 1;
+  /// Compare the replicas' weight checksums every this many steps (and at
+  /// every checkpoint); 0: only at checkpoints.
+  int64_t replicaCheckEvery = 50;
 };
 
 enum class CliStatus { Ok, Help, Error };

@@ -41,6 +41,7 @@
 #include "rondo/runtime/Data.h"
 #include "rondo/runtime/Error.h"
 #include "rondo/runtime/OnnxWeights.h"
+#include "rondo/runtime/Replicas.h"
 #include "rondo/runtime/Schedule.h"
 
 #include "Checkpoint.h"
@@ -104,13 +105,9 @@ public:
     ::sigaction(SIGTERM, &sa, &oldTerm);
   }
   ~InterruptHandlers() {
-    // An interrupted trainer is on its way out with 128 + the signal: a
-    // second signal in that window must still mean "exit now with that
-    // status", not the default action's death by signal.
-    if (gInterrupt)
-      return;
     ::sigaction(SIGINT, &oldInt, nullptr);
     ::sigaction(SIGTERM, &oldTerm, nullptr);
+    gInterrupt = 0;
   }
 
 private:
@@ -184,9 +181,9 @@ class Trainer final : public ExecClient {
 public:
   Trainer(const ModelSpec &model, const TrainerOptions &options, StepFn step,
           const rondo_program *program, const char *argv0,
-          DeviceOpsFactory device = nullptr)
+          DeviceOpsFactory device = nullptr, ReplicaGroup *replicas = nullptr)
       : model(model), opts(options), stepFn(step), program(program),
-        argv0(argv0), deviceFactory(device) {}
+        argv0(argv0), replicas(replicas), deviceFactory(device) {}
   ~Trainer() override { exec.reset(); }
 
   /// runLoop(), but a stage the watchdog found hung cannot be joined: the
@@ -227,6 +224,10 @@ private:
     return opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
   }
   void update(const std::vector<int> &which, int64_t step);
+  /// --replicas: sums the gradients of `parts` (indices into
+  /// program->gradParts) across replicas, in place in host memory.
+  void sumAcrossReplicas(const std::vector<int32_t> &parts);
+  uint64_t weightChecksum() const;
   /// --on-nan=skip: step `step` applies no update.
   void skipStep(int64_t step, const std::string &why);
   double runStepLocal(int64_t step, StepRecord &record);
@@ -285,6 +286,13 @@ private:
   std::unique_ptr<TokenMatrix> labels;
   std::unique_ptr<TokenMatrix> evalData;
   int64_t rowsPerStep = 0;
+  /// Data-parallel replicas (--replicas), or null for one.
+  ReplicaGroup *replicas = nullptr;
+  int replicaRank() const { return replicas ? replicas->rank() : 0; }
+  int replicaCount() const { return replicas ? replicas->size() : 1; }
+  /// Stops with an error naming the replicas whose weights differ from
+  /// rank 0's (after `stepsDone` steps).
+  void checkReplicasAgree(int64_t stepsDone);
   int64_t cursorStep = 0; ///< Step of the checkpoint resumed from (or 0),
   uint64_t cursorRow = 0; ///< and its data cursor.
   std::vector<int64_t> batchIds; ///< [rowsPerStep, seqLen] of this step.
@@ -530,8 +538,12 @@ uint64_t Trainer::firstRow(int64_t step) const {
   // The data cursor of the checkpoint the run resumed from, advanced by the
   // steps since; the same rows as an uninterrupted run on the same data.
   const uint64_t rows = uint64_t(data->rows());
+  // With replicas a step is replicaCount() batches; replica r trains the
+  // r-th of them.
   return (cursorRow % rows +
-          firstRowOf(step - cursorStep, rowsPerStep, data->rows())) %
+          firstRowOf(step - cursorStep, rowsPerStep * replicaCount(),
+                     data->rows()) +
+          uint64_t(replicaRank()) * uint64_t(rowsPerStep) % rows) %
          rows;
 }
 
@@ -705,12 +717,62 @@ void Trainer::prepareGrad(int q, float *sum) {
   }
 }
 
+void Trainer::sumAcrossReplicas(const std::vector<int32_t> &parts) {
+  if (!replicas)
+    return;
+  // Every replica's tasks reach the same parts in the same (job) order, so
+  // the sums pair up.
+  char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  for (int32_t i : parts) {
+    const rondo_grad_part &part = program->gradParts[i];
+    replicas->sumGradients(
+        reinterpret_cast<float *>(hostGrads + part.hostOffset),
+        numElements(model.params[part.param]));
+  }
+}
+
+uint64_t Trainer::weightChecksum() const {
+  // Order-independent and exact: a sum of the weights' bit patterns, each
+  // multiplied by an odd number from its position.
+  uint64_t total = 0;
+  for (int i = 0; i < model.numParams; ++i) {
+    const uint32_t *bits = reinterpret_cast<const uint32_t *>(paramPtrs[i]);
+    const int64_t n = numElements(model.params[i]);
+    uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= (int64_t(1) << 20))
+    for (int64_t e = 0; e < n; ++e)
+      sum += uint64_t(bits[e]) * (2 * uint64_t(e) + 1);
+    total = total * 1000003 + sum;
+  }
+  return total;
+}
+
+void Trainer::checkReplicasAgree(int64_t stepsDone) {
+  if (!replicas)
+    return;
+  exec->drainHost();
+  exec->checkError();
+  std::vector<uint64_t> all = replicas->gather(weightChecksum());
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw Error("after step " + std::to_string(stepsDone) +
+                ": the weights of replica(s) " + differ +
+                " differ from replica 0's (checksums compared every "
+                "--replica-check-every steps)");
+}
+
 void Trainer::optimize(const StepTag &tag, int32_t stage) {
   if (tag.eval)
     return;
   if (stage >= 0) {
     // A non-finite gradient stops before any update that reads it, and
     // no later task updates anything either: the run stops.
+    if (nonFiniteIn(-1) && !replicas)
+      return;
+    sumAcrossReplicas(partsReadBy[size_t(stage)]);
     if (nonFiniteIn(-1))
       return;
     std::string bad = nonFiniteGradient(partsReadBy[size_t(stage)]);
@@ -723,6 +785,7 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
     update(optByStage[size_t(stage)], tag.step);
     return;
   }
+  sumAcrossReplicas(partsInJobOrder);
   std::string bad = nonFiniteGradient(partsInJobOrder);
   if (!bad.empty())
     recordNonFinite(tag.step, bad);
@@ -768,6 +831,10 @@ double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
 }
 
 double Trainer::pipelinedGradNorm() {
+  // With replicas the last optimizer task may still be summing gradients in
+  // place; the norm is of the sums.
+  if (replicas)
+    exec->drainHost();
   std::vector<GradTensor> g;
   for (OptParam &o : opt) {
     float *grad = o.grad;
@@ -786,10 +853,18 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   exec->checkError();
   gatherRows(*data, labels.get(), firstRow(step));
   const bool causal = model.loss == LossKind::CausalLM;
-  const int64_t count = causal ? countTargets() : 0;
+  int64_t count = causal ? countTargets() : 0;
+  if (replicas) {
+    // The loss is the mean over the global batch: every replica scales by
+    // the global count of targets.
+    double global = double(count);
+    replicas->sum(&global, 1);
+    count = int64_t(global);
+  }
   dumpNow = step == 0 && !opts.dumpGradients.empty();
-  double lossSum =
-      issuePipelined(step, false, lossScaleFor(count, program->microbatches));
+  double lossSum = issuePipelined(
+      step, false,
+      lossScaleFor(count, program->microbatches * replicaCount()));
   double loss = causal ? (count > 0 ? lossSum / double(count)
                                     : std::numeric_limits<double>::quiet_NaN())
                        : lossSum / double(program->microbatches);
@@ -802,6 +877,18 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
                 " of step " + std::to_string(step);
       break;
     }
+  if (replicas) {
+    // One loss for all, and one decision about a non-finite one.
+    double both[2] = {lossSum, badLoss.empty() ? 0.0 : 1.0};
+    replicas->sum(both, 2);
+    lossSum = both[0];
+    loss = causal ? (count > 0 ? lossSum / double(count)
+                               : std::numeric_limits<double>::quiet_NaN())
+                  : lossSum / double(program->microbatches * replicaCount());
+    if (badLoss.empty() && both[1] > 0)
+      badLoss = "non-finite loss on another replica in step " +
+                std::to_string(step);
+  }
   if (!badLoss.empty() || syncMode) {
     if (exec) {
       exec->drainHost();
@@ -852,7 +939,7 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   }
   record.step = step;
   record.loss = loss;
-  record.tokens = rowsPerStep * model.seqLen;
+  record.tokens = rowsPerStep * replicaCount() * model.seqLen;
   record.lr = lrAt(step);
   record.gradNorm = norm;
   return loss;
@@ -921,6 +1008,10 @@ std::string rngStateOf(const TrainerOptions &opts) {
 
 bool Trainer::saveCheckpoint(int64_t stepsDone) {
   drain();
+  // A checkpoint stands for every replica: written by rank 0 once all agree.
+  checkReplicasAgree(stepsDone);
+  if (replicaRank() != 0)
+    return true;
   CheckpointMeta meta;
   meta.step = stepsDone;
   meta.dataCursor = firstRow(stepsDone);
@@ -1076,15 +1167,19 @@ int Trainer::runLoop() {
     (model.params[i].trainable ? trainable : frozen) +=
         numElements(model.params[i]);
   {
-    char how[256];
+    char how[512];
     if (program) {
       std::snprintf(
           how, sizeof(how),
-          "plan %s: %d worker%s, %d microbatches of %d rows, %s on %s",
+          "plan %s: %d worker%s, %d microbatches of %d rows, %s on %s%s",
           program->name, program->workers, program->workers == 1 ? "" : "s",
           program->microbatches, program->rowsPerMicrobatch,
           model.precision ? model.precision : "fp32",
-          exec ? exec->backendName() : "host");
+          exec ? exec->backendName() : "host",
+          replicas ? ("; " + std::to_string(replicas->size()) +
+                      " replicas, gradients summed over " + replicas->engine())
+                         .c_str()
+                   : "");
     } else {
       int threads = 1;
 #ifdef _OPENMP
@@ -1099,7 +1194,7 @@ int Trainer::runLoop() {
                   "rows x %lld tokens; %lld rows per step (%s)",
                   (long long)trainable, (long long)frozen, opts.data.c_str(),
                   (long long)data->rows(), (long long)data->cols(),
-                  (long long)rowsPerStep, how);
+                  (long long)(rowsPerStep * replicaCount()), how);
     say(buffer);
   }
   if (evalData && evalData->rows() % rowsPerStep != 0)
@@ -1113,7 +1208,17 @@ int Trainer::runLoop() {
   double lastLoss = std::numeric_limits<double>::quiet_NaN();
   int64_t lastSaved = firstStep;
   for (int64_t s = firstStep; s < opts.steps; ++s) {
-    if (gInterrupt)
+    bool stop = gInterrupt != 0;
+    if (replicas) {
+      // mpirun forwards a signal to every replica, but not at the same
+      // instant: all stop at the first step boundary any of them saw it.
+      double any = stop ? 1.0 : 0.0;
+      replicas->sum(&any, 1);
+      stop = any > 0;
+      if (stop && !gInterrupt)
+        gInterrupt = SIGTERM;
+    }
+    if (stop)
       return interrupted(s, lastSaved);
     const auto stepStart = Clock::now();
     StepRecord record;
@@ -1126,6 +1231,9 @@ int Trainer::runLoop() {
     say(progressLine(record, opts.steps, elapsed, firstStep));
     throwIfNonFinite();
     const int64_t done = s + 1;
+    if (replicas && opts.replicaCheckEvery > 0 &&
+        done % opts.replicaCheckEvery == 0)
+      checkReplicasAgree(done);
     if (opts.saveEvery > 0 && done % opts.saveEvery == 0) {
       saveCheckpoint(done);
       lastSaved = done;
@@ -1160,7 +1268,9 @@ int Trainer::runLoop() {
     std::snprintf(buffer, sizeof(buffer),
                   "rondo: %lld steps in %s (%.0f tok/s), last loss %.6f",
                   (long long)ran, formatDuration(total).c_str(),
-                  total > 0 ? double(ran * rowsPerStep * model.seqLen) / total
+                  total > 0 ? double(ran * rowsPerStep * replicaCount() *
+                                     model.seqLen) /
+                                  total
                             : 0.0,
                   lastLoss);
     say(buffer);
@@ -1264,15 +1374,42 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
       return usageError("--grad-accum is not supported by pipelined "
                         "trainers; compile with --batch B*K");
   }
-  try {
-    return Trainer(model, options, step, program, argv0, device).run();
-  } catch (const Error &e) {
-    std::fprintf(stderr, "%s: error: %s\n", argv0, e.what());
-  } catch (const std::bad_alloc &) {
-    std::fprintf(stderr, "%s: error: out of memory\n", argv0);
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", argv0, e.what());
+  std::unique_ptr<ReplicaGroup> replicas;
+  std::string who = argv0;
+  if (options.replicas > 1) {
+    if (!program)
+      return usageError("--replicas needs a pipelined trainer (compiled "
+                        "with --workers)");
+    try {
+      replicas = joinReplicaGroup(options.replicas);
+    } catch (const Error &e) {
+      return usageError(e.what());
+    }
+    if (replicas->rank() != 0) {
+      // Rank 0 speaks and writes for all; the others only report errors.
+      who += " (replica " + std::to_string(replicas->rank()) + ")";
+      options.quiet = true;
+      options.logJson.clear();
+      options.trace.clear();
+      options.exportOnnx.clear();
+      options.dumpGradients.clear();
+    }
   }
+  try {
+    int status = Trainer(model, options, step, program, who.c_str(), device,
+                         replicas.get())
+                     .run();
+    return status;
+  } catch (const Error &e) {
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+  } catch (const std::bad_alloc &) {
+    std::fprintf(stderr, "%s: error: out of memory\n", who.c_str());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", who.c_str(), e.what());
+  }
+  // The other replicas would wait for this one's sums forever.
+  if (replicas)
+    replicas->abortAll(1);
   return 1;
 }
 

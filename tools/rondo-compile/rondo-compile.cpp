@@ -247,6 +247,9 @@ static LogicalResult buildExecutable(llvm::StringRef cppPath,
   llvm::SmallVector<llvm::StringRef> extra;
   llvm::StringRef(RONDO_TRAINER_FLAGS).split(extra, ' ', -1, false);
   args.append(extra.begin(), extra.end());
+  llvm::SmallVector<llvm::StringRef> libs;
+  llvm::StringRef(RONDO_TRAINER_LIBS).split(libs, ' ', -1, false);
+  args.append(libs.begin(), libs.end());
 #ifdef RONDO_CUDA_KERNELS_LIB
   // GPU trainers: the device ops and CUDA kernels come before the runtime
   // that calls into them; cuBLAS and the CUDA runtime last.
