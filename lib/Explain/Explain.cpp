@@ -133,6 +133,43 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                                           problem.peerBytesPerSecond / 1e9)
                                 .str()
                           : std::string(", hand-offs staged through the host"));
+  if (auto replicas = plan.getReplicas()) {
+    // The same plan with 1, 2, 4, ... replicas: each one adds its tokens,
+    // and its gradient sums lengthen every optimizer task.
+    ArrayRef<double> scaling = *plan.getReplicaScaling();
+    double bandwidth =
+        plan.getReplicaLinkBandwidth() ? plan.getReplicaLinkBandwidth()
+                                             ->convertToDouble()
+                                       : problem.replicaBytesPerSecond;
+    os << llvm::formatv("\nReplicas (trainer --replicas; gradients summed "
+                        "across replicas by each optimizer task, {0:f1} GB/s "
+                        "between replicas):\n",
+                        bandwidth / 1e9);
+    os << "  replicas   ms/step   tokens/s (all)   efficiency\n";
+    double one = scaling.empty() ? step : scaling.front();
+    int64_t paysUpTo = 1;
+    for (auto [k, s] : llvm::enumerate(scaling)) {
+      int64_t r = int64_t(1) << k;
+      double efficiency = one / s;
+      if (efficiency >= 0.8)
+        paysUpTo = r;
+      os << llvm::formatv("  {0,8}{1}  {2,8}   {3,14:f0}   {4,9:f1}%\n", r,
+                          r == int64_t(*replicas) ? "*" : " ", ms(s),
+                          double(r) * tokens / s, 100 * efficiency);
+    }
+    const int64_t largest = int64_t(1) << (scaling.size() - 1);
+    if (paysUpTo >= largest)
+      os << llvm::formatv("  (* this plan's --replicas {0}) Every replica "
+                          "count up to {1} keeps 80% efficiency or better: "
+                          "the gradient sums hide behind the backward.\n",
+                          *replicas, largest);
+    else
+      os << llvm::formatv(
+          "  (* this plan's --replicas {0}) Adding replicas pays (80% "
+          "efficiency or better) up to {1}; beyond, the gradient sums "
+          "outlast the backward they hide behind and lengthen the step.\n",
+          *replicas, paysUpTo);
+  }
   os << "\nWhy: " << plan.getBound() << "\n\n";
   (void)partition;
 }

@@ -61,6 +61,8 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
   partition.stages = options.stages;
   partition.workerMemoryGB = options.workerMemoryGB;
   partition.hostMemoryGB = options.hostMemoryGB;
+  partition.replicas = options.replicas;
+  partition.replicaLinkGBps = options.replicaLinkGBps;
   pm.addPass(pipe::createPipePartitionPass(partition));
   pm.addPass(pipe::createPipeVerifyPlanPass());
 }

@@ -39,6 +39,13 @@
 
 namespace rondo::planner {
 
+double replicaSumSeconds(const PlanProblem &problem, double params) {
+  if (problem.replicas <= 1 || problem.replicaBytesPerSecond <= 0)
+    return 0;
+  const double r = problem.replicas;
+  return 2.0 * (r - 1.0) / r * params * 4.0 / problem.replicaBytesPerSecond;
+}
+
 SimResult simulate(const PlanProblem &problem, const Plan &plan,
                    const SimOptions &options) {
   using Lane = TimelineEvent::Lane;
@@ -71,6 +78,8 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
       if (l < int(problem.trainableParams.size()))
         params += problem.trainableParams[l];
     optimizerSeconds[n] = params / problem.optimizerParamsPerSecond;
+    if (problem.replicas > 1 && problem.replicaBytesPerSecond > 0)
+      optimizerSeconds[n] += replicaSumSeconds(problem, params);
   }
 
   struct Worker {

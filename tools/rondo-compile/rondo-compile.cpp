@@ -127,6 +127,16 @@ static cl::opt<double>
                  cl::desc("host memory budget in GB (default: the device "
                           "spec's host memory)"),
                  cl::init(0), cl::cat(category));
+static cl::opt<int64_t> planReplicas(
+    "replicas",
+    cl::desc("plan for this many data-parallel replicas (trainer "
+             "--replicas): their gradient sums enter the predicted step and "
+             "--explain shows how throughput scales with replicas"),
+    cl::init(1), cl::cat(category));
+static cl::opt<double> replicaLinkGBps(
+    "replica-link-gbps",
+    cl::desc("bandwidth between replicas in GB/s (default 25: 200 Gb/s)"),
+    cl::init(25), cl::cat(category));
 static cl::opt<std::string>
     explain("explain",
             cl::desc("explain the plan; with =DIR also write the plan, its "
@@ -413,6 +423,8 @@ int main(int argc, char **argv) {
     planOpts.stages = forcedStages;
     planOpts.workerMemoryGB = workerMemoryGB;
     planOpts.hostMemoryGB = hostMemoryGB;
+    planOpts.replicas = planReplicas;
+    planOpts.replicaLinkGBps = replicaLinkGBps;
     rondo::buildPlanPipeline(pm, planOpts);
   }
   if (failed(pm.run(*module)))

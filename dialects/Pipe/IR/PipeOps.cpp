@@ -196,6 +196,11 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
   problem.peerBytesPerSecond = getPeerBandwidth().convertToDouble();
   problem.optimizerParamsPerSecond =
       getOptimizerParamsPerSecond().convertToDouble();
+  if (auto r = getReplicas()) {
+    problem.replicas = static_cast<int>(*r);
+    if (auto bw = getReplicaLinkBandwidth())
+      problem.replicaBytesPerSecond = bw->convertToDouble();
+  }
   for (LayerOp layer : getLayers()) {
     planner::LayerCost cost;
     cost.name = (stringifyLayerKind(layer.getKind()) + " " +

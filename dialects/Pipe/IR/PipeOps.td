@@ -70,7 +70,10 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        F64Attr:$peer_bandwidth,
                        F64Attr:$optimizer_params_per_second,
                        F64Attr:$host_fixed_bytes,
-                       StrAttr:$bound);
+                       StrAttr:$bound,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas,
+                       OptionalAttr<F64Attr>:$replica_link_bandwidth,
+                       OptionalAttr<DenseF64ArrayAttr>:$replica_scaling);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -22,6 +22,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstdio>
+
 namespace rondo::pipe {
 #define GEN_PASS_DEF_PIPEPARTITIONPASS
 #include "Pipe/Transforms/Passes.h.inc"
@@ -131,6 +133,18 @@ struct PipePartitionPass
       module.emitError("--device: ") << llvm::toString(spec.takeError());
       return signalPassFailure();
     }
+    if (replicas < 1 || replicas > 65536) {
+      module.emitError("--replicas=")
+          << static_cast<int64_t>(replicas) << " must be in [1, 65536]";
+      return signalPassFailure();
+    }
+    if (!(replicaLinkGBps > 0)) {
+      char value[32];
+      std::snprintf(value, sizeof(value), "%g",
+                    static_cast<double>(replicaLinkGBps));
+      module.emitError("--replica-link-gbps=") << value << " must be positive";
+      return signalPassFailure();
+    }
     if (!precision.empty() && precision != "fp32" && precision != "bf16") {
       module.emitError("--precision=")
           << precision << " is not supported (fp32 or bf16)";
@@ -199,6 +213,8 @@ struct PipePartitionPass
                  spec.hostLinkAggregateBandwidth / static_cast<double>(n));
     p.peerBytesPerSecond = n > 1 ? spec.peerBandwidth : 0;
     p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
+    p.replicas = static_cast<int>(replicas);
+    p.replicaBytesPerSecond = replicaLinkGBps * 1e9;
     return p;
   }
 
@@ -552,7 +568,25 @@ struct PipePartitionPass
         f64(c.overlap.bubbleFraction), f64(c.sync.stepSeconds),
         f64(c.sync.bubbleFraction), f64(p.linkBytesPerSecond),
         f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
-        f64(p.hostFixedBytes), str(explainBound(c) + searched.str()));
+        f64(p.hostFixedBytes), str(explainBound(c) + searched.str()),
+        /*replicas=*/nullptr, /*replica_link_bandwidth=*/nullptr,
+        /*replica_scaling=*/nullptr);
+    if (p.replicas > 1) {
+      // The same plan's overlapped step for 1, 2, 4, ... replicas, so that
+      // --explain can say where another replica stops paying.
+      SmallVector<double> scaling;
+      for (int r = 1; r <= std::max(32, p.replicas); r *= 2) {
+        planner::PlanProblem q = p;
+        q.replicas = r;
+        planner::SimOptions overlapped;
+        overlapped.overlapOptimizer = true;
+        scaling.push_back(
+            round6(planner::simulate(q, c.plan, overlapped).stepSeconds));
+      }
+      plan.setReplicasAttr(i64(p.replicas));
+      plan.setReplicaLinkBandwidthAttr(f64(p.replicaBytesPerSecond));
+      plan.setReplicaScalingAttr(b.getDenseF64ArrayAttr(scaling));
+    }
     Block *body = new Block();
     plan.getBody().push_back(body);
     OpBuilder inner = OpBuilder::atBlockEnd(body);

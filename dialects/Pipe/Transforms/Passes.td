@@ -74,6 +74,13 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
            "device memory budget per worker in GB (0: 90% of the device's)">,
     Option<"hostMemoryGB", "host-memory-gb", "double", /*default=*/"0",
            "host memory budget in GB (0: the device spec's host memory)">,
+    Option<"replicas", "replicas", "int64_t", /*default=*/"1",
+           "data-parallel replicas the plan is for (trainer --replicas): "
+           "their gradient sums are costed and --explain shows the scaling">,
+    Option<"replicaLinkGBps", "replica-link-gbps", "double",
+           /*default=*/"25",
+           "bandwidth between replicas, GB/s per replica (default 25: a "
+           "200 Gb/s network)">,
   ];
   let dependentDialects = ["rondo::pipe::PipeDialect"];
 }

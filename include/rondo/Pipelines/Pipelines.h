@@ -57,6 +57,12 @@ struct PlanPipelineOptions : mlir::PassPipelineOptions<PlanPipelineOptions> {
   Option<double> hostMemoryGB{*this, "host-memory-gb",
                               llvm::cl::desc("host budget in GB"),
                               llvm::cl::init(0)};
+  Option<int64_t> replicas{*this, "replicas",
+                           llvm::cl::desc("data-parallel replicas"),
+                           llvm::cl::init(1)};
+  Option<double> replicaLinkGBps{*this, "replica-link-gbps",
+                                 llvm::cl::desc("GB/s between replicas"),
+                                 llvm::cl::init(25)};
 };
 
 /// Phase `tg`: clean up the imported graph and recognise the structures

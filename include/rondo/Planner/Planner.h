@@ -78,6 +78,12 @@ struct PlanProblem {
   /// number of trainable parameters per layer (for optimizer time).
   double optimizerParamsPerSecond = 4e9;
   std::vector<double> trainableParams; // one entry per layer, may be empty
+  /// Data-parallel replicas of the whole pipeline (trainer --replicas) and
+  /// the bandwidth between them: each optimizer task first sums its
+  /// stage's fp32 gradients across replicas (a ring all-reduce moves
+  /// 2 (R-1)/R of the bytes over each replica's link).
+  int replicas = 1;
+  double replicaBytesPerSecond = 25e9;
   /// RoundPipe's min_stages: the objective counts at least
   /// max(N, minJobs) stage-jobs per step. Raising it asks the search for the
   /// best plan with finer stages (the compiler sweeps it and lets the
@@ -202,6 +208,10 @@ struct SimResult {
   double computeSecondsPerStep = 0; // sum over workers
   std::vector<TimelineEvent> timeline;
 };
+
+/// Seconds to sum `params` fp32 gradients across problem.replicas replicas
+/// (ring all-reduce); 0 for one replica.
+double replicaSumSeconds(const PlanProblem &problem, double params);
 
 /// Replays the job order with the stage costs: per worker one compute lane,
 /// one upload lane (two parameter slots: a job's upload may start when the
