@@ -275,6 +275,18 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          o.replicas = int(x);
          return std::string();
        }},
+      {"replica-engine", "mpi|nccl",
+       "With --replicas: how gradients are summed. nccl (GPU trainers' "
+       "default): processes started with RANK, WORLD_SIZE, MASTER_ADDR and "
+       "MASTER_PORT set (torchrun, Slurm, or by hand), no mpirun needed; "
+       "each replica's GPUs are --gpus, or LOCAL_RANK's share. mpi (host "
+       "trainers' default): under mpirun.",
+       [&o](const std::string &v) {
+         if (v != "mpi" && v != "nccl")
+           return std::string("expected mpi or nccl");
+         o.replicaEngine = v;
+         return std::string();
+       }},
       {"replica-check-every", "K",
        "With --replicas: compare the replicas' weight checksums every K "
        "steps and at every checkpoint; a mismatch stops the run (default "

@@ -75,6 +75,8 @@ struct TrainerOptions {
   /// Compare the replicas' weight checksums every this many steps (and at
   /// every checkpoint); 0: only at checkpoints.
   int64_t replicaCheckEvery = 50;
+  /// "mpi" or "nccl"; empty: NCCL for GPU trainers, MPI otherwise.
+  std::string replicaEngine;
 };
 
 enum class CliStatus { Ok, Help, Error };

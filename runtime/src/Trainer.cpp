@@ -1380,8 +1380,27 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
     if (!program)
       return usageError("--replicas needs a pipelined trainer (compiled "
                         "with --workers)");
+    std::string engine = options.replicaEngine;
+    if (engine.empty())
+      engine = device && gpuReplicaFactory() ? "nccl" : "mpi";
+    if (engine == "nccl" && !(device && gpuReplicaFactory()))
+      return usageError("--replica-engine=nccl needs a GPU trainer "
+                        "(compiled with --target=cuda)");
+    if (engine == "nccl" && options.gpus.empty())
+      if (const char *local = std::getenv("LOCAL_RANK")) {
+        // One machine, several replicas: replica k of this machine takes
+        // the k-th group of --workers GPUs.
+        int first = std::atoi(local) * program->workers;
+        for (int w = 0; w < program->workers; ++w)
+          options.gpus += (w ? "," : "") + std::to_string(first + w);
+      }
     try {
-      replicas = joinReplicaGroup(options.replicas);
+      if (engine == "nccl") {
+        int gpu = options.gpus.empty() ? 0 : std::atoi(options.gpus.c_str());
+        replicas = gpuReplicaFactory()(options.replicas, gpu);
+      } else {
+        replicas = joinReplicaGroup(options.replicas);
+      }
     } catch (const Error &e) {
       return usageError(e.what());
     }

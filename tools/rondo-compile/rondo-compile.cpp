@@ -270,7 +270,7 @@ static LogicalResult buildExecutable(llvm::StringRef cppPath,
                                    RONDO_CUDA_KERNELS_INCLUDE_DIR, "-I",
                                    RONDO_CUDA_INCLUDE_DIR});
     args.append({RONDO_CUDA_KERNELS_LIB, "-L", RONDO_CUDA_LIB_DIR,
-                 "-lcublasLt", "-lcublas", "-lcudart",
+                 "-lcublasLt", "-lcublas", "-lnccl", "-lcudart",
                  "-Wl,-rpath," RONDO_CUDA_LIB_DIR});
   }
 #endif

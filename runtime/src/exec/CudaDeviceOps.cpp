@@ -21,6 +21,7 @@
 
 #include "CudaKernels.h"
 #include "rondo/runtime/Error.h"
+#include "rondo/runtime/Replicas.h"
 
 #include <cuda_runtime.h>
 
@@ -164,6 +165,13 @@ private:
 
   std::vector<int> gpus;
 };
+
+/// GPU trainers sum their replicas' gradients over NCCL: this object file is
+/// linked into every --target=cuda trainer (main names makeCudaDeviceOps).
+const bool kNcclRegistered = [] {
+  registerGpuReplicaFactory(&joinNcclReplicaGroup);
+  return true;
+}();
 
 } // namespace
 

@@ -18,4 +18,13 @@ std::unique_ptr<ReplicaGroup> joinReplicaGroup(int replicas) {
 
 bool replicasSupported() { return false; }
 
+namespace {
+ReplicaGroupFactory gGpuFactory = nullptr;
+} // namespace
+
+void registerGpuReplicaFactory(ReplicaGroupFactory factory) {
+  gGpuFactory = factory;
+}
+ReplicaGroupFactory gpuReplicaFactory() { return gGpuFactory; }
+
 } // namespace rondo::rt

@@ -53,6 +53,15 @@ std::unique_ptr<ReplicaGroup> joinReplicaGroup(int replicas);
 /// Whether this runtime was built with an MPI engine.
 bool replicasSupported();
 
+/// GPU trainers' engine (NCCL, bootstrapped from RANK / WORLD_SIZE /
+/// MASTER_ADDR / MASTER_PORT), on `device`: registered by the CUDA runtime
+/// (CudaDeviceOps.cpp), null in host-only builds.
+using ReplicaGroupFactory = std::unique_ptr<ReplicaGroup> (*)(int replicas,
+                                                               int device);
+void registerGpuReplicaFactory(ReplicaGroupFactory factory);
+ReplicaGroupFactory gpuReplicaFactory();
+std::unique_ptr<ReplicaGroup> joinNcclReplicaGroup(int replicas, int device);
+
 } // namespace rondo::rt
 
 #endif // RONDO_RUNTIME_REPLICAS_H
