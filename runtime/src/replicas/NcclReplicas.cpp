@@ -14,8 +14,7 @@
 // The gradients are in pinned host memory (the optimizer runs on the host),
 // so a sum copies a chunk to the replica's GPU, all-reduces it there
 // (NVLink or the network, whatever NCCL finds) and copies it back.
-// Communicators are non-blocking and every wait polls NCCL's asynchronous
-// error and a deadline (RONDO_REPLICA_TIMEOUT seconds, default 60): a
+// Every wait polls the stream, NCCL's asynchronous error and a deadline (RONDO_REPLICA_TIMEOUT seconds, default 60): a
 // replica that died makes the others stop with a message instead of
 // hanging.
 //
@@ -190,13 +189,12 @@ public:
     for (int i = 0; i < 2; ++i) {
       checkCuda(cudaStreamCreateWithFlags(&streams_[i], cudaStreamNonBlocking),
                 "cudaStreamCreateWithFlags", device_);
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.blocking = 0;
-      ncclResult_t res =
-          ncclCommInitRankConfig(&comms_[i], size_, ids[i], rank_, &config);
-      if (res != ncclSuccess && res != ncclInProgress)
-        fail("ncclCommInitRankConfig", res);
-      waitInit(comms_[i]);
+      // Blocking communicators: a collective returns once it is enqueued,
+      // and wait() bounds its completion. (Non-blocking ones would make
+      // every later call wait for the previous one's ncclInProgress.)
+      ncclResult_t res = ncclCommInitRank(&comms_[i], size_, ids[i], rank_);
+      if (res != ncclSuccess)
+        fail("ncclCommInitRank", res);
     }
     int version = 0;
     ncclGetVersion(&version);
@@ -251,6 +249,7 @@ public:
     for (ncclComm_t c : comms_)
       if (c)
         ncclCommAbort(c);
+    std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(status);
   }
@@ -266,21 +265,6 @@ private:
   }
   void check(cudaError_t status, const char *call) {
     checkCuda(status, call, device_);
-  }
-  void waitInit(ncclComm_t comm) {
-    auto deadline = Clock::now() + std::chrono::duration<double>(timeout_);
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm, &state);
-      if (state == ncclSuccess)
-        return;
-      if (state != ncclInProgress)
-        fail("ncclCommInitRankConfig", state);
-      if (Clock::now() > deadline)
-        throw Error("NCCL: the replicas did not connect within " +
-                    std::to_string(int(timeout_)) + " s");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
   }
   void *scratchOf(int i, size_t bytes) {
     if (bytes > scratchBytes_[i]) {
