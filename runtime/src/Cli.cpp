@@ -276,11 +276,11 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          return std::string();
        }},
       {"replica-engine", "mpi|nccl",
-       "With --replicas: how gradients are summed. nccl (GPU trainers' "
-       "default): processes started with RANK, WORLD_SIZE, MASTER_ADDR and "
-       "MASTER_PORT set (torchrun, Slurm, or by hand), no mpirun needed; "
-       "each replica's GPUs are --gpus, or LOCAL_RANK's share. mpi (host "
-       "trainers' default): under mpirun.",
+       "With --replicas: how gradients are summed. mpi (default): under "
+       "mpirun, host and GPU trainers. nccl (GPU trainers, experimental): "
+       "processes started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+       "set (torchrun, Slurm, or by hand), no mpirun needed; each replica's "
+       "GPUs are --gpus, or LOCAL_RANK's share.",
        [&o](const std::string &v) {
          if (v != "mpi" && v != "nccl")
            return std::string("expected mpi or nccl");

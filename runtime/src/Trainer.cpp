@@ -1380,9 +1380,12 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
     if (!program)
       return usageError("--replicas needs a pipelined trainer (compiled "
                         "with --workers)");
+    // MPI is the default everywhere: the NCCL engine is experimental (on 2
+    // H200s its replicas' weights diverged, which the checksum check caught,
+    // and a lost replica was not always detected); see docs/Runtime.md.
     std::string engine = options.replicaEngine;
     if (engine.empty())
-      engine = device && gpuReplicaFactory() ? "nccl" : "mpi";
+      engine = "mpi";
     if (engine == "nccl" && !(device && gpuReplicaFactory()))
       return usageError("--replica-engine=nccl needs a GPU trainer "
                         "(compiled with --target=cuda)");
@@ -1396,6 +1399,12 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
       }
     try {
       if (engine == "nccl") {
+        std::fprintf(stderr,
+                     "%s: warning: --replica-engine=nccl is experimental: "
+                     "the replicas' weight checksums are compared every "
+                     "--replica-check-every steps and the run stops if they "
+                     "differ\n",
+                     argv0);
         int gpu = options.gpus.empty() ? 0 : std::atoi(options.gpus.c_str());
         replicas = gpuReplicaFactory()(options.replicas, gpu);
       } else {
