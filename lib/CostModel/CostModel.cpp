@@ -93,9 +93,10 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   // every microbatch.
   double bytes = 0;
   for (Value v : op->getOperands())
-    bytes += deviceBytes(v.getType(), options.bf16) / (isParameter(v) ? 1 : m);
+    bytes +=
+        deviceBytes(v.getType(), options.bf16Storage) / (isParameter(v) ? 1 : m);
   for (Value v : op->getResults())
-    bytes += deviceBytes(v.getType(), options.bf16) / m;
+    bytes += deviceBytes(v.getType(), options.bf16Storage) / m;
   double rate;
   if (isMatmulLike(op)) {
     double rows = 1;
@@ -179,7 +180,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       layer.forwardFlops += flops;
       if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
         layer.workspaceBytes +=
-            cost.getActivationBytes() * (options.bf16 ? 0.5 : 1.0) / m;
+            cost.getActivationBytes() * (options.bf16Storage ? 0.5 : 1.0) / m;
     }
     for (Value v : op.getOperands()) {
       if (isParameter(v)) {
@@ -210,7 +211,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     planner::LayerCost &layer = table.layers[l];
     for (Value p : paramsOf[l]) {
       auto arg = cast<BlockArgument>(p);
-      layer.paramBytes += deviceBytes(p.getType(), options.bf16);
+      layer.paramBytes += deviceBytes(p.getType(), options.bf16Storage);
       if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
         continue;
       // Gradients accumulate over the microbatches in fp32 on the worker.
@@ -224,13 +225,14 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       // only activations (and the first layer's token ids) are handed off.
       if (isa<BlockArgument>(v) && l != 0)
         continue;
-      layer.inputBytes += deviceBytes(v.getType(), options.bf16) / m;
+      layer.inputBytes += deviceBytes(v.getType(), options.bf16Storage) / m;
     }
   }
   // fp32 master weights for every parameter, AdamW moments and an fp32
-  // gradient for every trainable one; in bf16 also the upload copy.
+  // gradient for every trainable one; with bf16 storage also the bf16
+  // upload copy (fp32 storage uploads the master weights themselves).
   table.hostFixedBytes = 4 * table.paramCount + 12 * table.trainableCount +
-                         (options.bf16 ? 2 * table.paramCount : 0);
+                         (options.bf16Storage ? 2 * table.paramCount : 0);
   return table;
 }
 

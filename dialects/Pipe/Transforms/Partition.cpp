@@ -397,8 +397,6 @@ struct PipePartitionPass
       diag << " host memory needs at least " << gb(hostFloor)
            << " (fp32 weights " << gb(4 * params) << ", AdamW moments "
            << gb(8 * trainable) << ", fp32 gradients " << gb(4 * trainable);
-      if (bf16)
-        diag << ", bf16 upload copies " << gb(2 * params);
       diag << ", hand-off staging " << gb(hostFloor - p.hostFixedBytes);
       diag << ") but the host budget is " << gb(p.hostMemoryBytes)
            << "; the smallest configuration that fits needs a host budget "
