@@ -258,6 +258,8 @@ protected:
       cudaStreamDestroy(stream_);
     }
   }
+  /// Shared by the fp32 and bf16 linear cross-entropy tests.
+  void checkLinearCrossEntropy(const char *label, double tol);
   cudaStream_t stream_ = nullptr;
 };
 
@@ -1054,7 +1056,9 @@ TEST_F(CudaKernels, CrossEntropyBadLabel) {
   ck(cudaStreamSynchronize(stream_), "sync");
 }
 
-TEST_F(CudaKernels, LinearCrossEntropy) {
+/// linearCrossEntropy and its backward against the CPU, at the tolerance of
+/// the current precision.
+void CudaKernels::checkLinearCrossEntropy(const char *label, double tol) {
   const int64_t N = 33, D = 48, V = 301;
   for (int transW = 0; transW < 2; ++transW)
     for (int64_t chunk : {int64_t(0), int64_t(7)}) {
@@ -1083,11 +1087,11 @@ TEST_F(CudaKernels, LinearCrossEntropy) {
         EXPECT_EQ(bad, 0);
       }
       EXPECT_EQ(0, std::memcmp(&sums[0], &sums[1], sizeof(float)));
-      std::string what = std::string("linearCrossEntropy transW=") +
+      std::string what = std::string(label) + " transW=" +
                          std::to_string(transW) + " chunk=" +
                          std::to_string(chunk);
       Tensor refT(Shape{1}, float(refSum));
-      expectClose({sums[0]}, refT, what + " lossSum");
+      expectClose({sums[0]}, refT, what + " lossSum", tol);
       auto got = runTwice({{hs, {}}, {ws, {}}},
                           [&](const std::vector<FView> &o) {
                             cu::linearCrossEntropyBackward(
@@ -1095,57 +1099,19 @@ TEST_F(CudaKernels, LinearCrossEntropy) {
                                 chunk, 0.05f, o[0], o[1]);
                           },
                           what + " backward");
-      expectClose(got[0], dh, what + " dH");
-      expectClose(got[1], dw, what + " dW");
+      expectClose(got[0], dh, what + " dH", tol);
+      expectClose(got[1], dw, what + " dW", tol);
     }
+}
+
+TEST_F(CudaKernels, LinearCrossEntropy) {
+  checkLinearCrossEntropy("linearCrossEntropy", kTol);
 }
 
 TEST_F(CudaKernels, LinearCrossEntropyBf16) {
   // The weight is rounded once per call and shared by the chunks' products.
   PrecisionGuard bf16(cu::Precision::Bf16);
-  const int64_t N = 33, D = 48, V = 301;
-  for (int transW = 0; transW < 2; ++transW)
-    for (int64_t chunk : {int64_t(0), int64_t(7)}) {
-      Shape hs{N, D}, ws = transW ? Shape{V, D} : Shape{D, V};
-      Tensor h = uniform(hs), w = uniform(ws);
-      auto labels = randomLabels(N, V, -1);
-      IView lv{labels.data(), Shape{N}};
-      double refSum = 0;
-      int64_t count = 0;
-      ASSERT_TRUE(cpu::linearCrossEntropy(h.cv(), w.cv(), transW != 0, lv, -1,
-                                          chunk, &refSum, &count));
-      Tensor dh(hs), dw(ws);
-      cpu::linearCrossEntropyBackward(h.cv(), w.cv(), transW != 0, lv, -1,
-                                      chunk, 0.05f, dh.v(), dw.v());
-      Dev dH(h), dW(w);
-      DevIds dlab(labels, Shape{N});
-      LossDev ld;
-      ck(cudaDeviceSynchronize(), "sync uploads");
-      float sums[2];
-      for (int run = 0; run < 2; ++run) {
-        cu::linearCrossEntropy(dH.cv(), dW.cv(), transW != 0, dlab.v(), -1,
-                               chunk, ld.sum, ld.bad);
-        ck(cudaStreamSynchronize(stream_), "sync");
-        int bad = -1;
-        ld.read(sums[run], bad);
-        EXPECT_EQ(bad, 0);
-      }
-      EXPECT_EQ(0, std::memcmp(&sums[0], &sums[1], sizeof(float)));
-      std::string what = std::string("bf16 linearCrossEntropy transW=") +
-                         std::to_string(transW) + " chunk=" +
-                         std::to_string(chunk);
-      Tensor refT(Shape{1}, float(refSum));
-      expectClose({sums[0]}, refT, what + " lossSum", kBf16Tol);
-      auto got = runTwice({{hs, {}}, {ws, {}}},
-                          [&](const std::vector<FView> &o) {
-                            cu::linearCrossEntropyBackward(
-                                dH.cv(), dW.cv(), transW != 0, dlab.v(), -1,
-                                chunk, 0.05f, o[0], o[1]);
-                          },
-                          what + " backward");
-      expectClose(got[0], dh, what + " dH", kBf16Tol);
-      expectClose(got[1], dw, what + " dW", kBf16Tol);
-    }
+  checkLinearCrossEntropy("bf16 linearCrossEntropy", kBf16Tol);
 }
 
 //===----------------------------------------------------------------------===//
