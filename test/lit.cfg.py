@@ -35,6 +35,17 @@ if config.rondo_enable_mpi.upper() in ("ON", "TRUE", "1", "YES") and shutil.whic
     # As root Open MPI wants --allow-run-as-root; more ranks than cores,
     # --oversubscribe; in containers the shared-memory transport without
     # cross-memory attach.
-    config.substitutions.append(("%mpirun",
-        "mpirun --allow-run-as-root --oversubscribe --bind-to none "
-        "--mca btl self,vader --mca btl_vader_single_copy_mechanism none"))
+    mpirun = ("mpirun --allow-run-as-root --oversubscribe --bind-to none "
+              "--mca btl self,vader --mca btl_vader_single_copy_mechanism none")
+    # The sanitizer suite (scripts/sanitize.sh): Open MPI unloads its
+    # plugins at MPI_Finalize, so LeakSanitizer can neither name nor suppress
+    # what they keep; address and UB checks stay on, leak checks go off for
+    # the replicas mpirun starts.
+    # %mpi_env: the same for a trainer that starts MPI alone (a singleton).
+    mpi_env = "env"
+    if "ASAN_OPTIONS" in os.environ:
+        no_leaks = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+        mpirun += " -x ASAN_OPTIONS=" + no_leaks
+        mpi_env = "env ASAN_OPTIONS=" + no_leaks
+    config.substitutions.append(("%mpirun", mpirun))
+    config.substitutions.append(("%mpi_env", mpi_env))

@@ -59,13 +59,16 @@ public:
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-    if (size_ != replicas)
+    if (size_ != replicas) {
+      // The destructor will not run: leave MPI as it would.
+      MPI_Finalize();
       throw Error("--replicas " + std::to_string(replicas) + ": this process "
                   "is rank " + std::to_string(rank_) + " of an MPI job of " +
                   std::to_string(size_) + (size_ == 1 ? " (not started by "
                   "mpirun?)" : "") + "; start it as `mpirun -np " +
                   std::to_string(replicas) + " TRAINER --replicas " +
                   std::to_string(replicas) + " ...`");
+    }
     check(MPI_Comm_dup(MPI_COMM_WORLD, &grads_), "MPI_Comm_dup");
     check(MPI_Comm_dup(MPI_COMM_WORLD, &trainer_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(grads_, MPI_ERRORS_RETURN);
