@@ -135,13 +135,4 @@ std::unique_ptr<ReplicaGroup> joinReplicaGroup(int replicas) {
 
 bool replicasSupported() { return true; }
 
-namespace {
-ReplicaGroupFactory gGpuFactory = nullptr;
-} // namespace
-
-void registerGpuReplicaFactory(ReplicaGroupFactory factory) {
-  gGpuFactory = factory;
-}
-ReplicaGroupFactory gpuReplicaFactory() { return gGpuFactory; }
-
 } // namespace rondo::rt

@@ -18,13 +18,4 @@ std::unique_ptr<ReplicaGroup> joinReplicaGroup(int replicas) {
 
 bool replicasSupported() { return false; }
 
-namespace {
-ReplicaGroupFactory gGpuFactory = nullptr;
-} // namespace
-
-void registerGpuReplicaFactory(ReplicaGroupFactory factory) {
-  gGpuFactory = factory;
-}
-ReplicaGroupFactory gpuReplicaFactory() { return gGpuFactory; }
-
 } // namespace rondo::rt
