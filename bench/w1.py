@@ -100,26 +100,74 @@ def bubble_from_trace(path, first_step):
     return 1 - busy / ((t1 - t0) * workers), trace["otherData"]
 
 
-def rondo(a, out_dir):
+def parse_config(text, a):
+    """NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS]]], e.g.
+    2x2=2:0,1,2,3:2:w1-b8.trainer: REPLICAS processes of the WORKERS-worker
+    plan, replica r on the r-th group of WORKERS GPUs of GPUS."""
+    name, _, spec = text.partition("=")
+    parts = spec.split(":")
+    workers = int(parts[0])
+    gpus = parts[1] if len(parts) > 1 and parts[1] else ""
+    replicas = int(parts[2]) if len(parts) > 2 and parts[2] else 1
+    trainer = parts[3] if len(parts) > 3 and parts[3] else a.trainer
+    steps = int(parts[4]) if len(parts) > 4 and parts[4] else a.steps
+    if gpus and len(gpus.split(",")) != workers * replicas:
+        raise SystemExit("--config %s: %d GPUs for %d replicas x %d workers"
+                         % (text, len(gpus.split(",")), replicas, workers))
+    return {"name": name, "workers": workers, "gpus": gpus,
+            "replicas": replicas, "trainer": trainer, "steps": steps}
+
+
+def run_group(cmds, envs, logs, timeout):
+    """Runs the processes together, killing them after `timeout` seconds;
+    returns (statuses, summed peak RSS in GiB, peak GPU MiB)."""
+    with GpuMemoryPoller() as gpu:
+        procs = [subprocess.Popen(c, env=e, stdout=l, stderr=subprocess.STDOUT)
+                 for c, e, l in zip(cmds, envs, logs)]
+        killer = threading.Timer(timeout, lambda: [p.kill() for p in procs])
+        killer.start()
+        statuses, rss = [], 0.0
+        for proc in procs:
+            _, status, usage = os.wait4(proc.pid, 0)
+            statuses.append(os.waitstatus_to_exitcode(status))
+            rss += usage.ru_maxrss / 2**20
+        killer.cancel()
+    return statuses, rss, gpu.peak
+
+
+def rondo(a, out_dir, cfg, port):
     ids = os.path.join(out_dir, "w1-ids.npy")
-    import numpy as np
-    rng = np.random.default_rng(0)
-    np.save(ids, rng.integers(0, 151936, size=(16 * a.steps, 4096), dtype=np.int64))
-    log_json = os.path.join(out_dir, "w1-rondo-steps.jsonl")
-    trace = os.path.join(out_dir, "w1-rondo-trace.json")
-    cmd = [a.trainer, "--data", ids, "--steps", str(a.steps), "--init=random",
-           "--seed", "1", "--workers", str(a.workers), "--log-json", log_json,
-           "--trace", trace, "--lr", "1e-4"]
-    if a.gpus:
-        cmd += ["--gpus", a.gpus]
-    if a.optimizer_mode:
-        cmd += ["--optimizer-mode", a.optimizer_mode]
-    with open(os.path.join(out_dir, "w1-rondo.log"), "w") as log:
-        status, rss, _, gpu = run_child(cmd, log=log)
-    if status != 0:
-        with open(os.path.join(out_dir, "w1-rondo.log")) as f:
-            sys.stderr.write(f.read()[-4000:])
-        return {"error": "trainer exited with status %d" % status}
+    tag = cfg["name"]
+    log_json = os.path.join(out_dir, "w1-rondo-%s-steps.jsonl" % tag)
+    trace = os.path.join(out_dir, "w1-rondo-%s-trace.json" % tag)
+    replicas, workers = cfg["replicas"], cfg["workers"]
+    gpus = cfg["gpus"].split(",") if cfg["gpus"] else []
+    cmds, envs, logs = [], [], []
+    for r in range(replicas):
+        cmd = [cfg["trainer"], "--data", ids, "--steps", str(cfg["steps"]),
+               "--init=random", "--seed", "1", "--workers", str(workers),
+               "--log-json", log_json, "--trace", trace, "--lr", "1e-4"]
+        if gpus:
+            cmd += ["--gpus", ",".join(gpus[r * workers:(r + 1) * workers])]
+        if a.optimizer_mode:
+            cmd += ["--optimizer-mode", a.optimizer_mode]
+        env = dict(os.environ)
+        if replicas > 1:
+            cmd += ["--replicas", str(replicas), "--replica-engine=nccl"]
+            env.update(RANK=str(r), WORLD_SIZE=str(replicas),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       NCCL_NVLS_ENABLE="0")
+        cmds.append(cmd)
+        envs.append(env)
+        logs.append(open(os.path.join(out_dir, "w1-rondo-%s.r%d.log" % (tag, r)), "w"))
+    statuses, rss, gpu = run_group(cmds, envs, logs, a.timeout)
+    for l in logs:
+        l.close()
+    if any(statuses):
+        for r in range(replicas):
+            with open(os.path.join(out_dir, "w1-rondo-%s.r%d.log" % (tag, r))) as f:
+                sys.stderr.write(f.read()[-3000:])
+        return {"error": "trainer exited with status %s" % statuses}
     steps = [json.loads(l) for l in open(log_json) if l.strip()]
     steady = [s for s in steps if s["step"] >= a.skip]
     seconds = sum(s["seconds"] for s in steady)
@@ -127,6 +175,8 @@ def rondo(a, out_dir):
     bubble, plan = bubble_from_trace(trace, a.skip)
     predicted = plan.get("predictedStepSeconds")
     return {
+        "workers": workers, "replicas": replicas, "trainer": os.path.basename(cfg["trainer"]),
+        "gpus": len(gpus) if gpus else workers * replicas,
         "tokens_per_s": tokens / seconds,
         "step_seconds": seconds / len(steady),
         "losses": [s["loss"] for s in steps],
@@ -216,42 +266,80 @@ def main():
     p.add_argument("--machine", default="h100x1")
     p.add_argument("--out", default=".")
     p.add_argument("--skip-pytorch", action="store_true")
+    p.add_argument("--config", action="append", default=[],
+                   help="NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS]]], repeatable: "
+                   "several Rondo configurations in one run (replicas use "
+                   "the NCCL engine, started as torchrun would)")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="seconds after which a configuration's processes are killed")
     p.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.torch_child:
         torch_child(a)
         return 0
     os.makedirs(a.out, exist_ok=True)
-    gpus = len(a.gpus.split(",")) if a.gpus else a.workers
-    result = {"workload": "W1", "machine": a.machine, "gpus": gpus,
-              "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d")}
-    result["rondo"] = rondo(a, a.out) if a.trainer else None
-    result["pytorch"] = None if a.skip_pytorch else pytorch(a, a.out)
+    configs = [parse_config(c, a) for c in a.config] if a.config else (
+        [parse_config("rondo=%d:%s" % (a.workers, a.gpus), a)] if a.trainer else [])
+    result = {"workload": "W1", "machine": a.machine,
+              "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d"),
+              "rondo": {}}
+    if configs:
+        # One token file for every configuration: the same rows per step.
+        import numpy as np
+        rng = np.random.default_rng(0)
+        steps = max(c["steps"] for c in configs)
+        np.save(os.path.join(a.out, "w1-ids.npy"),
+                rng.integers(0, 151936, size=(16 * steps, 4096), dtype=np.int64))
+    path = os.path.join(a.out, "w1-%s.json" % a.machine)
+    # Written after every run, so that a run cut short keeps what finished.
+    def save():
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+    # The first configuration (the 1-GPU baseline), then PyTorch, then the
+    # rest.
+    for i, cfg in enumerate(configs):
+        result["rondo"][cfg["name"]] = rondo(a, a.out, cfg, 29600 + i)
+        save()
+        if i == 0:
+            result["pytorch"] = None if a.skip_pytorch else pytorch(a, a.out)
+            save()
+    if not configs:
+        result["pytorch"] = None if a.skip_pytorch else pytorch(a, a.out)
 
-    r, t = result["rondo"], result["pytorch"]
+    t = result["pytorch"]
     rows = []
-    for name, x, g in (("rondo", r, gpus), ("pytorch eager (1 GPU)", t, 1)):
+    entries = [("rondo " + k, x, x.get("gpus", 1)) for k, x in result["rondo"].items()]
+    entries.append(("pytorch eager (1 GPU)", t, 1))
+    for name, x, g in entries:
         if not x or "error" in x:
             rows.append((name, x["error"] if x else "not run"))
             continue
         peak = max(x["peak_gpu_mib"].values()) / 1024 if x["peak_gpu_mib"] else float("nan")
-        rows.append((name, "%9.0f tok/s  MFU %4.1f%%  step %6.2f s  GPU peak %5.1f GiB"
-                     "  host peak %5.1f GiB" % (x["tokens_per_s"], 100 * mfu(x["tokens_per_s"], g),
-                                                x["step_seconds"], peak, x["peak_host_gib"])))
         x["mfu"] = mfu(x["tokens_per_s"], g)
-    if r and "error" not in r:
-        rows.append(("rondo plan", "predicted %s tok/s; measured bubble %s" % (
-            "%.0f" % r["predicted_tokens_per_s"] if r["predicted_tokens_per_s"] else "-",
-            "%.1f%%" % (100 * r["bubble"]) if r["bubble"] is not None else "-")))
+        rows.append((name, "%9.0f tok/s  MFU %4.1f%%  step %6.2f s  GPU peak %5.1f GiB"
+                     "  host peak %5.1f GiB" % (x["tokens_per_s"], 100 * x["mfu"],
+                                                x["step_seconds"], peak, x["peak_host_gib"])))
+    ok = {k: x for k, x in result["rondo"].items() if x and "error" not in x}
+    one = next((x for x in ok.values() if x["gpus"] == 1 and x["replicas"] == 1), None)
+    for k, r in ok.items():
+        pred = r["predicted_tokens_per_s"]
+        text = "plan predicts %s tok/s (measured/predicted %s); bubble %s" % (
+            "%.0f" % pred if pred else "-",
+            "%.2f" % (r["tokens_per_s"] / pred) if pred else "-",
+            "%.1f%%" % (100 * r["bubble"]) if r["bubble"] is not None else "-")
         if t and "error" not in t:
-            result["ratio_to_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
-            rows.append(("rondo / pytorch", "%.2fx tokens/s" % result["ratio_to_pytorch"]))
+            r["ratio_to_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
+            text += "; %.2fx PyTorch" % r["ratio_to_pytorch"]
+        if one and r is not one:
+            r["scaling_over_1gpu"] = r["tokens_per_s"] / one["tokens_per_s"]
+            r["scaling_efficiency"] = r["scaling_over_1gpu"] / r["gpus"]
+            text += "; %.2fx 1 GPU (%.0f%% efficiency)" % (
+                r["scaling_over_1gpu"], 100 * r["scaling_efficiency"])
+        rows.append(("  " + k, text))
     print("W1 on %s (16 x 4096 tokens per step)" % a.machine)
     for name, text in rows:
-        print("  %-22s %s" % (name, text))
-    path = os.path.join(a.out, "w1-%s.json" % a.machine)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+        print("  %-24s %s" % (name, text))
+    save()
     print("wrote " + path)
     return 0
 

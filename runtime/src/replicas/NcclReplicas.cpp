@@ -14,9 +14,14 @@
 // The gradients are in pinned host memory (the optimizer runs on the host),
 // so a sum copies a chunk to the replica's GPU, all-reduces it there
 // (NVLink or the network, whatever NCCL finds) and copies it back.
-// Every wait polls the stream, NCCL's asynchronous error and a deadline (RONDO_REPLICA_TIMEOUT seconds, default 60): a
-// replica that died makes the others stop with a message instead of
-// hanging.
+//
+// NCCL does not notice a peer that died inside a collective on NVLink: its
+// kernels spin. So the rendezvous connections stay open for the whole run,
+// and every wait polls the stream, NCCL's asynchronous error, those
+// connections (a process that ends closes them, which names the lost rank)
+// and a deadline (RONDO_REPLICA_TIMEOUT seconds, default 60) for a replica
+// that hangs. RONDO_REPLICA_DEBUG=1 prints a hash of every gradient sum's
+// input and output, to compare replicas line by line.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,11 +40,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace rondo::rt {
 namespace {
@@ -101,8 +110,10 @@ void recvAll(int fd, void *data, size_t bytes, double timeout) {
 }
 
 /// Two NCCL ids (gradients, trainer thread) from rank 0 to every rank.
-void rendezvous(int rank, int size, const std::string &addr, int port,
-                double timeout, ncclUniqueId ids[2]) {
+/// Returns the connections, kept open for the whole run: rank 0 holds one
+/// per other rank (rank k's at k-1), the others their one to rank 0.
+std::vector<int> rendezvous(int rank, int size, const std::string &addr,
+                            int port, double timeout, ncclUniqueId ids[2]) {
   if (rank == 0) {
     for (int i = 0; i < 2; ++i)
       if (ncclResult_t r = ncclGetUniqueId(&ids[i]); r != ncclSuccess)
@@ -119,6 +130,7 @@ void rendezvous(int rank, int size, const std::string &addr, int port,
         ::listen(listener.fd, size))
       throw Error("replica rendezvous: cannot listen on MASTER_PORT " +
                   std::to_string(port) + ": " + std::strerror(errno));
+    std::vector<std::unique_ptr<Socket>> peers(size_t(size - 1));
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     for (int joined = 1; joined < size; ++joined) {
       pollfd pfd{listener.fd, POLLIN, 0};
@@ -129,12 +141,25 @@ void rendezvous(int rank, int size, const std::string &addr, int port,
         throw Error("replica rendezvous: " + std::to_string(joined) + " of " +
                     std::to_string(size) + " replicas joined within " +
                     std::to_string(int(timeout)) + " s");
-      Socket peer(::accept(listener.fd, nullptr, nullptr));
-      if (peer.fd < 0)
+      auto peer = std::make_unique<Socket>(::accept(listener.fd, nullptr,
+                                                    nullptr));
+      if (peer->fd < 0)
         throw Error("replica rendezvous: accept failed");
-      sendAll(peer.fd, ids, 2 * sizeof(ncclUniqueId));
+      int32_t who = -1;
+      recvAll(peer->fd, &who, sizeof(who), timeout);
+      if (who < 1 || who >= size || peers[size_t(who - 1)])
+        throw Error("replica rendezvous: a process joined as rank " +
+                    std::to_string(who) + " (RANK must be unique, 0.." +
+                    std::to_string(size - 1) + ")");
+      sendAll(peer->fd, ids, 2 * sizeof(ncclUniqueId));
+      peers[size_t(who - 1)] = std::move(peer);
     }
-    return;
+    std::vector<int> fds;
+    for (auto &p : peers) {
+      fds.push_back(p->fd);
+      p->fd = -1;
+    }
+    return fds;
   }
   addrinfo hints{}, *found = nullptr;
   hints.ai_family = AF_INET;
@@ -149,8 +174,12 @@ void rendezvous(int rank, int size, const std::string &addr, int port,
     Socket s(::socket(AF_INET, SOCK_STREAM, 0));
     if (::connect(s.fd, found->ai_addr, found->ai_addrlen) == 0) {
       ::freeaddrinfo(found);
+      int32_t me = rank;
+      sendAll(s.fd, &me, sizeof(me));
       recvAll(s.fd, ids, 2 * sizeof(ncclUniqueId), timeout);
-      return;
+      int fd = s.fd;
+      s.fd = -1;
+      return {fd};
     }
     if (Clock::now() > deadline) {
       ::freeaddrinfo(found);
@@ -160,6 +189,16 @@ void rendezvous(int rank, int size, const std::string &addr, int port,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+/// Whether the other end of `fd` has closed (its process ended).
+bool peerClosed(int fd) {
+  pollfd pfd{fd, POLLIN, 0};
+  if (::poll(&pfd, 1, 0) <= 0)
+    return false;
+  char byte;
+  ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
 class NcclReplicaGroup final : public ReplicaGroup {
@@ -180,18 +219,30 @@ public:
                   " (RANK / WORLD_SIZE)");
     if (const char *t = std::getenv("RONDO_REPLICA_TIMEOUT"))
       timeout_ = std::max(1.0, std::atof(t));
+    debug_ = std::getenv("RONDO_REPLICA_DEBUG") != nullptr;
     const char *a = env({"MASTER_ADDR"});
     const char *p = env({"MASTER_PORT"});
     ncclUniqueId ids[2];
-    rendezvous(rank_, size_, a ? a : "127.0.0.1", p ? std::atoi(p) : 29500,
-               std::max(timeout_, 120.0), ids);
+    peers_ = rendezvous(rank_, size_, a ? a : "127.0.0.1",
+                        p ? std::atoi(p) : 29500, std::max(timeout_, 120.0),
+                        ids);
     checkCuda(cudaSetDevice(device_), "cudaSetDevice", device_);
+    // Everything a sum needs is allocated here, once: a cudaFree while a
+    // collective runs would synchronise the device against kernels that
+    // wait for the other replicas, and reused addresses confuse NCCL's
+    // buffer registrations.
+    check(cudaMalloc(&gradScratch_, kChunk * sizeof(float)),
+          "cudaMalloc of the gradient sum buffer");
+    check(cudaMalloc(&smallScratch_, kSmallBytes),
+          "cudaMalloc of the loss sum buffer");
+    // Pinned, so that every copy is asynchronous and every wait is one of
+    // ours (with a deadline), never a blocking pageable copy.
+    check(cudaMallocHost(&smallHost_, kSmallBytes), "cudaMallocHost");
     for (int i = 0; i < 2; ++i) {
-      checkCuda(cudaStreamCreateWithFlags(&streams_[i], cudaStreamNonBlocking),
-                "cudaStreamCreateWithFlags", device_);
+      check(cudaStreamCreateWithFlags(&streams_[i], cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags");
       // Blocking communicators: a collective returns once it is enqueued,
-      // and wait() bounds its completion. (Non-blocking ones would make
-      // every later call wait for the previous one's ncclInProgress.)
+      // and wait() bounds its completion.
       ncclResult_t res = ncclCommInitRank(&comms_[i], size_, ids[i], rank_);
       if (res != ncclSuccess)
         fail("ncclCommInitRank", res);
@@ -210,9 +261,12 @@ public:
         ncclCommDestroy(comms_[i]);
       if (streams_[i])
         cudaStreamDestroy(streams_[i]);
-      if (scratch_[i])
-        cudaFree(scratch_[i]);
     }
+    cudaFree(gradScratch_);
+    cudaFree(smallScratch_);
+    cudaFreeHost(smallHost_);
+    for (int fd : peers_)
+      ::close(fd);
   }
 
   int rank() const override { return rank_; }
@@ -220,41 +274,101 @@ public:
   std::string engine() const override { return engine_; }
 
   void sumGradients(float *data, int64_t n) override {
-    allReduce(0, data, n, sizeof(float), ncclFloat);
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    const uint64_t before = debug_ ? hashOf(data, n) : 0;
+    // One stream: chunk k+1's upload starts after chunk k's download, so
+    // the one buffer is never overwritten early.
+    for (int64_t off = 0; off < n; off += kChunk) {
+      const size_t count = size_t(std::min(kChunk, n - off));
+      check(cudaMemcpyAsync(gradScratch_, data + off, count * sizeof(float),
+                            cudaMemcpyHostToDevice, streams_[0]),
+            "cudaMemcpyAsync");
+      enqueue(ncclAllReduce(gradScratch_, gradScratch_, count, ncclFloat,
+                            ncclSum, comms_[0], streams_[0]),
+              "ncclAllReduce");
+      check(cudaMemcpyAsync(data + off, gradScratch_, count * sizeof(float),
+                            cudaMemcpyDeviceToHost, streams_[0]),
+            "cudaMemcpyAsync");
+    }
+    wait(0, "gradients");
+    if (debug_)
+      std::fprintf(stderr,
+                   "replica %d: gradient sum %lld: %lld elements, %016llx -> "
+                   "%016llx\n",
+                   rank_, (long long)gradSums_, (long long)n,
+                   (unsigned long long)before,
+                   (unsigned long long)hashOf(data, n));
+    ++gradSums_;
   }
   void sum(double *data, int n) override {
-    allReduce(1, data, n, sizeof(double), ncclDouble);
+    std::lock_guard<std::mutex> lock(mu_[1]);
+    cudaSetDevice(device_);
+    const size_t bytes = size_t(n) * sizeof(double);
+    if (bytes > kSmallBytes)
+      throw Error("replica sum of " + std::to_string(n) +
+                  " values: more than the buffer holds");
+    std::memcpy(smallHost_, data, bytes);
+    check(cudaMemcpyAsync(smallScratch_, smallHost_, bytes,
+                          cudaMemcpyHostToDevice, streams_[1]),
+          "cudaMemcpyAsync");
+    enqueue(ncclAllReduce(smallScratch_, smallScratch_, size_t(n), ncclDouble,
+                          ncclSum, comms_[1], streams_[1]),
+            "ncclAllReduce");
+    check(cudaMemcpyAsync(smallHost_, smallScratch_, bytes,
+                          cudaMemcpyDeviceToHost, streams_[1]),
+          "cudaMemcpyAsync");
+    wait(1, "losses and counts");
+    std::memcpy(data, smallHost_, bytes);
   }
   std::vector<uint64_t> gather(uint64_t value) override {
+    std::lock_guard<std::mutex> lock(mu_[1]);
     cudaSetDevice(device_);
-    void *buf = scratchOf(1, size_t(size_ + 1) * sizeof(uint64_t));
-    char *dev = static_cast<char *>(buf);
-    check(cudaMemcpyAsync(dev, &value, sizeof(value), cudaMemcpyHostToDevice,
+    if (size_t(size_ + 1) * sizeof(uint64_t) > kSmallBytes)
+      throw Error("replica checksums: more replicas than the buffer holds");
+    auto *host = static_cast<uint64_t *>(smallHost_);
+    auto *dev = static_cast<uint64_t *>(smallScratch_);
+    host[0] = value;
+    check(cudaMemcpyAsync(dev, host, sizeof(uint64_t), cudaMemcpyHostToDevice,
                           streams_[1]),
           "cudaMemcpyAsync");
-    enqueue(ncclAllGather(dev, dev + sizeof(uint64_t), 1, ncclUint64,
-                          comms_[1], streams_[1]),
-            1, "ncclAllGather");
-    std::vector<uint64_t> all(size_t(size_), 0);
-    check(cudaMemcpyAsync(all.data(), dev + sizeof(uint64_t),
-                          all.size() * sizeof(uint64_t),
+    enqueue(ncclAllGather(dev, dev + 1, 1, ncclUint64, comms_[1], streams_[1]),
+            "ncclAllGather");
+    check(cudaMemcpyAsync(host + 1, dev + 1, size_t(size_) * sizeof(uint64_t),
                           cudaMemcpyDeviceToHost, streams_[1]),
           "cudaMemcpyAsync");
     wait(1, "the weight checksums");
-    return all;
+    return std::vector<uint64_t>(host + 1, host + 1 + size_);
   }
   [[noreturn]] void abortAll(int status) override {
-    // NCCL cannot end the other processes; aborting the communicators
-    // makes their pending sums fail, and their deadlines cover the rest.
-    for (ncclComm_t c : comms_)
-      if (c)
-        ncclCommAbort(c);
     std::fflush(stdout);
     std::fflush(stderr);
+    // NCCL cannot end the other processes. Closing our connections tells
+    // them at once (their waits watch them); aborting the communicators
+    // makes our own pending sums give up. An abort that itself hangs on a
+    // stuck kernel must not keep the process alive.
+    for (int fd : peers_)
+      ::shutdown(fd, SHUT_RDWR);
+    std::thread([this] {
+      for (ncclComm_t c : comms_)
+        if (c)
+          ncclCommAbort(c);
+    }).detach();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     std::_Exit(status);
   }
 
 private:
+  static constexpr int64_t kChunk = int64_t(32) << 20; // floats per trip
+  static constexpr size_t kSmallBytes = 4096;
+
+  static uint64_t hashOf(const float *data, int64_t n) {
+    const uint32_t *bits = reinterpret_cast<const uint32_t *>(data);
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t e = 0; e < n; ++e)
+      h = (h ^ bits[e]) * 1099511628211ull;
+    return h;
+  }
   [[noreturn]] void fail(const char *call, ncclResult_t r) {
     throw Error(std::string(call) + " failed (replica " +
                 std::to_string(rank_) + " of " + std::to_string(size_) +
@@ -266,25 +380,28 @@ private:
   void check(cudaError_t status, const char *call) {
     checkCuda(status, call, device_);
   }
-  void *scratchOf(int i, size_t bytes) {
-    if (bytes > scratchBytes_[i]) {
-      if (scratch_[i])
-        cudaFree(scratch_[i]);
-      scratch_[i] = nullptr;
-      check(cudaMalloc(&scratch_[i], bytes), "cudaMalloc of the sum buffer");
-      scratchBytes_[i] = bytes;
-    }
-    return scratch_[i];
-  }
-  void enqueue(ncclResult_t r, int i, const char *call) {
+  void enqueue(ncclResult_t r, const char *call) {
     if (r != ncclSuccess && r != ncclInProgress)
       fail(call, r);
-    (void)i;
   }
-  /// Polls the stream, NCCL's asynchronous error and the deadline.
+  /// Which replica's connection closed, or -1. Rank 0 watches every
+  /// replica; the others watch rank 0, which stops the job when it loses
+  /// one.
+  int lostPeer() const {
+    for (size_t k = 0; k < peers_.size(); ++k)
+      if (peerClosed(peers_[k]))
+        return rank_ == 0 ? int(k) + 1 : 0;
+    return -1;
+  }
+  /// Polls the stream, NCCL's asynchronous error, the other replicas'
+  /// connections and the deadline.
   void wait(int i, const char *what) {
     auto start = Clock::now();
-    for (;;) {
+    Clock::time_point deadline =
+        start + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(timeout_));
+    int lost = -1;
+    for (int polls = 0;; ++polls) {
       cudaError_t q = cudaStreamQuery(streams_[i]);
       if (q == cudaSuccess)
         return;
@@ -292,51 +409,43 @@ private:
         check(q, "a replica sum");
       ncclResult_t state = ncclSuccess;
       ncclCommGetAsyncError(comms_[i], &state);
-      if (state != ncclSuccess && state != ncclInProgress) {
-        ncclCommAbort(comms_[i]);
-        comms_[i] = nullptr;
+      if (state != ncclSuccess && state != ncclInProgress)
         fail("summing across replicas", state);
-      }
-      if (std::chrono::duration<double>(Clock::now() - start).count() >
-          timeout_) {
-        ncclCommAbort(comms_[i]);
-        comms_[i] = nullptr;
+      if (lost < 0 && polls % 64 == 0 && (lost = lostPeer()) >= 0)
+        // A replica that finished its last sum and exited also closes its
+        // connection: give ours a moment to complete before calling it
+        // lost.
+        deadline = std::min<Clock::time_point>(
+            deadline, Clock::now() + std::chrono::seconds(3));
+      if (Clock::now() > deadline) {
+        if (lost >= 0)
+          throw Error("replica " + std::to_string(lost) + " of " +
+                      std::to_string(size_) + " stopped (its process "
+                      "ended) while replica " + std::to_string(rank_) +
+                      " waited for the sum of " + what);
         throw Error("replica " + std::to_string(rank_) + " of " +
                     std::to_string(size_) + ": no sum of " + what +
                     " from the other replicas within " +
                     std::to_string(int(timeout_)) +
-                    " s: a replica stopped (RONDO_REPLICA_TIMEOUT)");
+                    " s: a replica stopped or hangs "
+                    "(RONDO_REPLICA_TIMEOUT)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  void allReduce(int i, void *host, int64_t n, size_t elem,
-                 ncclDataType_t type) {
-    cudaSetDevice(device_);
-    const int64_t chunk = int64_t(64) << 20; // elements per round trip
-    char *bytes = static_cast<char *>(host);
-    void *dev = scratchOf(i, size_t(std::min(n, chunk)) * elem);
-    for (int64_t off = 0; off < n; off += chunk) {
-      int64_t count = std::min(chunk, n - off);
-      check(cudaMemcpyAsync(dev, bytes + off * elem, size_t(count) * elem,
-                            cudaMemcpyHostToDevice, streams_[i]),
-            "cudaMemcpyAsync");
-      enqueue(ncclAllReduce(dev, dev, size_t(count), type, ncclSum, comms_[i],
-                            streams_[i]),
-              i, "ncclAllReduce");
-      check(cudaMemcpyAsync(bytes + off * elem, dev, size_t(count) * elem,
-                            cudaMemcpyDeviceToHost, streams_[i]),
-            "cudaMemcpyAsync");
-      wait(i, i == 0 ? "gradients" : "losses and counts");
     }
   }
 
   int device_ = 0, rank_ = 0, size_ = 1;
   double timeout_ = 60;
+  bool debug_ = false;
+  int64_t gradSums_ = 0;
+  /// Rank 0: one connection per other rank (rank k at k-1); the others:
+  /// the connection to rank 0. Kept open to notice a replica's end.
+  std::vector<int> peers_;
+  std::mutex mu_[2];
   ncclComm_t comms_[2] = {nullptr, nullptr};
   cudaStream_t streams_[2] = {nullptr, nullptr};
-  void *scratch_[2] = {nullptr, nullptr};
-  size_t scratchBytes_[2] = {0, 0};
+  void *gradScratch_ = nullptr, *smallScratch_ = nullptr,
+       *smallHost_ = nullptr;
   std::string engine_;
 };
 
