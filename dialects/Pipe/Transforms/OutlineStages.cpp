@@ -27,6 +27,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -364,6 +365,15 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
   for (Value v : outputs)
     results.push_back(map.lookup(v));
   func::ReturnOp::create(body, stage.getLoc(), results);
+  // A forward stage takes every non-backward op of its layers, including
+  // forward values only the backward reads (the gate's activation kept for
+  // the gated MLP's gradient). Here they are dead, and worse, they run last
+  // and keep each layer's inputs to them alive until the stage ends: the
+  // stage's memory then grows with its layer count.
+  for (Operation &op :
+       llvm::make_early_inc_range(llvm::reverse(entry->getOperations())))
+    if (isOpTriviallyDead(&op))
+      op.erase();
   return success();
 }
 
