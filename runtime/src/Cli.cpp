@@ -245,8 +245,23 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "update) as ONNX initializers, as the *.ref.onnx references are.",
        text(o.dumpGradients)},
       {"export-onnx", "FILE",
-       "Write the trained weights into a copy of the model.",
+       "Write the trained weights into a copy of the model (LoRA trainers: "
+       "the base weights, unchanged unless --merge-lora).",
        text(o.exportOnnx)},
+      {"load-lora", "FILE.safetensors",
+       "LoRA trainers: start the adapters from a PEFT adapter file "
+       "(adapter_model.safetensors) instead of PEFT's initialisation "
+       "(A kaiming-uniform with --seed, B zero).",
+       text(o.loadLora)},
+      {"export-lora", "FILE.safetensors",
+       "LoRA trainers: write the trained adapters as PEFT saves them "
+       "(base_model.model.<module>.lora_A.weight [r, in], lora_B.weight "
+       "[out, r]) and PEFT's adapter_config.json into the same directory.",
+       text(o.exportLora)},
+      {"merge-lora", nullptr,
+       "LoRA trainers: --export-onnx writes W + (alpha/r)*A*B for every "
+       "adapted weight (merged in double, rounded once).",
+       [&o](const std::string &v) { return parseBool(v, o.mergeLora); }},
       {"workers", "N",
        "Pipelined trainers: the compiled plan to run (default: the first "
        "compiled worker count). Single-process trainers: OpenMP threads.",
@@ -437,6 +452,11 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
   }
   if (options.resume && options.checkpointDir.empty()) {
     message = "--resume needs --checkpoint-dir DIR";
+    return CliStatus::Error;
+  }
+  if (options.mergeLora && options.exportOnnx.empty()) {
+    message = "--merge-lora applies to the model written by --export-onnx "
+              "FILE; give --export-onnx";
     return CliStatus::Error;
   }
   if (options.evalEvery > 0 && options.evalData.empty()) {

@@ -52,6 +52,12 @@ struct TrainerOptions {
   std::string logJson;
   std::string dumpGradients;
   std::string exportOnnx;
+  /// LoRA trainers: start the adapters from this PEFT safetensors file,
+  /// write them to this one (and adapter_config.json beside it), and write
+  /// the base weights merged with them into --export-onnx.
+  std::string loadLora;
+  std::string exportLora;
+  bool mergeLora = false;
   /// Single-process trainers: OpenMP threads; pipelined trainers: the
   /// compiled plan to run. 0: the default.
   int workers = 0;

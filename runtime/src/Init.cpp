@@ -61,4 +61,21 @@ void randomInit(const ParamSpec &param, uint64_t seed, float *dst) {
   }
 }
 
+void loraInit(const ParamSpec &param, uint64_t seed, float *dst) {
+  int64_t numel = 1;
+  for (int i = 0; i < param.rank; ++i)
+    numel *= param.dims[i];
+  if (param.lora != LoraFactor::A || param.rank != 2) {
+    for (int64_t i = 0; i < numel; ++i)
+      dst[i] = 0.0f;
+    return;
+  }
+  const double bound = 1.0 / std::sqrt(double(param.dims[0]));
+  const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(param.name)));
+  for (int64_t i = 0; i < numel; ++i) {
+    double u = double(splitmix64(key + uint64_t(i)) >> 11) * 0x1p-53;
+    dst[i] = float((2.0 * u - 1.0) * bound);
+  }
+}
+
 } // namespace rondo::rt

@@ -28,6 +28,13 @@ constexpr double kInitStd = 0.02;
 /// otherwise.
 void randomInit(const ParamSpec &param, uint64_t seed, float *dst);
 
+/// Fills a LoRA adapter as PEFT initialises one, so training starts from
+/// the base model: B is zero, A [in, r] is uniform in +-1/sqrt(in), which
+/// is torch's kaiming_uniform_(a=sqrt(5)) on PEFT's lora_A.weight [r, in]
+/// (gain sqrt(2/(1+5)), bound gain*sqrt(3/fan_in)). Like randomInit, every
+/// element is a function of (seed, name, index) only.
+void loraInit(const ParamSpec &param, uint64_t seed, float *dst);
+
 } // namespace rondo::rt
 
 #endif // RONDO_RUNTIME_SRC_INIT_H

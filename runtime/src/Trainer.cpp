@@ -49,6 +49,7 @@
 #include "FileUtil.h"
 #include "Init.h"
 #include "Log.h"
+#include "Lora.h"
 #include "exec/HostExec.h"
 #include "exec/Trace.h"
 
@@ -138,6 +139,16 @@ void validateModel(const ModelSpec &model) {
         throw Error(std::string("parameter '") + p.name +
                     "' has a negative dimension");
   }
+  validateLora(model);
+}
+
+/// The parameters the ONNX model holds: all but LoRA adapters.
+std::vector<ParamSpec> onnxParams(const ModelSpec &model) {
+  std::vector<ParamSpec> result;
+  for (int i = 0; i < model.numParams; ++i)
+    if (!isLoraAdapter(model.params[i]))
+      result.push_back(model.params[i]);
+  return result;
 }
 
 /// Whether `n` floats at `data` are all finite: the largest exponent field
@@ -375,19 +386,33 @@ void Trainer::allocateAndInitialise() {
     if (p.trainable && !program)
       trainableGrads.push_back({grads.back().data(), numElements(p)});
   }
+  // LoRA adapters are not in the model: PEFT's initialisation (B = 0, so
+  // step 0 is the base model), or a PEFT file.
+  std::vector<float *> onnxPtrs;
+  for (int i = 0; i < n; ++i) {
+    if (isLoraAdapter(model.params[i]))
+      loraInit(model.params[i], opts.seed, params[size_t(i)].data());
+    else
+      onnxPtrs.push_back(params[size_t(i)].data());
+  }
   if (opts.init == InitKind::Random) {
     for (int i = 0; i < n; ++i)
-      randomInit(model.params[i], opts.seed, params[size_t(i)].data());
-    return;
+      if (!isLoraAdapter(model.params[i]))
+        randomInit(model.params[i], opts.seed, params[size_t(i)].data());
+  } else {
+    std::string path = opts.weights.empty() ? model.modelPath : opts.weights;
+    std::vector<ParamSpec> fromOnnx = onnxParams(model);
+    try {
+      loadOnnxWeights(path, fromOnnx.data(), int(fromOnnx.size()),
+                      onnxPtrs.data());
+    } catch (const Error &e) {
+      throw Error(std::string(e.what()) +
+                  " (choose other weights with --weights FILE.onnx, or "
+                  "--init=random)");
+    }
   }
-  std::string path = opts.weights.empty() ? model.modelPath : opts.weights;
-  try {
-    loadOnnxWeights(path, model.params, n, paramPtrs.data());
-  } catch (const Error &e) {
-    throw Error(std::string(e.what()) +
-                " (choose other weights with --weights FILE.onnx, or "
-                "--init=random)");
-  }
+  if (!opts.loadLora.empty())
+    loadLoraAdapters(opts.loadLora, model, paramPtrs.data());
 }
 
 void Trainer::setUpOptimizer() {
@@ -1143,6 +1168,8 @@ int Trainer::runLoop() {
       throw Error(std::string("--export-onnx needs the model ") +
                   model.modelPath + " as a template, and it cannot be read");
   }
+  if (!opts.exportLora.empty())
+    checkWritableDirectory(opts.exportLora, "--export-lora");
   if (!opts.dumpGradients.empty() && opts.steps < 1)
     throw Error("--dump-gradients needs at least one step (--steps)");
 
@@ -1196,6 +1223,24 @@ int Trainer::runLoop() {
                   (long long)data->rows(), (long long)data->cols(),
                   (long long)(rowsPerStep * replicaCount()), how);
     say(buffer);
+    if (model.lora) {
+      int adapters = 0;
+      for (int i = 0; i < model.numParams; ++i)
+        adapters += isLoraAdapter(model.params[i]);
+      std::snprintf(
+          buffer, sizeof(buffer),
+          "rondo: LoRA rank %lld, alpha %g (scale %g), targets %s: %d "
+          "adapters on %d linear weights, %lld trainable elements (%.3g%% of "
+          "the model); adapters from %s",
+          (long long)model.lora->rank, model.lora->alpha,
+          model.lora->alpha / double(model.lora->rank),
+          model.lora->targets ? model.lora->targets : "?", adapters,
+          adapters / 2, (long long)trainable,
+          100.0 * double(trainable) / double(trainable + frozen),
+          opts.loadLora.empty() ? "PEFT's initialisation (B = 0)"
+                                : opts.loadLora.c_str());
+      say(buffer);
+    }
   }
   if (evalData && evalData->rows() % rowsPerStep != 0)
     say("rondo: --eval-data " + opts.evalData + ": the last " +
@@ -1258,9 +1303,35 @@ int Trainer::runLoop() {
     say("rondo: wrote the trace to " + opts.trace);
   }
   if (!opts.exportOnnx.empty()) {
-    exportOnnxWeights(model.modelPath, opts.exportOnnx, model.params,
-                      model.numParams, paramPtrs.data());
-    say("rondo: wrote trained weights to " + opts.exportOnnx);
+    // The model has no adapters to write into: its base weights, as they
+    // are (frozen) or merged with their adapters.
+    std::vector<std::vector<float>> merged;
+    if (opts.mergeLora)
+      merged = mergeLoraWeights(model, paramPtrs.data());
+    std::vector<ParamSpec> toWrite = onnxParams(model);
+    std::vector<const float *> data;
+    for (int i = 0; i < model.numParams; ++i)
+      if (!isLoraAdapter(model.params[i]))
+        data.push_back(opts.mergeLora && !merged[size_t(i)].empty()
+                           ? merged[size_t(i)].data()
+                           : paramPtrs[size_t(i)]);
+    exportOnnxWeights(model.modelPath, opts.exportOnnx, toWrite.data(),
+                      int(toWrite.size()), data.data());
+    say("rondo: wrote " +
+        std::string(!model.lora      ? "trained weights"
+                    : opts.mergeLora ? "the base weights merged with the "
+                                       "LoRA adapters"
+                                     : "the frozen base weights") +
+        " to " + opts.exportOnnx +
+        (model.lora && !opts.mergeLora
+             ? " (without the adapters: --export-lora writes them, "
+               "--merge-lora merges them in)"
+             : ""));
+  }
+  if (!opts.exportLora.empty()) {
+    exportLoraAdapters(opts.exportLora, model, paramPtrs.data());
+    say("rondo: wrote the LoRA adapters to " + opts.exportLora + " and " +
+        parentDirectory(opts.exportLora) + "/adapter_config.json");
   }
   const int64_t ran = opts.steps - firstStep;
   if (ran > 0) {
@@ -1356,6 +1427,16 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   };
   if (!options.weights.empty() && options.init == InitKind::Random)
     return usageError("--weights has no effect with --init=random");
+  if (!model.lora) {
+    const char *loraFlag = !options.loadLora.empty()     ? "--load-lora"
+                           : !options.exportLora.empty() ? "--export-lora"
+                           : options.mergeLora           ? "--merge-lora"
+                                                         : nullptr;
+    if (loraFlag)
+      return usageError(std::string(loraFlag) +
+                        ": this trainer has no LoRA adapters (compile with "
+                        "rondo-compile --lora)");
+  }
   bool isNpy = options.data.size() >= 4 &&
                options.data.compare(options.data.size() - 4, 4, ".npy") == 0;
   if (options.dataDType && isNpy)
@@ -1420,6 +1501,7 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
       options.logJson.clear();
       options.trace.clear();
       options.exportOnnx.clear();
+      options.exportLora.clear();
       options.dumpGradients.clear();
     }
   }

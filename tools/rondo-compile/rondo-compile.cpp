@@ -32,6 +32,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
@@ -83,6 +84,14 @@ static cl::opt<std::string>
 static cl::opt<std::string>
     freeze("freeze", cl::desc("regex: these parameters are frozen"),
            cl::init(""), cl::cat(category));
+static cl::opt<std::string> lora(
+    "lora",
+    cl::desc("LoRA fine-tuning: rank=R,alpha=A,dropout=0,targets=ROLES|REGEX "
+             "adds low-rank adapters to the selected linear weights and "
+             "trains only them (roles: q, k, v, o, gate, up, down, attn, "
+             "mlp, all-linear, joined by '+'; defaults rank=8, alpha=8, "
+             "targets=all-linear)"),
+    cl::value_desc("spec"), cl::init(""), cl::cat(category));
 static cl::opt<std::string>
     target("target",
            cl::desc("host (CPU worker threads) or cuda (one GPU per worker)"),
@@ -211,6 +220,47 @@ static void printSummary(ModuleOp module) {
   for (auto &[name, count] : sorted)
     llvm::errs() << " " << name << "=" << count;
   llvm::errs() << "\n" << table;
+}
+
+/// One line for --explain: what trains, and the LoRA adapters when there are
+/// any (the plan's memory and optimizer costs follow from it).
+static void printParameterLine(ModuleOp module, llvm::raw_ostream &os) {
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    return;
+  int64_t tensors = 0, elements = 0, trainableTensors = 0,
+          trainableElements = 0, adapters = 0;
+  for (unsigned k = 0; k < func.getNumArguments(); ++k) {
+    if (!func.getArgAttr(k, rondo::tg::kParamAttr))
+      continue;
+    int64_t n =
+        cast<RankedTensorType>(func.getArgument(k).getType()).getNumElements();
+    ++tensors;
+    elements += n;
+    if (func.getArgAttr(k, rondo::tg::kTrainableAttr)) {
+      ++trainableTensors;
+      trainableElements += n;
+    }
+    adapters += func.getArgAttr(k, rondo::tg::kLoraOfAttr) != nullptr;
+  }
+  os << llvm::formatv("Parameters: {0} elements in {1} tensors; trainable: "
+                      "{2} elements in {3} tensors ({4:f2}%)",
+                      elements, tensors, trainableElements, trainableTensors,
+                      elements ? 100.0 * trainableElements / elements : 0.0);
+  if (auto lora =
+          module->getAttrOfType<DictionaryAttr>(rondo::tg::kLoraConfigAttr)) {
+    auto rank = lora.getAs<IntegerAttr>("rank");
+    auto alpha = lora.getAs<FloatAttr>("alpha");
+    auto targets = lora.getAs<StringAttr>("targets");
+    if (rank && alpha && targets)
+      os << llvm::formatv("; LoRA rank {0}, alpha ", rank.getInt())
+         << llvm::format("%g", alpha.getValueAsDouble())
+         << llvm::formatv(", targets {0}: {1} adapters on {2} linear weights, "
+                          "every other parameter frozen (no gradient, no "
+                          "optimizer state)",
+                          targets.getValue(), adapters, adapters / 2);
+  }
+  os << "\n\n";
 }
 
 /// Compiles the generated C++ into an executable with the system compiler.
@@ -374,6 +424,22 @@ int main(int argc, char **argv) {
     return 2;
   if (outputFile.empty())
     outputFile = emit == Emit::Exe ? "trainer" : "-";
+  rondo::TrainPipelineOptions trainOpts;
+  trainOpts.loss = loss;
+  trainOpts.trainable = trainable;
+  trainOpts.freeze = freeze;
+  trainOpts.chunkRows = chunkRows;
+  if (lora.getNumOccurrences()) {
+    if (llvm::Error err = rondo::parseLoraSpec(lora, trainOpts)) {
+      llvm::errs() << "error: " << llvm::toString(std::move(err)) << "\n";
+      return 2;
+    }
+    if (emit == Emit::TG) {
+      llvm::errs() << "error: --lora adapts the training function; "
+                      "--emit=tg stops before it (use --emit=train)\n";
+      return 2;
+    }
+  }
 
   DialectRegistry registry;
   registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
@@ -392,11 +458,6 @@ int main(int argc, char **argv) {
   TimingScope timing = tm.getRootScope();
   pm.enableTiming(timing);
   rondo::buildTGPipeline(pm);
-  rondo::TrainPipelineOptions trainOpts;
-  trainOpts.loss = loss;
-  trainOpts.trainable = trainable;
-  trainOpts.freeze = freeze;
-  trainOpts.chunkRows = chunkRows;
   if (emit != Emit::TG)
     rondo::buildTrainPipeline(pm, trainOpts);
   bool explaining = explain.getNumOccurrences() > 0;
@@ -436,6 +497,7 @@ int main(int argc, char **argv) {
   if (explaining) {
     // The explanation goes where the IR does not.
     bool irOnStdout = outputFile == "-" && emit != Emit::Exe;
+    printParameterLine(*module, irOnStdout ? llvm::errs() : llvm::outs());
     rondo::printExplanation(*module, irOnStdout ? llvm::errs() : llvm::outs());
     if (!explain.empty()) {
       std::string error;

@@ -157,7 +157,10 @@ double LinearCrossEntropyOp::getActivationBytes() {
 }
 // Recompute the logits chunk, then dH and dW products.
 double LinearCrossEntropyGradOp::getFlops() {
-  return 3 * linearCEFlops(getH(), getW(), getTransposeW());
+  // Recomputed logits, dh, and dW unless nothing reads it (a frozen head:
+  // the kernels then skip it).
+  return (getDw().use_empty() ? 2 : 3) *
+         linearCEFlops(getH(), getW(), getTransposeW());
 }
 double LinearCrossEntropyGradOp::getActivationBytes() { return 0; }
 

@@ -25,6 +25,16 @@ inline constexpr llvm::StringLiteral kInputAttr = "tg.input";
 inline constexpr llvm::StringLiteral kLabelsAttr = "tg.labels";
 inline constexpr llvm::StringLiteral kLossScaleAttr = "tg.loss_scale";
 inline constexpr llvm::StringLiteral kResultNameAttr = "tg.result";
+/// LoRA adapters (tg-insert-lora): on an adapter argument, the `tg.param`
+/// name of the weight it adapts and which factor it is ("A" or "B"); the
+/// unit attribute marks a base weight stored [out, in] (its uses transpose
+/// it). On the module, the adapter configuration (rank, alpha, dropout,
+/// targets).
+inline constexpr llvm::StringLiteral kLoraOfAttr = "tg.lora_of";
+inline constexpr llvm::StringLiteral kLoraFactorAttr = "tg.lora_factor";
+inline constexpr llvm::StringLiteral kLoraBaseTransposedAttr =
+    "tg.lora_base_transposed";
+inline constexpr llvm::StringLiteral kLoraConfigAttr = "tg.lora";
 } // namespace rondo::tg
 
 #endif // RONDO_DIALECTS_TG_IR_TGDIALECT_H

@@ -97,13 +97,74 @@ def TGFuseLinearCrossEntropyPass
   let dependentDialects = ["rondo::tg::TGDialect"];
 }
 
+def TGInsertLoraPass : Pass<"tg-insert-lora", "mlir::ModuleOp"> {
+  let summary = "Add low-rank adapters to linear weights (LoRA)";
+  let description = [{
+    For every linear of `@main` whose weight is a parameter (`tg.param`, a
+    rank-2 function argument read by `tg.matmul` or by the fused head
+    `tg.linear_cross_entropy`) and that `targets` selects, adds two parameter
+    arguments right after the weight, `A : [in, r]` and `B : [r, out]`
+    (`in` is the contraction dimension of the product as computed), and
+    rewrites `y = x·W` into `y = x·W + (alpha/r)·((x·A)·B)`, PEFT's
+    formulation. The fused head reads the merged weight
+    `W + (alpha/r)·A·B` instead, so its logits are still never
+    materialised.
+
+    `targets` is either roles joined by `+` -- `q`, `k`, `v`, `o` (attention
+    projections), `gate`, `up`, `down` (MLP), `attn`, `mlp`, `all-linear`
+    (all seven) -- recognised from the graph (what the output feeds: the
+    attention's q/k/v, a gated activation's gate/up input, an activation
+    before another linear; what the input is: the attention output, the
+    MLP activation), or else one regular expression searched in the
+    initializer name and in the PyTorch name. The LM head and the embedding
+    have no role: only a regular expression that names them selects them,
+    and a weight also read by something other than a linear (a tied
+    embedding) is rejected.
+
+    Adapters are named `<module>.lora_A.weight` and `<module>.lora_B.weight`
+    after the base weight's PyTorch name without `.weight` (or its
+    initializer name), which is the PEFT state-dict name under
+    `base_model.model.`; they carry `tg.lora_of` (the base's `tg.param`),
+    `tg.lora_factor` (`"A"` or `"B"`) and, for a base stored `[out, in]`,
+    `tg.lora_base_transposed`. The module gets `tg.lora = {rank, alpha,
+    dropout, targets}`. With adapters present, `tg-select-trainable` trains
+    only them. Dropout must be 0: the compiled step has no random stream
+    to redraw a mask when a backward stage recomputes its forward.
+
+    ```mlir
+    %y = tg.matmul %x, %w : (tensor<2x8x64xf32>, tensor<64x32xf32>) -> tensor<2x8x32xf32>
+    // with rank=4,alpha=8 becomes, with new arguments %a : tensor<64x4xf32>
+    // and %b : tensor<4x32xf32>,
+    %y = tg.matmul %x, %w : (tensor<2x8x64xf32>, tensor<64x32xf32>) -> tensor<2x8x32xf32>
+    %s = tg.constant dense<2.000000e+00> : tensor<f32>
+    %xa = tg.matmul %x, %a : (tensor<2x8x64xf32>, tensor<64x4xf32>) -> tensor<2x8x4xf32>
+    %xab = tg.matmul %xa, %b : (tensor<2x8x4xf32>, tensor<4x32xf32>) -> tensor<2x8x32xf32>
+    %d = tg.binary mul %xab, %s : (tensor<2x8x32xf32>, tensor<f32>) -> tensor<2x8x32xf32>
+    %y2 = tg.binary add %y, %d : (tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+    ```
+  }];
+  let options = [
+    Option<"rank", "rank", "int64_t", "8", "adapter rank r">,
+    Option<"alpha", "alpha", "double", "8.0", "scale numerator: alpha / r">,
+    Option<"dropout", "dropout", "double", "0.0",
+           "dropout on the adapter input (only 0 is supported)">,
+    Option<"targets", "targets", "std::string", "\"all-linear\"",
+           "roles joined by '+' (q, k, v, o, gate, up, down, attn, mlp, "
+           "all-linear) or a regex on parameter names">,
+  ];
+  let dependentDialects = ["rondo::tg::TGDialect"];
+}
+
 def TGSelectTrainablePass : Pass<"tg-select-trainable", "mlir::ModuleOp"> {
   let summary = "Mark the parameters that receive gradients";
   let description = [{
     Every parameter argument (`tg.param`) that is floating point with rank
     >= 1 is trainable (`tg.trainable`), unless its name (ONNX initializer
     name or PyTorch name) matches `freeze`; when `trainable` is given, only
-    names matching it are. Emits a remark per parameter when `report` is set.
+    names matching it are. When the function has LoRA adapters
+    (`tg.lora_of`, from `tg-insert-lora`), only adapters are candidates:
+    every other parameter is frozen, and `trainable`/`freeze` choose among
+    the adapters. Emits a remark per parameter when `report` is set.
   }];
   let options = [
     Option<"trainable", "trainable", "std::string", "\"\"", "regex of trainable names">,

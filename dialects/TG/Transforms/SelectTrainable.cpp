@@ -6,6 +6,7 @@
 
 #include "TG/Transforms/Passes.h"
 
+#include "llvm/ADT/Sequence.h"
 #include "llvm/Support/Regex.h"
 
 namespace rondo::tg {
@@ -36,6 +37,12 @@ struct TGSelectTrainablePass
           << freeze << "': " << error;
       return signalPassFailure();
     }
+    // LoRA fine-tuning trains its adapters; the weights they adapt, and
+    // every other parameter, stay as loaded.
+    bool lora =
+        llvm::any_of(llvm::seq(func.getNumArguments()), [&](unsigned k) {
+          return func.getArgAttr(k, kLoraOfAttr) != nullptr;
+        });
     for (unsigned k = 0; k < func.getNumArguments(); ++k) {
       auto name = func.getArgAttrOfType<StringAttr>(k, kParamAttr);
       if (!name)
@@ -47,6 +54,8 @@ struct TGSelectTrainablePass
       };
       auto type = cast<RankedTensorType>(func.getArgument(k).getType());
       bool on = isa<FloatType>(type.getElementType()) && type.getRank() >= 1;
+      if (lora && !func.getArgAttr(k, kLoraOfAttr))
+        on = false;
       if (!trainable.empty())
         on = on && matches(keep);
       if (!freeze.empty() && matches(freezeRe))

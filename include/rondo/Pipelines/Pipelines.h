@@ -14,6 +14,7 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "llvm/Support/Error.h"
 
 #include <string>
 
@@ -33,7 +34,29 @@ struct TrainPipelineOptions : mlir::PassPipelineOptions<TrainPipelineOptions> {
       *this, "chunk-rows",
       llvm::cl::desc("rows of logits per cross-entropy chunk"),
       llvm::cl::init(1024)};
+  /// LoRA (tg-insert-lora); 0: full fine-tuning.
+  Option<int64_t> loraRank{*this, "lora-rank",
+                           llvm::cl::desc("LoRA rank (0: no adapters)"),
+                           llvm::cl::init(0)};
+  Option<double> loraAlpha{*this, "lora-alpha",
+                           llvm::cl::desc("LoRA alpha (scale alpha / rank)"),
+                           llvm::cl::init(8.0)};
+  Option<double> loraDropout{*this, "lora-dropout",
+                             llvm::cl::desc("LoRA dropout (only 0)"),
+                             llvm::cl::init(0.0)};
+  Option<std::string> loraTargets{
+      *this, "lora-targets",
+      llvm::cl::desc("roles joined by '+' or a regex of weight names"),
+      llvm::cl::init("all-linear")};
 };
+
+/// Parses `rondo-compile --lora=SPEC`, comma-separated FIELD=VALUE with
+/// fields rank (a positive integer, default 8), alpha (positive, default
+/// 8), dropout (default 0; only 0 is supported) and targets (default
+/// all-linear). A comma starts a new field only when `NAME=` follows it, so
+/// a regular expression may contain commas (`a{1,3}`). Sets the lora*
+/// options of `options`; the error names the flag and the bad field.
+llvm::Error parseLoraSpec(llvm::StringRef spec, TrainPipelineOptions &options);
 
 struct PlanPipelineOptions : mlir::PassPipelineOptions<PlanPipelineOptions> {
   ListOption<int64_t> workers{*this, "workers",

@@ -193,6 +193,17 @@ LogicalResult Emitter::emitOp(Operation *op) {
     newBuffer(op->getResult(k));
     return view(op->getResult(k), /*mut=*/true);
   };
+  // A parameter gradient nothing reads (a frozen norm or head) is not
+  // computed: the backward kernels skip a null output.
+  auto outOrSkip = [&](unsigned k) {
+    Value r = op->getResult(k);
+    if (!r.use_empty())
+      return out(k);
+    return llvm::formatv(
+               "FView{{nullptr, {0}}",
+               shapeList(cast<RankedTensorType>(r.getType()).getShape()))
+        .str();
+  };
   if (auto c = dyn_cast<ConstantOp>(op)) {
     auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
     auto t = cast<RankedTensorType>(c.getType());
@@ -371,7 +382,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   }
   if (auto n = dyn_cast<RmsNormGradOp>(op)) {
-    std::string dx = out(0), dw = out(1);
+    std::string dx = out(0), dw = outOrSkip(1);
     body << llvm::formatv("  rmsNormBackward({0}, {1}, {2}, {3}, {4}, {5});\n",
                           view(n.getX()), view(n.getW()),
                           floatLiteral(n.getEps().convertToFloat()),
@@ -385,7 +396,7 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   }
   if (auto n = dyn_cast<LayerNormGradOp>(op)) {
-    std::string dx = out(0), dw = out(1), db = out(2);
+    std::string dx = out(0), dw = outOrSkip(1), db = outOrSkip(2);
     body << llvm::formatv(
         "  layerNormBackward({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
         view(n.getX()), view(n.getW()),
@@ -465,7 +476,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return success();
   }
   if (auto c = dyn_cast<LinearCrossEntropyGradOp>(op)) {
-    std::string dh = out(0), dw = out(1);
+    // A frozen head (LoRA, --freeze) skips dW: as much work as the head's
+    // forward.
+    std::string dh = out(0), dw = outOrSkip(1);
     body << llvm::formatv(
         "  linearCrossEntropyBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}, "
         "{7}, {8});\n",
@@ -842,6 +855,8 @@ LogicalResult Emitter::run() {
     std::string name, torchName;
     SmallVector<int64_t> dims;
     bool trainable;
+    std::string loraFactor, loraBase; ///< Empty unless a LoRA adapter.
+    bool loraBaseTransposed = false;
   };
   SmallVector<ParamInfo> params;
   llvm::StringMap<unsigned> paramIndex;
@@ -857,6 +872,16 @@ LogicalResult Emitter::run() {
       params.push_back({name.str(), torch ? torch.str() : "",
                         SmallVector<int64_t>(t.getShape()),
                         func.getArgAttr(k, kTrainableAttr) != nullptr});
+      if (auto base = func.getArgAttrOfType<StringAttr>(k, kLoraOfAttr)) {
+        auto factor = func.getArgAttrOfType<StringAttr>(k, kLoraFactorAttr);
+        if (!factor || (factor.getValue() != "A" && factor.getValue() != "B"))
+          return func.emitError("LoRA adapter '")
+                 << name.getValue() << "' has no factor A or B";
+        params.back().loraFactor = factor.str();
+        params.back().loraBase = base.str();
+        params.back().loraBaseTransposed =
+            func.getArgAttr(k, kLoraBaseTransposedAttr) != nullptr;
+      }
     } else if (auto in = func.getArgAttrOfType<StringAttr>(k, kInputAttr)) {
       if (!t.getElementType().isInteger(64) || t.getRank() != 2)
         return func.emitError(
@@ -967,9 +992,35 @@ LogicalResult Emitter::run() {
        << p.dims.size() << ", {";
     for (auto [k, d] : llvm::enumerate(p.dims))
       os << (k ? ", " : "") << d;
-    os << "}, " << (p.trainable ? "true" : "false") << "},\n";
+    os << "}, " << (p.trainable ? "true" : "false");
+    if (!p.loraFactor.empty())
+      os << ", rondo::rt::LoraFactor::" << p.loraFactor << ", \"" << p.loraBase
+         << "\", " << (p.loraBaseTransposed ? "true" : "false");
+    os << "},\n";
   }
   os << "};\n\n";
+  // The adapter configuration, for the trainer's initialisation, messages
+  // and PEFT's adapter_config.json.
+  std::string loraSpec = "nullptr";
+  if (auto lora = module->getAttrOfType<DictionaryAttr>(kLoraConfigAttr)) {
+    auto rank = lora.getAs<IntegerAttr>("rank");
+    auto alpha = lora.getAs<FloatAttr>("alpha");
+    auto dropout = lora.getAs<FloatAttr>("dropout");
+    auto targets = lora.getAs<StringAttr>("targets");
+    if (!rank || !alpha || !dropout || !targets)
+      return module.emitError("malformed tg.lora attribute");
+    std::string escaped;
+    for (char c : targets.getValue()) {
+      if (c == '"' || c == '\\')
+        escaped += '\\';
+      escaped += c;
+    }
+    os << llvm::formatv("const rondo::rt::LoraSpec kLora = {{{0}, {1:e17}, "
+                        "{2:e17}, \"{3}\"};\n\n",
+                        rank.getInt(), alpha.getValueAsDouble(),
+                        dropout.getValueAsDouble(), escaped);
+    loraSpec = "&kLora";
+  }
   std::string modelPath = opts.modelPath;
   // The host kernels compute in fp32 whatever was asked.
   const std::string precision =
@@ -978,7 +1029,8 @@ LogicalResult Emitter::run() {
      << "    \"" << llvm::StringRef(modelPath) << "\", \"" << inputName
      << "\", " << globalBatch << ", " << seq << ", " << vocab << ",\n"
      << "    rondo::rt::LossKind::" << (causal ? "CausalLM" : "GraphOutput")
-     << ", kParams, " << params.size() << ", \"" << precision << "\"};\n\n"
+     << ", kParams, " << params.size() << ", \"" << precision << "\", "
+     << loraSpec << "};\n\n"
      << "const rondo_program kPrograms[] = {\n"
      << programsText << "};\n"
      << "} // namespace\n\n"

@@ -28,13 +28,32 @@ namespace rondo::rt {
 
 constexpr int kMaxParamRank = 8;
 
-/// One ONNX initializer that the compiled step reads.
+/// Which factor of a LoRA adapter a parameter is (rondo-compile --lora).
+enum class LoraFactor { None, A, B };
+
+/// One ONNX initializer that the compiled step reads, or a LoRA adapter,
+/// which exists only in the trainer.
 struct ParamSpec {
   const char *name;        ///< ONNX initializer name (the parameter name).
   const char *displayName; ///< PyTorch name from exporter metadata, or "".
   int rank;
   int64_t dims[kMaxParamRank];
   bool trainable; ///< false: frozen (no gradient buffer is passed).
+  /// LoRA adapters: A is [in, r] and B is [r, out], and the step computes
+  /// x·W + (alpha/r)·(x·A)·B for the base weight W named `loraBase`.
+  LoraFactor lora = LoraFactor::None;
+  const char *loraBase = nullptr;
+  /// The base weight is stored [out, in] (the graph transposes it), so its
+  /// merged form is W + (alpha/r)·(A·B)^T.
+  bool loraBaseTransposed = false;
+};
+
+/// The adapter configuration of a LoRA trainer.
+struct LoraSpec {
+  int64_t rank;
+  double alpha;
+  double dropout;
+  const char *targets; ///< As given to rondo-compile --lora.
 };
 
 /// Loss kinds the compiled step computes.
@@ -60,6 +79,9 @@ struct ModelSpec {
   int numParams;
   /// How the stage functions compute ("fp32" or "bf16"), for messages.
   const char *precision = "fp32";
+  /// LoRA fine-tuning (the adapters are the parameters with `lora` set), or
+  /// null.
+  const LoraSpec *lora = nullptr;
 };
 
 /// Arguments of one call of the compiled forward/backward for one microbatch.
