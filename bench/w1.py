@@ -23,6 +23,7 @@ host memory (ru_maxrss) and peak GPU memory (nvidia-smi, polled every
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -170,6 +171,17 @@ def rondo(a, out_dir, cfg, port):
         return {"error": "trainer exited with status %s" % statuses}
     steps = [json.loads(l) for l in open(log_json) if l.strip()]
     steady = [s for s in steps if s["step"] >= a.skip]
+    # The trainer's own account of GPU memory (rank 0): the plan's arena
+    # against the temporaries beside it.
+    memory = {}
+    with open(os.path.join(out_dir, "w1-rondo-%s.r0.log" % tag)) as f:
+        for line in f:
+            m = re.search(r"GPU (\d+) memory: arena ([\d.]+) GB.*temporaries peak "
+                          r"([\d.]+) GB \(pool reserved ([\d.]+) GB\)", line)
+            if m:
+                memory[m.group(1)] = {"arena_gb": float(m.group(2)),
+                                      "temporaries_gb": float(m.group(3)),
+                                      "pool_reserved_gb": float(m.group(4))}
     seconds = sum(s["seconds"] for s in steady)
     tokens = 16 * 4096 * len(steady)
     bubble, plan = bubble_from_trace(trace, a.skip)
@@ -182,6 +194,7 @@ def rondo(a, out_dir, cfg, port):
         "losses": [s["loss"] for s in steps],
         "peak_gpu_mib": gpu,
         "peak_host_gib": rss,
+        "gpu_memory": memory,
         "bubble": bubble,
         "plan": {k: plan[k] for k in ("program", "workers", "microbatches",
                                       "rowsPerMicrobatch", "optimizer",
@@ -209,7 +222,8 @@ def torch_child(a):
         t = time.perf_counter()
         total = 0.0
         for _ in range(accum):
-            x = torch.randint(0, 151936, (rows, 4096), device="cuda", generator=gen)
+            x = torch.randint(0, a.token_range, (rows, 4096), device="cuda",
+                              generator=gen)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(input_ids=x, labels=x).loss / accum
             loss.backward()
@@ -235,7 +249,7 @@ def pytorch(a, out_dir):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=(a.gpus or "0").split(",")[0])
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-child",
            "--steps", str(a.steps), "--skip", str(a.skip),
-           "--torch-rows", str(a.torch_rows)]
+           "--torch-rows", str(a.torch_rows), "--token-range", str(a.token_range)]
     with open(log_path, "w") as log:
         status, rss, _, gpu = run_child(cmd, env=env, log=log)
     text = open(log_path).read()
@@ -263,6 +277,10 @@ def main():
                    help="steps left out of the rate (warm-up)")
     p.add_argument("--torch-rows", type=int, default=2,
                    help="PyTorch rows per forward/backward (gradient accumulation)")
+    p.add_argument("--token-range", type=int, default=8192,
+                   help="tokens are drawn uniformly from [0, N): something "
+                   "for the loss to learn (it falls from ln 151936 = 11.9 "
+                   "toward ln N), at the cost of nothing else")
     p.add_argument("--machine", default="h100x1")
     p.add_argument("--out", default=".")
     p.add_argument("--skip-pytorch", action="store_true")
@@ -289,7 +307,8 @@ def main():
         rng = np.random.default_rng(0)
         steps = max(c["steps"] for c in configs)
         np.save(os.path.join(a.out, "w1-ids.npy"),
-                rng.integers(0, 151936, size=(16 * steps, 4096), dtype=np.int64))
+                rng.integers(0, a.token_range, size=(16 * steps, 4096),
+                             dtype=np.int64))
     path = os.path.join(a.out, "w1-%s.json" % a.machine)
     # Written after every run, so that a run cut short keeps what finished.
     def save():

@@ -109,7 +109,9 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   os << "\nMemory:\n";
   os << "  per worker: " << gb(worker) << " of a "
      << gb(plan.getWorkerMemoryBudget().convertToDouble())
-     << " budget (largest running stage + a prefetched parameter slot)\n";
+     << " budget (the executor's arena: two parameter slots, gradients, "
+        "hand-off and checkpoint buffers; plus the largest stage's "
+        "temporaries)\n";
   os << "  host:       " << gb(host) << " of a "
      << gb(plan.getHostMemoryBudget().convertToDouble()) << " budget ("
      << gb(fixed) << " weights, moments, gradients and upload copies; "

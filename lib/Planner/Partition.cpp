@@ -182,6 +182,39 @@ double workerPeakBytes(const PlanProblem &problem, const Plan &plan) {
   return running + slot;
 }
 
+double workerArenaBytes(const PlanProblem &problem, const Plan &plan) {
+  const double boundary = maxInputBytes(problem);
+  const double m = problem.microbatches;
+  double maxParam = 0, maxGrad = 0, temporaries = 0;
+  size_t maxCheckpoints = 0;
+  for (const Stage &st : plan.jobs()) {
+    StageCost c = costStage(problem, st);
+    maxParam = std::max(maxParam, c.paramBytes);
+    maxGrad = std::max(maxGrad, c.gradBytes);
+    double sum = 0, largest = 0;
+    for (int l = std::max(st.first, 0);
+         l < std::min(st.end, int(problem.layers.size())); ++l) {
+      sum += problem.layers[l].workspaceBytes;
+      largest = std::max(largest, problem.layers[l].workspaceBytes);
+    }
+    temporaries =
+        std::max(temporaries, st.kind == StageKind::Forward ? largest : sum);
+    if (st.kind == StageKind::Forward) {
+      // The inputs of backward stages that start inside this stage (its own
+      // input is checkpointed as it arrives).
+      size_t checkpoints = 0;
+      for (const Stage &b : plan.backward)
+        checkpoints += b.first > st.first && b.first < st.end;
+      maxCheckpoints = std::max(maxCheckpoints, checkpoints);
+    }
+  }
+  // Activations and their gradients, in and out: the tail makes every plan
+  // one with a backward.
+  const double handoffs = 4 * m * boundary;
+  return 2 * maxParam + maxGrad + handoffs +
+         m * double(maxCheckpoints) * boundary + temporaries;
+}
+
 double hostPeakBytes(const PlanProblem &problem, const Plan &plan) {
   double bytes = problem.hostFixedBytes;
   for (const Stage &st : plan.backward)

@@ -1345,6 +1345,9 @@ int Trainer::runLoop() {
                             : 0.0,
                   lastLoss);
     say(buffer);
+    if (exec)
+      if (std::string memory = exec->memoryReport(); !memory.empty())
+        say(memory);
   }
   return 0;
 }

@@ -40,6 +40,22 @@ std::string ms(double seconds) {
   return llvm::formatv("{0:f2} ms", seconds * 1e3);
 }
 
+/// Whether the executor's arena for `plan` (planner::workerArenaBytes) fits
+/// the worker budget.
+bool fitsArena(const planner::PlanProblem &problem, const planner::Plan &plan,
+               std::string *why) {
+  double arena = planner::workerArenaBytes(problem, plan);
+  if (problem.workerMemoryBytes <= 0 || arena <= problem.workerMemoryBytes)
+    return true;
+  if (why)
+    *why = "worker memory: the executor needs " + gb(arena) +
+           " (parameter, gradient, hand-off and checkpoint buffers, each "
+           "sized by its largest stage, plus the largest stage's "
+           "temporaries), the budget is " +
+           gb(problem.workerMemoryBytes);
+  return false;
+}
+
 /// `fwd:8+8,tail:4,bwd:4+4+4+4` -> a plan over `numLayers` layers.
 FailureOr<planner::Plan> parseStages(StringRef spec, int numLayers,
                                      std::string &error) {
@@ -267,7 +283,7 @@ struct PipePartitionPass
           fine.forward.push_back({planner::StageKind::Forward, l, l + 1});
         for (int l = numLayers - 2; l >= 0; --l)
           fine.backward.push_back({planner::StageKind::Backward, l, l + 1});
-        double peak = planner::workerPeakBytes(unlimited, fine);
+        double peak = planner::workerArenaBytes(unlimited, fine);
         if (peak < smallestWorkerPeak) {
           smallestWorkerPeak = peak;
           smallestWorkerPeakM = m;
@@ -282,7 +298,8 @@ struct PipePartitionPass
           return func.emitError(why);
         if (!planner::isValid(c.problem, *forced, &why))
           return func.emitError("--stages: ") << why;
-        if (!planner::fitsBudgets(c.problem, *forced, &why)) {
+        if (!planner::fitsBudgets(c.problem, *forced, &why) ||
+            !fitsArena(c.problem, *forced, &why)) {
           lastFailure = why;
           continue;
         }
@@ -291,7 +308,8 @@ struct PipePartitionPass
         double limit = 0.6 * (workerMemoryGB > 0 ? workerMemoryGB * 1e9
                                                  : spec.memoryBytes);
         c.plan = planner::greedyRoundPipe(c.problem, limit);
-        if (!planner::fitsBudgets(c.problem, c.plan, &why)) {
+        if (!planner::fitsBudgets(c.problem, c.plan, &why) ||
+            !fitsArena(c.problem, c.plan, &why)) {
           lastFailure = "RoundPipe's greedy plan: " + why;
           continue;
         }
@@ -303,18 +321,40 @@ struct PipePartitionPass
         std::vector<planner::Plan> plans;
         int numLayers = static_cast<int>(c.problem.layers.size());
         int maxJobs = std::max<int>(2 * numLayers - 1, 1);
-        for (int floor = static_cast<int>(n);
-             floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n));
-             ++floor) {
-          planner::PlanProblem p = c.problem;
-          p.minJobs = floor;
-          std::optional<planner::Plan> plan = planner::exactSearch(p);
-          if (!plan)
+        const double budget = c.problem.workerMemoryBytes;
+        double searchBudget = budget;
+        // The search prunes with a stage-local bound of worker memory; the
+        // executor's arena sizes each buffer class by its own largest stage
+        // and can need more. Plans it cannot hold are dropped and the search
+        // reruns with the budget lowered by the overshoot.
+        for (int attempt = 0; attempt < 8 && plans.empty(); ++attempt) {
+          double overshoot = std::numeric_limits<double>::infinity();
+          bool found = false;
+          for (int floor = static_cast<int>(n);
+               floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n));
+               ++floor) {
+            planner::PlanProblem p = c.problem;
+            p.minJobs = floor;
+            p.workerMemoryBytes = searchBudget;
+            std::optional<planner::Plan> plan = planner::exactSearch(p);
+            if (!plan)
+              break;
+            found = true;
+            double arena = planner::workerArenaBytes(c.problem, *plan);
+            if (budget > 0 && arena > budget) {
+              overshoot = std::min(overshoot, arena - budget);
+              continue;
+            }
+            if (llvm::none_of(plans, [&](const planner::Plan &q) {
+                  return q.jobs() == plan->jobs();
+                }))
+              plans.push_back(*plan);
+          }
+          if (!found || budget <= 0)
             break;
-          if (llvm::none_of(plans, [&](const planner::Plan &q) {
-                return q.jobs() == plan->jobs();
-              }))
-            plans.push_back(*plan);
+          searchBudget -= std::max(overshoot, 0.01 * budget);
+          if (searchBudget <= 0)
+            break;
         }
         if (plans.empty()) {
           // Say which budget: the host part does not depend on the plan.
@@ -513,7 +553,7 @@ struct PipePartitionPass
     if (k < p.workers)
       os << "; only " << k << " stage-jobs per step for " << p.workers
          << " workers";
-    double worker = planner::workerPeakBytes(p, c.plan);
+    double worker = planner::workerArenaBytes(p, c.plan);
     if (p.workerMemoryBytes > 0 && worker > 0.9 * p.workerMemoryBytes)
       os << "; worker memory is nearly full (" << gb(worker) << " of "
          << gb(p.workerMemoryBytes) << ")";
@@ -561,7 +601,7 @@ struct PipePartitionPass
         i64(tokens), str(spec.name), str(bf16 ? "bf16" : "fp32"),
         str(stages.empty() ? std::string(strategy) : std::string("forced")),
         f64(p.workerMemoryBytes), f64(p.hostMemoryBytes),
-        f64(planner::workerPeakBytes(p, c.plan)),
+        f64(planner::workerArenaBytes(p, c.plan)),
         f64(planner::hostPeakBytes(p, c.plan)), f64(c.overlap.stepSeconds),
         f64(c.overlap.bubbleFraction), f64(c.sync.stepSeconds),
         f64(c.sync.bubbleFraction), f64(p.linkBytesPerSecond),

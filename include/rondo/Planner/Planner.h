@@ -141,6 +141,16 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage);
 /// Peak device memory of any worker: the largest running stage plus the
 /// largest parameter slot being prefetched.
 double workerPeakBytes(const PlanProblem &problem, const Plan &plan);
+/// What the executor really allocates on a worker for `plan`, as
+/// convert-pipe-to-exec lays it out: one static arena holding two parameter
+/// slots of the largest stage, the largest gradient slot, M slots each of
+/// activation and gradient hand-offs and M per checkpoint of the forward
+/// stage with the most; plus the temporaries of the stage that needs the
+/// most (a layer's workspace in forward stages, every layer's in the tail
+/// and backward stages). Every buffer class is sized by its own largest
+/// stage, so this exceeds workerPeakBytes, the stage-local bound the search
+/// prunes with; the partition pass checks plans against it.
+double workerArenaBytes(const PlanProblem &problem, const Plan &plan);
 /// Host memory: the fixed part plus the checkpoints of every backward
 /// stage's first-layer input for all M microbatches (layer 0's input is the
 /// token data and costs nothing) and the hand-off staging buffers.

@@ -101,7 +101,33 @@ public:
   }
   void unregisterHostMemory(void *ptr) override { cudaHostUnregister(ptr); }
 
+  std::string memoryReport() const override {
+    std::string report;
+    for (size_t w = 0; w < gpus.size(); ++w) {
+      int d = gpus[w];
+      cudaMemPool_t pool;
+      uint64_t used = 0, reserved = 0;
+      if (cudaDeviceGetDefaultMemPool(&pool, d) != cudaSuccess ||
+          cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used) !=
+              cudaSuccess ||
+          cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh,
+                                  &reserved) != cudaSuccess)
+        continue;
+      const double gb = 1e9;
+      char line[256];
+      std::snprintf(line, sizeof(line),
+                    "%sGPU %d memory: arena %.2f GB (the plan's buffers), "
+                    "temporaries peak %.2f GB (pool reserved %.2f GB)",
+                    report.empty() ? "rondo: " : "\nrondo: ", d,
+                    double(arenaBytes[w]) / gb, double(used) / gb,
+                    double(reserved) / gb);
+      report += line;
+    }
+    return report;
+  }
+
   char *allocateArena(int32_t worker, size_t bytes) override {
+    arenaBytes[size_t(worker) % gpus.size()] += bytes;
     int d = device(worker);
     check(cudaSetDevice(d), "cudaSetDevice", d);
     void *p = nullptr;
@@ -164,6 +190,8 @@ private:
   }
 
   std::vector<int> gpus;
+  /// Arena bytes per entry of gpus.
+  std::vector<size_t> arenaBytes = std::vector<size_t>(gpus.size(), 0);
 };
 
 /// GPU trainers sum their replicas' gradients over NCCL: this object file is

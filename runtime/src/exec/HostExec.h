@@ -140,6 +140,8 @@ struct TraceRecord {
 
 class HostExec final : public rondo_exec {
 public:
+  /// The device's peak-memory lines ("" on the host).
+  std::string memoryReport() const { return device->memoryReport(); }
   /// `params` are the trainer's fp32 master weights, one per model
   /// parameter; they are read by parameter uploads.
   /// `device` decides what a worker is (host threads' memory or a GPU);

@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -394,7 +395,10 @@ private:
     return -1;
   }
   /// Polls the stream, NCCL's asynchronous error, the other replicas'
-  /// connections and the deadline.
+  /// connections and the deadline. A sum that cannot complete ends the
+  /// process here rather than throwing: another thread of this process may
+  /// be blocked in a CUDA call that waits for the stuck collective, so an
+  /// error handed up the stack could hang on its way out.
   void wait(int i, const char *what) {
     auto start = Clock::now();
     Clock::time_point deadline =
@@ -406,11 +410,14 @@ private:
       if (q == cudaSuccess)
         return;
       if (q != cudaErrorNotReady)
-        check(q, "a replica sum");
+        stop("a replica sum failed on GPU " + std::to_string(device_) + ": " +
+             cudaGetErrorString(q));
       ncclResult_t state = ncclSuccess;
       ncclCommGetAsyncError(comms_[i], &state);
       if (state != ncclSuccess && state != ncclInProgress)
-        fail("summing across replicas", state);
+        stop("summing " + std::string(what) + " across replicas failed "
+             "(replica " + std::to_string(rank_) + " of " +
+             std::to_string(size_) + "): " + ncclGetErrorString(state));
       if (lost < 0 && polls % 64 == 0 && (lost = lostPeer()) >= 0)
         // A replica that finished its last sum and exited also closes its
         // connection: give ours a moment to complete before calling it
@@ -419,19 +426,22 @@ private:
             deadline, Clock::now() + std::chrono::seconds(3));
       if (Clock::now() > deadline) {
         if (lost >= 0)
-          throw Error("replica " + std::to_string(lost) + " of " +
-                      std::to_string(size_) + " stopped (its process "
-                      "ended) while replica " + std::to_string(rank_) +
-                      " waited for the sum of " + what);
-        throw Error("replica " + std::to_string(rank_) + " of " +
-                    std::to_string(size_) + ": no sum of " + what +
-                    " from the other replicas within " +
-                    std::to_string(int(timeout_)) +
-                    " s: a replica stopped or hangs "
-                    "(RONDO_REPLICA_TIMEOUT)");
+          stop("replica " + std::to_string(lost) + " of " +
+               std::to_string(size_) + " was lost (its process ended) while "
+               "replica " + std::to_string(rank_) + " waited for the sum of " +
+               what);
+        stop("replica " + std::to_string(rank_) + " of " +
+             std::to_string(size_) + ": no sum of " + what +
+             " from the other replicas within " + std::to_string(int(timeout_)) +
+             " s: a replica stopped or hangs (RONDO_REPLICA_TIMEOUT)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+  [[noreturn]] void stop(const std::string &message) {
+    std::fprintf(stderr, "%s: error: %s\n", program_invocation_short_name,
+                 message.c_str());
+    abortAll(1);
   }
 
   int device_ = 0, rank_ = 0, size_ = 1;

@@ -221,6 +221,12 @@ TEST(CostTest, HandTable) {
   Plan plan = makePlan({fwd(0, 2)}, tailStage(2, 3), {bwd(1, 2), bwd(0, 1)});
   // Largest running stage (the tail, 731) + largest slot (300).
   EXPECT_DOUBLE_EQ(workerPeakBytes(p, plan), 1031);
+  // The executor's arena: two slots of the largest stage's parameters
+  // (2*300), the largest gradients (300), activation and gradient hand-offs
+  // in and out for M=4 microbatches of the largest boundary (4*4*30), F0's
+  // one checkpoint (layer 1, B1's input) for 4 microbatches (4*30), and the
+  // tail's temporaries (11), the largest of any stage.
+  EXPECT_DOUBLE_EQ(workerArenaBytes(p, plan), 600 + 300 + 480 + 120 + 11);
   // Fixed 1000 + checkpoint of B1's input for 4 microbatches (4*20; B2
   // starts at layer 0: free) + staging 2*N*max input = 2*2*30.
   EXPECT_DOUBLE_EQ(hostPeakBytes(p, plan), 1200);

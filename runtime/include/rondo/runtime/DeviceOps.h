@@ -49,6 +49,10 @@ public:
   virtual void zero(int32_t worker, void *dst, size_t bytes) = 0;
   virtual void launch(int32_t worker, rondo_stage_fn fn, void *const *io,
                       float lossScale) = 0;
+  /// What the workers' memory peaked at, one line per device ("" on the
+  /// host), for the trainer's summary: the plan's arena against everything
+  /// else (stage temporaries, kernel scratch).
+  virtual std::string memoryReport() const { return ""; }
 };
 
 /// Makes the DeviceOps of a backend for a plan of `workers` workers on the
