@@ -43,4 +43,5 @@ echo "== 2. W1"
 python3 bench/w1.py --trainer $B/w1.trainer --steps ${STEPS:-8} --skip 3 --machine h200x4 --out $res/w1 --timeout 200 \
   ${CONFIGS:---config 1x1=1:0:::20 --config 2x2=2:0,1,2,3:2:$B/w1-b8.trainer --config 4x1=1:0,1,2,3:4:$B/w1-b4.trainer \
   --config 1x2=2:0,1 --config 1x4=4:0,1,2,3 --config lean=1:0:1:$B/w1-lean.trainer:6} 2>&1 | grep -v "^W[0-9]"
-rm -f $res/w1/w1-ids.npy; for f in $res/w1/*trace.json; do gzip -q "$f"; done
+grep -H "GPU [0-9] memory" $res/w1/*.r0.log | sed "s|.*/w1-rondo-||"
+rm -f $res/w1/w1-ids.npy; (cd $res && tar czf w1.tgz w1 && rm -rf w1)
