@@ -16,6 +16,23 @@
 
 namespace rondo::rt {
 
+std::string jsonQuote(const std::string &text) {
+  std::string s = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      s += '\\';
+      s += char(c);
+    } else if (c < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+      s += buffer;
+    } else {
+      s += char(c);
+    }
+  }
+  return s + "\"";
+}
+
 std::string jsonNumber(double value) {
   if (!std::isfinite(value))
     return "null";

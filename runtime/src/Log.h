@@ -26,6 +26,8 @@ struct StepRecord {
 /// Shortest decimal that reads back as the same double; "null" for NaN and
 /// infinities, which JSON cannot express.
 std::string jsonNumber(double value);
+/// `text` as a JSON string literal, quotes included.
+std::string jsonQuote(const std::string &text);
 
 /// "H:MM:SS" (or "M:SS" under an hour).
 std::string formatDuration(double seconds);

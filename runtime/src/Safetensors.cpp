@@ -7,6 +7,7 @@
 #include "Safetensors.h"
 
 #include "FileUtil.h"
+#include "Log.h"
 #include "rondo/runtime/Error.h"
 #include "rondo/runtime/FloatConv.h"
 
@@ -251,23 +252,6 @@ int dtypeBytes(const std::string &dtype) {
 }
 
 } // namespace
-
-std::string jsonQuote(const std::string &text) {
-  std::string s = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      s += '\\';
-      s += char(c);
-    } else if (c < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-      s += buffer;
-    } else {
-      s += char(c);
-    }
-  }
-  return s + "\"";
-}
 
 void writeSafetensors(
     const std::string &path, const std::vector<TensorToWrite<float>> &tensors,

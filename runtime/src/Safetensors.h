@@ -30,9 +30,6 @@
 
 namespace rondo::rt {
 
-/// `text` as a JSON string literal, quotes included.
-std::string jsonQuote(const std::string &text);
-
 /// Writes `tensors` as F32, in the order given, with `metadata` as
 /// "__metadata__" (omitted when empty). Throws rt::Error naming `path` when
 /// it cannot be written; a previous file at `path` is then untouched.

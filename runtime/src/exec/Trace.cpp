@@ -15,23 +15,7 @@ namespace rondo::rt {
 
 namespace {
 
-std::string quote(const char *text) {
-  std::string s = "\"";
-  for (const char *p = text ? text : ""; *p; ++p) {
-    unsigned char c = static_cast<unsigned char>(*p);
-    if (c == '"' || c == '\\') {
-      s += '\\';
-      s += char(c);
-    } else if (c < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-      s += buffer;
-    } else {
-      s += char(c);
-    }
-  }
-  return s + "\"";
-}
+std::string quote(const char *text) { return jsonQuote(text ? text : ""); }
 
 const char *stageKindName(int32_t kind) {
   switch (kind) {
