@@ -82,21 +82,19 @@ def load_config(a):
     return config
 
 
-class LogitsOnly:
-    """Wraps the model so that the graph has exactly one output, logits."""
+def logits_only(model):
+    """Makes the graph's one output the logits. The model's class is swapped
+    for a subclass with that forward rather than wrapped in another module:
+    a wrapper would prefix every parameter name (model.model.layers.0...),
+    and the trainer's --export-safetensors writes the names the graph holds,
+    which must be the Hugging Face model's own."""
+    base = type(model)
 
-    @staticmethod
-    def make(model):
-        import torch
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.model = m
-
-            def forward(self, input_ids):
-                return self.model(input_ids=input_ids, use_cache=False).logits
-        return Wrapper(model)
+    class LogitsOnly(base):
+        def forward(self, input_ids):
+            return base.forward(self, input_ids=input_ids, use_cache=False).logits
+    model.__class__ = LogitsOnly
+    return model
 
 
 def build_model(a, config):
@@ -120,7 +118,16 @@ def build_model(a, config):
     if a.model:
         return AutoModelForCausalLM.from_pretrained(a.model, config=config, torch_dtype=dtype)
     torch.manual_seed(a.seed)
-    return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    # Random initialisation makes every norm weight ones, and the exporter
+    # merges byte-identical initializers: the graph would then hold one
+    # weight for all norms, which trains them as one. Perturbed, as the
+    # fixtures in test/data/models were, each stays its own parameter.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.mul_(1 + 0.05 * torch.randn_like(p))
+    return model
 
 
 def point_initializers_at_absent_file(model_proto, data_name):
@@ -164,6 +171,10 @@ def main():
                    help="the initializers' dtype (default bf16, as the fixtures)")
     p.add_argument("--seed", type=int, default=0, help="random weights' seed")
     p.add_argument("--opset", type=int, default=20)
+    p.add_argument("--save-hf", metavar="DIR",
+                   help="also save the model as Hugging Face saves it (config.json, "
+                        "model.safetensors): the reference for the trainer's "
+                        "--export-safetensors (test/GPU/hf-interop.py)")
     a = p.parse_args()
     if not a.output.endswith(".onnx"):
         fail("-o %s: the output must end in .onnx" % a.output)
@@ -173,7 +184,6 @@ def main():
     start = time.time()
     config = load_config(a)
     model = build_model(a, config).eval()
-    wrapper = LogitsOnly.make(model)
     example = torch.zeros((2, 16), dtype=torch.int64)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     out_dir = os.path.dirname(os.path.abspath(a.output))
@@ -181,7 +191,7 @@ def main():
     data_name = base + ".data"
     tmp = os.path.join(out_dir, ".tmp-" + base)
     try:
-        program = torch.onnx.export(wrapper, (example,), dynamo=True, opset_version=a.opset,
+        program = torch.onnx.export(logits_only(model), (example,), dynamo=True, opset_version=a.opset,
                                     input_names=["input_ids"], output_names=["logits"],
                                     dynamic_shapes={"input_ids": {0: batch, 1: seq}},
                                     optimize=True)
@@ -214,6 +224,11 @@ def main():
         for leftover in (tmp, tmp + ".data"):
             if os.path.exists(leftover):
                 os.remove(leftover)
+    if a.save_hf:
+        if a.graph_only:
+            fail("--save-hf needs weights; drop --graph-only")
+        model.__class__ = model.__class__.__bases__[0]
+        model.save_pretrained(a.save_hf)
     params = sum(p.numel() for p in model.parameters())
     print("export-hf-onnx: wrote %s (%s, %d layers, %.2fB parameters%s) in %.0f s"
           % (a.output, a.preset or a.config or a.model, config.num_hidden_layers, params / 1e9,

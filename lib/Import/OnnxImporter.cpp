@@ -44,6 +44,7 @@
 #include "google/protobuf/unknown_field_set.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/FileSystem.h"
@@ -175,6 +176,9 @@ private:
   llvm::StringMap<const onnx::TensorProto *> initializers;
   llvm::StringSet<> params;
   llvm::StringMap<std::string> torchNames;
+  llvm::StringMap<SmallVector<std::string, 1>> torchAliases;
+  llvm::StringSet<> torchTransposed;
+  llvm::StringSet<> lookupTies; ///< Names an embedding lookup ties in.
   llvm::StringMap<MaskKind> maskCache;
   Operation *funcOp = nullptr;
 };
@@ -287,27 +291,48 @@ LogicalResult Importer::classifyInitializers() {
 }
 
 void Importer::recoverTorchNames() {
+  auto addName = [&](const std::string &p, const std::string &name,
+                     bool lookupTie = false) {
+    if (lookupTie)
+      lookupTies.insert(name);
+    if (!torchNames.count(p))
+      torchNames[p] = name;
+    auto &names = torchAliases[p];
+    if (!llvm::is_contained(names, name))
+      names.push_back(name);
+  };
   for (const auto &node : model.graph().node()) {
-    SmallVector<std::string> unnamed;
-    for (const auto &in : node.input())
-      if (params.count(in) && !torchNames.count(in))
-        unnamed.push_back(in);
-    if (unnamed.empty())
+    SmallVector<std::pair<int, std::string>> uses;
+    for (auto [k, in] : llvm::enumerate(node.input()))
+      if (params.count(in))
+        uses.push_back({int(k), in});
+    if (uses.empty())
       continue;
     NodeMetadata md = readMetadata(node);
-    for (const std::string &p : unnamed) {
-      if (StringRef(p).contains('.')) {
-        torchNames[p] = p; // already a PyTorch name (norms, embeddings)
-        continue;
-      }
+    for (const auto &[index, p] : uses) {
+      // A weight that feeds MatMul's right operand directly is [in, out]:
+      // the exporter stored nn.Linear's [out, in] weight transposed.
+      bool transB = false;
+      for (const auto &a : node.attribute())
+        if (a.name() == "transB")
+          transB = a.i() != 0;
+      if (index == 1 && initializers.lookup(p)->dims_size() == 2 &&
+          (node.op_type() == "MatMul" ||
+           (node.op_type() == "Gemm" && !transB)))
+        torchTransposed.insert(p);
+      if (StringRef(p).contains('.'))
+        addName(p, p); // already a PyTorch name (norms, embeddings)
       if (md.modulePath.empty() || md.torchParamArgs.size() != 1)
         continue;
       std::string prefix = "p_" + md.modulePath + "_";
       std::replace(prefix.begin(), prefix.end(), '.', '_');
       StringRef arg = md.torchParamArgs.front();
       if (arg.starts_with(prefix))
-        torchNames[p] =
-            md.modulePath + "." + arg.drop_front(prefix.size()).str();
+        addName(p, md.modulePath + "." + arg.drop_front(prefix.size()).str());
+      else if (node.op_type() == "Gather" && arg.ends_with("_weight"))
+        // A tied embedding: the module looks up another module's weight
+        // (p_lm_head_weight in model.embed_tokens); it is also its own.
+        addName(p, md.modulePath + ".weight", /*lookupTie=*/true);
     }
   }
 }
@@ -334,6 +359,27 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     auto torch = torchNames.find(init.name());
     if (torch != torchNames.end() && torch->second != init.name())
       attrs.set(tg::kTorchNameAttr, builder.getStringAttr(torch->second));
+    auto aliases = torchAliases.find(init.name());
+    if (aliases != torchAliases.end() && aliases->second.size() > 1) {
+      SmallVector<Attribute> names;
+      for (const std::string &n : aliases->second)
+        names.push_back(builder.getStringAttr(n));
+      attrs.set(tg::kTorchAliasesAttr, builder.getArrayAttr(names));
+      // An embedding tied to the LM head is one parameter in PyTorch too;
+      // anything else was several parameters that happened to be equal.
+      SmallVector<StringRef> merged;
+      for (const std::string &n : aliases->second)
+        if (!lookupTies.contains(n))
+          merged.push_back(n);
+      if (merged.size() > 1)
+        emitWarning(loc) << "initializer '" << init.name() << "' stands for "
+                         << merged.size() << " PyTorch parameters ("
+                         << llvm::join(merged, ", ")
+                         << "): the exporter merged byte-identical weights, "
+                            "so they train as one parameter";
+    }
+    if (torchTransposed.contains(init.name()))
+      attrs.set(tg::kTorchTransposedAttr, builder.getUnitAttr());
     argAttrs.push_back(attrs);
     argNames.push_back(init.name());
   }

@@ -248,6 +248,17 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "Write the trained weights into a copy of the model (LoRA trainers: "
        "the base weights, unchanged unless --merge-lora).",
        text(o.exportOnnx)},
+      {"export-safetensors", "DIR",
+       "Write the trained weights as Hugging Face saves the model: "
+       "DIR/model.safetensors with PyTorch's names and layouts (nn.Linear "
+       "weights transposed back), for AutoModelForCausalLM.from_pretrained "
+       "beside the model's config.json (LoRA trainers: the base weights, "
+       "merged with --merge-lora).",
+       text(o.exportSafetensors)},
+      {"hf-config", "FILE",
+       "With --export-safetensors: copy the model's original config.json "
+       "into DIR.",
+       text(o.hfConfig)},
       {"load-lora", "FILE.safetensors",
        "LoRA trainers: start the adapters from a PEFT adapter file "
        "(adapter_model.safetensors) instead of PEFT's initialisation "
@@ -259,7 +270,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "[out, r]) and PEFT's adapter_config.json into the same directory.",
        text(o.exportLora)},
       {"merge-lora", nullptr,
-       "LoRA trainers: --export-onnx writes W + (alpha/r)*A*B for every "
+       "LoRA trainers: --export-onnx and --export-safetensors write W + (alpha/r)*A*B for every "
        "adapted weight (merged in double, rounded once).",
        [&o](const std::string &v) { return parseBool(v, o.mergeLora); }},
       {"workers", "N",
@@ -454,9 +465,15 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
     message = "--resume needs --checkpoint-dir DIR";
     return CliStatus::Error;
   }
-  if (options.mergeLora && options.exportOnnx.empty()) {
+  if (options.mergeLora && options.exportOnnx.empty() &&
+      options.exportSafetensors.empty()) {
     message = "--merge-lora applies to the model written by --export-onnx "
-              "FILE; give --export-onnx";
+              "FILE or --export-safetensors DIR; give one of them";
+    return CliStatus::Error;
+  }
+  if (!options.hfConfig.empty() && options.exportSafetensors.empty()) {
+    message = "--hf-config is copied beside the weights that "
+              "--export-safetensors DIR writes; give --export-safetensors";
     return CliStatus::Error;
   }
   if (options.evalEvery > 0 && options.evalData.empty()) {

@@ -57,6 +57,8 @@ struct TrainerOptions {
   /// the base weights merged with them into --export-onnx.
   std::string loadLora;
   std::string exportLora;
+  std::string exportSafetensors; ///< A directory (Hugging Face layout).
+  std::string hfConfig;          ///< Copied there as config.json.
   bool mergeLora = false;
   /// Single-process trainers: OpenMP threads; pipelined trainers: the
   /// compiled plan to run. 0: the default.

@@ -47,6 +47,7 @@
 #include "Checkpoint.h"
 #include "Cli.h"
 #include "FileUtil.h"
+#include "HfExport.h"
 #include "Init.h"
 #include "Log.h"
 #include "Lora.h"
@@ -1170,6 +1171,18 @@ int Trainer::runLoop() {
   }
   if (!opts.exportLora.empty())
     checkWritableDirectory(opts.exportLora, "--export-lora");
+  if (!opts.exportSafetensors.empty()) {
+    checkWritableDirectory(opts.exportSafetensors, "--export-safetensors");
+    for (int i = 0; i < model.numParams; ++i)
+      if (!isLoraAdapter(model.params[i]) &&
+          huggingFaceNames(model.params[i]).empty())
+        throw Error("--export-safetensors: the model's initializer '" +
+                    std::string(model.params[i].name) +
+                    "' has no PyTorch name (the exporter's node metadata "
+                    "did not name it)");
+    if (!opts.hfConfig.empty() && ::access(opts.hfConfig.c_str(), R_OK) != 0)
+      throw Error("--hf-config " + opts.hfConfig + ": cannot be read");
+  }
   if (!opts.dumpGradients.empty() && opts.steps < 1)
     throw Error("--dump-gradients needs at least one step (--steps)");
 
@@ -1302,31 +1315,46 @@ int Trainer::runLoop() {
     writeChromeTrace(opts.trace, *program, records);
     say("rondo: wrote the trace to " + opts.trace);
   }
+  std::vector<std::vector<float>> merged;
+  if (opts.mergeLora)
+    merged = mergeLoraWeights(model, paramPtrs.data());
+  auto baseWeights = [&](int i) -> const float * {
+    return opts.mergeLora && !merged[size_t(i)].empty()
+               ? merged[size_t(i)].data()
+               : paramPtrs[size_t(i)];
+  };
+  const std::string whatWeights =
+      !model.lora      ? "trained weights"
+      : opts.mergeLora ? "the base weights merged with the LoRA adapters"
+                       : "the frozen base weights";
+  const std::string withoutAdapters =
+      model.lora && !opts.mergeLora
+          ? " (without the adapters: --export-lora writes them, "
+            "--merge-lora merges them in)"
+          : "";
   if (!opts.exportOnnx.empty()) {
     // The model has no adapters to write into: its base weights, as they
     // are (frozen) or merged with their adapters.
-    std::vector<std::vector<float>> merged;
-    if (opts.mergeLora)
-      merged = mergeLoraWeights(model, paramPtrs.data());
     std::vector<ParamSpec> toWrite = onnxParams(model);
     std::vector<const float *> data;
     for (int i = 0; i < model.numParams; ++i)
       if (!isLoraAdapter(model.params[i]))
-        data.push_back(opts.mergeLora && !merged[size_t(i)].empty()
-                           ? merged[size_t(i)].data()
-                           : paramPtrs[size_t(i)]);
+        data.push_back(baseWeights(i));
     exportOnnxWeights(model.modelPath, opts.exportOnnx, toWrite.data(),
                       int(toWrite.size()), data.data());
-    say("rondo: wrote " +
-        std::string(!model.lora      ? "trained weights"
-                    : opts.mergeLora ? "the base weights merged with the "
-                                       "LoRA adapters"
-                                     : "the frozen base weights") +
-        " to " + opts.exportOnnx +
-        (model.lora && !opts.mergeLora
-             ? " (without the adapters: --export-lora writes them, "
-               "--merge-lora merges them in)"
-             : ""));
+    say("rondo: wrote " + whatWeights + " to " + opts.exportOnnx +
+        withoutAdapters);
+  }
+  if (!opts.exportSafetensors.empty()) {
+    std::vector<const float *> data;
+    for (int i = 0; i < model.numParams; ++i)
+      data.push_back(baseWeights(i));
+    exportHuggingFace(opts.exportSafetensors, opts.hfConfig, model,
+                      data.data());
+    say("rondo: wrote " + whatWeights + " in Hugging Face's layout to " +
+        opts.exportSafetensors + "/model.safetensors" +
+        (opts.hfConfig.empty() ? "" : " with " + opts.hfConfig + " as config.json") +
+        withoutAdapters);
   }
   if (!opts.exportLora.empty()) {
     exportLoraAdapters(opts.exportLora, model, paramPtrs.data());

@@ -25,11 +25,13 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -446,6 +448,23 @@ int main(int argc, char **argv) {
                   rondo::exec::ExecDialect, func::FuncDialect>();
   MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
+  // Warnings (MLIR drops them without a handler) go to stderr once: plans
+  // at a microbatch shape import the model again and would repeat them.
+  llvm::StringSet<> warned;
+  ScopedDiagnosticHandler warnings(&ctx, [&](Diagnostic &diag) {
+    if (diag.getSeverity() != DiagnosticSeverity::Warning)
+      return failure();
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
+      os << file.getFilename().getValue();
+    else
+      os << diag.getLocation();
+    os << ": warning: " << diag;
+    if (warned.insert(text).second)
+      llvm::errs() << text << "\n";
+    return success();
+  });
   OwningOpRef<ModuleOp> module = rondo::importOnnxFile(&ctx, inputFile, opts);
   if (!module)
     return 1;

@@ -21,6 +21,14 @@ namespace rondo::tg {
 inline constexpr llvm::StringLiteral kParamAttr = "tg.param";
 inline constexpr llvm::StringLiteral kTrainableAttr = "tg.trainable";
 inline constexpr llvm::StringLiteral kTorchNameAttr = "tg.torch_name";
+/// Hugging Face interop (the trainer's --export-safetensors): every PyTorch
+/// name one initializer stands for, when the exporter merged several (a tied
+/// embedding is both `model.embed_tokens.weight` and `lm_head.weight`), and
+/// a unit attribute on weights stored as the transpose of PyTorch's tensor
+/// (the exporter pre-transposes nn.Linear weights to feed MatMul directly).
+inline constexpr llvm::StringLiteral kTorchAliasesAttr = "tg.torch_aliases";
+inline constexpr llvm::StringLiteral kTorchTransposedAttr =
+    "tg.torch_transposed";
 inline constexpr llvm::StringLiteral kInputAttr = "tg.input";
 inline constexpr llvm::StringLiteral kLabelsAttr = "tg.labels";
 inline constexpr llvm::StringLiteral kLossScaleAttr = "tg.loss_scale";

@@ -857,6 +857,8 @@ LogicalResult Emitter::run() {
     bool trainable;
     std::string loraFactor, loraBase; ///< Empty unless a LoRA adapter.
     bool loraBaseTransposed = false;
+    std::string torchAliases; ///< Comma-separated, when there are several.
+    bool torchTransposed = false;
   };
   SmallVector<ParamInfo> params;
   llvm::StringMap<unsigned> paramIndex;
@@ -872,6 +874,13 @@ LogicalResult Emitter::run() {
       params.push_back({name.str(), torch ? torch.str() : "",
                         SmallVector<int64_t>(t.getShape()),
                         func.getArgAttr(k, kTrainableAttr) != nullptr});
+      if (auto aliases = func.getArgAttrOfType<ArrayAttr>(k, kTorchAliasesAttr))
+        for (Attribute a : aliases)
+          params.back().torchAliases +=
+              (params.back().torchAliases.empty() ? "" : ",") +
+              cast<StringAttr>(a).str();
+      params.back().torchTransposed =
+          func.getArgAttr(k, kTorchTransposedAttr) != nullptr;
       if (auto base = func.getArgAttrOfType<StringAttr>(k, kLoraOfAttr)) {
         auto factor = func.getArgAttrOfType<StringAttr>(k, kLoraFactorAttr);
         if (!factor || (factor.getValue() != "A" && factor.getValue() != "B"))
@@ -993,9 +1002,16 @@ LogicalResult Emitter::run() {
     for (auto [k, d] : llvm::enumerate(p.dims))
       os << (k ? ", " : "") << d;
     os << "}, " << (p.trainable ? "true" : "false");
-    if (!p.loraFactor.empty())
-      os << ", rondo::rt::LoraFactor::" << p.loraFactor << ", \"" << p.loraBase
-         << "\", " << (p.loraBaseTransposed ? "true" : "false");
+    if (!p.loraFactor.empty() || !p.torchAliases.empty() || p.torchTransposed) {
+      os << ", rondo::rt::LoraFactor::"
+         << (p.loraFactor.empty() ? "None" : p.loraFactor) << ", ";
+      if (p.loraBase.empty())
+        os << "nullptr";
+      else
+        os << "\"" << p.loraBase << "\"";
+      os << ", " << (p.loraBaseTransposed ? "true" : "false") << ", \""
+         << p.torchAliases << "\", " << (p.torchTransposed ? "true" : "false");
+    }
     os << "},\n";
   }
   os << "};\n\n";

@@ -46,6 +46,13 @@ struct ParamSpec {
   /// The base weight is stored [out, in] (the graph transposes it), so its
   /// merged form is W + (alpha/r)·(A·B)^T.
   bool loraBaseTransposed = false;
+  /// Hugging Face names (--export-safetensors): every PyTorch name this
+  /// tensor stands for, comma-separated, when the exporter merged several
+  /// (tied embeddings); otherwise `displayName` alone.
+  const char *torchAliases = "";
+  /// Stored as the transpose of PyTorch's tensor (nn.Linear weights that the
+  /// exporter pre-transposed for MatMul).
+  bool torchTransposed = false;
 };
 
 /// The adapter configuration of a LoRA trainer.
