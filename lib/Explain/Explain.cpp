@@ -116,6 +116,13 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
      << gb(plan.getHostMemoryBudget().convertToDouble()) << " budget ("
      << gb(fixed) << " weights, moments, gradients and upload copies; "
      << gb(host - fixed) << " checkpoints and hand-off staging)\n";
+  if (std::optional<uint64_t> longest = plan.getMaxSeqLen())
+    os << "  longest sequence these budgets hold: "
+       << (*longest == 0 ? std::string("none (not even 256 tokens)")
+                         : std::to_string(*longest) + " tokens")
+       << " per row, one row per microbatch, one layer per stage (each "
+          "backward stage recomputes one layer from its checkpoint; "
+          "activations grow linearly with the sequence)\n";
 
   os << "\nPredicted step (steady state):\n";
   os << llvm::formatv("  overlapped optimizer: {0} ms/step, {1:f0} tokens/s, "

@@ -145,6 +145,13 @@ private:
                               SmallVectorImpl<std::string> &argNames);
   LogicalResult convertNode(const onnx::NodeProto &node);
   void recoverTorchNames();
+  /// The largest data-independent tensor folded to a constant. Tables that
+  /// grow linearly with the sequence (rotary cos/sin: T x head_dim) must
+  /// fold at any length, masks that grow with its square ([B, 1, T, T])
+  /// must not: the limit grows with the sequence, by 512 per position.
+  int64_t foldLimit() const {
+    return std::max(opts.maxFoldElements, 512 * std::max<int64_t>(opts.seqLen, 0));
+  }
 
   // Diagnostics.
   Location nodeLoc(const onnx::NodeProto &node);
@@ -378,7 +385,8 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
                          << "): the exporter merged byte-identical weights, "
                             "so they train as one parameter";
     }
-    if (torchTransposed.contains(init.name()))
+    // Only a named weight can be written in PyTorch's layout.
+    if (torchTransposed.contains(init.name()) && torchNames.count(init.name()))
       attrs.set(tg::kTorchTransposedAttr, builder.getUnitAttr());
     argAttrs.push_back(attrs);
     argNames.push_back(init.name());
@@ -670,7 +678,7 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
         hosts.push_back(&shapeOnly.back());
       }
     }
-    auto results = evaluateNode(node, opset, hosts, opts.maxFoldElements);
+    auto results = evaluateNode(node, opset, hosts, foldLimit());
     if (!results)
       return nodeError(node) << llvm::toString(results.takeError());
     for (auto [name, t] : llvm::zip(node.output(), *results))

@@ -580,17 +580,32 @@ int main(int argc, char **argv) {
         << "error: cannot create a temporary file for the generated C++\n";
     return 1;
   }
+  // Large constants go to files the assembler embeds (.incbin); they live
+  // in a temporary directory until the trainer is linked.
+  llvm::SmallString<256> blobDir;
+  if (llvm::sys::fs::createUniqueDirectory("rondo-constants", blobDir)) {
+    llvm::errs() << "error: cannot create a temporary directory for the "
+                    "trainer's constants\n";
+    llvm::sys::fs::remove(cppPath);
+    return 1;
+  }
+  auto removeTemporaries = [&] {
+    llvm::sys::fs::remove(cppPath);
+    llvm::sys::fs::remove_directories(blobDir);
+  };
   {
     llvm::raw_fd_ostream cppOut(fd, /*shouldClose=*/true);
-    if (failed(rondo::emitTrainerCpp(*module, cppOut,
-                                     {abs.str().str(), target, effectivePrecision()}))) {
-      llvm::sys::fs::remove(cppPath);
+    rondo::TrainerEmitOptions emitOptions{abs.str().str(), target,
+                                          effectivePrecision()};
+    emitOptions.blobDir = blobDir.str().str();
+    if (failed(rondo::emitTrainerCpp(*module, cppOut, emitOptions))) {
+      removeTemporaries();
       return 1;
     }
   }
   std::string tmpExe = outputFile + ".tmp-rondo";
   LogicalResult built = buildExecutable(cppPath, tmpExe);
-  llvm::sys::fs::remove(cppPath);
+  removeTemporaries();
   if (failed(built)) {
     llvm::sys::fs::remove(tmpExe);
     return 1;

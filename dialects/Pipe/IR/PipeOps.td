@@ -31,8 +31,11 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     computed for, the budgets, the predicted peaks, the predicted step time
     and bubble fraction (overlapped optimizer, steady state; `sync_*` for
     the synchronous optimizer), and `bound`, the constraint that limited the
-    plan, in words. Whole-plan invariants are checked by
-    `pipe-verify-plan`.
+    plan, in words. `max_seq_len` is the longest sequence (tokens of one
+    row, one row per microbatch) that a plan of these workers holds within
+    the same budgets: long-context planning, with the table scaled to that
+    length and one layer per stage, so that one layer's activations at a
+    time bound it. Whole-plan invariants are checked by `pipe-verify-plan`.
 
     Example:
     ```mlir
@@ -73,7 +76,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        StrAttr:$bound,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas,
                        OptionalAttr<F64Attr>:$replica_link_bandwidth,
-                       OptionalAttr<DenseF64ArrayAttr>:$replica_scaling);
+                       OptionalAttr<DenseF64ArrayAttr>:$replica_scaling,
+                       OptionalAttr<I64Attr>:$max_seq_len);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

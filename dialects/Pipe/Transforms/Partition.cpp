@@ -276,13 +276,8 @@ struct PipePartitionPass
       unlimited.workerMemoryBytes = 0;
       unlimited.hostMemoryBytes = 0;
       {
-        planner::Plan fine;
-        int numLayers = static_cast<int>(c.problem.layers.size());
-        fine.tail = {planner::StageKind::Tail, numLayers - 1, numLayers};
-        for (int l = 0; l + 1 < numLayers; ++l)
-          fine.forward.push_back({planner::StageKind::Forward, l, l + 1});
-        for (int l = numLayers - 2; l >= 0; --l)
-          fine.backward.push_back({planner::StageKind::Backward, l, l + 1});
+        planner::Plan fine = planner::finestPlan(
+            static_cast<int>(c.problem.layers.size()));
         double peak = planner::workerArenaBytes(unlimited, fine);
         if (peak < smallestWorkerPeak) {
           smallestWorkerPeak = peak;
@@ -355,6 +350,16 @@ struct PipePartitionPass
           searchBudget -= std::max(overshoot, 0.01 * budget);
           if (searchBudget <= 0)
             break;
+        }
+        if (plans.empty()) {
+          // At the edge of the budget (long sequences) the search's
+          // stage-local pruning can miss the one plan that fits: the finest,
+          // whose stages each hold one layer's activations.
+          planner::Plan fine =
+              planner::finestPlan(static_cast<int>(c.problem.layers.size()));
+          if (planner::fitsBudgets(c.problem, fine, nullptr) &&
+              fitsArena(c.problem, fine, nullptr))
+            plans.push_back(fine);
         }
         if (plans.empty()) {
           // Say which budget: the host part does not depend on the plan.
@@ -608,7 +613,10 @@ struct PipePartitionPass
         f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
         f64(p.hostFixedBytes), str(explainBound(c) + searched.str()),
         /*replicas=*/nullptr, /*replica_link_bandwidth=*/nullptr,
-        /*replica_scaling=*/nullptr);
+        /*replica_scaling=*/nullptr, /*max_seq_len=*/nullptr);
+    if (p.workerMemoryBytes > 0 || p.hostMemoryBytes > 0)
+      plan.setMaxSeqLenAttr(i64(planner::maxSequenceLength(
+          p, double(tokens) / double(c.microbatches))));
     if (p.replicas > 1) {
       // The same plan's overlapped step for 1, 2, 4, ... replicas, so that
       // --explain can say where another replica stops paying.

@@ -24,7 +24,8 @@ struct ImportOptions {
   int64_t seqLen = -1;
   /// Explicit shapes by input name; they win over batch/seqLen.
   llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
-  /// Data-independent values with more elements than this are kept
+  /// Data-independent values with more elements than this (or than 512 per
+  /// position of --seq-len, for tables linear in the sequence) are kept
   /// shape-only and must be recognised (the causal mask) rather than built.
   int64_t maxFoldElements = int64_t(1) << 24;
 };

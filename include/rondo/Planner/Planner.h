@@ -167,6 +167,23 @@ bool isValid(const PlanProblem &problem, const Plan &plan, std::string *why);
 bool fitsBudgets(const PlanProblem &problem, const Plan &plan,
                  std::string *why);
 
+/// The finest plan: one layer per stage (the least worker memory any plan
+/// of the table needs: one layer's activations at a time).
+Plan finestPlan(int numLayers);
+
+/// The longest sequence, in tokens of one row, that some plan holds within
+/// the budgets of `problem` (its workers, worker and host memory) with one
+/// row per microbatch, when `problem`'s layer table was costed at
+/// `tokensPerMicrobatch` tokens per microbatch. Activations, checkpoints and
+/// hand-offs grow linearly with the sequence (attention never materialises
+/// [T, T], the loss is chunked), weights and optimizer state do not; the
+/// finest plan is the one that needs least. A multiple of `granularity`;
+/// 0 when not even that fits; `limit` when nothing bounds it.
+int64_t maxSequenceLength(const PlanProblem &problem,
+                          double tokensPerMicrobatch,
+                          int64_t granularity = 256,
+                          int64_t limit = int64_t(1) << 24);
+
 /// RoundPipe's `ModelExecutePlan.auto` (research/roundpipe.md section 2.2),
 /// reproduced exactly: fwd_t = forwardSeconds, bwd_t = forwardSeconds +
 /// backwardSeconds, size = paramBytes, bwd_size = paramBytes + gradBytes,

@@ -21,7 +21,10 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SHA256.h"
 #include <map>
 #include <regex>
 
@@ -176,15 +179,53 @@ private:
     std::string name = "c" + std::to_string(constantNames.size());
     globalsOs << "static const " << elem << " " << name << "[] = {" << values
               << "};\n";
-    // On GPUs a constant lives in each device's memory, uploaded on first
-    // use.
-    if (opts.target == "cuda")
-      name = llvm::formatv("static_cast<const {0} *>(constantOnDevice({1}, "
-                           "sizeof({1})))",
-                           elem, name)
-                 .str();
-    constantNames[key] = name;
-    return name;
+    return constantNames[key] = onDevice(elem, name);
+  }
+
+  /// A large constant as raw bytes in `opts.blobDir`, embedded by the
+  /// assembler; deduplicated by content like the literal ones.
+  FailureOr<std::string> blobConstant(Operation *op, StringRef elem,
+                                      ArrayRef<char> bytes) {
+    std::string key = elem.str() + ":blob:" +
+                      llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(
+                          StringRef(bytes.data(), bytes.size()))));
+    auto it = constantNames.find(key);
+    if (it != constantNames.end())
+      return it->second;
+    std::string name = "rondo_blob_" + std::to_string(constantNames.size());
+    llvm::SmallString<256> path(opts.blobDir);
+    llvm::sys::path::append(path, name + ".bin");
+    std::error_code ec;
+    llvm::raw_fd_ostream file(path, ec);
+    if (!ec) {
+      file.write(bytes.data(), bytes.size());
+      file.close();
+      ec = file.error();
+    }
+    if (ec)
+      return op->emitError("cannot write the constant's data to '")
+             << path << "': " << ec.message();
+    if (path.str().find_first_of("\"\\\n") != StringRef::npos)
+      return op->emitError("the directory for constant data, '")
+             << opts.blobDir << "', has a quote or backslash in its name";
+    const std::string quoted = path.str().str();
+    globalsOs << "__asm__(\".section .rodata\\n.balign 64\\n.globl " << name
+              << "\\n.hidden " << name << "\\n" << name << ":\\n.incbin \\\""
+              << quoted << "\\\"\\n.previous\");\n"
+              << "extern \"C\" const " << elem << " " << name << "["
+              << bytes.size() / (elem == "float" ? 4 : 8) << "];\n";
+    return constantNames[key] = onDevice(elem, name);
+  }
+
+  /// On GPUs a constant lives in each device's memory, uploaded on first
+  /// use.
+  std::string onDevice(StringRef elem, const std::string &name) {
+    if (opts.target != "cuda")
+      return name;
+    return llvm::formatv("static_cast<const {0} *>(constantOnDevice({1}, "
+                         "sizeof({1})))",
+                         elem, name)
+        .str();
   }
 };
 
@@ -215,6 +256,17 @@ LogicalResult Emitter::emitOp(Operation *op) {
         body << llvm::formatv("  fill(FView{{{0}.data(), {1}}, {2});\n", name,
                               shapeList(t.getShape()),
                               floatLiteral(dense.getSplatValue<float>()));
+        return success();
+      }
+      if (!opts.blobDir.empty() && dense.getNumElements() > opts.blobElements) {
+        std::vector<char> bytes(size_t(dense.getNumElements()) * 4);
+        for (auto [k, f] : llvm::enumerate(dense.getValues<float>()))
+          llvm::support::endian::write32le(&bytes[4 * k],
+                                           llvm::bit_cast<uint32_t>(f));
+        FailureOr<std::string> name = blobConstant(op, "float", bytes);
+        if (failed(name))
+          return failure();
+        exprs[c] = *name;
         return success();
       }
       std::string values;

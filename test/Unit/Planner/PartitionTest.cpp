@@ -504,3 +504,50 @@ TEST(ExactTest, FortyLayers) {
               std::chrono::duration<double, std::milli>(t1 - t0).count(),
               exact->numJobs());
 }
+
+namespace {
+/// `p`'s table costed at `from` tokens per microbatch, rescaled to one row
+/// of `tokens` tokens: what maxSequenceLength promises to fit.
+PlanProblem atSequence(PlanProblem p, double from, double tokens) {
+  p.microbatches = 1;
+  for (LayerCost &l : p.layers) {
+    l.inputBytes *= tokens / from;
+    l.workspaceBytes *= tokens / from;
+    l.forwardSeconds *= tokens / from;
+    l.backwardSeconds *= tokens / from;
+  }
+  return p;
+}
+bool finestFits(const PlanProblem &p) {
+  Plan fine = finestPlan(int(p.layers.size()));
+  return fitsBudgets(p, fine, nullptr) &&
+         workerArenaBytes(p, fine) <= p.workerMemoryBytes;
+}
+} // namespace
+
+TEST(MaxSequenceTest, LongestThatFitsTheFinestPlan) {
+  PlanProblem p = tinyProblem();
+  p.workerMemoryBytes = 0;
+  p.hostMemoryBytes = 0;
+  EXPECT_EQ(maxSequenceLength(p, 64, 16, 1 << 20), 1 << 20); // nothing bounds
+  p.workerMemoryBytes = 5000;
+  // The finest plan's arena at one row: 2 x 300 parameter slot + 300
+  // gradients + hand-offs and temporaries that grow with the sequence.
+  int64_t longest = maxSequenceLength(p, 64, 16, 1 << 20);
+  ASSERT_GT(longest, 0);
+  EXPECT_EQ(longest % 16, 0);
+  EXPECT_TRUE(finestFits(atSequence(p, 64, double(longest))));
+  EXPECT_FALSE(finestFits(atSequence(p, 64, double(longest + 16))));
+  // Twice the budget for activations: about twice the sequence.
+  PlanProblem wider = p;
+  wider.workerMemoryBytes = 900 + 2 * (5000 - 900);
+  int64_t twice = maxSequenceLength(wider, 64, 16, 1 << 20);
+  EXPECT_NEAR(double(twice) / double(longest), 2.0, 0.05);
+  // Host memory binds too: checkpoints of every layer input live there.
+  PlanProblem host = p;
+  host.hostMemoryBytes = host.hostFixedBytes + 100;
+  EXPECT_LT(maxSequenceLength(host, 64, 16, 1 << 20), longest);
+  // Weights alone over the budget: no sequence fits.
+  p.workerMemoryBytes = 800;
+  EXPECT_EQ(maxSequenceLength(p, 64, 16, 1 << 20), 0);
+}

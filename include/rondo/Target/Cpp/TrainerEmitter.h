@@ -30,6 +30,14 @@ struct TrainerEmitOptions {
   /// "fp32" or "bf16": how the CUDA kernels compute their matrix products
   /// (rondo::cuda::Precision). The host target computes in fp32.
   std::string precision = "fp32";
+  /// When set, constants of more than `blobElements` elements (rotary tables
+  /// at long sequences: 2 x T x head_dim floats) are written into this
+  /// directory as raw little-endian files and embedded with the assembler's
+  /// .incbin, not printed as C++ literals that the compiler would take
+  /// minutes and gigabytes to parse. The files must exist until the C++ is
+  /// compiled.
+  std::string blobDir;
+  int64_t blobElements = int64_t(1) << 16;
 };
 
 mlir::LogicalResult emitTrainerCpp(mlir::ModuleOp module, llvm::raw_ostream &os,
