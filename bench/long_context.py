@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Long context and LoRA on one GPU, Rondo beside PyTorch in one run.
+
+1. PyTorch's longest trainable sequence for a Qwen3 shape (--torch-preset,
+   batch 1): Hugging Face Qwen3ForCausalLM, random weights, fp32 parameters,
+   autocast bf16, SDPA attention, fused AdamW; one full step (forward,
+   backward, optimizer) per length, binary search over multiples of 1024
+   until it runs out of GPU memory. With --torch-checkpointing also with
+   Hugging Face's gradient checkpointing (one recompute per layer).
+2. Rondo trainers (--rondo NAME=TRAINER:SEQ:STEPS[:PREDICTED_MAX]): each one
+   trains STEPS steps of one row of SEQ random tokens (--init=random);
+   tokens/s over the steps after the first, the trainer's own GPU memory
+   account, nvidia-smi's peak. PREDICTED_MAX is the longest sequence
+   rondo-compile --explain reported for that model and device.
+
+Prints a table and writes OUT/long-context-<machine>.json.
+
+    python3 bench/long_context.py --machine h100x1 --out OUT \\
+        --torch-preset qwen3-1.7b --rondo lora8b=build-gpu/lora8b.trainer:16384:3
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from w1 import GpuMemoryPoller  # noqa: E402
+
+PRESETS = {
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                       tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     tie_word_embeddings=False),
+}
+COMMON = dict(vocab_size=151936, max_position_embeddings=1 << 20, rms_norm_eps=1e-6,
+              rope_theta=1000000.0)
+
+TORCH_PROBE = r'''
+import sys, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+fields, seq, ckpt = eval(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+torch.manual_seed(0)
+cfg = Qwen3Config(**fields); cfg._attn_implementation = "sdpa"; cfg.use_cache = False
+with torch.device("cuda"):
+    model = Qwen3ForCausalLM(cfg)
+if ckpt:
+    model.gradient_checkpointing_enable()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+ids = torch.randint(0, 8192, (1, seq), device="cuda")
+try:
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward(); opt.step(); torch.cuda.synchronize()
+    print("OK %.4f %.2f" % (loss.item(), torch.cuda.max_memory_allocated() / 2**30))
+except torch.OutOfMemoryError:
+    print("OOM")
+'''
+
+
+def torch_fits(fields, seq, ckpt):
+    out = subprocess.run([sys.executable, "-c", TORCH_PROBE, repr(fields), str(seq),
+                          "1" if ckpt else "0"], capture_output=True, text=True)
+    line = (out.stdout.strip().splitlines() or ["?"])[-1]
+    if line.startswith("OK"):
+        return True, float(line.split()[2])
+    if line != "OOM":
+        sys.stderr.write(out.stderr[-2000:])
+    return False, None
+
+
+def torch_max(fields, ckpt, hi_limit):
+    lo, hi, peak = 0, hi_limit // 1024 + 1, None   # lo fits (0: none), hi does not
+    probe = 8
+    while probe < hi:                     # grow until it fails
+        ok, mem = torch_fits(fields, probe * 1024, ckpt)
+        print("  pytorch%s seq %6d: %s" % (" +ckpt" if ckpt else "", probe * 1024,
+                                          "fits, %.1f GiB" % mem if ok else "OOM"), flush=True)
+        if not ok:
+            hi = probe
+            break
+        lo, peak, probe = probe, mem, probe * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok, mem = torch_fits(fields, mid * 1024, ckpt)
+        print("  pytorch%s seq %6d: %s" % (" +ckpt" if ckpt else "", mid * 1024,
+                                          "fits, %.1f GiB" % mem if ok else "OOM"), flush=True)
+        if ok:
+            lo, peak = mid, mem
+        else:
+            hi = mid
+    return lo * 1024, peak
+
+
+def run_rondo(name, trainer, seq, steps, out):
+    import numpy as np
+    ids = os.path.join(out, "ids-%s.npy" % name)
+    np.save(ids, np.random.default_rng(0).integers(0, 8192, size=(steps, seq)).astype(np.int64))
+    log = os.path.join(out, "log-%s.jsonl" % name)
+    t0 = time.time()
+    with GpuMemoryPoller() as poller:
+        proc = subprocess.run([trainer, "--data", ids, "--steps", str(steps), "--init=random",
+                               "--gpus", "0", "--log-json", log], capture_output=True, text=True)
+    wall = time.time() - t0
+    os.remove(ids)
+    text = proc.stdout + proc.stderr
+    print(text[-3000:])
+    records = [json.loads(l) for l in open(log)] if os.path.exists(log) else []
+    steps_ = [r for r in records if "loss" in r and "step" in r]
+    timed = [r["seconds"] for r in steps_[1:] if "seconds" in r]
+    memory = {}
+    for line in text.splitlines():
+        m = re.search(r"GPU (\d+) memory: arena ([\d.]+) GB.*temporaries peak ([\d.]+) GB", line)
+        if m:
+            memory = {"arena_gb": float(m.group(2)), "temporaries_peak_gb": float(m.group(3))}
+    return {
+        "returncode": proc.returncode, "seq": seq, "steps": steps, "wall_s": wall,
+        "losses": [r["loss"] for r in steps_],
+        "tokens_per_s": seq / (sum(timed) / len(timed)) if timed else None,
+        "step_seconds": timed, "trainer_memory": memory,
+        "nvidia_smi_peak_gib": max(poller.peak.values()) / 1024 if poller.peak else None,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--machine", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--torch-preset", choices=sorted(PRESETS))
+    p.add_argument("--torch-checkpointing", action="store_true")
+    p.add_argument("--torch-limit", type=int, default=1 << 19)
+    p.add_argument("--rondo", action="append", default=[],
+                   help="NAME=TRAINER:SEQ:STEPS[:PREDICTED_MAX]")
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    result = {"machine": a.machine, "pytorch": {}, "rondo": {}}
+    if a.torch_preset:
+        fields = dict(COMMON, **PRESETS[a.torch_preset])
+        for ckpt in ([False, True] if a.torch_checkpointing else [False]):
+            longest, peak = torch_max(fields, ckpt, a.torch_limit)
+            result["pytorch"]["%s%s" % (a.torch_preset, "+checkpointing" if ckpt else "")] = {
+                "max_seq": longest, "peak_gib_at_max": peak}
+    for spec in a.rondo:
+        name, rest = spec.split("=", 1)
+        parts = rest.split(":")
+        r = run_rondo(name, parts[0], int(parts[1]), int(parts[2]), a.out)
+        if len(parts) > 3:
+            r["predicted_max_seq"] = int(parts[3])
+        result["rondo"][name] = r
+    print("\n%-28s %s" % ("", "long context on " + a.machine))
+    for k, v in result["pytorch"].items():
+        print("%-28s longest trainable sequence %7d tokens (peak %s GiB)"
+              % ("PyTorch " + k, v["max_seq"], "%.1f" % v["peak_gib_at_max"] if v["peak_gib_at_max"] else "-"))
+    for k, v in result["rondo"].items():
+        print("%-28s seq %7d: %s tok/s, trainer memory %s, nvidia-smi peak %s GiB, rc %d%s"
+              % ("Rondo " + k, v["seq"], "%.0f" % v["tokens_per_s"] if v["tokens_per_s"] else "-",
+                 v["trainer_memory"], "%.1f" % v["nvidia_smi_peak_gib"] if v["nvidia_smi_peak_gib"] else "-",
+                 v["returncode"], "; plan's longest %d" % v["predicted_max_seq"] if "predicted_max_seq" in v else ""))
+    path = os.path.join(a.out, "long-context-%s.json" % a.machine)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Stages test/GPU/run-long-context.sh's inputs in build-gpu/ and packs them
+# as gpu-pack.tar.xz (the trainers are compiled here: the GPU machines have
+# no MLIR). Needs a build with -DRONDO_ENABLE_CUDA=ON (bench/prepare-gpu.sh).
+#   build-gpu/lora8b.trainer   Qwen3-8B shape, LoRA rank 16 on every linear,
+#                              1 x 32768 tokens, one worker
+#   build-gpu/interop/         qwen3-hf-tiny trained 5 steps on the CPU and
+#                              written with --export-safetensors
+set -euo pipefail
+cd "$(dirname "$0")/.."
+device=${1:-h100}
+models=test/data/models
+ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
+rm -rf build-gpu && mkdir -p build-gpu/lib build-gpu/interop
+build/bin/rondo-compile $models/qwen3-8b.onnx --target=cuda --device="$device" --batch 1 \
+  --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 --explain -o build-gpu/lora8b.trainer |
+  grep -E "per worker|host:|longest|overlapped"
+cd build-gpu/interop
+/usr/bin/python3 -c "import numpy as np; np.save('ids.npy', np.random.default_rng(3).integers(0, 512, size=(2, 32)).astype(np.int64))"
+../../build/bin/rondo-compile ../../$models/qwen3-hf-tiny.onnx --batch 2 --seq-len 32 \
+  --microbatches 2 --workers 1 -o tiny.trainer
+./tiny.trainer --data ids.npy --steps 5 --lr 1e-2 --eval-data ids.npy --eval-every 5 \
+  --log-json log.jsonl --export-safetensors trained --hf-config ../../test/data/hf/hf-tiny/config.json
+rm tiny.trainer
+cd ../..
+for l in $(ldd build-gpu/lora8b.trainer | awk '{print $3}' |
+           grep -E 'onnx|protobuf|gomp|libz|mpi|open-rte|open-pal|hwloc|event|udev|openblas|gfortran|quadmath'); do
+  cp -L "$l" build-gpu/lib/
+done
+strip build-gpu/lora8b.trainer
+tar cf - build-gpu | xz -T2 -6 > gpu-pack.tar.xz
+du -sh build-gpu gpu-pack.tar.xz
