@@ -45,11 +45,14 @@ void makeDirectory(const std::string &dir) {
     struct stat st;
     if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       return;
-    throw Error("--export-safetensors " + dir + ": exists and is not a "
+    throw Error("--export-safetensors " + dir +
+                ": exists and is not a "
                 "directory");
   }
-  throw Error("--export-safetensors " + dir + ": cannot create the "
-              "directory (" + std::strerror(errno) + ")");
+  throw Error("--export-safetensors " + dir +
+              ": cannot create the "
+              "directory (" +
+              std::strerror(errno) + ")");
 }
 
 } // namespace
@@ -78,7 +81,8 @@ void exportHuggingFace(const std::string &dir, const std::string &configPath,
     for (const std::string &n : names[size_t(i)])
       if (!seen.insert(n).second)
         throw Error("--export-safetensors: two initializers are both "
-                    "PyTorch's '" + n + "' (the second is '" + p.name + "')");
+                    "PyTorch's '" +
+                    n + "' (the second is '" + p.name + "')");
   }
   std::string config;
   if (!configPath.empty()) {
