@@ -52,6 +52,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -150,7 +151,8 @@ private:
   /// fold at any length, masks that grow with its square ([B, 1, T, T])
   /// must not: the limit grows with the sequence, by 512 per position.
   int64_t foldLimit() const {
-    return std::max(opts.maxFoldElements, 512 * std::max<int64_t>(opts.seqLen, 0));
+    const int64_t seq = std::clamp<int64_t>(opts.seqLen, 0, int64_t(1) << 40);
+    return std::max(opts.maxFoldElements, 512 * seq);
   }
 
   // Diagnostics.
