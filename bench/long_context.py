@@ -29,16 +29,22 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from w1 import GpuMemoryPoller  # noqa: E402
 
-PRESETS = {
-    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-                       tie_word_embeddings=True),
-    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                     tie_word_embeddings=False),
-}
-COMMON = dict(vocab_size=151936, max_position_embeddings=1 << 20, rms_norm_eps=1e-6,
-              rope_theta=1000000.0)
+def load_presets():
+    """The Qwen3 shapes scripts/export-hf-onnx.py exports, so that PyTorch
+    measures the same models the Rondo trainers were compiled from."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
+                        "export-hf-onnx.py")
+    spec = importlib.util.spec_from_file_location("export_hf_onnx", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    common = {k: v for k, v in module.QWEN3_COMMON.items() if k != "model_type"}
+    # Long enough for any sequence the search tries.
+    common["max_position_embeddings"] = 1 << 20
+    return module.PRESETS, common
+
+
+PRESETS, COMMON = load_presets()
 
 TORCH_PROBE = r'''
 import sys, torch

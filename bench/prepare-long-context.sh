@@ -4,15 +4,21 @@
 # no MLIR). Needs a build with -DRONDO_ENABLE_CUDA=ON (bench/prepare-gpu.sh).
 #   build-gpu/lora8b.trainer   Qwen3-8B shape, LoRA rank 16 on every linear,
 #                              1 x 32768 tokens, one worker
+#
+#   bash bench/prepare-long-context.sh [h100|h200] QWEN3_8B.onnx
+#
+# The 8B graph (7 MB, graph only) is not in the repository: make it on a GPU
+# machine with test/GPU/export-models.sh (exported.tar holds qwen3-8b.onnx).
 #   build-gpu/interop/         qwen3-hf-tiny trained 5 steps on the CPU and
 #                              written with --export-safetensors
 set -euo pipefail
 cd "$(dirname "$0")/.."
 device=${1:-h100}
+graph8b=${2:?the Qwen3-8B graph (test/GPU/export-models.sh writes it)}
 models=test/data/models
 ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
 rm -rf build-gpu && mkdir -p build-gpu/lib build-gpu/interop
-build/bin/rondo-compile $models/qwen3-8b.onnx --target=cuda --device="$device" --batch 1 \
+build/bin/rondo-compile "$graph8b" --target=cuda --device="$device" --batch 1 \
   --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 --explain -o build-gpu/lora8b.trainer |
   grep -E "per worker|host:|longest|overlapped"
 cd build-gpu/interop

@@ -20,6 +20,11 @@
 
 namespace rondo::rt {
 
+namespace {
+
+/// The PyTorch names of a parameter: its aliases (a tied embedding is two
+/// modules' weight), else its display name; empty when the importer could
+/// not recover one.
 std::vector<std::string> huggingFaceNames(const ParamSpec &p) {
   std::vector<std::string> names;
   std::string aliases = p.torchAliases ? p.torchAliases : "";
@@ -38,8 +43,6 @@ std::vector<std::string> huggingFaceNames(const ParamSpec &p) {
   return names;
 }
 
-namespace {
-
 void makeDirectory(const std::string &dir) {
   if (::mkdir(dir.c_str(), 0777) == 0 || errno == EEXIST) {
     struct stat st;
@@ -57,9 +60,8 @@ void makeDirectory(const std::string &dir) {
 
 } // namespace
 
-void exportHuggingFace(const std::string &dir, const std::string &configPath,
-                       const ModelSpec &model, const float *const *data) {
-  // Every name first, so that a model we cannot name writes nothing.
+std::vector<std::vector<std::string>>
+checkHuggingFaceNames(const ModelSpec &model) {
   std::vector<std::vector<std::string>> names(size_t(model.numParams));
   std::set<std::string> seen;
   for (int i = 0; i < model.numParams; ++i) {
@@ -84,6 +86,14 @@ void exportHuggingFace(const std::string &dir, const std::string &configPath,
                     "PyTorch's '" +
                     n + "' (the second is '" + p.name + "')");
   }
+  return names;
+}
+
+void exportHuggingFace(const std::string &dir, const std::string &configPath,
+                       const ModelSpec &model, const float *const *data) {
+  // Every name first, so that a model we cannot name writes nothing.
+  const std::vector<std::vector<std::string>> names =
+      checkHuggingFaceNames(model);
   std::string config;
   if (!configPath.empty()) {
     std::ifstream in(configPath, std::ios::binary);

@@ -23,10 +23,11 @@
 
 namespace rondo::rt {
 
-/// The PyTorch names of a parameter: its aliases (a tied embedding is two
-/// modules' weight), else its display name; empty when the importer could
-/// not recover one.
-std::vector<std::string> huggingFaceNames(const ParamSpec &p);
+/// The names of every parameter of `model` (empty for LoRA adapters), or an
+/// rt::Error naming the initializer that has none, or two that claim one
+/// name: the trainer checks this before it trains.
+std::vector<std::vector<std::string>>
+checkHuggingFaceNames(const ModelSpec &model);
 
 /// Writes `dir`/model.safetensors from `data` (one pointer per parameter of
 /// `model`, LoRA adapters skipped) and, when `configPath` is not empty, copies

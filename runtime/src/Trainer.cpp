@@ -1173,13 +1173,7 @@ int Trainer::runLoop() {
     checkWritableDirectory(opts.exportLora, "--export-lora");
   if (!opts.exportSafetensors.empty()) {
     checkWritableDirectory(opts.exportSafetensors, "--export-safetensors");
-    for (int i = 0; i < model.numParams; ++i)
-      if (!isLoraAdapter(model.params[i]) &&
-          huggingFaceNames(model.params[i]).empty())
-        throw Error("--export-safetensors: the model's initializer '" +
-                    std::string(model.params[i].name) +
-                    "' has no PyTorch name (the exporter's node metadata "
-                    "did not name it)");
+    checkHuggingFaceNames(model);
     if (!opts.hfConfig.empty() && ::access(opts.hfConfig.c_str(), R_OK) != 0)
       throw Error("--hf-config " + opts.hfConfig + ": cannot be read");
   }

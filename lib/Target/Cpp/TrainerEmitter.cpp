@@ -21,7 +21,6 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
-#include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
@@ -195,6 +194,9 @@ private:
     std::string name = "rondo_blob_" + std::to_string(constantNames.size());
     llvm::SmallString<256> path(opts.blobDir);
     llvm::sys::path::append(path, name + ".bin");
+    if (path.str().find_first_of("\"\\\n") != StringRef::npos)
+      return op->emitError("the directory for constant data, '")
+             << opts.blobDir << "', has a quote or backslash in its name";
     std::error_code ec;
     llvm::raw_fd_ostream file(path, ec);
     if (!ec) {
@@ -205,13 +207,9 @@ private:
     if (ec)
       return op->emitError("cannot write the constant's data to '")
              << path << "': " << ec.message();
-    if (path.str().find_first_of("\"\\\n") != StringRef::npos)
-      return op->emitError("the directory for constant data, '")
-             << opts.blobDir << "', has a quote or backslash in its name";
-    const std::string quoted = path.str().str();
     globalsOs << "__asm__(\".section .rodata\\n.balign 64\\n.globl " << name
               << "\\n.hidden " << name << "\\n" << name << ":\\n.incbin \\\""
-              << quoted << "\\\"\\n.previous\");\n"
+              << path << "\\\"\\n.previous\");\n"
               << "extern \"C\" const " << elem << " " << name << "["
               << bytes.size() / (elem == "float" ? 4 : 8) << "];\n";
     return constantNames[key] = onDevice(elem, name);
@@ -259,11 +257,9 @@ LogicalResult Emitter::emitOp(Operation *op) {
         return success();
       }
       if (!opts.blobDir.empty() && dense.getNumElements() > opts.blobElements) {
-        std::vector<char> bytes(size_t(dense.getNumElements()) * 4);
-        for (auto [k, f] : llvm::enumerate(dense.getValues<float>()))
-          llvm::support::endian::write32le(&bytes[4 * k],
-                                           llvm::bit_cast<uint32_t>(f));
-        FailureOr<std::string> name = blobConstant(op, "float", bytes);
+        // The host's byte order: the trainer is compiled for this machine.
+        FailureOr<std::string> name =
+            blobConstant(op, "float", dense.getRawData());
         if (failed(name))
           return failure();
         exprs[c] = *name;
