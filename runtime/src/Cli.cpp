@@ -313,6 +313,18 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          o.replicaEngine = v;
          return std::string();
        }},
+      {"shard-optimizer", "on|off",
+       "With --replicas: on (default): replica r sums and updates only its "
+       "1/R shard of every parameter (gradients reduce-scattered, weights "
+       "all-gathered after the update; AdamW state 1/R per replica). off: "
+       "every replica sums all gradients (all-reduce) and runs the whole "
+       "optimizer.",
+       [&o](const std::string &v) {
+         if (v != "on" && v != "off")
+           return std::string("expected on or off");
+         o.shardOptimizer = v == "on";
+         return std::string();
+       }},
       {"replica-check-every", "K",
        "With --replicas: compare the replicas' weight checksums every K "
        "steps and at every checkpoint; a mismatch stops the run (default "

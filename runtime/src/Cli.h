@@ -83,8 +83,11 @@ struct TrainerOptions {
   /// Compare the replicas' weight checksums every this many steps (and at
   /// every checkpoint); 0: only at checkpoints.
   int64_t replicaCheckEvery = 50;
-  /// "mpi" or "nccl"; empty: NCCL for GPU trainers, MPI otherwise.
+  /// "mpi" or "nccl"; empty: MPI.
   std::string replicaEngine;
+  /// With replicas: each replica updates (and keeps AdamW state for) 1/R of
+  /// every parameter, gradients reduce-scattered and weights all-gathered.
+  bool shardOptimizer = true;
 };
 
 enum class CliStatus { Ok, Help, Error };

@@ -195,7 +195,9 @@ public:
           const rondo_program *program, const char *argv0,
           DeviceOpsFactory device = nullptr, ReplicaGroup *replicas = nullptr)
       : model(model), opts(options), stepFn(step), program(program),
-        argv0(argv0), replicas(replicas), deviceFactory(device) {}
+        argv0(argv0), replicas(replicas),
+        sharded(replicas && replicas->size() > 1 && options.shardOptimizer),
+        deviceFactory(device) {}
   ~Trainer() override { exec.reset(); }
 
   /// runLoop(), but a stage the watchdog found hung cannot be joined: the
@@ -214,6 +216,10 @@ private:
   /// program->gradParts, in job order), as "stage X (first in job order),
   /// parameter P"; "" when every value is finite.
   std::string nonFiniteGradient(const std::vector<int32_t> &parts) const;
+  /// The position in `parts` of the first one with a non-finite value in
+  /// the range this replica owns, or -1.
+  int firstNonFinitePart(const std::vector<int32_t> &parts) const;
+  std::string describePart(int32_t part) const;
   /// Records a non-finite gradient found by an optimizer task of `step`.
   void recordNonFinite(int64_t step, const std::string &what);
   /// Throws the recorded non-finite gradient (--on-nan=stop).
@@ -235,10 +241,28 @@ private:
   double lrAt(int64_t step) const {
     return opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
   }
+  /// AdamW on `which` (indices into opt), on this replica's shards when
+  /// sharded, whose weights are then all-gathered.
   void update(const std::vector<int> &which, int64_t step);
   /// --replicas: sums the gradients of `parts` (indices into
-  /// program->gradParts) across replicas, in place in host memory.
+  /// program->gradParts) across replicas, in place in host memory (into
+  /// this replica's shards when sharded).
   void sumAcrossReplicas(const std::vector<int32_t> &parts);
+  /// The elements of a parameter of `numel` whose update this replica owns:
+  /// all of them, or its shard.
+  Shard owned(int64_t numel) const {
+    return sharded ? shardOf(numel, replicaRank(), replicaCount())
+                   : Shard{0, numel};
+  }
+  /// The owned ranges of the gradients `which` (indices into opt) read.
+  std::vector<GradTensor> ownedGrads(const std::vector<int> &which) const;
+  /// Sharded optimizer task: the replicas agree on whether the gradients of
+  /// `parts` are finite (each saw only its shards) and, with `sumSquares`,
+  /// on the squared norm of the gradients of `which`. Returns the first
+  /// non-finite gradient in job order over all replicas, or "".
+  std::string agreeOnShards(const std::vector<int32_t> &parts,
+                            const std::vector<int> &which,
+                            double *sumSquares);
   uint64_t weightChecksum() const;
   /// --on-nan=skip: step `step` applies no update.
   void skipStep(int64_t step, const std::string &why);
@@ -249,12 +273,17 @@ private:
   double issuePipelined(int64_t step, bool eval, float lossScale);
   /// Evaluates after `stepsDone` steps; returns false when it was skipped.
   void evaluate(int64_t stepsDone, JsonStepLog *jsonLog);
-  std::vector<CheckpointTensor> checkpointTensors();
+  /// With a sharded optimizer the AdamW moments are whole only in the
+  /// checkpoint: `fullMoments` receives buffers for them (two per trainable
+  /// parameter), which the tensors then name.
+  std::vector<CheckpointTensor>
+  checkpointTensors(std::vector<FloatBuffer> &fullMoments);
   /// Writes the checkpoint of `stepsDone`; returns false when it failed
   /// and --on-checkpoint-error=continue (stop throws).
   bool saveCheckpoint(int64_t stepsDone);
   int64_t resume();
-  void prepareGrad(int q, float *scratch);
+  /// Sums the parts of parameter q's gradient over `range` into `sum`.
+  void prepareGrad(int q, float *sum, Shard range);
   double pipelinedGradNorm();
   void dumpGradients(double loss, const std::vector<const float *> &grads);
   void drain() {
@@ -302,6 +331,8 @@ private:
   ReplicaGroup *replicas = nullptr;
   int replicaRank() const { return replicas ? replicas->rank() : 0; }
   int replicaCount() const { return replicas ? replicas->size() : 1; }
+  /// --shard-optimizer with more than one replica.
+  bool sharded = false;
   /// Stops with an error naming the replicas whose weights differ from
   /// rank 0's (after `stepsDone` steps).
   void checkReplicasAgree(int64_t stepsDone);
@@ -437,8 +468,8 @@ void Trainer::setUpOptimizer() {
     o.param = params[size_t(i)].data();
     o.grad = gradPtrs[size_t(i)];
     o.numel = numElements(p);
-    o.expAvg = FloatBuffer(o.numel);
-    o.expAvgSq = FloatBuffer(o.numel);
+    o.expAvg = FloatBuffer(owned(o.numel).size());
+    o.expAvgSq = FloatBuffer(owned(o.numel).size());
     o.weightDecay = exempt ? 0.0 : opts.weightDecay;
     optOf[size_t(i)] = int(opt.size());
     allOpt.push_back(int(opt.size()));
@@ -504,18 +535,63 @@ void Trainer::setUpProgram(int64_t firstStep) {
   deferUpdate = syncMode && opts.onNan == OnNan::Skip;
 }
 
+int Trainer::firstNonFinitePart(const std::vector<int32_t> &parts) const {
+  const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const rondo_grad_part &part = program->gradParts[parts[k]];
+    const Shard range = owned(numElements(model.params[part.param]));
+    if (!allFinite(hostGrads + part.hostOffset + range.begin * sizeof(float),
+                   range.size()))
+      return int(k);
+  }
+  return -1;
+}
+
+std::string Trainer::describePart(int32_t i) const {
+  const rondo_grad_part &part = program->gradParts[i];
+  return std::string("stage ") + program->stages[part.stage].name +
+         " (first in job order), parameter " + model.params[part.param].name;
+}
+
 std::string
 Trainer::nonFiniteGradient(const std::vector<int32_t> &parts) const {
-  const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
-  for (int32_t i : parts) {
-    const rondo_grad_part &part = program->gradParts[i];
-    if (allFinite(hostGrads + part.hostOffset,
-                  numElements(model.params[part.param])))
-      continue;
-    return std::string("stage ") + program->stages[part.stage].name +
-           " (first in job order), parameter " + model.params[part.param].name;
+  int k = firstNonFinitePart(parts);
+  return k < 0 ? "" : describePart(parts[size_t(k)]);
+}
+
+std::vector<GradTensor>
+Trainer::ownedGrads(const std::vector<int> &which) const {
+  std::vector<GradTensor> g;
+  for (int i : which) {
+    const OptParam &o = opt[size_t(i)];
+    const Shard range = owned(o.numel);
+    g.push_back({o.grad + range.begin, range.size()});
   }
-  return "";
+  return g;
+}
+
+std::string Trainer::agreeOnShards(const std::vector<int32_t> &parts,
+                                   const std::vector<int> &which,
+                                   double *sumSquares) {
+  double mine[2] = {double(firstNonFinitePart(parts)), 0.0};
+  if (sumSquares) {
+    std::vector<GradTensor> g = ownedGrads(which);
+    const double norm = gradNorm(g.data(), g.size());
+    mine[1] = norm * norm;
+  }
+  std::vector<double> all = replicas->gatherOnOptimizer(mine, 2);
+  // The same reduction, in rank order, on every replica: the same bits.
+  int first = -1;
+  double total = 0;
+  for (size_t r = 0; r < all.size() / 2; ++r) {
+    const int k = int(all[2 * r]);
+    if (k >= 0 && (first < 0 || k < first))
+      first = k;
+    total += all[2 * r + 1];
+  }
+  if (sumSquares)
+    *sumSquares = total;
+  return first < 0 ? "" : describePart(parts[size_t(first)]);
 }
 
 void Trainer::recordNonFinite(int64_t step, const std::string &what) {
@@ -595,17 +671,21 @@ void Trainer::update(const std::vector<int> &which, int64_t step) {
   tensors.reserve(which.size());
   for (int i : which) {
     OptParam &o = opt[size_t(i)];
+    const Shard range = owned(o.numel);
     AdamWTensor t;
-    t.param = o.param;
-    t.grad = o.grad;
+    t.param = o.param + range.begin;
+    t.grad = o.grad + range.begin;
     t.expAvg = o.expAvg.data();
     t.expAvgSq = o.expAvgSq.data();
-    t.numel = o.numel;
+    t.numel = range.size();
     t.weightDecay = o.weightDecay;
     tensors.push_back(t);
   }
   adamwUpdate(tensors.data(), tensors.size(), adamw, lrAt(step),
               step - skippedSteps + 1);
+  if (sharded)
+    for (int i : which)
+      replicas->allGatherShards(opt[size_t(i)].param, opt[size_t(i)].numel);
 }
 
 void Trainer::skipStep(int64_t step, const std::string &why) {
@@ -718,16 +798,18 @@ void Trainer::loadBatch(const StepTag &) {
   }
 }
 
-void Trainer::prepareGrad(int q, float *sum) {
+void Trainer::prepareGrad(int q, float *sum, Shard range) {
   const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
   if (parts.size() < 2)
     return;
   // The sum in table order, whatever order the parts arrived in.
   const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
-  const int64_t n = numElements(model.params[q]);
+  const int64_t n = range.size();
+  sum += range.begin;
   auto part = [&](size_t i) {
     return reinterpret_cast<const float *>(
-        hostGrads + program->gradParts[parts[i]].hostOffset);
+               hostGrads + program->gradParts[parts[i]].hostOffset) +
+           range.begin;
   };
   // Elementwise, so threading keeps the order of the additions (and the
   // bits) of the sequential loop.
@@ -751,9 +833,12 @@ void Trainer::sumAcrossReplicas(const std::vector<int32_t> &parts) {
   char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   for (int32_t i : parts) {
     const rondo_grad_part &part = program->gradParts[i];
-    replicas->sumGradients(
-        reinterpret_cast<float *>(hostGrads + part.hostOffset),
-        numElements(model.params[part.param]));
+    float *grad = reinterpret_cast<float *>(hostGrads + part.hostOffset);
+    const int64_t n = numElements(model.params[part.param]);
+    if (sharded)
+      replicas->reduceScatterGradients(grad, n);
+    else
+      replicas->sumGradients(grad, n);
   }
 }
 
@@ -798,29 +883,42 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
     // no later task updates anything either: the run stops.
     if (nonFiniteIn(-1) && !replicas)
       return;
-    sumAcrossReplicas(partsReadBy[size_t(stage)]);
+    const std::vector<int32_t> &parts = partsReadBy[size_t(stage)];
+    const std::vector<int> &which = optByStage[size_t(stage)];
+    sumAcrossReplicas(parts);
+    // Every replica takes part in the same collectives and then makes the
+    // same decision.
+    std::string bad =
+        sharded ? agreeOnShards(parts, which, nullptr) : std::string();
     if (nonFiniteIn(-1))
       return;
-    std::string bad = nonFiniteGradient(partsReadBy[size_t(stage)]);
+    if (!sharded)
+      bad = nonFiniteGradient(parts);
     if (!bad.empty()) {
       recordNonFinite(tag.step, bad);
       return;
     }
-    for (int i : optByStage[size_t(stage)])
-      prepareGrad(opt[size_t(i)].index, opt[size_t(i)].grad);
-    update(optByStage[size_t(stage)], tag.step);
+    for (int i : which)
+      prepareGrad(opt[size_t(i)].index, opt[size_t(i)].grad,
+                  owned(opt[size_t(i)].numel));
+    update(which, tag.step);
     return;
   }
   sumAcrossReplicas(partsInJobOrder);
-  std::string bad = nonFiniteGradient(partsInJobOrder);
+  for (OptParam &o : opt)
+    prepareGrad(o.index, o.grad, owned(o.numel));
+  std::string bad;
+  if (sharded) {
+    double sumSquares = 0;
+    bad = agreeOnShards(partsInJobOrder, allOpt, &sumSquares);
+    syncNorm = std::sqrt(sumSquares);
+  } else {
+    bad = nonFiniteGradient(partsInJobOrder);
+    std::vector<GradTensor> g = ownedGrads(allOpt);
+    syncNorm = gradNorm(g.data(), g.size());
+  }
   if (!bad.empty())
     recordNonFinite(tag.step, bad);
-  for (OptParam &o : opt)
-    prepareGrad(o.index, o.grad);
-  std::vector<GradTensor> g;
-  for (OptParam &o : opt)
-    g.push_back({o.grad, o.numel});
-  syncNorm = gradNorm(g.data(), g.size());
   if (dumpNow && opts.clipGradNorm) {
     // The dump shows the gradients before clipping; the trainer writes it
     // once the loss is known.
@@ -832,8 +930,10 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
   }
   if (!bad.empty() || deferUpdate)
     return; // The trainer thread decides (runStepPipelined).
-  if (opts.clipGradNorm)
+  if (opts.clipGradNorm) {
+    std::vector<GradTensor> g = ownedGrads(allOpt);
     clipGradNorm(g.data(), g.size(), syncNorm, *opts.clipGradNorm);
+  }
   update(allOpt, tag.step);
 }
 
@@ -864,13 +964,20 @@ double Trainer::pipelinedGradNorm() {
   std::vector<GradTensor> g;
   for (OptParam &o : opt) {
     float *grad = o.grad;
+    const Shard range = owned(o.numel);
     if (info.partsOf[size_t(o.index)].size() > 1) {
       grad = normSums[size_t(o.index)].data();
-      prepareGrad(o.index, grad);
+      prepareGrad(o.index, grad, range);
     }
-    g.push_back({grad, o.numel});
+    g.push_back({grad + range.begin, range.size()});
   }
-  return gradNorm(g.data(), g.size());
+  const double norm = gradNorm(g.data(), g.size());
+  if (!sharded)
+    return norm;
+  // Logged only, so the order of the replicas' sum does not matter.
+  double sumSquares = norm * norm;
+  replicas->sum(&sumSquares, 1);
+  return std::sqrt(sumSquares);
 }
 
 double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
@@ -936,9 +1043,7 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
     if (bad.empty())
       bad = badLoss;
     if (bad.empty()) {
-      std::vector<GradTensor> g;
-      for (OptParam &o : opt)
-        g.push_back({o.grad, o.numel});
+      std::vector<GradTensor> g = ownedGrads(allOpt);
       if (opts.clipGradNorm)
         clipGradNorm(g.data(), g.size(), syncNorm, *opts.clipGradNorm);
       update(allOpt, step);
@@ -1015,13 +1120,26 @@ void Trainer::evaluate(int64_t stepsDone, JsonStepLog *jsonLog) {
     jsonLog->writeEval(stepsDone, loss, batches * rowsPerStep * model.seqLen);
 }
 
-std::vector<CheckpointTensor> Trainer::checkpointTensors() {
+std::vector<CheckpointTensor>
+Trainer::checkpointTensors(std::vector<FloatBuffer> &fullMoments) {
   std::vector<CheckpointTensor> t;
-  for (OptParam &o : opt) {
+  if (sharded) {
+    fullMoments.clear();
+    for (const OptParam &o : opt) {
+      fullMoments.emplace_back(o.numel);
+      fullMoments.emplace_back(o.numel);
+    }
+  }
+  for (size_t k = 0; k < opt.size(); ++k) {
+    OptParam &o = opt[k];
     std::string name = model.params[o.index].name;
     t.push_back({name, o.param, o.numel});
-    t.push_back({"exp_avg/" + name, o.expAvg.data(), o.numel});
-    t.push_back({"exp_avg_sq/" + name, o.expAvgSq.data(), o.numel});
+    t.push_back({"exp_avg/" + name,
+                 sharded ? fullMoments[2 * k].data() : o.expAvg.data(),
+                 o.numel});
+    t.push_back({"exp_avg_sq/" + name,
+                 sharded ? fullMoments[2 * k + 1].data() : o.expAvgSq.data(),
+                 o.numel});
   }
   return t;
 }
@@ -1036,6 +1154,22 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   drain();
   // A checkpoint stands for every replica: written by rank 0 once all agree.
   checkReplicasAgree(stepsDone);
+  std::vector<FloatBuffer> fullMoments;
+  std::vector<CheckpointTensor> tensors = checkpointTensors(fullMoments);
+  if (sharded) {
+    // Every replica's shards of the AdamW state, whole in the file: a run
+    // resumes with any number of replicas, sharded or not.
+    for (size_t k = 0; k < opt.size(); ++k) {
+      const OptParam &o = opt[k];
+      const Shard range = owned(o.numel);
+      for (int m = 0; m < 2; ++m) {
+        float *full = fullMoments[2 * k + size_t(m)].data();
+        const FloatBuffer &mine = m == 0 ? o.expAvg : o.expAvgSq;
+        std::copy(mine.data(), mine.data() + range.size(), full + range.begin);
+        replicas->allGatherShards(full, o.numel);
+      }
+    }
+  }
   if (replicaRank() != 0)
     return true;
   CheckpointMeta meta;
@@ -1046,7 +1180,7 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
   try {
-    writeCheckpoint(opts.checkpointDir, meta, checkpointTensors());
+    writeCheckpoint(opts.checkpointDir, meta, tensors);
   } catch (const Error &e) {
     if (opts.onCheckpointError == OnCheckpointError::Stop)
       throw Error("cannot write the checkpoint of step " +
@@ -1072,8 +1206,18 @@ int64_t Trainer::resume() {
         "; starting from step 0");
     return 0;
   }
-  CheckpointMeta meta =
-      readLatestCheckpoint(opts.checkpointDir, checkpointTensors());
+  std::vector<FloatBuffer> fullMoments;
+  CheckpointMeta meta = readLatestCheckpoint(
+      opts.checkpointDir, checkpointTensors(fullMoments));
+  for (size_t k = 0; sharded && k < opt.size(); ++k) {
+    OptParam &o = opt[k];
+    const Shard range = owned(o.numel);
+    for (int m = 0; m < 2; ++m) {
+      const float *full = fullMoments[2 * k + size_t(m)].data();
+      std::copy(full + range.begin, full + range.end,
+                (m == 0 ? o.expAvg : o.expAvgSq).data());
+    }
+  }
   cursorStep = meta.step;
   cursorRow = meta.dataCursor;
   skippedSteps = meta.skippedSteps;
@@ -1211,7 +1355,12 @@ int Trainer::runLoop() {
           model.precision ? model.precision : "fp32",
           exec ? exec->backendName() : "host",
           replicas ? ("; " + std::to_string(replicas->size()) +
-                      " replicas, gradients summed over " + replicas->engine())
+                      (sharded ? " replicas, gradients reduce-scattered over "
+                               : " replicas, gradients summed over ") +
+                      replicas->engine() +
+                      (sharded ? ", optimizer sharded " +
+                                     std::to_string(replicaCount()) + " ways"
+                               : ""))
                          .c_str()
                    : "");
     } else {
@@ -1492,6 +1641,10 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
     std::string engine = options.replicaEngine;
     if (engine.empty())
       engine = "mpi";
+    if (options.shardOptimizer && !options.dumpGradients.empty())
+      return usageError("--dump-gradients with --replicas: each replica holds "
+                        "only its shard of the summed gradients; add "
+                        "--shard-optimizer=off to dump them whole");
     if (engine == "nccl" && !(device && gpuReplicaFactory()))
       return usageError("--replica-engine=nccl needs a GPU trainer "
                         "(compiled with --target=cuda)");

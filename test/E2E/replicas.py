@@ -4,6 +4,8 @@
   replicas.py close A.jsonl B.jsonl RTOL
       the losses of two --log-json files agree step by step to RTOL
       (relative); prints the worst difference.
+  replicas.py norms A.jsonl B.jsonl RTOL
+      the same for the logged gradient norms.
   replicas.py kill-resume MPIRUN TRAINER DATA WORK
       runs 2 replicas for 40 steps with a checkpoint every 4, kills replica 1
       with SIGKILL once the checkpoint of step 8 exists, checks that the job
@@ -19,8 +21,8 @@ import sys
 import time
 
 
-def losses(path):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+def losses(path, key="loss"):
+    return {r["step"]: r[key] for r in map(json.loads, open(path)) if key in r and "step" in r}
 
 
 def fail(message):
@@ -28,14 +30,15 @@ def fail(message):
     sys.exit(1)
 
 
-def close(a, b, rtol):
-    la, lb = losses(a), losses(b)
-    if sorted(la) != sorted(lb):
+def close(a, b, rtol, key="loss", what="losses"):
+    la, lb = losses(a, key), losses(b, key)
+    # A resumed run logs only its own steps.
+    if not la or not set(la) <= set(lb):
         fail("different steps: %s vs %s" % (sorted(la), sorted(lb)))
     worst = max(abs(la[s] - lb[s]) / abs(lb[s]) for s in la)
     if worst > rtol:
-        fail("losses differ by %.3g relative (> %g)" % (worst, rtol))
-    print("%d steps: losses agree to %.2g relative (tolerance %g)" % (len(la), worst, rtol))
+        fail("%s differ by %.3g relative (> %g)" % (what, worst, rtol))
+    print("%d steps: %s agree to %.2g relative (tolerance %g)" % (len(la), what, worst, rtol))
 
 
 def kill_resume(mpirun, trainer, data, work):
@@ -92,6 +95,8 @@ def kill_resume(mpirun, trainer, data, work):
 if __name__ == "__main__":
     if sys.argv[1] == "close":
         close(sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    elif sys.argv[1] == "norms":
+        close(sys.argv[2], sys.argv[3], float(sys.argv[4]), "grad_norm", "gradient norms")
     elif sys.argv[1] == "kill-resume":
         kill_resume(*sys.argv[2:6])
     else:

@@ -7,7 +7,9 @@
 // MPI_THREAD_MULTIPLE with one duplicated communicator per talking thread:
 // collectives of different threads never share a communicator, so their
 // order on each communicator is the program's order on every replica.
-// Counts above INT_MAX go in pieces. Sums use MPI_Allreduce; whether every
+// Counts above INT_MAX go in pieces; a sharded tensor's pieces carry each
+// replica's part of the piece (MPI_Reduce_scatter, MPI_Allgatherv). Sums use
+// MPI_Allreduce; whether every
 // replica ends with the same bits is checked, not assumed (the trainer
 // compares weight checksums every --replica-check-every steps).
 //
@@ -27,6 +29,7 @@
 #include <climits>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace rondo::rt {
 namespace {
@@ -100,6 +103,34 @@ public:
             "MPI_Allreduce of gradients");
     }
   }
+  void reduceScatterGradients(float *data, int64_t n) override {
+    forEachPiece(n, [&](int64_t off, const std::vector<int> &counts,
+                        const std::vector<int> &) {
+      // MPI_IN_PLACE would leave this replica's part at the piece's start;
+      // a separate receive buffer keeps it where the shard is.
+      scratch_.resize(size_t(counts[size_t(rank_)]));
+      check(MPI_Reduce_scatter(data + off, scratch_.data(), counts.data(),
+                               MPI_FLOAT, MPI_SUM, grads_),
+            "MPI_Reduce_scatter of gradients");
+      const int64_t begin = std::max(off, shardOf(n, rank_, size_).begin);
+      std::copy(scratch_.begin(), scratch_.end(), data + begin);
+    });
+  }
+  void allGatherShards(float *data, int64_t n) override {
+    forEachPiece(n, [&](int64_t off, const std::vector<int> &counts,
+                        const std::vector<int> &displs) {
+      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data + off,
+                           counts.data(), displs.data(), MPI_FLOAT, grads_),
+            "MPI_Allgatherv of weight shards");
+    });
+  }
+  std::vector<double> gatherOnOptimizer(const double *data, int n) override {
+    std::vector<double> all(size_t(size_) * size_t(n));
+    check(MPI_Allgather(data, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE,
+                        grads_),
+          "MPI_Allgather");
+    return all;
+  }
   void sum(double *data, int n) override {
     check(MPI_Allreduce(MPI_IN_PLACE, data, n, MPI_DOUBLE, MPI_SUM, trainer_),
           "MPI_Allreduce");
@@ -122,7 +153,28 @@ public:
   }
 
 private:
+  /// Calls `piece(offset, counts, displacements)` for each run of at most
+  /// INT_MAX / 2 elements of a sharded tensor of `n`: counts[r] elements of
+  /// the piece lie in replica r's shard, from displacements[r] on.
+  template <typename Piece> void forEachPiece(int64_t n, Piece &&piece) {
+    const int64_t kPiece = INT_MAX / 2;
+    std::vector<int> counts(static_cast<size_t>(size_)),
+        displs(static_cast<size_t>(size_));
+    for (int64_t off = 0; off < n; off += kPiece) {
+      const int64_t end = std::min(n, off + kPiece);
+      for (int r = 0; r < size_; ++r) {
+        Shard s = shardOf(n, r, size_);
+        const int64_t lo = std::clamp(s.begin, off, end);
+        const int64_t hi = std::clamp(s.end, off, end);
+        counts[size_t(r)] = int(hi - lo);
+        displs[size_t(r)] = int(lo - off);
+      }
+      piece(off, counts, displs);
+    }
+  }
+
   int rank_ = 0, size_ = 1;
+  std::vector<float> scratch_;
   MPI_Comm grads_ = MPI_COMM_NULL, trainer_ = MPI_COMM_NULL;
   std::string engine_;
 };

@@ -13,7 +13,12 @@
 //
 // The gradients are in pinned host memory (the optimizer runs on the host),
 // so a sum copies a chunk to the replica's GPU, all-reduces it there
-// (NVLink or the network, whatever NCCL finds) and copies it back.
+// (NVLink or the network, whatever NCCL finds) and copies it back. With the
+// optimizer sharded, a chunk's shards are reduced each to its owner and
+// later broadcast from it (grouped ncclReduce / ncclBroadcast, NCCL's
+// reduce-scatter and all-gather for shards of unequal size), and only the
+// replica's own shard travels back (after the reduce) or up (before the
+// broadcast).
 //
 // NCCL does not notice a peer that died inside a collective on NVLink: its
 // kernels spin. So the rendezvous connections stay open for the whole run,
@@ -239,6 +244,9 @@ public:
     // Pinned, so that every copy is asynchronous and every wait is one of
     // ours (with a deadline), never a blocking pageable copy.
     check(cudaMallocHost(&smallHost_, kSmallBytes), "cudaMallocHost");
+    check(cudaMalloc(&gradSmallScratch_, kSmallBytes),
+          "cudaMalloc of the gradient flag buffer");
+    check(cudaMallocHost(&gradSmallHost_, kSmallBytes), "cudaMallocHost");
     for (int i = 0; i < 2; ++i) {
       check(cudaStreamCreateWithFlags(&streams_[i], cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags");
@@ -266,6 +274,8 @@ public:
     cudaFree(gradScratch_);
     cudaFree(smallScratch_);
     cudaFreeHost(smallHost_);
+    cudaFree(gradSmallScratch_);
+    cudaFreeHost(gradSmallHost_);
     for (int fd : peers_)
       ::close(fd);
   }
@@ -301,6 +311,79 @@ public:
                    (unsigned long long)before,
                    (unsigned long long)hashOf(data, n));
     ++gradSums_;
+  }
+  void reduceScatterGradients(float *data, int64_t n) override {
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    const Shard mine = shardOf(n, rank_, size_);
+    for (int64_t off = 0; off < n; off += kChunk) {
+      const int64_t end = std::min(n, off + kChunk);
+      check(cudaMemcpyAsync(gradScratch_, data + off,
+                            size_t(end - off) * sizeof(float),
+                            cudaMemcpyHostToDevice, streams_[0]),
+            "cudaMemcpyAsync");
+      group(n, off, end, "ncclReduce", [&](int r, int64_t lo, int64_t hi) {
+        float *p = static_cast<float *>(gradScratch_) + (lo - off);
+        return ncclReduce(p, p, size_t(hi - lo), ncclFloat, ncclSum, r,
+                          comms_[0], streams_[0]);
+      });
+      const int64_t lo = std::clamp(mine.begin, off, end);
+      const int64_t hi = std::clamp(mine.end, off, end);
+      if (hi > lo)
+        check(cudaMemcpyAsync(data + lo,
+                              static_cast<float *>(gradScratch_) + (lo - off),
+                              size_t(hi - lo) * sizeof(float),
+                              cudaMemcpyDeviceToHost, streams_[0]),
+              "cudaMemcpyAsync");
+    }
+    wait(0, "gradient shards");
+  }
+  void allGatherShards(float *data, int64_t n) override {
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    const Shard mine = shardOf(n, rank_, size_);
+    for (int64_t off = 0; off < n; off += kChunk) {
+      const int64_t end = std::min(n, off + kChunk);
+      const int64_t lo = std::clamp(mine.begin, off, end);
+      const int64_t hi = std::clamp(mine.end, off, end);
+      if (hi > lo)
+        check(cudaMemcpyAsync(static_cast<float *>(gradScratch_) + (lo - off),
+                              data + lo, size_t(hi - lo) * sizeof(float),
+                              cudaMemcpyHostToDevice, streams_[0]),
+              "cudaMemcpyAsync");
+      group(n, off, end, "ncclBroadcast", [&](int r, int64_t lo, int64_t hi) {
+        float *p = static_cast<float *>(gradScratch_) + (lo - off);
+        return ncclBroadcast(p, p, size_t(hi - lo), ncclFloat, r, comms_[0],
+                             streams_[0]);
+      });
+      check(cudaMemcpyAsync(data + off, gradScratch_,
+                            size_t(end - off) * sizeof(float),
+                            cudaMemcpyDeviceToHost, streams_[0]),
+            "cudaMemcpyAsync");
+    }
+    wait(0, "weight shards");
+  }
+  std::vector<double> gatherOnOptimizer(const double *data, int n) override {
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    const size_t bytes = size_t(n) * sizeof(double);
+    if (size_t(size_ + 1) * bytes > kSmallBytes)
+      throw Error("replica gather of " + std::to_string(n) +
+                  " values: more than the buffer holds");
+    auto *host = static_cast<double *>(gradSmallHost_);
+    auto *dev = static_cast<double *>(gradSmallScratch_);
+    std::memcpy(host, data, bytes);
+    check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice,
+                          streams_[0]),
+          "cudaMemcpyAsync");
+    enqueue(ncclAllGather(dev, dev + n, size_t(n), ncclDouble, comms_[0],
+                          streams_[0]),
+            "ncclAllGather");
+    check(cudaMemcpyAsync(host + n, dev + n, size_t(size_) * bytes,
+                          cudaMemcpyDeviceToHost, streams_[0]),
+          "cudaMemcpyAsync");
+    wait(0, "gradient flags");
+    return std::vector<double>(host + n, host + n + size_t(size_) * size_t(n));
   }
   void sum(double *data, int n) override {
     std::lock_guard<std::mutex> lock(mu_[1]);
@@ -385,6 +468,22 @@ private:
     if (r != ncclSuccess && r != ncclInProgress)
       fail(call, r);
   }
+  /// One grouped collective per replica over the part of [off, end) in its
+  /// shard of a tensor of n (skipping empty parts, the same on every
+  /// replica): `issue(root, lo, hi)`.
+  template <typename Issue>
+  void group(int64_t n, int64_t off, int64_t end, const char *call,
+             Issue &&issue) {
+    enqueue(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      Shard s = shardOf(n, r, size_);
+      const int64_t lo = std::clamp(s.begin, off, end);
+      const int64_t hi = std::clamp(s.end, off, end);
+      if (hi > lo)
+        enqueue(issue(r, lo, hi), call);
+    }
+    enqueue(ncclGroupEnd(), "ncclGroupEnd");
+  }
   /// Which replica's connection closed, or -1. Rank 0 watches every
   /// replica; the others watch rank 0, which stops the job when it loses
   /// one.
@@ -456,6 +555,9 @@ private:
   cudaStream_t streams_[2] = {nullptr, nullptr};
   void *gradScratch_ = nullptr, *smallScratch_ = nullptr,
        *smallHost_ = nullptr;
+  /// The optimizer thread's small gathers (its own, so that they never
+  /// share the trainer thread's buffers).
+  void *gradSmallScratch_ = nullptr, *gradSmallHost_ = nullptr;
   std::string engine_;
 };
 

@@ -12,6 +12,13 @@
 // stage by stage as the optimizer tasks reach them, before any update reads
 // them. Every replica then applies the same update to the same weights.
 //
+// With the optimizer sharded (ZeRO stage 1, the default for R > 1) a stage's
+// gradients are reduce-scattered instead: replica r receives the sum of its
+// shard of every parameter only, updates that shard (and keeps AdamW state
+// for it alone), and the shards are then all-gathered into every replica's
+// master weights. The bytes on the link are those of one all-reduce; the
+// host optimizer's work and state shrink to 1/R per replica.
+//
 // Two communicators, because two threads talk: the optimizer thread sums
 // gradients (in job order, the same on every replica), the trainer thread
 // sums loss and target counts and compares weight checksums.
@@ -28,6 +35,16 @@
 
 namespace rondo::rt {
 
+/// Replica `rank`'s shard of `n` elements: [begin, end). Shards are
+/// contiguous, in rank order, and differ in size by at most one element.
+struct Shard {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline Shard shardOf(int64_t n, int rank, int size) {
+  return {n * rank / size, n * (rank + 1) / size};
+}
+
 class ReplicaGroup {
 public:
   virtual ~ReplicaGroup() = default;
@@ -37,6 +54,18 @@ public:
   virtual std::string engine() const = 0;
   /// In place, across replicas; optimizer thread only.
   virtual void sumGradients(float *data, int64_t n) = 0;
+  /// Sums `data` across replicas into this replica's shard of it
+  /// (shardOf(n, rank(), size())); the rest of `data` is left as it was.
+  /// Optimizer thread only.
+  virtual void reduceScatterGradients(float *data, int64_t n) = 0;
+  /// Every replica's shard of `data`, from its owner, into every replica's
+  /// `data`. Optimizer thread, or the trainer thread while the optimizer
+  /// thread is idle.
+  virtual void allGatherShards(float *data, int64_t n) = 0;
+  /// Every replica's `n` values, in rank order (R * n of them), so that every
+  /// replica combines them in the same order; optimizer thread only.
+  virtual std::vector<double> gatherOnOptimizer(const double *data,
+                                                int n) = 0;
   /// In place, across replicas; trainer thread only.
   virtual void sum(double *data, int n) = 0;
   /// Every replica's value, in rank order; trainer thread only.
