@@ -16,6 +16,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/Path.h"
 
 #include <sstream>
@@ -144,40 +145,77 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                           : std::string(", hand-offs staged through the host"));
   if (auto replicas = plan.getReplicas()) {
     // The same plan with 1, 2, 4, ... replicas: each one adds its tokens,
-    // and its gradient sums lengthen every optimizer task.
+    // and its share of the gradient traffic lengthens every optimizer task.
     ArrayRef<double> scaling = *plan.getReplicaScaling();
+    // The same with --shard-optimizer flipped.
+    std::optional<ArrayRef<double>> otherMode =
+        plan.getReplicaScalingOtherMode();
+    const bool sharded = plan.getShardOptimizer().value_or(false);
+    const int64_t perHost = plan.getReplicasPerHost().value_or(1);
     double bandwidth =
         plan.getReplicaLinkBandwidth() ? plan.getReplicaLinkBandwidth()
                                              ->convertToDouble()
                                        : problem.replicaBytesPerSecond;
-    os << llvm::formatv("\nReplicas (trainer --replicas; gradients summed "
-                        "across replicas by each optimizer task, {0:f1} GB/s "
-                        "between replicas):\n",
-                        bandwidth / 1e9);
-    os << "  replicas   ms/step   tokens/s (all)   efficiency\n";
+    os << llvm::formatv(
+        "\nReplicas (trainer --replicas; {0}; {1:f1} GB/s between replicas, "
+        "{2} per host):\n",
+        sharded ? "optimizer sharded: each optimizer task reduce-scatters its "
+                  "stage's gradients, updates this replica's 1/R and "
+                  "all-gathers the weights"
+                : "gradients summed across replicas (all-reduce) by each "
+                  "optimizer task, every replica runs the whole optimizer",
+        bandwidth / 1e9, perHost);
+    os << "  replicas   ms/step   tokens/s (all)   efficiency"
+       << (otherMode ? llvm::formatv("   {0} ms/step",
+                                     sharded ? "unsharded" : "sharded")
+                           .str()
+                     : std::string())
+       << "\n";
     double one = scaling.empty() ? step : scaling.front();
+    // The largest count up to which every count keeps 80% efficiency.
     int64_t paysUpTo = 1;
+    bool paying = true;
     for (auto [k, s] : llvm::enumerate(scaling)) {
       int64_t r = int64_t(1) << k;
       double efficiency = one / s;
-      if (efficiency >= 0.8)
+      paying = paying && efficiency >= 0.8;
+      if (paying)
         paysUpTo = r;
-      os << llvm::formatv("  {0,8}{1}  {2,8}   {3,14:f0}   {4,9:f1}%\n", r,
+      os << llvm::formatv("  {0,8}{1}  {2,8}   {3,14:f0}   {4,9:f1}%", r,
                           r == int64_t(*replicas) ? "*" : " ", ms(s),
                           double(r) * tokens / s, 100 * efficiency);
+      if (otherMode && k < otherMode->size())
+        os << llvm::formatv("   {0,17}", ms((*otherMode)[k]));
+      os << "\n";
     }
     const int64_t largest = int64_t(1) << (scaling.size() - 1);
     if (paysUpTo >= largest)
       os << llvm::formatv("  (* this plan's --replicas {0}) Every replica "
                           "count up to {1} keeps 80% efficiency or better: "
-                          "the gradient sums hide behind the backward.\n",
+                          "the gradient traffic hides behind the backward.\n",
                           *replicas, largest);
     else
       os << llvm::formatv(
           "  (* this plan's --replicas {0}) Adding replicas pays (80% "
-          "efficiency or better) up to {1}; beyond, the gradient sums "
-          "outlast the backward they hide behind and lengthen the step.\n",
+          "efficiency or better) up to {1}; beyond, the gradient traffic "
+          "and the optimizer outlast the backward they hide behind and "
+          "lengthen the step.\n",
           *replicas, paysUpTo);
+    // The table has powers of two only.
+    if (otherMode && llvm::isPowerOf2_64(uint64_t(*replicas))) {
+      size_t k = size_t(llvm::Log2_64(uint64_t(*replicas)));
+      if (k < scaling.size() && k < otherMode->size()) {
+        double with = sharded ? scaling[k] : (*otherMode)[k];
+        double without = sharded ? (*otherMode)[k] : scaling[k];
+        os << llvm::formatv(
+            "  Sharding the optimizer {0} {1} ms/step at --replicas {2} "
+            "(same bytes on the link; 1/R of AdamW and its state per "
+            "replica){3}.\n",
+            with <= without ? "saves" : "costs",
+            ms(std::abs(without - with)), *replicas,
+            sharded ? "" : "; the plan assumes --shard-optimizer=off");
+      }
+    }
   }
   os << "\nWhy: " << plan.getBound() << "\n\n";
   (void)partition;

@@ -150,6 +150,8 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
   partition.hostMemoryGB = options.hostMemoryGB;
   partition.replicas = options.replicas;
   partition.replicaLinkGBps = options.replicaLinkGBps;
+  partition.shardOptimizer = options.shardOptimizer;
+  partition.replicasPerHost = options.replicasPerHost;
   pm.addPass(pipe::createPipePartitionPass(partition));
   pm.addPass(pipe::createPipeVerifyPlanPass());
 }

@@ -46,6 +46,11 @@ double replicaSumSeconds(const PlanProblem &problem, double params) {
   return 2.0 * (r - 1.0) / r * params * 4.0 / problem.replicaBytesPerSecond;
 }
 
+double optimizerShards(const PlanProblem &problem) {
+  return problem.replicas > 1 && problem.shardOptimizer ? problem.replicas
+                                                        : 1;
+}
+
 SimResult simulate(const PlanProblem &problem, const Plan &plan,
                    const SimOptions &options) {
   using Lane = TimelineEvent::Lane;
@@ -77,9 +82,11 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
     for (int l = jobs[n].first; l < jobs[n].end; ++l)
       if (l < int(problem.trainableParams.size()))
         params += problem.trainableParams[l];
-    optimizerSeconds[n] = params / problem.optimizerParamsPerSecond;
-    if (problem.replicas > 1 && problem.replicaBytesPerSecond > 0)
-      optimizerSeconds[n] += replicaSumSeconds(problem, params);
+    optimizerSeconds[n] =
+        params / optimizerShards(problem) /
+        (problem.optimizerParamsPerSecond /
+         std::clamp(problem.replicasPerHost, 1, std::max(problem.replicas, 1)));
+    optimizerSeconds[n] += replicaSumSeconds(problem, params);
   }
 
   struct Worker {

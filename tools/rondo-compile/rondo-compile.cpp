@@ -148,6 +148,17 @@ static cl::opt<double> replicaLinkGBps(
     "replica-link-gbps",
     cl::desc("bandwidth between replicas in GB/s (default 25: 200 Gb/s)"),
     cl::init(25), cl::cat(category));
+static cl::opt<std::string> shardOptimizer(
+    "shard-optimizer",
+    cl::desc("on (default) or off: whether the replicas shard the optimizer, "
+             "as trainer --shard-optimizer; the plan costs that mode and "
+             "--explain shows both"),
+    cl::init("on"), cl::cat(category));
+static cl::opt<int64_t> replicasPerHost(
+    "replicas-per-host",
+    cl::desc("replicas that share one host's cores for the optimizer "
+             "(default 1)"),
+    cl::init(1), cl::cat(category));
 static cl::opt<std::string>
     explain("explain",
             cl::desc("explain the plan; with =DIR also write the plan, its "
@@ -492,6 +503,11 @@ int main(int argc, char **argv) {
                       "training function; it cannot stop at --emit=tg\n";
       return 2;
     }
+    if (shardOptimizer != "on" && shardOptimizer != "off") {
+      llvm::errs() << "error: --shard-optimizer=" << shardOptimizer
+                   << ": expected on or off\n";
+      return 2;
+    }
     rondo::PlanPipelineOptions planOpts;
     planOpts.workers = workers;
     planOpts.microbatches = microbatches;
@@ -505,6 +521,8 @@ int main(int argc, char **argv) {
     planOpts.hostMemoryGB = hostMemoryGB;
     planOpts.replicas = planReplicas;
     planOpts.replicaLinkGBps = replicaLinkGBps;
+    planOpts.shardOptimizer = shardOptimizer == "on";
+    planOpts.replicasPerHost = replicasPerHost;
     rondo::buildPlanPipeline(pm, planOpts);
   }
   if (failed(pm.run(*module)))

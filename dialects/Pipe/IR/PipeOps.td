@@ -77,6 +77,9 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas,
                        OptionalAttr<F64Attr>:$replica_link_bandwidth,
                        OptionalAttr<DenseF64ArrayAttr>:$replica_scaling,
+                       OptionalAttr<DenseF64ArrayAttr>:$replica_scaling_other_mode,
+                       OptionalAttr<BoolAttr>:$shard_optimizer,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas_per_host,
                        OptionalAttr<I64Attr>:$max_seq_len);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{

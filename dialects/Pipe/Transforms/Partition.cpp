@@ -161,6 +161,11 @@ struct PipePartitionPass
       module.emitError("--replica-link-gbps=") << value << " must be positive";
       return signalPassFailure();
     }
+    if (replicasPerHost < 1 || replicasPerHost > 65536) {
+      module.emitError("--replicas-per-host=")
+          << static_cast<int64_t>(replicasPerHost) << " must be in [1, 65536]";
+      return signalPassFailure();
+    }
     if (!precision.empty() && precision != "fp32" && precision != "bf16") {
       module.emitError("--precision=")
           << precision << " is not supported (fp32 or bf16)";
@@ -231,6 +236,8 @@ struct PipePartitionPass
     p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
     p.replicas = static_cast<int>(replicas);
     p.replicaBytesPerSecond = replicaLinkGBps * 1e9;
+    p.shardOptimizer = shardOptimizer;
+    p.replicasPerHost = static_cast<int>(replicasPerHost);
     return p;
   }
 
@@ -613,25 +620,36 @@ struct PipePartitionPass
         f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
         f64(p.hostFixedBytes), str(explainBound(c) + searched.str()),
         /*replicas=*/nullptr, /*replica_link_bandwidth=*/nullptr,
-        /*replica_scaling=*/nullptr, /*max_seq_len=*/nullptr);
+        /*replica_scaling=*/nullptr, /*replica_scaling_other_mode=*/nullptr,
+        /*shard_optimizer=*/nullptr, /*replicas_per_host=*/nullptr,
+        /*max_seq_len=*/nullptr);
     if (p.workerMemoryBytes > 0 || p.hostMemoryBytes > 0)
       plan.setMaxSeqLenAttr(i64(planner::maxSequenceLength(
           p, double(tokens) / double(c.microbatches))));
     if (p.replicas > 1) {
-      // The same plan's overlapped step for 1, 2, 4, ... replicas, so that
-      // --explain can say where another replica stops paying.
-      SmallVector<double> scaling;
+      // The same plan's overlapped step for 1, 2, 4, ... replicas, with the
+      // optimizer sharded and not, so that --explain can say where another
+      // replica stops paying and what sharding saves.
+      SmallVector<double> scaling[2];
       for (int r = 1; r <= std::max(32, p.replicas); r *= 2) {
-        planner::PlanProblem q = p;
-        q.replicas = r;
-        planner::SimOptions overlapped;
-        overlapped.overlapOptimizer = true;
-        scaling.push_back(
-            round6(planner::simulate(q, c.plan, overlapped).stepSeconds));
+        for (int sharded = 0; sharded < 2; ++sharded) {
+          planner::PlanProblem q = p;
+          q.replicas = r;
+          q.shardOptimizer = sharded;
+          planner::SimOptions overlapped;
+          overlapped.overlapOptimizer = true;
+          scaling[sharded].push_back(
+              round6(planner::simulate(q, c.plan, overlapped).stepSeconds));
+        }
       }
       plan.setReplicasAttr(i64(p.replicas));
       plan.setReplicaLinkBandwidthAttr(f64(p.replicaBytesPerSecond));
-      plan.setReplicaScalingAttr(b.getDenseF64ArrayAttr(scaling));
+      plan.setReplicaScalingAttr(
+          b.getDenseF64ArrayAttr(scaling[p.shardOptimizer]));
+      plan.setReplicaScalingOtherModeAttr(
+          b.getDenseF64ArrayAttr(scaling[!p.shardOptimizer]));
+      plan.setShardOptimizerAttr(b.getBoolAttr(p.shardOptimizer));
+      plan.setReplicasPerHostAttr(i64(p.replicasPerHost));
     }
     Block *body = new Block();
     plan.getBody().push_back(body);

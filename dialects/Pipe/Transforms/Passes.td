@@ -81,6 +81,12 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
            /*default=*/"25",
            "bandwidth between replicas, GB/s per replica (default 25: a "
            "200 Gb/s network)">,
+    Option<"shardOptimizer", "shard-optimizer", "bool", /*default=*/"true",
+           "the replicas shard the optimizer (trainer --shard-optimizer, on "
+           "by default): reduce-scatter, 1/R of AdamW, all-gather">,
+    Option<"replicasPerHost", "replicas-per-host", "int64_t",
+           /*default=*/"1",
+           "replicas that share one host's cores for the optimizer">,
   ];
   let dependentDialects = ["rondo::pipe::PipeDialect"];
 }

@@ -84,6 +84,13 @@ struct PlanProblem {
   /// 2 (R-1)/R of the bytes over each replica's link).
   int replicas = 1;
   double replicaBytesPerSecond = 25e9;
+  /// The trainer's --shard-optimizer (its default): gradients are
+  /// reduce-scattered and the weights all-gathered (the bytes of one
+  /// all-reduce) and each replica's optimizer does 1/R of the work.
+  bool shardOptimizer = true;
+  /// Replicas that share one host (and its cores for the optimizer): the
+  /// optimizer throughput is split between them.
+  int replicasPerHost = 1;
   /// RoundPipe's min_stages: the objective counts at least
   /// max(N, minJobs) stage-jobs per step. Raising it asks the search for the
   /// best plan with finer stages (the compiler sweeps it and lets the
@@ -239,6 +246,9 @@ struct SimResult {
 /// Seconds to sum `params` fp32 gradients across problem.replicas replicas
 /// (ring all-reduce); 0 for one replica.
 double replicaSumSeconds(const PlanProblem &problem, double params);
+/// How many ways the optimizer's work is split: R when the replicas shard
+/// it, else 1.
+double optimizerShards(const PlanProblem &problem);
 
 /// Replays the job order with the stage costs: per worker one compute lane,
 /// one upload lane (two parameter slots: a job's upload may start when the
