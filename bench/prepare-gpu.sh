@@ -8,7 +8,9 @@
 # build-gpu/ then holds
 #   w1.trainer      W1, batch 16, plans for 1, 2 and 4 workers
 #   w1-b8.trainer   W1, batch 8 per replica, 2-worker plan (2 replicas x 2 GPUs)
+#   w1-b8w1.trainer W1, batch 8 per replica, 1-worker plan (2 replicas x 1 GPU)
 #   w1-b4.trainer   W1, batch 4 per replica, 1-worker plan (4 replicas x 1 GPU)
+# (replica plans cost replicas sharing one host, as on the test machines)
 #   w1-lean.trainer W1, 1 worker within a 16 GB device budget
 #   r.trainer / g4.trainer  qwen3-deep-tiny fp32, batch 2 per replica / 4 in one
 #                           process (replica correctness)
@@ -21,8 +23,12 @@ ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kerne
 compile() { build/bin/rondo-compile --target=cuda --device="$device" "$@"; }
 rm -rf build-gpu && mkdir -p build-gpu/lib
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1,2,4 -o build-gpu/w1.trainer
-compile $models/qwen3-1.7b.onnx --batch 8 --seq-len 4096 --workers 2 --replicas 2 -o build-gpu/w1-b8.trainer
-compile $models/qwen3-1.7b.onnx --batch 4 --seq-len 4096 --workers 1 --replicas 4 -o build-gpu/w1-b4.trainer
+compile $models/qwen3-1.7b.onnx --batch 8 --seq-len 4096 --workers 2 --replicas 2 \
+  --replicas-per-host 2 -o build-gpu/w1-b8.trainer
+compile $models/qwen3-1.7b.onnx --batch 8 --seq-len 4096 --workers 1 --replicas 2 \
+  --replicas-per-host 2 -o build-gpu/w1-b8w1.trainer
+compile $models/qwen3-1.7b.onnx --batch 4 --seq-len 4096 --workers 1 --replicas 4 \
+  --replicas-per-host 4 -o build-gpu/w1-b4.trainer
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 --worker-memory-gb 16 \
   -o build-gpu/w1-lean.trainer
 compile $models/qwen3-deep-tiny.onnx --batch 2 --seq-len 16 --microbatches 2 --workers 1 \

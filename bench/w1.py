@@ -102,9 +102,10 @@ def bubble_from_trace(path, first_step):
 
 
 def parse_config(text, a):
-    """NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS]]], e.g.
+    """NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS[:ARGS]]]], e.g.
     2x2=2:0,1,2,3:2:w1-b8.trainer: REPLICAS processes of the WORKERS-worker
-    plan, replica r on the r-th group of WORKERS GPUs of GPUS."""
+    plan, replica r on the r-th group of WORKERS GPUs of GPUS; ARGS are
+    more trainer flags, separated by spaces (--shard-optimizer=off)."""
     name, _, spec = text.partition("=")
     parts = spec.split(":")
     workers = int(parts[0])
@@ -112,11 +113,13 @@ def parse_config(text, a):
     replicas = int(parts[2]) if len(parts) > 2 and parts[2] else 1
     trainer = parts[3] if len(parts) > 3 and parts[3] else a.trainer
     steps = int(parts[4]) if len(parts) > 4 and parts[4] else a.steps
+    extra = parts[5].split() if len(parts) > 5 else []
     if gpus and len(gpus.split(",")) != workers * replicas:
         raise SystemExit("--config %s: %d GPUs for %d replicas x %d workers"
                          % (text, len(gpus.split(",")), replicas, workers))
     return {"name": name, "workers": workers, "gpus": gpus,
-            "replicas": replicas, "trainer": trainer, "steps": steps}
+            "replicas": replicas, "trainer": trainer, "steps": steps,
+            "args": extra}
 
 
 def run_group(cmds, envs, logs, timeout):
@@ -152,6 +155,7 @@ def rondo(a, out_dir, cfg, port):
             cmd += ["--gpus", ",".join(gpus[r * workers:(r + 1) * workers])]
         if a.optimizer_mode:
             cmd += ["--optimizer-mode", a.optimizer_mode]
+        cmd += cfg["args"]
         env = dict(os.environ)
         if replicas > 1:
             cmd += ["--replicas", str(replicas), "--replica-engine=nccl"]
@@ -188,6 +192,7 @@ def rondo(a, out_dir, cfg, port):
     predicted = plan.get("predictedStepSeconds")
     return {
         "workers": workers, "replicas": replicas, "trainer": os.path.basename(cfg["trainer"]),
+        "args": cfg["args"],
         "gpus": len(gpus) if gpus else workers * replicas,
         "tokens_per_s": tokens / seconds,
         "step_seconds": seconds / len(steady),
@@ -285,7 +290,7 @@ def main():
     p.add_argument("--out", default=".")
     p.add_argument("--skip-pytorch", action="store_true")
     p.add_argument("--config", action="append", default=[],
-                   help="NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS]]], repeatable: "
+                   help="NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS[:ARGS]]]], repeatable: "
                    "several Rondo configurations in one run (replicas use "
                    "the NCCL engine, started as torchrun would)")
     p.add_argument("--timeout", type=float, default=300,
