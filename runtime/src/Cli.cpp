@@ -28,7 +28,6 @@ struct Flag {
   std::function<std::string(const std::string &)> apply;
 };
 
-
 std::string parseDouble(const std::string &text, double &out) {
   char *end = nullptr;
   errno = 0;
@@ -270,7 +269,8 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "[out, r]) and PEFT's adapter_config.json into the same directory.",
        text(o.exportLora)},
       {"merge-lora", nullptr,
-       "LoRA trainers: --export-onnx and --export-safetensors write W + (alpha/r)*A*B for every "
+       "LoRA trainers: --export-onnx and --export-safetensors write W + "
+       "(alpha/r)*A*B for every "
        "adapted weight (merged in double, rounded once).",
        [&o](const std::string &v) { return parseBool(v, o.mergeLora); }},
       {"workers", "N",
@@ -311,6 +311,21 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          if (v != "mpi" && v != "nccl")
            return std::string("expected mpi or nccl");
          o.replicaEngine = v;
+         return std::string();
+       }},
+      {"map-weights", "auto|on|off",
+       "Frozen weights (LoRA's base model) whose ONNX external data is fp32: "
+       "on: used in place from read-only mappings of the data files, never "
+       "copied, paged in as the uploads read them (they may exceed the "
+       "host's memory; uploads are pageable, staged by the driver); off: "
+       "copied into pinned host memory; auto (default): mapped when they "
+       "would take more than half of the host's memory.",
+       [&o](const std::string &v) {
+         if (v != "auto" && v != "on" && v != "off")
+           return std::string("expected auto, on or off");
+         o.mapWeights = v == "on"    ? MapWeights::On
+                        : v == "off" ? MapWeights::Off
+                                     : MapWeights::Auto;
          return std::string();
        }},
       {"shard-optimizer", "on|off",

@@ -31,6 +31,8 @@ enum class OnCheckpointError { Continue, Stop };
 /// What a non-finite loss or gradient does: stop, or skip the step.
 enum class OnNan { Stop, Skip };
 
+enum class MapWeights { Auto, On, Off };
+
 struct TrainerOptions {
   std::string data;
   std::optional<TokenDType> dataDType; ///< For flat streams; default uint16.
@@ -68,7 +70,7 @@ struct TrainerOptions {
   /// --on-nan=skip need every gradient before the first update.
   std::string optimizerMode;
   std::string trace;
-  std::string gpus; ///< GPU trainers: the GPUs workers run on.
+  std::string gpus;      ///< GPU trainers: the GPUs workers run on.
   int64_t saveEvery = 0; ///< 0: only at the end (with --checkpoint-dir).
   std::string checkpointDir;
   bool resume = false;
@@ -88,6 +90,10 @@ struct TrainerOptions {
   /// With replicas: each replica updates (and keeps AdamW state for) 1/R of
   /// every parameter, gradients reduce-scattered and weights all-gathered.
   bool shardOptimizer = true;
+  /// Frozen weights in ONNX external data: used in place from read-only
+  /// mappings (on), copied (off), or mapped when they would take more than
+  /// half of the host's memory (auto).
+  MapWeights mapWeights = MapWeights::Auto;
 };
 
 enum class CliStatus { Ok, Help, Error };

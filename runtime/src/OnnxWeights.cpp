@@ -440,30 +440,90 @@ void writeModel(onnx::ModelProto &model, std::vector<DataSource> &sources,
   out.commit();
 }
 
+/// params[i]'s initializer in `model`, checked against its shape.
+const TensorProto &
+findParam(const LoadedModel &model, const std::string &path,
+          const std::unordered_map<std::string, const TensorProto *> &byName,
+          const ParamSpec &p) {
+  auto it = byName.find(p.name);
+  if (it == byName.end())
+    throw Error(std::string("initializer '") + p.name + "' not found in " +
+                path + " (the compiled model reads it)");
+  const TensorProto &t = *it->second;
+  bool sameShape = t.dims_size() == p.rank &&
+                   std::equal(t.dims().begin(), t.dims().end(), p.dims);
+  if (!sameShape)
+    throw Error(describe(t, model) + " has shape " +
+                shapeString(t.dims().data(), t.dims_size()) +
+                ", the compiled model expects " + shapeString(p.dims, p.rank));
+  return t;
+}
+
+std::unordered_map<std::string, const TensorProto *>
+initializersByName(const LoadedModel &model) {
+  std::unordered_map<std::string, const TensorProto *> byName;
+  for (const TensorProto &t : model.proto.graph().initializer())
+    byName.emplace(t.name(), &t);
+  return byName;
+}
+
 } // namespace
+
+MappedWeights mapOnnxWeights(const std::string &path, const ParamSpec *params,
+                             int numParams, const std::vector<bool> &wanted) {
+  LoadedModel model;
+  readModel(path, model);
+  auto byName = initializersByName(model);
+  MappedWeights result;
+  result.data.assign(size_t(numParams), nullptr);
+  std::unordered_map<std::string, MappedFile> files;
+  for (int i = 0; i < numParams; ++i) {
+    if (!wanted[size_t(i)])
+      continue;
+    const TensorProto &t = findParam(model, path, byName, params[i]);
+    if (t.data_location() != TensorProto::EXTERNAL ||
+        t.data_type() != TensorProto::FLOAT)
+      continue;
+    ExternalRef ref = externalRef(t, model);
+    const uint64_t bytes = uint64_t(numElements(t)) * sizeof(float);
+    if (ref.offset % alignof(float) != 0 || bytes == 0)
+      continue;
+    if (ref.length && *ref.length != bytes)
+      throw Error(describe(t, model) + ": external data length " +
+                  std::to_string(*ref.length) + " does not match " +
+                  std::to_string(bytes) + " bytes of its shape and type");
+    auto it = files.find(ref.file);
+    if (it == files.end()) {
+      MappedFile file;
+      try {
+        file = mapFile(ref.file);
+      } catch (const Error &e) {
+        throw Error(describe(t, model) + ": " + e.what());
+      }
+      it = files.emplace(ref.file, std::move(file)).first;
+      result.keepAlive.push_back(it->second.keepAlive);
+    }
+    if (it->second.size < ref.offset + bytes)
+      throw Error(describe(t, model) + ": external data file '" + ref.file +
+                  "' is too short: needs bytes [" + std::to_string(ref.offset) +
+                  ", " + std::to_string(ref.offset + bytes) + ")");
+    // The file holds little-endian floats, as this host does.
+    result.data[size_t(i)] =
+        reinterpret_cast<const float *>(it->second.data + ref.offset);
+    result.bytes += int64_t(bytes);
+  }
+  return result;
+}
 
 void loadOnnxWeights(const std::string &path, const ParamSpec *params,
                      int numParams, float *const *dst) {
   LoadedModel model;
   readModel(path, model);
-  std::unordered_map<std::string, const TensorProto *> byName;
-  for (const TensorProto &t : model.proto.graph().initializer())
-    byName.emplace(t.name(), &t);
+  auto byName = initializersByName(model);
   for (int i = 0; i < numParams; ++i) {
-    const ParamSpec &p = params[i];
-    auto it = byName.find(p.name);
-    if (it == byName.end())
-      throw Error(std::string("initializer '") + p.name + "' not found in " +
-                  path + " (the compiled model reads it)");
-    const TensorProto &t = *it->second;
-    bool sameShape = t.dims_size() == p.rank &&
-                     std::equal(t.dims().begin(), t.dims().end(), p.dims);
-    if (!sameShape)
-      throw Error(describe(t, model) + " has shape " +
-                  shapeString(t.dims().data(), t.dims_size()) +
-                  ", the compiled model expects " +
-                  shapeString(p.dims, p.rank));
-    readFloatTensor(t, model, dst[i]);
+    if (!dst[i])
+      continue;
+    readFloatTensor(findParam(model, path, byName, params[i]), model, dst[i]);
   }
 }
 

@@ -159,7 +159,9 @@ std::vector<ParamSpec> onnxParams(const ModelSpec &model) {
 bool allFinite(const void *data, int64_t n) {
   const unsigned char *p = static_cast<const unsigned char *>(data);
   uint32_t largest = 0;
-#pragma omp parallel for simd reduction(max : largest) schedule(static) if (n >= (int64_t(1) << 20))
+#pragma omp parallel for simd reduction(max                                    \
+                                        : largest)                             \
+    schedule(static) if (n >= (int64_t(1) << 20))
   for (int64_t e = 0; e < n; ++e) {
     uint32_t bits;
     std::memcpy(&bits, p + 4 * e, sizeof(bits));
@@ -229,6 +231,8 @@ private:
   bool nonFiniteIn(int64_t step);
   void loadData();
   void allocateAndInitialise();
+  /// --map-weights: fills `mapped` with the frozen weights used in place.
+  void mapFrozenWeights(const std::string &path);
   void setUpOptimizer();
   void setUpProgram(int64_t firstStep);
   /// Rows [first, first + rowsPerStep) mod rows of `source` into the batch.
@@ -261,9 +265,14 @@ private:
   /// on the squared norm of the gradients of `which`. Returns the first
   /// non-finite gradient in job order over all replicas, or "".
   std::string agreeOnShards(const std::vector<int32_t> &parts,
-                            const std::vector<int> &which,
-                            double *sumSquares);
+                            const std::vector<int> &which, double *sumSquares);
   uint64_t weightChecksum() const;
+  std::vector<bool> pageableParams() const {
+    std::vector<bool> result(size_t(model.numParams), false);
+    for (size_t i = 0; i < mapped.size(); ++i)
+      result[i] = mapped[i] != nullptr;
+    return result;
+  }
   /// --on-nan=skip: step `step` applies no update.
   void skipStep(int64_t step, const std::string &why);
   double runStepLocal(int64_t step, StepRecord &record);
@@ -344,6 +353,9 @@ private:
   std::vector<FloatBuffer> params;
   std::vector<FloatBuffer> grads; ///< StepFn: empty buffers for frozen.
   std::vector<float *> paramPtrs;
+  /// Per parameter: its data in a read-only mapping of its file, or null.
+  std::vector<const float *> mapped;
+  std::vector<std::shared_ptr<const void>> mappings;
   std::vector<float *> gradPtrs; ///< StepFn: nullptr for frozen params.
   std::vector<GradTensor> trainableGrads;
   AdamWConfig adamw;
@@ -404,12 +416,67 @@ void Trainer::loadData() {
   batchLabels.resize(batchIds.size());
 }
 
+void Trainer::mapFrozenWeights(const std::string &path) {
+  std::vector<ParamSpec> fromOnnx = onnxParams(model);
+  std::vector<bool> wanted(fromOnnx.size());
+  int64_t frozenBytes = 0;
+  for (size_t k = 0; k < fromOnnx.size(); ++k) {
+    wanted[k] = !fromOnnx[k].trainable;
+    if (wanted[k])
+      frozenBytes += numElements(fromOnnx[k]) * int64_t(sizeof(float));
+  }
+  const double hostBytes =
+      double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  if (frozenBytes == 0 || (opts.mapWeights == MapWeights::Auto &&
+                           double(frozenBytes) <= hostBytes / 2))
+    return;
+  MappedWeights found;
+  try {
+    found = mapOnnxWeights(path, fromOnnx.data(), int(fromOnnx.size()), wanted);
+  } catch (const Error &e) {
+    throw Error(std::string(e.what()) +
+                " (choose other weights with --weights FILE.onnx, or "
+                "--init=random)");
+  }
+  mapped.assign(size_t(model.numParams), nullptr);
+  int count = 0;
+  for (int i = 0, k = 0; i < model.numParams; ++i) {
+    if (isLoraAdapter(model.params[i]))
+      continue;
+    mapped[size_t(i)] = found.data[size_t(k++)];
+    count += mapped[size_t(i)] != nullptr;
+  }
+  mappings = std::move(found.keepAlive);
+  char line[256];
+  const double bytes = double(found.bytes);
+  std::snprintf(line, sizeof(line),
+                "rondo: %d frozen weights (%.*f %s) used in place from their "
+                "external data files, not copied (--map-weights)",
+                count, bytes >= 1e9 ? 2 : 1,
+                bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6,
+                bytes >= 1e9 ? "GB" : "MB");
+  say(line);
+}
+
 void Trainer::allocateAndInitialise() {
   const int n = model.numParams;
+  const std::string path =
+      opts.weights.empty() ? model.modelPath : opts.weights;
+  if (opts.init == InitKind::Onnx && opts.mapWeights != MapWeights::Off)
+    mapFrozenWeights(path);
+  auto isMapped = [&](int i) { return !mapped.empty() && mapped[size_t(i)]; };
   params.reserve(size_t(n));
   grads.reserve(size_t(n));
   for (int i = 0; i < n; ++i) {
     const ParamSpec &p = model.params[i];
+    if (isMapped(i)) {
+      // Read-only: nothing writes a frozen weight.
+      params.emplace_back();
+      paramPtrs.push_back(const_cast<float *>(mapped[size_t(i)]));
+      grads.emplace_back();
+      gradPtrs.push_back(nullptr);
+      continue;
+    }
     params.emplace_back(numElements(p));
     // A program downloads gradients into its own host buffer.
     grads.emplace_back(p.trainable && !program ? numElements(p) : 0);
@@ -425,14 +492,13 @@ void Trainer::allocateAndInitialise() {
     if (isLoraAdapter(model.params[i]))
       loraInit(model.params[i], opts.seed, params[size_t(i)].data());
     else
-      onnxPtrs.push_back(params[size_t(i)].data());
+      onnxPtrs.push_back(isMapped(i) ? nullptr : params[size_t(i)].data());
   }
   if (opts.init == InitKind::Random) {
     for (int i = 0; i < n; ++i)
       if (!isLoraAdapter(model.params[i]))
         randomInit(model.params[i], opts.seed, params[size_t(i)].data());
   } else {
-    std::string path = opts.weights.empty() ? model.modelPath : opts.weights;
     std::vector<ParamSpec> fromOnnx = onnxParams(model);
     try {
       loadOnnxWeights(path, fromOnnx.data(), int(fromOnnx.size()),
@@ -483,7 +549,8 @@ void Trainer::setUpProgram(int64_t firstStep) {
   exec = std::make_unique<HostExec>(
       *program, model, info, paramPtrs.data(), *this, !opts.trace.empty(),
       firstStep,
-      deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr);
+      deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
+      pageableParams());
   // Gradients: in the host buffer for one part, summed for several.
   char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   int64_t largest = 0;
@@ -996,8 +1063,7 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   }
   dumpNow = step == 0 && !opts.dumpGradients.empty();
   double lossSum = issuePipelined(
-      step, false,
-      lossScaleFor(count, program->microbatches * replicaCount()));
+      step, false, lossScaleFor(count, program->microbatches * replicaCount()));
   double loss = causal ? (count > 0 ? lossSum / double(count)
                                     : std::numeric_limits<double>::quiet_NaN())
                        : lossSum / double(program->microbatches);
@@ -1019,8 +1085,8 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
                                : std::numeric_limits<double>::quiet_NaN())
                   : lossSum / double(program->microbatches * replicaCount());
     if (badLoss.empty() && both[1] > 0)
-      badLoss = "non-finite loss on another replica in step " +
-                std::to_string(step);
+      badLoss =
+          "non-finite loss on another replica in step " + std::to_string(step);
   }
   if (!badLoss.empty() || syncMode) {
     if (exec) {
@@ -1207,8 +1273,8 @@ int64_t Trainer::resume() {
     return 0;
   }
   std::vector<FloatBuffer> fullMoments;
-  CheckpointMeta meta = readLatestCheckpoint(
-      opts.checkpointDir, checkpointTensors(fullMoments));
+  CheckpointMeta meta =
+      readLatestCheckpoint(opts.checkpointDir, checkpointTensors(fullMoments));
   for (size_t k = 0; sharded && k < opt.size(); ++k) {
     OptParam &o = opt[k];
     const Shard range = owned(o.numel);
@@ -1496,7 +1562,8 @@ int Trainer::runLoop() {
                       data.data());
     say("rondo: wrote " + whatWeights + " in Hugging Face's layout to " +
         opts.exportSafetensors + "/model.safetensors" +
-        (opts.hfConfig.empty() ? "" : " with " + opts.hfConfig + " as config.json") +
+        (opts.hfConfig.empty() ? ""
+                               : " with " + opts.hfConfig + " as config.json") +
         withoutAdapters);
   }
   if (!opts.exportLora.empty()) {
@@ -1507,14 +1574,14 @@ int Trainer::runLoop() {
   const int64_t ran = opts.steps - firstStep;
   if (ran > 0) {
     char buffer[256];
-    std::snprintf(buffer, sizeof(buffer),
-                  "rondo: %lld steps in %s (%.0f tok/s), last loss %.6f",
-                  (long long)ran, formatDuration(total).c_str(),
-                  total > 0 ? double(ran * rowsPerStep * replicaCount() *
-                                     model.seqLen) /
-                                  total
-                            : 0.0,
-                  lastLoss);
+    std::snprintf(
+        buffer, sizeof(buffer),
+        "rondo: %lld steps in %s (%.0f tok/s), last loss %.6f", (long long)ran,
+        formatDuration(total).c_str(),
+        total > 0
+            ? double(ran * rowsPerStep * replicaCount() * model.seqLen) / total
+            : 0.0,
+        lastLoss);
     say(buffer);
     if (exec)
       if (std::string memory = exec->memoryReport(); !memory.empty())

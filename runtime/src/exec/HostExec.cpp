@@ -206,7 +206,8 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
 HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
                    const ProgramInfo &info, float *const *params,
                    ExecClient &client, bool recordTrace, int64_t firstRotation,
-                   std::unique_ptr<DeviceOps> deviceOps)
+                   std::unique_ptr<DeviceOps> deviceOps,
+                   std::vector<bool> pageable)
     : program(program), model(model), info(info), params(params),
       client(client), recordTrace(recordTrace), firstRotation(firstRotation),
       origin(std::chrono::steady_clock::now()) {
@@ -216,11 +217,15 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
   for (int32_t w = 0; w < program.workers; ++w)
     arenas.push_back(
         device->allocateArena(w, size_t(program.workerArenaBytes)));
-  // Parameter uploads read the master weights directly.
+  // Parameter uploads read the master weights directly, pinned; weights
+  // mapped from their files stay pageable (pinning would read them all in
+  // and hold them), and their copies go through the driver's staging.
   for (int32_t i = 0; i < model.numParams; ++i) {
     int64_t n = 1;
     for (int d = 0; d < model.params[i].rank; ++d)
       n *= model.params[i].dims[d];
+    if (size_t(i) < pageable.size() && pageable[size_t(i)])
+      continue;
     if (params && params[i] && n > 0) {
       device->registerHostMemory(params[i], size_t(n) * sizeof(float));
       registered.push_back(params[i]);

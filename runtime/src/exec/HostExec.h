@@ -149,7 +149,8 @@ public:
   HostExec(const rondo_program &program, const ModelSpec &model,
            const ProgramInfo &info, float *const *params, ExecClient &client,
            bool recordTrace, int64_t firstRotation,
-           std::unique_ptr<DeviceOps> device = nullptr);
+           std::unique_ptr<DeviceOps> device = nullptr,
+           std::vector<bool> pageable = {});
   ~HostExec() override;
 
   /// "host" or "cuda".

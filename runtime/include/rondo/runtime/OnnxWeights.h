@@ -19,15 +19,35 @@
 #include "rondo/runtime/Trainer.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace rondo::rt {
 
-/// Loads, for every params[i], the initializer of that name from the model at
-/// `path` into dst[i] (fp32, product of params[i].dims elements). Throws
-/// rt::Error naming the initializer and file when one is missing, has another
-/// shape or a non-floating type, or its external data cannot be read.
+/// Loads, for every params[i] with dst[i] not null, the initializer of that
+/// name from the model at `path` into dst[i] (fp32, product of
+/// params[i].dims elements). Throws rt::Error naming the initializer and
+/// file when one is missing, has another shape or a non-floating type, or
+/// its external data cannot be read.
+/// Weights used where they lie in their external data files, never copied:
+/// read-only mappings, paged in as the uploads read them and evictable, so
+/// frozen weights may exceed the host's memory.
+struct MappedWeights {
+  /// Per parameter: its fp32 data inside a mapping, or null (load a copy).
+  std::vector<const float *> data;
+  int64_t bytes = 0; ///< Mapped parameter bytes.
+  std::vector<std::shared_ptr<const void>> keepAlive;
+};
+
+/// Maps every params[i] with wanted[i] whose initializer in the model at
+/// `path` is external FLOAT data at a 4-byte aligned offset (what the
+/// exporters write); the others stay null. Throws rt::Error as
+/// loadOnnxWeights does for a missing initializer, a wrong shape or a file
+/// too short.
+MappedWeights mapOnnxWeights(const std::string &path, const ParamSpec *params,
+                             int numParams, const std::vector<bool> &wanted);
+
 void loadOnnxWeights(const std::string &path, const ParamSpec *params,
                      int numParams, float *const *dst);
 
