@@ -152,10 +152,9 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
         plan.getReplicaScalingOtherMode();
     const bool sharded = plan.getShardOptimizer().value_or(false);
     const int64_t perHost = plan.getReplicasPerHost().value_or(1);
-    double bandwidth =
-        plan.getReplicaLinkBandwidth() ? plan.getReplicaLinkBandwidth()
-                                             ->convertToDouble()
-                                       : problem.replicaBytesPerSecond;
+    double bandwidth = plan.getReplicaLinkBandwidth()
+                           ? plan.getReplicaLinkBandwidth()->convertToDouble()
+                           : problem.replicaBytesPerSecond;
     os << llvm::formatv(
         "\nReplicas (trainer --replicas; {0}; {1:f1} GB/s between replicas, "
         "{2} per host):\n",
@@ -211,8 +210,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
             "  Sharding the optimizer {0} {1} ms/step at --replicas {2} "
             "(same bytes on the link; 1/R of AdamW and its state per "
             "replica){3}.\n",
-            with <= without ? "saves" : "costs",
-            ms(std::abs(without - with)), *replicas,
+            with <= without ? "saves" : "costs", ms(std::abs(without - with)),
+            *replicas,
             sharded ? "" : "; the plan assumes --shard-optimizer=off");
       }
     }

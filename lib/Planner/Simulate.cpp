@@ -47,8 +47,7 @@ double replicaSumSeconds(const PlanProblem &problem, double params) {
 }
 
 double optimizerShards(const PlanProblem &problem) {
-  return problem.replicas > 1 && problem.shardOptimizer ? problem.replicas
-                                                        : 1;
+  return problem.replicas > 1 && problem.shardOptimizer ? problem.replicas : 1;
 }
 
 SimResult simulate(const PlanProblem &problem, const Plan &plan,

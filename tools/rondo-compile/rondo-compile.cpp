@@ -329,11 +329,11 @@ static LogicalResult buildExecutable(llvm::StringRef cppPath,
   if (target == "cuda") {
     auto runtimeLib = llvm::find(args, llvm::StringRef(RONDO_RUNTIME_LIB));
     args.insert(runtimeLib, {RONDO_RUNTIME_CUDA_LIB, RONDO_CUDA_KERNELS_LIB});
-    args.insert(args.begin() + 1, {"-DRONDO_TARGET_CUDA", "-I",
-                                   RONDO_CUDA_KERNELS_INCLUDE_DIR, "-I",
-                                   RONDO_CUDA_INCLUDE_DIR});
-    args.append({RONDO_CUDA_KERNELS_LIB, "-L", RONDO_CUDA_LIB_DIR,
-                 "-lcublasLt", "-lcublas", "-lnccl", "-lcudart",
+    args.insert(args.begin() + 1,
+                {"-DRONDO_TARGET_CUDA", "-I", RONDO_CUDA_KERNELS_INCLUDE_DIR,
+                 "-I", RONDO_CUDA_INCLUDE_DIR});
+    args.append({RONDO_CUDA_KERNELS_LIB, "-L", RONDO_CUDA_LIB_DIR, "-lcublasLt",
+                 "-lcublas", "-lnccl", "-lcudart",
                  "-Wl,-rpath," RONDO_CUDA_LIB_DIR});
   }
 #endif
@@ -511,7 +511,7 @@ int main(int argc, char **argv) {
     rondo::PlanPipelineOptions planOpts;
     planOpts.workers = workers;
     planOpts.microbatches = microbatches;
-    planOpts.device = !device.empty()   ? std::string(device)
+    planOpts.device = !device.empty()    ? std::string(device)
                       : target == "cuda" ? std::string("h100")
                                          : std::string(target);
     planOpts.precision = precision;
@@ -577,8 +577,9 @@ int main(int argc, char **argv) {
     if (emit == Emit::Cpp) {
       llvm::SmallString<256> abs(inputFile);
       llvm::sys::fs::make_absolute(abs);
-      if (failed(rondo::emitTrainerCpp(*module, out->os(),
-                                       {abs.str().str(), target, effectivePrecision()})))
+      if (failed(rondo::emitTrainerCpp(
+              *module, out->os(),
+              {abs.str().str(), target, effectivePrecision()})))
         return 1;
     } else {
       module->print(out->os());

@@ -283,8 +283,8 @@ struct PipePartitionPass
       unlimited.workerMemoryBytes = 0;
       unlimited.hostMemoryBytes = 0;
       {
-        planner::Plan fine = planner::finestPlan(
-            static_cast<int>(c.problem.layers.size()));
+        planner::Plan fine =
+            planner::finestPlan(static_cast<int>(c.problem.layers.size()));
         double peak = planner::workerArenaBytes(unlimited, fine);
         if (peak < smallestWorkerPeak) {
           smallestWorkerPeak = peak;

@@ -89,9 +89,9 @@ struct PlanPipelineOptions : mlir::PassPipelineOptions<PlanPipelineOptions> {
   Option<bool> shardOptimizer{*this, "shard-optimizer",
                               llvm::cl::desc("replicas shard the optimizer"),
                               llvm::cl::init(true)};
-  Option<int64_t> replicasPerHost{
-      *this, "replicas-per-host",
-      llvm::cl::desc("replicas sharing one host"), llvm::cl::init(1)};
+  Option<int64_t> replicasPerHost{*this, "replicas-per-host",
+                                  llvm::cl::desc("replicas sharing one host"),
+                                  llvm::cl::init(1)};
 };
 
 /// Phase `tg`: clean up the imported graph and recognise the structures

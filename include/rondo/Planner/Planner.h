@@ -187,8 +187,7 @@ Plan finestPlan(int numLayers);
 /// finest plan is the one that needs least. A multiple of `granularity`;
 /// 0 when not even that fits; `limit` when nothing bounds it.
 int64_t maxSequenceLength(const PlanProblem &problem,
-                          double tokensPerMicrobatch,
-                          int64_t granularity = 256,
+                          double tokensPerMicrobatch, int64_t granularity = 256,
                           int64_t limit = int64_t(1) << 24);
 
 /// RoundPipe's `ModelExecutePlan.auto` (research/roundpipe.md section 2.2),

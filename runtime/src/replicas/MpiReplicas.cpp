@@ -40,7 +40,8 @@ void check(int status, const char *call) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(status, text, &length);
-  throw Error(std::string(call) + " failed: " + std::string(text, size_t(length)));
+  throw Error(std::string(call) +
+              " failed: " + std::string(text, size_t(length)));
 }
 
 class MpiReplicaGroup final : public ReplicaGroup {
@@ -65,12 +66,16 @@ public:
     if (size_ != replicas) {
       // The destructor will not run: leave MPI as it would.
       MPI_Finalize();
-      throw Error("--replicas " + std::to_string(replicas) + ": this process "
-                  "is rank " + std::to_string(rank_) + " of an MPI job of " +
-                  std::to_string(size_) + (size_ == 1 ? " (not started by "
-                  "mpirun?)" : "") + "; start it as `mpirun -np " +
-                  std::to_string(replicas) + " TRAINER --replicas " +
-                  std::to_string(replicas) + " ...`");
+      throw Error("--replicas " + std::to_string(replicas) +
+                  ": this process "
+                  "is rank " +
+                  std::to_string(rank_) + " of an MPI job of " +
+                  std::to_string(size_) +
+                  (size_ == 1 ? " (not started by "
+                                "mpirun?)"
+                              : "") +
+                  "; start it as `mpirun -np " + std::to_string(replicas) +
+                  " TRAINER --replicas " + std::to_string(replicas) + " ...`");
     }
     check(MPI_Comm_dup(MPI_COMM_WORLD, &grads_), "MPI_Comm_dup");
     check(MPI_Comm_dup(MPI_COMM_WORLD, &trainer_), "MPI_Comm_dup");
@@ -126,8 +131,7 @@ public:
   }
   std::vector<double> gatherOnOptimizer(const double *data, int n) override {
     std::vector<double> all(size_t(size_) * size_t(n));
-    check(MPI_Allgather(data, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE,
-                        grads_),
+    check(MPI_Allgather(data, n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, grads_),
           "MPI_Allgather");
     return all;
   }

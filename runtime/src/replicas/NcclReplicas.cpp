@@ -50,9 +50,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,8 +70,8 @@ const char *env(std::initializer_list<const char *> names) {
 
 void checkCuda(cudaError_t status, const char *call, int device) {
   if (status != cudaSuccess)
-    throw Error(std::string(call) + " failed on GPU " +
-                std::to_string(device) + ": " + cudaGetErrorString(status));
+    throw Error(std::string(call) + " failed on GPU " + std::to_string(device) +
+                ": " + cudaGetErrorString(status));
 }
 
 /// Closes the socket on every path.
@@ -101,9 +101,9 @@ void recvAll(int fd, void *data, size_t bytes, double timeout) {
   auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
   while (bytes) {
     pollfd pfd{fd, POLLIN, 0};
-    int left = int(std::chrono::duration<double, std::milli>(deadline -
-                                                            Clock::now())
-                       .count());
+    int left =
+        int(std::chrono::duration<double, std::milli>(deadline - Clock::now())
+                .count());
     if (left <= 0 || ::poll(&pfd, 1, left) <= 0)
       throw Error("replica rendezvous: no answer from rank 0 within " +
                   std::to_string(int(timeout)) + " s");
@@ -140,15 +140,15 @@ std::vector<int> rendezvous(int rank, int size, const std::string &addr,
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
     for (int joined = 1; joined < size; ++joined) {
       pollfd pfd{listener.fd, POLLIN, 0};
-      int left = int(std::chrono::duration<double, std::milli>(deadline -
-                                                              Clock::now())
-                         .count());
+      int left =
+          int(std::chrono::duration<double, std::milli>(deadline - Clock::now())
+                  .count());
       if (left <= 0 || ::poll(&pfd, 1, left) <= 0)
         throw Error("replica rendezvous: " + std::to_string(joined) + " of " +
                     std::to_string(size) + " replicas joined within " +
                     std::to_string(int(timeout)) + " s");
-      auto peer = std::make_unique<Socket>(::accept(listener.fd, nullptr,
-                                                    nullptr));
+      auto peer =
+          std::make_unique<Socket>(::accept(listener.fd, nullptr, nullptr));
       if (peer->fd < 0)
         throw Error("replica rendezvous: accept failed");
       int32_t who = -1;
@@ -220,8 +220,10 @@ public:
     rank_ = std::atoi(r);
     size_ = std::atoi(w);
     if (size_ != replicas || rank_ < 0 || rank_ >= size_)
-      throw Error("--replicas " + std::to_string(replicas) + ": this process "
-                  "is rank " + std::string(r) + " of " + std::string(w) +
+      throw Error("--replicas " + std::to_string(replicas) +
+                  ": this process "
+                  "is rank " +
+                  std::string(r) + " of " + std::string(w) +
                   " (RANK / WORLD_SIZE)");
     if (const char *t = std::getenv("RONDO_REPLICA_TIMEOUT"))
       timeout_ = std::max(1.0, std::atof(t));
@@ -229,9 +231,9 @@ public:
     const char *a = env({"MASTER_ADDR"});
     const char *p = env({"MASTER_PORT"});
     ncclUniqueId ids[2];
-    peers_ = rendezvous(rank_, size_, a ? a : "127.0.0.1",
-                        p ? std::atoi(p) : 29500, std::max(timeout_, 120.0),
-                        ids);
+    peers_ =
+        rendezvous(rank_, size_, a ? a : "127.0.0.1", p ? std::atoi(p) : 29500,
+                   std::max(timeout_, 120.0), ids);
     checkCuda(cudaSetDevice(device_), "cudaSetDevice", device_);
     // Everything a sum needs is allocated here, once: a cudaFree while a
     // collective runs would synchronise the device against kernels that
@@ -373,9 +375,9 @@ public:
     auto *host = static_cast<double *>(gradSmallHost_);
     auto *dev = static_cast<double *>(gradSmallScratch_);
     std::memcpy(host, data, bytes);
-    check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice,
-                          streams_[0]),
-          "cudaMemcpyAsync");
+    check(
+        cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, streams_[0]),
+        "cudaMemcpyAsync");
     enqueue(ncclAllGather(dev, dev + n, size_t(n), ncclDouble, comms_[0],
                           streams_[0]),
             "ncclAllGather");
@@ -514,9 +516,11 @@ private:
       ncclResult_t state = ncclSuccess;
       ncclCommGetAsyncError(comms_[i], &state);
       if (state != ncclSuccess && state != ncclInProgress)
-        stop("summing " + std::string(what) + " across replicas failed "
-             "(replica " + std::to_string(rank_) + " of " +
-             std::to_string(size_) + "): " + ncclGetErrorString(state));
+        stop("summing " + std::string(what) +
+             " across replicas failed "
+             "(replica " +
+             std::to_string(rank_) + " of " + std::to_string(size_) +
+             "): " + ncclGetErrorString(state));
       if (lost < 0 && polls % 64 == 0 && (lost = lostPeer()) >= 0)
         // A replica that finished its last sum and exited also closes its
         // connection: give ours a moment to complete before calling it
@@ -526,12 +530,14 @@ private:
       if (Clock::now() > deadline) {
         if (lost >= 0)
           stop("replica " + std::to_string(lost) + " of " +
-               std::to_string(size_) + " was lost (its process ended) while "
-               "replica " + std::to_string(rank_) + " waited for the sum of " +
-               what);
+               std::to_string(size_) +
+               " was lost (its process ended) while "
+               "replica " +
+               std::to_string(rank_) + " waited for the sum of " + what);
         stop("replica " + std::to_string(rank_) + " of " +
              std::to_string(size_) + ": no sum of " + what +
-             " from the other replicas within " + std::to_string(int(timeout_)) +
+             " from the other replicas within " +
+             std::to_string(int(timeout_)) +
              " s: a replica stopped or hangs (RONDO_REPLICA_TIMEOUT)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -553,8 +559,7 @@ private:
   std::mutex mu_[2];
   ncclComm_t comms_[2] = {nullptr, nullptr};
   cudaStream_t streams_[2] = {nullptr, nullptr};
-  void *gradScratch_ = nullptr, *smallScratch_ = nullptr,
-       *smallHost_ = nullptr;
+  void *gradScratch_ = nullptr, *smallScratch_ = nullptr, *smallHost_ = nullptr;
   /// The optimizer thread's small gathers (its own, so that they never
   /// share the trainer thread's buffers).
   void *gradSmallScratch_ = nullptr, *gradSmallHost_ = nullptr;

@@ -64,8 +64,7 @@ public:
   virtual void allGatherShards(float *data, int64_t n) = 0;
   /// Every replica's `n` values, in rank order (R * n of them), so that every
   /// replica combines them in the same order; optimizer thread only.
-  virtual std::vector<double> gatherOnOptimizer(const double *data,
-                                                int n) = 0;
+  virtual std::vector<double> gatherOnOptimizer(const double *data, int n) = 0;
   /// In place, across replicas; trainer thread only.
   virtual void sum(double *data, int n) = 0;
   /// Every replica's value, in rank order; trainer thread only.
@@ -86,7 +85,7 @@ bool replicasSupported();
 /// MASTER_ADDR / MASTER_PORT), on `device`: registered by the CUDA runtime
 /// (CudaDeviceOps.cpp), null in host-only builds.
 using ReplicaGroupFactory = std::unique_ptr<ReplicaGroup> (*)(int replicas,
-                                                               int device);
+                                                              int device);
 void registerGpuReplicaFactory(ReplicaGroupFactory factory);
 ReplicaGroupFactory gpuReplicaFactory();
 std::unique_ptr<ReplicaGroup> joinNcclReplicaGroup(int replicas, int device);
