@@ -159,9 +159,9 @@ std::vector<ParamSpec> onnxParams(const ModelSpec &model) {
 bool allFinite(const void *data, int64_t n) {
   const unsigned char *p = static_cast<const unsigned char *>(data);
   uint32_t largest = 0;
-#pragma omp parallel for simd reduction(max                                    \
-                                        : largest)                             \
-    schedule(static) if (n >= (int64_t(1) << 20))
+// clang-format off
+#pragma omp parallel for simd reduction(max : largest) schedule(static) if (n >= (int64_t(1) << 20))
+  // clang-format on
   for (int64_t e = 0; e < n; ++e) {
     uint32_t bits;
     std::memcpy(&bits, p + 4 * e, sizeof(bits));

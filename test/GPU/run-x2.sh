@@ -9,14 +9,7 @@
 #  2. W1 (bench/w1.py): 1 GPU, 1 replica x 2 GPUs, 2 replicas x 1 GPU with
 #     the optimizer sharded and not.
 # Writes everything under $OUT.
-cd "$(dirname "$0")/../.."
-[ -x build-gpu/r.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
-export NCCL_NVLS_ENABLE=0
-nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:$nccl:${LD_LIBRARY_PATH:-}
-export MASTER_ADDR=127.0.0.1 WORLD_SIZE=2
-B=build-gpu; res=$OUT
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sort | uniq -c
+source "$(dirname "$0")/replica-env.sh"
 pair() { # PORT LOG-PREFIX ARGS...: rank 1 in the background, rank 0 waited for
   local port=$1 log=$2; shift 2
   MASTER_PORT=$port RANK=1 timeout 120 $B/r.trainer --replicas 2 --replica-engine=nccl --gpus 1 "$@" > $res/$log.rank1.out 2>&1 &

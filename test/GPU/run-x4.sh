@@ -8,14 +8,7 @@
 #     1 replica x 2 and x 4 GPUs, 2 replicas x 2 GPUs, 4 replicas x 1 GPU,
 #     and the 16 GB memory-lean plan on 1 GPU.
 # Writes everything under $OUT.
-cd "$(dirname "$0")/../.."
-[ -x build-gpu/r.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
-export NCCL_NVLS_ENABLE=0
-nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:$nccl:${LD_LIBRARY_PATH:-}
-export MASTER_ADDR=127.0.0.1 WORLD_SIZE=2
-B=build-gpu; res=$OUT
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sort | uniq -c
+source "$(dirname "$0")/replica-env.sh"
 if [ -z "$SKIP_REPLICAS" ]; then
 python3 -c "import numpy as np; np.save('$B/d.npy', np.random.default_rng(3).integers(0, 512, size=(60, 16)).astype(np.int64))"
 echo "== 1. replicas over NCCL: deep-tiny fp32, 2 x batch 2 against 1 x batch 4"

@@ -110,15 +110,15 @@ public:
   }
   void reduceScatterGradients(float *data, int64_t n) override {
     forEachPiece(n, [&](int64_t off, const std::vector<int> &counts,
-                        const std::vector<int> &) {
+                        const std::vector<int> &displs) {
       // MPI_IN_PLACE would leave this replica's part at the piece's start;
       // a separate receive buffer keeps it where the shard is.
       scratch_.resize(size_t(counts[size_t(rank_)]));
       check(MPI_Reduce_scatter(data + off, scratch_.data(), counts.data(),
                                MPI_FLOAT, MPI_SUM, grads_),
             "MPI_Reduce_scatter of gradients");
-      const int64_t begin = std::max(off, shardOf(n, rank_, size_).begin);
-      std::copy(scratch_.begin(), scratch_.end(), data + begin);
+      std::copy(scratch_.begin(), scratch_.end(),
+                data + off + displs[size_t(rank_)]);
     });
   }
   void allGatherShards(float *data, int64_t n) override {
@@ -167,11 +167,9 @@ private:
     for (int64_t off = 0; off < n; off += kPiece) {
       const int64_t end = std::min(n, off + kPiece);
       for (int r = 0; r < size_; ++r) {
-        Shard s = shardOf(n, r, size_);
-        const int64_t lo = std::clamp(s.begin, off, end);
-        const int64_t hi = std::clamp(s.end, off, end);
-        counts[size_t(r)] = int(hi - lo);
-        displs[size_t(r)] = int(lo - off);
+        const Shard part = shardOf(n, r, size_).within(off, end);
+        counts[size_t(r)] = int(part.size());
+        displs[size_t(r)] = int(part.begin - off);
       }
       piece(off, counts, displs);
     }

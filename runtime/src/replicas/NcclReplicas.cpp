@@ -320,23 +320,16 @@ public:
     const Shard mine = shardOf(n, rank_, size_);
     for (int64_t off = 0; off < n; off += kChunk) {
       const int64_t end = std::min(n, off + kChunk);
-      check(cudaMemcpyAsync(gradScratch_, data + off,
-                            size_t(end - off) * sizeof(float),
-                            cudaMemcpyHostToDevice, streams_[0]),
-            "cudaMemcpyAsync");
-      group(n, off, end, "ncclReduce", [&](int r, int64_t lo, int64_t hi) {
-        float *p = static_cast<float *>(gradScratch_) + (lo - off);
-        return ncclReduce(p, p, size_t(hi - lo), ncclFloat, ncclSum, r,
+      copyGradients(scratchAt(0), data + off, end - off,
+                    cudaMemcpyHostToDevice);
+      group(n, off, end, "ncclReduce", [&](int r, Shard part) {
+        float *p = scratchAt(part.begin - off);
+        return ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
                           comms_[0], streams_[0]);
       });
-      const int64_t lo = std::clamp(mine.begin, off, end);
-      const int64_t hi = std::clamp(mine.end, off, end);
-      if (hi > lo)
-        check(cudaMemcpyAsync(data + lo,
-                              static_cast<float *>(gradScratch_) + (lo - off),
-                              size_t(hi - lo) * sizeof(float),
-                              cudaMemcpyDeviceToHost, streams_[0]),
-              "cudaMemcpyAsync");
+      const Shard own = mine.within(off, end);
+      copyGradients(data + own.begin, scratchAt(own.begin - off), own.size(),
+                    cudaMemcpyDeviceToHost);
     }
     wait(0, "gradient shards");
   }
@@ -346,22 +339,16 @@ public:
     const Shard mine = shardOf(n, rank_, size_);
     for (int64_t off = 0; off < n; off += kChunk) {
       const int64_t end = std::min(n, off + kChunk);
-      const int64_t lo = std::clamp(mine.begin, off, end);
-      const int64_t hi = std::clamp(mine.end, off, end);
-      if (hi > lo)
-        check(cudaMemcpyAsync(static_cast<float *>(gradScratch_) + (lo - off),
-                              data + lo, size_t(hi - lo) * sizeof(float),
-                              cudaMemcpyHostToDevice, streams_[0]),
-              "cudaMemcpyAsync");
-      group(n, off, end, "ncclBroadcast", [&](int r, int64_t lo, int64_t hi) {
-        float *p = static_cast<float *>(gradScratch_) + (lo - off);
-        return ncclBroadcast(p, p, size_t(hi - lo), ncclFloat, r, comms_[0],
+      const Shard own = mine.within(off, end);
+      copyGradients(scratchAt(own.begin - off), data + own.begin, own.size(),
+                    cudaMemcpyHostToDevice);
+      group(n, off, end, "ncclBroadcast", [&](int r, Shard part) {
+        float *p = scratchAt(part.begin - off);
+        return ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r, comms_[0],
                              streams_[0]);
       });
-      check(cudaMemcpyAsync(data + off, gradScratch_,
-                            size_t(end - off) * sizeof(float),
-                            cudaMemcpyDeviceToHost, streams_[0]),
-            "cudaMemcpyAsync");
+      copyGradients(data + off, scratchAt(0), end - off,
+                    cudaMemcpyDeviceToHost);
     }
     wait(0, "weight shards");
   }
@@ -472,19 +459,26 @@ private:
   }
   /// One grouped collective per replica over the part of [off, end) in its
   /// shard of a tensor of n (skipping empty parts, the same on every
-  /// replica): `issue(root, lo, hi)`.
+  /// replica): `issue(root, part)`.
   template <typename Issue>
   void group(int64_t n, int64_t off, int64_t end, const char *call,
              Issue &&issue) {
     enqueue(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < size_; ++r) {
-      Shard s = shardOf(n, r, size_);
-      const int64_t lo = std::clamp(s.begin, off, end);
-      const int64_t hi = std::clamp(s.end, off, end);
-      if (hi > lo)
-        enqueue(issue(r, lo, hi), call);
-    }
+    for (int r = 0; r < size_; ++r)
+      if (Shard part = shardOf(n, r, size_).within(off, end); part.size() > 0)
+        enqueue(issue(r, part), call);
     enqueue(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  float *scratchAt(int64_t element) {
+    return static_cast<float *>(gradScratch_) + element;
+  }
+  /// `count` floats on the gradient stream (nothing for none).
+  void copyGradients(float *dst, const float *src, int64_t count,
+                     cudaMemcpyKind kind) {
+    if (count > 0)
+      check(cudaMemcpyAsync(dst, src, size_t(count) * sizeof(float), kind,
+                            streams_[0]),
+            "cudaMemcpyAsync");
   }
   /// Which replica's connection closed, or -1. Rank 0 watches every
   /// replica; the others watch rank 0, which stops the job when it loses

@@ -28,6 +28,7 @@
 #ifndef RONDO_RUNTIME_REPLICAS_H
 #define RONDO_RUNTIME_REPLICAS_H
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,6 +41,10 @@ namespace rondo::rt {
 struct Shard {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
+  /// The part of this shard inside [lo, hi) (empty when they do not meet).
+  Shard within(int64_t lo, int64_t hi) const {
+    return {std::clamp(begin, lo, hi), std::clamp(end, lo, hi)};
+  }
 };
 inline Shard shardOf(int64_t n, int rank, int size) {
   return {n * rank / size, n * (rank + 1) / size};
