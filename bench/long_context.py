@@ -79,9 +79,24 @@ def torch_fits(fields, seq, ckpt):
     return False, None
 
 
-def torch_max(fields, ckpt, hi_limit):
+def torch_max(fields, ckpt, hi_limit, bracket=None):
     lo, hi, peak = 0, hi_limit // 1024 + 1, None   # lo fits (0: none), hi does not
     probe = 8
+    if bracket:
+        # A bracket from an earlier run, checked here: the search goes on
+        # from it wherever LO and HI actually land.
+        b_lo, b_hi = (int(x) // 1024 for x in bracket.split(":"))
+        ok, mem = torch_fits(fields, b_lo * 1024, ckpt)
+        print("  pytorch seq %6d: %s" % (b_lo * 1024, "fits, %.1f GiB" % mem if ok else "OOM"),
+              flush=True)
+        if ok:
+            lo, peak = b_lo, mem
+            ok_hi, mem_hi = torch_fits(fields, b_hi * 1024, ckpt)
+            print("  pytorch seq %6d: %s" % (b_hi * 1024, "fits" if ok_hi else "OOM"), flush=True)
+            if ok_hi:
+                lo, peak, probe = b_hi, mem_hi, b_hi * 2
+            else:
+                hi, probe = b_hi, b_hi
     while probe < hi:                     # grow until it fails
         ok, mem = torch_fits(fields, probe * 1024, ckpt)
         print("  pytorch%s seq %6d: %s" % (" +ckpt" if ckpt else "", probe * 1024,
@@ -139,6 +154,9 @@ def main():
     p.add_argument("--torch-preset", choices=sorted(PRESETS))
     p.add_argument("--torch-checkpointing", action="store_true")
     p.add_argument("--torch-limit", type=int, default=1 << 19)
+    p.add_argument("--torch-bracket", metavar="LO:HI",
+                   help="sequence lengths (multiples of 1024) known to fit and not to fit; "
+                        "both are checked, then the search bisects between them")
     p.add_argument("--rondo", action="append", default=[],
                    help="NAME=TRAINER:SEQ:STEPS[:PREDICTED_MAX]")
     a = p.parse_args()
@@ -147,7 +165,8 @@ def main():
     if a.torch_preset:
         fields = dict(COMMON, **PRESETS[a.torch_preset])
         for ckpt in ([False, True] if a.torch_checkpointing else [False]):
-            longest, peak = torch_max(fields, ckpt, a.torch_limit)
+            longest, peak = torch_max(fields, ckpt, a.torch_limit,
+                                      None if ckpt else a.torch_bracket)
             result["pytorch"]["%s%s" % (a.torch_preset, "+checkpointing" if ckpt else "")] = {
                 "max_seq": longest, "peak_gib_at_max": peak}
     for spec in a.rondo:

@@ -115,7 +115,7 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
     rate = spec.peakFlopsFp32 * 0.5;
   }
   double bandwidth = spec.memoryBandwidth * spec.memoryEfficiency;
-  if (isa<tg::ConstantOp, tg::CausalMaskOp>(op))
+  if (isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(op))
     return 0; // materialised once, or never
   bool layoutOnly = isa<tg::ReshapeOp>(op);
   double seconds = std::max(flops / rate, layoutOnly ? 0 : bytes / bandwidth);
@@ -251,7 +251,7 @@ void rondo::cost::writeOpTimingsTemplate(func::FuncOp func,
   for (Operation &op : func.getBody().front().without_terminator()) {
     auto cost = dyn_cast<tg::CostOpInterface>(&op);
     // Constants are materialised once and the causal mask never is.
-    if (!cost || isa<tg::ConstantOp, tg::CausalMaskOp>(&op))
+    if (!cost || isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(&op))
       continue;
     std::string key = opTimingKey(&op);
     auto [it, inserted] = index.try_emplace(key, entries.size());

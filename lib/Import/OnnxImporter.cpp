@@ -30,6 +30,7 @@
 
 #include "HostTensor.h"
 #include "TG/IR/TGOps.h"
+#include "rondo/runtime/RotaryTable.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -114,11 +115,21 @@ bool isSpecialisedInput(const onnx::ValueInfoProto &in) {
          (in.name() == "attention_mask" || in.name() == "position_ids");
 }
 
+/// What a folded value may be: a rotary table, `scale * sin|cos(phase)` with
+/// `phase[..., p, j] = p * freqs[j]`, reached from Cos/Sin through layout
+/// ops. A hint only: materialize checks every element before using it.
+struct RotarySource {
+  bool sine = false;
+  SmallVector<float> freqs;
+  float scale = 1.0f;
+};
+
 /// One imported ONNX value.
 struct Val {
   bool isConst = false;
   HostTensor host; ///< when isConst (data may be absent when too large)
   Value value;     ///< when dynamic
+  std::optional<RotarySource> rotary; ///< when isConst
 };
 
 class Importer {
@@ -163,6 +174,9 @@ private:
   FailureOr<Value> materialize(const Val &v, const onnx::NodeProto &node,
                                Type floatType = {});
   Value constant(const HostTensor &t);
+  /// tg.rotary_table for a folded table that `v.rotary` describes and
+  /// whose every element rotaryTableValue reproduces exactly; null if not.
+  Value rotaryTable(const Val &v);
   FailureOr<SmallVector<Val>> convertDynamic(const onnx::NodeProto &node,
                                              ArrayRef<const Val *> inputs);
   /// Whether a constant is the causal mask: additive (0 / -inf) or boolean
@@ -575,7 +589,102 @@ FailureOr<Value> Importer::materialize(const Val &v,
                << " elements) meets the data flow here, and it is too large to "
                   "build and not a recognised structure (causal mask)",
            failure();
+  if (Value table = rotaryTable(v))
+    return table;
   return constant(v.host);
+}
+
+Value Importer::rotaryTable(const Val &v) {
+  const HostTensor &t = v.host;
+  if (!v.rotary || !t.hasData || t.dtype != DType::F32 || t.shape.size() < 2)
+    return {};
+  const RotarySource &src = *v.rotary;
+  int64_t positions = t.shape[t.shape.size() - 2], dim = t.shape.back();
+  if (positions < 1 || dim != int64_t(src.freqs.size()))
+    return {};
+  // Leading dimensions must repeat one [T, D] table; the check below
+  // compares every element, so a table that differs anywhere stays a
+  // constant.
+  for (int64_t k = 0, n = t.numel(); k < n; ++k)
+    if (t.f[k] != double(rt::rotaryTableValue(src.sine, (k / dim) % positions,
+                                              src.freqs[k % dim], src.scale)))
+      return {};
+  SmallVector<int64_t> shape(t.shape.size(), 1);
+  shape[shape.size() - 2] = positions;
+  shape.back() = dim;
+  Value table = tg::RotaryTableOp::create(
+      builder, loc, RankedTensorType::get(shape, builder.getF32Type()),
+      src.sine ? tg::UnaryKind::sin : tg::UnaryKind::cos, src.freqs,
+      llvm::APFloat(src.scale));
+  if (shape != ArrayRef<int64_t>(t.shape))
+    table = tg::BroadcastOp::create(
+        builder, loc, RankedTensorType::get(t.shape, builder.getF32Type()),
+        table);
+  return table;
+}
+
+/// The rotary table a folded node's result may be (see RotarySource):
+/// Cos/Sin of a phase whose position-1 row gives the frequencies, or a
+/// layout op, cast or scalar scaling of such a table.
+std::optional<RotarySource> rotarySourceOf(const onnx::NodeProto &node,
+                                           ArrayRef<const Val *> inputs,
+                                           const HostTensor &result) {
+  StringRef op = node.op_type();
+  const Val *x = inputs.empty() ? nullptr : inputs[0];
+  if (!x || !x->isConst || result.dtype != DType::F32 ||
+      result.shape.size() < 2)
+    return std::nullopt;
+  if (op == "Cos" || op == "Sin") {
+    const HostTensor &phase = x->host;
+    if (!phase.hasData || phase.dtype != DType::F32 || phase.shape.size() < 2 ||
+        phase.shape[phase.shape.size() - 2] < 2)
+      return std::nullopt;
+    // Position 1's phase is 1 * freq, exactly.
+    int64_t dim = phase.shape.back();
+    RotarySource src;
+    src.sine = op == "Sin";
+    for (int64_t j = 0; j < dim; ++j)
+      src.freqs.push_back(float(phase.f[dim + j]));
+    return src;
+  }
+  if (op == "Concat") {
+    // Tables of half the head dimension, concatenated along the last axis
+    // (cat(freqs, freqs) taken after the Cos rather than before).
+    int64_t rank = int64_t(result.shape.size());
+    int64_t axis = 0;
+    for (const auto &a : node.attribute())
+      if (a.name() == "axis")
+        axis = a.i();
+    if (axis != -1 && axis != rank - 1)
+      return std::nullopt;
+    RotarySource src;
+    for (auto [k, in] : llvm::enumerate(inputs)) {
+      if (!in || !in->rotary || (k && (in->rotary->sine != src.sine ||
+                                       in->rotary->scale != src.scale)))
+        return std::nullopt;
+      src.sine = in->rotary->sine;
+      src.scale = in->rotary->scale;
+      llvm::append_range(src.freqs, in->rotary->freqs);
+    }
+    return src;
+  }
+  if (op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" ||
+      op == "Identity" || op == "Expand" || op == "Slice" || op == "Cast")
+    return x->rotary; // Casts to bf16/f16 fold as f32, like the training.
+  if (op == "Mul" && inputs.size() == 2) {
+    // attention_scaling * table, in either order.
+    const Val *table = x, *scale = inputs[1];
+    if (scale && scale->rotary)
+      std::swap(table, scale);
+    if (!table->rotary || table->rotary->scale != 1.0f || !scale ||
+        !scale->isConst || !scale->host.hasData || scale->host.numel() != 1 ||
+        !isFloat(scale->host.dtype))
+      return std::nullopt;
+    RotarySource src = *table->rotary;
+    src.scale = float(scale->host.getF(0));
+    return src;
+  }
+  return std::nullopt;
 }
 
 Importer::MaskKind Importer::checkMaskData(const HostTensor &t) {
@@ -683,8 +792,10 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
     auto results = evaluateNode(node, opset, hosts, foldLimit());
     if (!results)
       return nodeError(node) << llvm::toString(results.takeError());
-    for (auto [name, t] : llvm::zip(node.output(), *results))
-      values[name] = Val{true, std::move(t), {}};
+    for (auto [name, t] : llvm::zip(node.output(), *results)) {
+      std::optional<RotarySource> rotary = rotarySourceOf(node, inputs, t);
+      values[name] = Val{true, std::move(t), {}, std::move(rotary)};
+    }
     return success();
   }
   auto results = convertDynamic(node, inputs);

@@ -20,6 +20,7 @@
 #include "rondo/Interpreter/Interpreter.h"
 
 #include "Kernels.h"
+#include "rondo/runtime/RotaryTable.h"
 #include "TG/IR/TGOps.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -611,6 +612,15 @@ LogicalResult Interpreter::execute(Operation *op) {
       .Case([&](tg::SoftmaxGradOp s) -> LogicalResult {
         cpu::softmaxBackward(cview(get(s.getY())), cview(get(s.getDy())),
                              view(result(s)));
+        return success();
+      })
+      .Case([&](tg::RotaryTableOp r) -> LogicalResult {
+        Tensor &out = result(r);
+        ArrayRef<float> freqs = r.getFreqs();
+        rt::fillRotaryTable(out.f->data(), out.numel(),
+                            out.shape[out.shape.size() - 2], freqs.size(),
+                            freqs.data(), r.getKind() == tg::UnaryKind::sin,
+                            r.getScale().convertToFloat());
         return success();
       })
       .Case([&](tg::CausalMaskOp m) -> LogicalResult {

@@ -114,6 +114,9 @@ double SoftmaxGradOp::getActivationBytes() { return 0; }
 double CausalMaskOp::getFlops() { return 0; }
 double CausalMaskOp::getActivationBytes() { return 0; }
 
+double RotaryTableOp::getFlops() { return 0; }
+double RotaryTableOp::getActivationBytes() { return 0; }
+
 double RmsNormOp::getFlops() { return 4 * numel(getX()); }
 double RmsNormOp::getActivationBytes() { return bytes(getX()); }
 double RmsNormGradOp::getFlops() { return 8 * numel(getX()); }

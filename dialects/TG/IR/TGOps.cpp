@@ -667,6 +667,19 @@ LogicalResult CausalMaskOp::verify() {
   return success();
 }
 
+LogicalResult RotaryTableOp::verify() {
+  auto t = tensorType(getResult());
+  if (getKind() != UnaryKind::cos && getKind() != UnaryKind::sin)
+    return emitOpError("kind must be cos or sin, got ")
+           << stringifyUnaryKind(getKind());
+  if (!t.getElementType().isF32())
+    return emitOpError("table must be f32, got ") << t;
+  if (t.getRank() < 2 || t.getShape().back() != int64_t(getFreqs().size()))
+    return emitOpError("table must be [..., T, D] with D = ")
+           << getFreqs().size() << " frequencies, got " << t;
+  return success();
+}
+
 static LogicalResult verifyNormWeight(Operation *op, Value x, Value w,
                                       StringRef name) {
   auto xt = tensorType(x), wt = tensorType(w);

@@ -344,6 +344,27 @@ def TG_CausalMaskOp : TG_Op<"causal_mask"> {
   let hasVerifier = 1;
 }
 
+def TG_RotaryTableOp : TG_Op<"rotary_table"> {
+  let summary = "A rotary cos or sin table, computed rather than stored";
+  let description = [{
+    `result[..., p, j] = scale * kind(p * freqs[j])` for positions `p` in
+    `[0, T)` along the second-to-last axis, each step rounded to f32 as the
+    exporter's graph does (`rondo/runtime/RotaryTable.h`). The importer
+    produces it in place of a folded rotary table after checking every
+    element, so that the table of a long sequence (`2 x T x head_dim`
+    floats) is computed by the trainer at start-up instead of being
+    embedded in it. `kind` is `cos` or `sin`.
+
+    ```mlir
+    %cos = tg.rotary_table cos freqs [1.0, 0.01, 1.0, 0.01] scale 1.0 : tensor<32x4xf32>
+    ```
+  }];
+  let arguments = (ins TG_UnaryKind:$kind, DenseF32ArrayAttr:$freqs, F32Attr:$scale);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$kind `freqs` $freqs `scale` $scale attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def TG_RmsNormOp : TG_DiffOp<"rms_norm"> {
   let summary = "RMSNorm over the last axis";
   let description = [{

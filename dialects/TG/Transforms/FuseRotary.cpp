@@ -19,22 +19,38 @@ using namespace mlir;
 using namespace rondo::tg;
 
 namespace {
-/// A constant table broadcastable to [B, H, T, D] that varies only over T
-/// and D, returned as a [T, D] constant.
-std::optional<DenseElementsAttr> tableOf(Value v, int64_t t, int64_t d) {
+/// A table broadcastable to [B, H, T, D] that varies only over T and D: a
+/// constant or a tg.rotary_table, rebuilt as [T, D] by `make`.
+struct Table {
+  Operation *def = nullptr;
+  Value make(PatternRewriter &rewriter, Location loc, int64_t t,
+             int64_t d) const {
+    auto type = RankedTensorType::get({t, d}, Float32Type::get(loc.getContext()));
+    if (auto r = dyn_cast<RotaryTableOp>(def))
+      return RotaryTableOp::create(rewriter, loc, type, r.getKindAttr(),
+                                   r.getFreqsAttr(), r.getScaleAttr());
+    auto dense = cast<DenseElementsAttr>(cast<ConstantOp>(def).getValue());
+    return ConstantOp::create(
+        rewriter, loc,
+        dense.reshape(RankedTensorType::get({t, d}, dense.getElementType())));
+  }
+};
+
+std::optional<Table> tableOf(Value v, int64_t t, int64_t d) {
   while (auto b = v.getDefiningOp<BroadcastOp>())
     v = b.getX();
+  auto type = cast<RankedTensorType>(v.getType());
+  auto shape = type.getShape();
+  if (!type.getElementType().isF32() || shape.size() < 2 ||
+      shape[shape.size() - 2] != t || shape.back() != d ||
+      type.getNumElements() != t * d)
+    return std::nullopt;
+  if (auto r = v.getDefiningOp<RotaryTableOp>())
+    return Table{r};
   auto c = v.getDefiningOp<ConstantOp>();
-  if (!c)
+  if (!c || !isa<DenseElementsAttr>(c.getValue()))
     return std::nullopt;
-  auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
-  if (!dense)
-    return std::nullopt;
-  auto shape = dense.getType().getShape();
-  if (shape.size() < 2 || shape[shape.size() - 2] != t || shape.back() != d ||
-      dense.getNumElements() != t * d)
-    return std::nullopt;
-  return dense.reshape(RankedTensorType::get({t, d}, dense.getElementType()));
+  return Table{c};
 }
 
 /// Whether `v` = concat(-x[..., D/2:], x[..., :D/2]) along the last axis.
@@ -73,7 +89,7 @@ struct FuseRotaryPattern : OpRewritePattern<BinaryOp> {
       return failure();
     int64_t t = type.getDimSize(2), d = type.getDimSize(3);
     Value cosTerm, sinTerm, x, cosV, rot, sinV;
-    std::optional<DenseElementsAttr> cosT, sinT;
+    std::optional<Table> cosT, sinT;
     bool matched = matchBinary(
         op.getResult(), BinaryKind::add, cosTerm, sinTerm,
         [&](Value l, Value r) {
@@ -90,8 +106,8 @@ struct FuseRotaryPattern : OpRewritePattern<BinaryOp> {
         });
     if (!matched)
       return failure();
-    Value c = ConstantOp::create(rewriter, op.getLoc(), *cosT);
-    Value s = ConstantOp::create(rewriter, op.getLoc(), *sinT);
+    Value c = cosT->make(rewriter, op.getLoc(), t, d);
+    Value s = sinT->make(rewriter, op.getLoc(), t, d);
     rewriter.replaceOpWithNewOp<RotaryOp>(op, type, x, c, s);
     return success();
   }

@@ -47,7 +47,8 @@ def TGFuseRotaryPass : Pass<"tg-fuse-rotary", "mlir::func::FuncOp"> {
   let summary = "Recognise rotary position embeddings";
   let description = [{
     Rewrites `x * cos + concat(-x[..., D/2:], x[..., :D/2]) * sin`, with
-    constant tables, into `tg.rotary %x, %cos, %sin` with `[T, D]` tables.
+    f32 tables that are constants or `tg.rotary_table`s, into
+    `tg.rotary %x, %cos, %sin` with `[T, D]` tables.
   }];
   let dependentDialects = ["rondo::tg::TGDialect"];
 }

@@ -215,6 +215,38 @@ private:
     return constantNames[key] = onDevice(elem, name);
   }
 
+  /// A rotary table, filled on first use (rondo/runtime/RotaryTable.h):
+  /// long-sequence tables are too large to embed.
+  std::string rotaryTable(RotaryTableOp r) {
+    auto t = cast<RankedTensorType>(r.getType());
+    int64_t count = t.getNumElements(), positions = t.getDimSize(t.getRank() - 2);
+    std::string freqs;
+    for (auto [k, f] : llvm::enumerate(r.getFreqs()))
+      freqs += (k ? ", " : "") + floatLiteral(f);
+    std::string args = llvm::formatv(
+        "{0}, {1}, {2}, freqs, {3}, {4}", count, positions, r.getFreqs().size(),
+        r.getKind() == UnaryKind::sin ? "true" : "false",
+        floatLiteral(r.getScale().convertToFloat()));
+    std::string key = "rotary:" + args + ":" + freqs;
+    auto it = constantNames.find(key);
+    if (it != constantNames.end())
+      return it->second;
+    std::string name = "rotaryTable" + std::to_string(constantNames.size());
+    globalsOs << "const float *" << name << "() {\n"
+              << "  static const float freqs[] = {" << freqs << "};\n"
+              << "  static const std::vector<float> table = [] {\n"
+              << "    std::vector<float> t(" << count << ");\n"
+              << "    rondo::rt::fillRotaryTable(t.data(), " << args << ");\n"
+              << "    return t;\n  }();\n  return table.data();\n}\n";
+    std::string expr = name + "()";
+    if (opts.target == "cuda")
+      expr = llvm::formatv("static_cast<const float *>(constantOnDevice({0}, "
+                           "{1} * sizeof(float)))",
+                           expr, count)
+                 .str();
+    return constantNames[key] = expr;
+  }
+
   /// On GPUs a constant lives in each device's memory, uploaded on first
   /// use.
   std::string onDevice(StringRef elem, const std::string &name) {
@@ -284,6 +316,10 @@ LogicalResult Emitter::emitOp(Operation *op) {
     return op->emitError(
                "the C++ emitter has no storage for constants of type ")
            << t;
+  }
+  if (auto r = dyn_cast<RotaryTableOp>(op)) {
+    exprs[r] = rotaryTable(r);
+    return success();
   }
   if (auto r = dyn_cast<ReshapeOp>(op)) {
     exprs[r] = ptr(r.getX());
@@ -992,6 +1028,7 @@ LogicalResult Emitter::run() {
      << "// issue functions make one runtime call per exec op "
         "(rondo-compile --emit=exec).\n"
      << "#include \"rondo/runtime/Exec.h\"\n"
+     << "#include \"rondo/runtime/RotaryTable.h\"\n"
      << "#include \"rondo/runtime/Trainer.h\"\n\n"
      << "#include <algorithm>\n#include <cmath>\n#include <cstdio>\n#include "
         "<cstdlib>\n#include <cstring>\n"

@@ -175,3 +175,27 @@ func.func @gated_act_kind(%a: tensor<4xf32>) {
   %0 = tg.gated_act exp %a, %a : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @rotary_table_kind() {
+  // expected-error @+1 {{kind must be cos or sin, got exp}}
+  %0 = tg.rotary_table exp freqs [1.0, 0.5] scale 1.0 : tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_table_dim() {
+  // expected-error @+1 {{table must be [..., T, D] with D = 2 frequencies, got 'tensor<4x3xf32>'}}
+  %0 = tg.rotary_table cos freqs [1.0, 0.5] scale 1.0 : tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_table_type() {
+  // expected-error @+1 {{table must be f32, got 'tensor<4x2xbf16>'}}
+  %0 = tg.rotary_table cos freqs [1.0, 0.5] scale 1.0 : tensor<4x2xbf16>
+  return
+}

@@ -65,6 +65,8 @@ func.func @structures(%x: tensor<2x8x4x16xf32>, %w: tensor<16xf32>, %k: tensor<2
   %r = tg.rotary %n, %cos, %cos : tensor<2x8x4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
   // CHECK: tg.rotary_grad
   %rg = tg.rotary_grad %r, %cos, %cos : tensor<2x8x4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
+  // CHECK: tg.rotary_table sin freqs [1.000000e+00, 1.000000e-02] scale 1.000000e+00 : tensor<1x1x4x2xf32>
+  %tab = tg.rotary_table sin freqs [1.0, 0.01] scale 1.0 : tensor<1x1x4x2xf32>
   // CHECK: tg.causal_mask : tensor<1x1x4x4xf32>
   %m = tg.causal_mask : tensor<1x1x4x4xf32>
   // CHECK: tg.softmax %{{.*}} : tensor<1x1x4x4xf32>
