@@ -296,9 +296,18 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
                      << describe(r);
             found = r;
           }
-      if (!found)
+      // Layers below that do no backward work (a frozen embedding under
+      // LoRA) need no gradient: the backward chain ends here, and their
+      // backward stages are empty.
+      bool backwardBelow = false;
+      main.walk([&](Operation *op) {
+        std::optional<int64_t> l = getLayer(op);
+        backwardBelow |= l && *l < first && tf.isBackward(op);
+      });
+      if (!found && backwardBelow)
         return stage.emitOpError("hands no gradient to layer ") << first - 1;
-      addOutput(found, "gradient");
+      if (found)
+        addOutput(found, "gradient");
     }
     for (unsigned k = 1; k < ret.getNumOperands(); ++k)
       for (Value part : tf.gradParts[k]) {
