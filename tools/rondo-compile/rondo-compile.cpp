@@ -408,7 +408,10 @@ int main(int argc, char **argv) {
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
-  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  // LLVM's backends register hundreds of options in the general category;
+  // --help shows Rondo's own, --help-hidden everything (MLIR's IR printing
+  // included).
+  cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv,
                               "Rondo: ONNX to a standalone training program\n");
 

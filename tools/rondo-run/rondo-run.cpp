@@ -698,7 +698,10 @@ int main(int argc, char **argv) {
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
   registerPassManagerCLOptions();
-  cl::HideUnrelatedOptions({&category, &cl::getGeneralCategory()});
+  // LLVM's backends register hundreds of options in the general category;
+  // --help shows Rondo's own, --help-hidden everything (MLIR's IR printing
+  // included).
+  cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv, "Rondo: run a model's tg function on the CPU kernels\n");
   return failed(run()) ? 1 : 0;
