@@ -142,6 +142,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
                  : k == "tail" ? planner::LayerKind::Tail
                                : planner::LayerKind::Block;
     layer.name = (k + " " + llvm::Twine(i)).str();
+    layer.backwardWork = false; // until a gradient op is found in it
   }
 
   // Gradient ops are those downstream of the loss-scale seed.
@@ -173,6 +174,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
       flops = cost.getFlops() / m;
     if (isBackward) {
+      layer.backwardWork = true;
       layer.backwardSeconds += seconds;
       layer.backwardFlops += flops;
     } else {

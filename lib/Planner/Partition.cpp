@@ -129,6 +129,12 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
   double link = problem.linkBytesPerSecond;
 
   double forwardSum = 0, fullSum = 0, workspaceSum = 0, workspaceMax = 0;
+  // A backward stage whose layers all lack backward work is an empty
+  // launch. With work above them they still cost their recompute: it makes
+  // the input of the layers that do have work.
+  bool anyWork = false;
+  for (int l = first; l < end; ++l)
+    anyWork |= layers[l].backwardWork;
   for (int l = first; l < end; ++l) {
     const LayerCost &lc = layers[l];
     forwardSum += lc.forwardSeconds;
@@ -157,6 +163,8 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
     c.activationBytes = 2 * inFirst + 2 * inFirst + workspaceSum;
     break;
   case StageKind::Backward:
+    if (!anyWork)
+      return StageCost{}; // An empty launch: no gradient in or out.
     c.computeSeconds = fullSum;
     c.hopSeconds =
         handoffSeconds(problem, inEnd) + transferSeconds(inFirst, link);

@@ -218,6 +218,7 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     cost.gradBytes = layer.getGradBytes().convertToDouble();
     cost.inputBytes = layer.getInputBytes().convertToDouble();
     cost.workspaceBytes = layer.getWorkspaceBytes().convertToDouble();
+    cost.backwardWork = !layer.getNoBackward();
     problem.layers.push_back(cost);
     problem.trainableParams.push_back(
         layer.getTrainableParams().convertToDouble());

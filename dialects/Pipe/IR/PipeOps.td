@@ -110,7 +110,10 @@ def Pipe_LayerOp : Pipe_Op<"layer", [HasParent<"PlanOp">]> {
     parameters read and of the gradients produced, bytes of the activation
     entering the layer (its checkpoint) and of the activations its backward
     keeps from its forward; `trainable_params` counts the trainable
-    parameters whose optimizer step this layer owns.
+    parameters whose optimizer step this layer owns. `no_backward` marks a
+    layer whose backward computes nothing (frozen below every trainable
+    parameter, as LoRA's embedding): backward stages neither upload nor
+    recompute it.
 
     ```mlir
     pipe.layer 3 block {fwd_flops = 1.2e12, fwd_seconds = 2.1e-3, ...}
@@ -122,7 +125,7 @@ def Pipe_LayerOp : Pipe_Op<"layer", [HasParent<"PlanOp">]> {
                        F64Attr:$fwd_seconds, F64Attr:$bwd_seconds,
                        F64Attr:$param_bytes, F64Attr:$grad_bytes,
                        F64Attr:$input_bytes, F64Attr:$workspace_bytes,
-                       F64Attr:$trainable_params);
+                       F64Attr:$trainable_params, UnitAttr:$no_backward);
   let assemblyFormat = "$index $kind attr-dict";
   let hasVerifier = 1;
 }

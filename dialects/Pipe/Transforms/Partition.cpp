@@ -664,7 +664,8 @@ struct PipePartitionPass
                       f64(layer.forwardSeconds), f64(layer.backwardSeconds),
                       f64(layer.paramBytes), f64(layer.gradBytes),
                       f64(layer.inputBytes), f64(layer.workspaceBytes),
-                      f64(p.trainableParams[i]));
+                      f64(p.trainableParams[i]),
+                      layer.backwardWork ? nullptr : inner.getUnitAttr());
     }
     // Forward stages checkpoint the input of every backward stage's first
     // layer that they compute (layer 0's input is the token data itself).

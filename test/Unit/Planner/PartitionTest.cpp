@@ -254,6 +254,26 @@ TEST(CostTest, HandTable) {
   EXPECT_TRUE(fitsBudgets(p, plan, &why)) << why;
 }
 
+TEST(CostTest, LayersWithoutBackwardWork) {
+  // Layer 0 frozen below every trainable parameter (LoRA's embedding): its
+  // backward does nothing, so a backward stage of it alone is an empty
+  // launch. Below layers with work it still costs its recompute, which
+  // makes their input: B [0,2) costs what it did.
+  PlanProblem p = tinyProblem();
+  StageCost before = costStage(p, bwd(0, 2));
+  p.layers[0].gradBytes = 0;
+  p.layers[0].backwardSeconds = 0;
+  p.layers[0].backwardWork = false;
+  StageCost empty = costStage(p, bwd(0, 1));
+  EXPECT_DOUBLE_EQ(empty.jobSeconds, 0);
+  EXPECT_DOUBLE_EQ(empty.paramBytes, 0);
+  EXPECT_DOUBLE_EQ(empty.memoryBytes, 0);
+  StageCost both = costStage(p, bwd(0, 2));
+  EXPECT_DOUBLE_EQ(both.paramBytes, before.paramBytes);
+  EXPECT_DOUBLE_EQ(both.computeSeconds, before.computeSeconds - 2);
+  EXPECT_DOUBLE_EQ(both.hopSeconds, before.hopSeconds);
+}
+
 //===----------------------------------------------------------------------===//
 // RoundPipe's greedy, by hand (research/roundpipe.md 2.2)
 //===----------------------------------------------------------------------===//
