@@ -203,6 +203,8 @@ private:
   llvm::StringSet<> torchTransposed;
   llvm::StringSet<> lookupTies; ///< Names an embedding lookup ties in.
   llvm::StringMap<MaskKind> maskCache;
+  /// Whether a value's folded data is the rotary table it claims to be.
+  llvm::DenseMap<const Val *, bool> rotaryChecked;
   Operation *funcOp = nullptr;
 };
 
@@ -602,13 +604,20 @@ Value Importer::rotaryTable(const Val &v) {
   int64_t positions = t.shape[t.shape.size() - 2], dim = t.shape.back();
   if (positions < 1 || dim != int64_t(src.freqs.size()))
     return {};
-  // Leading dimensions must repeat one [T, D] table; the check below
-  // compares every element, so a table that differs anywhere stays a
-  // constant.
-  for (int64_t k = 0, n = t.numel(); k < n; ++k)
-    if (t.f[k] != double(rt::rotaryTableValue(src.sine, (k / dim) % positions,
-                                              src.freqs[k % dim], src.scale)))
-      return {};
+  // Leading dimensions must repeat one [T, D] table; the check compares
+  // every element, so a table that differs anywhere stays a constant. Once
+  // per value: every layer's q and k materialise the same tables.
+  auto [checked, first] = rotaryChecked.try_emplace(&v, false);
+  if (first) {
+    bool same = true;
+    for (int64_t k = 0, n = t.numel(); k < n && same; ++k)
+      same = t.f[k] == double(rt::rotaryTableValue(
+                           src.sine, (k / dim) % positions, src.freqs[k % dim],
+                           src.scale));
+    checked->second = same;
+  }
+  if (!checked->second)
+    return {};
   SmallVector<int64_t> shape(t.shape.size(), 1);
   shape[shape.size() - 2] = positions;
   shape.back() = dim;
