@@ -13,6 +13,12 @@
    account, nvidia-smi's peak. PREDICTED_MAX is the longest sequence
    rondo-compile --explain reported for that model and device.
 
+3. PyTorch LoRA (--torch-lora PRESET:SEQ:RANK:ALPHA[:STEPS]): a bf16 base
+   with adapters on every linear of the decoder layers, autocast bf16,
+   fused AdamW on the adapters, at SEQ tokens, without and with gradient
+   checkpointing: tokens/s over the steps after the first and peak memory,
+   or out of memory.
+
 Prints a table and writes OUT/long-context-<machine>.json.
 
     python3 bench/long_context.py --machine h100x1 --out OUT \\
@@ -66,6 +72,66 @@ try:
 except torch.OutOfMemoryError:
     print("OOM")
 '''
+
+
+TORCH_LORA_PROBE = r'''
+import sys, time, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+fields, seq, ckpt, rank, alpha, steps = eval(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", \
+    int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
+torch.manual_seed(0)
+cfg = Qwen3Config(**fields); cfg._attn_implementation = "sdpa"; cfg.use_cache = False
+with torch.device("cuda"):
+    model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+model.requires_grad_(False)
+
+class Lora(torch.nn.Module):
+    """PEFT's LoRA on one linear: base(x) + (alpha/r) * B(A(x)), A random, B zero."""
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+        self.a = torch.nn.Parameter(torch.randn(rank, base.in_features, device="cuda") / rank)
+        self.b = torch.nn.Parameter(torch.zeros(base.out_features, rank, device="cuda"))
+    def forward(self, x):
+        return self.base(x) + (alpha / rank) * ((x @ self.a.t().to(x.dtype)) @ self.b.t().to(x.dtype))
+
+for layer in model.model.layers:
+    for parent in (layer.self_attn, layer.mlp):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, name, Lora(child))
+if ckpt:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+params = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+ids = torch.randint(0, 8192, (1, seq), device="cuda")
+try:
+    times = []
+    for step in range(steps):
+        torch.cuda.synchronize(); t0 = time.time()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward(); opt.step(); opt.zero_grad(); torch.cuda.synchronize()
+        times.append(time.time() - t0)
+    print("OK %.1f %.2f %d" % (seq / (sum(times[1:]) / len(times[1:])),
+                                torch.cuda.max_memory_allocated() / 2**30, sum(p.numel() for p in params)))
+except torch.OutOfMemoryError:
+    print("OOM")
+'''
+
+
+def torch_lora(fields, seq, ckpt, rank, alpha, steps):
+    out = subprocess.run([sys.executable, "-c", TORCH_LORA_PROBE, repr(fields), str(seq),
+                          "1" if ckpt else "0", str(rank), str(alpha), str(steps)],
+                         capture_output=True, text=True)
+    line = (out.stdout.strip().splitlines() or ["?"])[-1]
+    if line.startswith("OK"):
+        _, tokps, peak, trainable = line.split()
+        return {"fits": True, "tokens_per_s": float(tokps), "peak_gib": float(peak),
+                "trainable": int(trainable)}
+    if line != "OOM":
+        sys.stderr.write(out.stderr[-2000:])
+    return {"fits": False}
 
 
 def torch_fits(fields, seq, ckpt):
@@ -157,6 +223,10 @@ def main():
     p.add_argument("--torch-bracket", metavar="LO:HI",
                    help="sequence lengths (multiples of 1024) known to fit and not to fit; "
                         "both are checked, then the search bisects between them")
+    p.add_argument("--torch-lora", metavar="PRESET:SEQ:RANK:ALPHA[:STEPS]",
+                   help="PyTorch LoRA (bf16 base, adapters on every linear of the layers, "
+                        "autocast bf16, fused AdamW) at SEQ tokens, without and with "
+                        "Hugging Face's gradient checkpointing: tokens/s or OOM")
     p.add_argument("--rondo", action="append", default=[],
                    help="NAME=TRAINER:SEQ:STEPS[:PREDICTED_MAX]")
     a = p.parse_args()
@@ -169,6 +239,18 @@ def main():
                                       None if ckpt else a.torch_bracket)
             result["pytorch"]["%s%s" % (a.torch_preset, "+checkpointing" if ckpt else "")] = {
                 "max_seq": longest, "peak_gib_at_max": peak}
+    if a.torch_lora:
+        parts = a.torch_lora.split(":")
+        preset, seq, rank, alpha = parts[0], int(parts[1]), int(parts[2]), float(parts[3])
+        steps = int(parts[4]) if len(parts) > 4 else 3
+        fields = dict(COMMON, **PRESETS[preset])
+        for ckpt in (False, True):
+            r = torch_lora(fields, seq, ckpt, rank, alpha, steps)
+            r.update(seq=seq, rank=rank, alpha=alpha)
+            key = "%s-lora-r%d%s" % (preset, rank, "+checkpointing" if ckpt else "")
+            result["pytorch"][key] = r
+            print("  pytorch %s seq %d: %s" % (key, seq, "%.0f tok/s, %.1f GiB" % (
+                r["tokens_per_s"], r["peak_gib"]) if r["fits"] else "OOM"), flush=True)
     for spec in a.rondo:
         name, rest = spec.split("=", 1)
         parts = rest.split(":")
@@ -178,6 +260,10 @@ def main():
         result["rondo"][name] = r
     print("\n%-28s %s" % ("", "long context on " + a.machine))
     for k, v in result["pytorch"].items():
+        if "max_seq" not in v:
+            print("%-28s seq %7d: %s" % ("PyTorch " + k, v["seq"], "%.0f tok/s, peak %.1f GiB" % (
+                v["tokens_per_s"], v["peak_gib"]) if v["fits"] else "out of memory"))
+            continue
         print("%-28s longest trainable sequence %7d tokens (peak %s GiB)"
               % ("PyTorch " + k, v["max_seq"], "%.1f" % v["peak_gib_at_max"] if v["peak_gib_at_max"] else "-"))
     for k, v in result["rondo"].items():

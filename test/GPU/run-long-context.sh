@@ -14,9 +14,10 @@ if [ -d build-gpu/interop ]; then
     build-gpu/interop/log.jsonl 2>&1 | grep -v Warning | tail -3
 fi
 runs=()
-[ -f build-gpu/long17.trainer ] &&
+[ -f build-gpu/long17.trainer ] && [ "${RUN17:-1}" = 1 ] &&
   runs+=(--rondo "long17-max=build-gpu/long17.trainer:$(cat build-gpu/long17.seq):${STEPS17:-2}:$(cat build-gpu/long17.seq)")
 [ -f build-gpu/lora8b.trainer ] &&
-  runs+=(--rondo "lora8b-r16=build-gpu/lora8b.trainer:32768:${STEPS:-3}:${PREDICTED:-85504}")
+  runs+=(--rondo "lora8b-r16=build-gpu/lora8b.trainer:32768:${STEPS:-3}:${PREDICTED:-85504}"
+         --torch-lora "${TORCH_LORA:-qwen3-8b:32768:16:32}")
 timeout "${LIMIT:-570}" python3 bench/long_context.py --machine "${MACHINE:-h100x1}" --out $OUT \
   --torch-preset qwen3-1.7b --torch-bracket "${TORCH_BRACKET-12288:13312}" "${runs[@]}" 2>&1 | tail -40
