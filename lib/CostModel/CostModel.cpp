@@ -208,6 +208,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     table.paramCount += elements;
     if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
       table.trainableCount += elements;
+    else if (func.getArgAttr(arg.getArgNumber(), tg::kExternalF32Attr))
+      table.mappableBytes += 4 * elements;
   }
   for (size_t l = 0; l < numLayers; ++l) {
     planner::LayerCost &layer = table.layers[l];

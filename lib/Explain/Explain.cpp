@@ -117,6 +117,11 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
      << gb(plan.getHostMemoryBudget().convertToDouble()) << " budget ("
      << gb(fixed) << " weights, moments, gradients and upload copies; "
      << gb(host - fixed) << " checkpoints and hand-off staging)\n";
+  if (std::optional<APFloat> mapped = plan.getMappedWeightBytes())
+    os << "  mapped:     " << gb(mapped->convertToDouble())
+       << " of frozen fp32 weights used in place from their external-data "
+          "files, not counted above (trainer --map-weights=auto maps them: "
+          "they exceed half of the host budget)\n";
   if (std::optional<uint64_t> longest = plan.getMaxSeqLen())
     os << "  longest sequence these budgets hold: "
        << (*longest == 0 ? std::string("none (not even 256 tokens)")

@@ -381,6 +381,9 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
     argTypes.push_back(RankedTensorType::get(shape, f32));
     NamedAttrList attrs;
     attrs.set(tg::kParamAttr, builder.getStringAttr(init.name()));
+    if (init.data_type() == onnx::TensorProto::FLOAT &&
+        init.data_location() == onnx::TensorProto::EXTERNAL)
+      attrs.set(tg::kExternalF32Attr, builder.getUnitAttr());
     auto torch = torchNames.find(init.name());
     if (torch != torchNames.end() && torch->second != init.name())
       attrs.set(tg::kTorchNameAttr, builder.getStringAttr(torch->second));

@@ -192,6 +192,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
   problem.workerMemoryBytes = getWorkerMemoryBudget().convertToDouble();
   problem.hostMemoryBytes = getHostMemoryBudget().convertToDouble();
   problem.hostFixedBytes = getHostFixedBytes().convertToDouble();
+  if (std::optional<APFloat> mapped = getMappedWeightBytes())
+    problem.mappedWeightBytes = mapped->convertToDouble();
   problem.linkBytesPerSecond = getLinkBandwidth().convertToDouble();
   problem.peerBytesPerSecond = getPeerBandwidth().convertToDouble();
   problem.optimizerParamsPerSecond =

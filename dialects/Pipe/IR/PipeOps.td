@@ -80,7 +80,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<DenseF64ArrayAttr>:$replica_scaling_other_mode,
                        OptionalAttr<BoolAttr>:$shard_optimizer,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas_per_host,
-                       OptionalAttr<I64Attr>:$max_seq_len);
+                       OptionalAttr<I64Attr>:$max_seq_len,
+                       OptionalAttr<F64Attr>:$mapped_weight_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

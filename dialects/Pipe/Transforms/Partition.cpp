@@ -229,6 +229,13 @@ struct PipePartitionPass
     p.hostMemoryBytes =
         hostMemoryGB > 0 ? hostMemoryGB * 1e9 : spec.hostMemoryBytes;
     p.hostFixedBytes = table.hostFixedBytes;
+    // The trainer's --map-weights=auto rule, with the budget standing for
+    // the host's memory: frozen fp32 external-data weights above half of it
+    // are mapped, not copied, so they need no host memory of their own.
+    if (p.hostMemoryBytes > 0 && table.mappableBytes > p.hostMemoryBytes / 2) {
+      p.mappedWeightBytes = table.mappableBytes;
+      p.hostFixedBytes -= table.mappableBytes;
+    }
     p.linkBytesPerSecond =
         std::min(spec.hostLinkBandwidth,
                  spec.hostLinkAggregateBandwidth / static_cast<double>(n));
@@ -447,7 +454,11 @@ struct PipePartitionPass
     if (p.hostMemoryBytes > 0 && hostFloor > p.hostMemoryBytes) {
       double params = table->paramCount, trainable = table->trainableCount;
       diag << " host memory needs at least " << gb(hostFloor)
-           << " (fp32 weights " << gb(4 * params) << ", AdamW moments "
+           << " (fp32 weights " << gb(4 * params - p.mappedWeightBytes)
+           << (p.mappedWeightBytes > 0
+                   ? " besides " + gb(p.mappedWeightBytes) + " mapped"
+                   : std::string())
+           << ", AdamW moments "
            << gb(8 * trainable) << ", fp32 gradients " << gb(4 * trainable);
       diag << ", hand-off staging " << gb(hostFloor - p.hostFixedBytes);
       diag << ") but the host budget is " << gb(p.hostMemoryBytes)
@@ -622,7 +633,9 @@ struct PipePartitionPass
         /*replicas=*/nullptr, /*replica_link_bandwidth=*/nullptr,
         /*replica_scaling=*/nullptr, /*replica_scaling_other_mode=*/nullptr,
         /*shard_optimizer=*/nullptr, /*replicas_per_host=*/nullptr,
-        /*max_seq_len=*/nullptr);
+        /*max_seq_len=*/nullptr, /*mapped_weight_bytes=*/nullptr);
+    if (p.mappedWeightBytes > 0)
+      plan.setMappedWeightBytesAttr(f64(p.mappedWeightBytes));
     if (p.workerMemoryBytes > 0 || p.hostMemoryBytes > 0)
       plan.setMaxSeqLenAttr(i64(planner::maxSequenceLength(
           p, double(tokens) / double(c.microbatches))));

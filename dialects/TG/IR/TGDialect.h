@@ -20,6 +20,10 @@ namespace rondo::tg {
 /// Attribute names shared by the importer, passes and emitter.
 inline constexpr llvm::StringLiteral kParamAttr = "tg.param";
 inline constexpr llvm::StringLiteral kTrainableAttr = "tg.trainable";
+/// A parameter stored as fp32 ONNX external data: frozen, the trainer can
+/// use it in place from a read-only mapping (trainer --map-weights), so the
+/// planner need not count it as host memory the trainer allocates.
+inline constexpr llvm::StringLiteral kExternalF32Attr = "tg.external_f32";
 inline constexpr llvm::StringLiteral kTorchNameAttr = "tg.torch_name";
 /// Hugging Face interop (the trainer's --export-safetensors): every PyTorch
 /// name one initializer stands for, when the exporter merged several (a tied

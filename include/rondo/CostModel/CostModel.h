@@ -110,6 +110,9 @@ struct LayerTable {
   /// Host bytes that do not depend on the partition: fp32 master weights,
   /// AdamW moments, fp32 gradients, and bf16 upload copies.
   double hostFixedBytes = 0;
+  /// fp32 bytes of the frozen parameters stored as ONNX external data,
+  /// which the trainer may map instead of copying (part of hostFixedBytes).
+  double mappableBytes = 0;
 };
 
 /// A starting point for a measured profile: a device spec JSON with

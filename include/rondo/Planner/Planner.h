@@ -72,6 +72,10 @@ struct PlanProblem {
   /// partition (master weights, moments, fp32 gradients, upload copies).
   double hostMemoryBytes = 0;
   double hostFixedBytes = 0;
+  /// Frozen fp32 external-data weights the trainer uses in place from
+  /// read-only mappings (--map-weights=auto maps them when they exceed half
+  /// of the host's memory): not in hostFixedBytes, shown by --explain.
+  double mappedWeightBytes = 0;
   /// Host<->device bandwidth one worker gets per direction while all N
   /// workers transfer (the link is shared: the caller already divided).
   double linkBytesPerSecond = 1e9;
