@@ -40,7 +40,9 @@ inline void fillRotaryTable(float *out, int64_t count, int64_t positions,
                             int64_t dim, const float *freqs, bool sine,
                             float scale) {
   int64_t rows = dim > 0 ? count / dim : 0;
+#ifdef _OPENMP // trainers build with OpenMP; the compiler's interpreter not
 #pragma omp parallel for schedule(static)
+#endif
   for (int64_t r = 0; r < rows; ++r) {
     int64_t position = r % positions;
     for (int64_t j = 0; j < dim; ++j)
