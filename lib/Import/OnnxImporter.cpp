@@ -614,9 +614,9 @@ Value Importer::rotaryTable(const Val &v) {
   if (first) {
     bool same = true;
     for (int64_t k = 0, n = t.numel(); k < n && same; ++k)
-      same = t.f[k] == double(rt::rotaryTableValue(
-                           src.sine, (k / dim) % positions, src.freqs[k % dim],
-                           src.scale));
+      same =
+          t.f[k] == double(rt::rotaryTableValue(src.sine, (k / dim) % positions,
+                                                src.freqs[k % dim], src.scale));
     checked->second = same;
   }
   if (!checked->second)
@@ -671,8 +671,9 @@ std::optional<RotarySource> rotarySourceOf(const onnx::NodeProto &node,
       return std::nullopt;
     RotarySource src;
     for (auto [k, in] : llvm::enumerate(inputs)) {
-      if (!in || !in->rotary || (k && (in->rotary->sine != src.sine ||
-                                       in->rotary->scale != src.scale)))
+      if (!in || !in->rotary ||
+          (k &&
+           (in->rotary->sine != src.sine || in->rotary->scale != src.scale)))
         return std::nullopt;
       src.sine = in->rotary->sine;
       src.scale = in->rotary->scale;

@@ -20,8 +20,8 @@
 #include "rondo/Interpreter/Interpreter.h"
 
 #include "Kernels.h"
-#include "rondo/runtime/RotaryTable.h"
 #include "TG/IR/TGOps.h"
+#include "rondo/runtime/RotaryTable.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"

@@ -458,8 +458,8 @@ struct PipePartitionPass
            << (p.mappedWeightBytes > 0
                    ? " besides " + gb(p.mappedWeightBytes) + " mapped"
                    : std::string())
-           << ", AdamW moments "
-           << gb(8 * trainable) << ", fp32 gradients " << gb(4 * trainable);
+           << ", AdamW moments " << gb(8 * trainable) << ", fp32 gradients "
+           << gb(4 * trainable);
       diag << ", hand-off staging " << gb(hostFloor - p.hostFixedBytes);
       diag << ") but the host budget is " << gb(p.hostMemoryBytes)
            << "; the smallest configuration that fits needs a host budget "

@@ -25,7 +25,8 @@ struct Table {
   Operation *def = nullptr;
   Value make(PatternRewriter &rewriter, Location loc, int64_t t,
              int64_t d) const {
-    auto type = RankedTensorType::get({t, d}, Float32Type::get(loc.getContext()));
+    auto type =
+        RankedTensorType::get({t, d}, Float32Type::get(loc.getContext()));
     if (auto r = dyn_cast<RotaryTableOp>(def))
       return RotaryTableOp::create(rewriter, loc, type, r.getKindAttr(),
                                    r.getFreqsAttr(), r.getScaleAttr());

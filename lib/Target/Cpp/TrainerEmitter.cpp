@@ -219,7 +219,8 @@ private:
   /// long-sequence tables are too large to embed.
   std::string rotaryTable(RotaryTableOp r) {
     auto t = cast<RankedTensorType>(r.getType());
-    int64_t count = t.getNumElements(), positions = t.getDimSize(t.getRank() - 2);
+    int64_t count = t.getNumElements(),
+            positions = t.getDimSize(t.getRank() - 2);
     std::string freqs;
     for (auto [k, f] : llvm::enumerate(r.getFreqs()))
       freqs += (k ? ", " : "") + floatLiteral(f);

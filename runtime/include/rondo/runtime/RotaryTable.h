@@ -1,4 +1,4 @@
-//===- RotaryTable.h - Rotary cos/sin tables, computed not stored -*- C++ -*-===//
+//===- RotaryTable.h - Rotary tables, computed not stored -------*- C++ -*-===//
 //
 // Part of the Rondo project.
 //
