@@ -120,29 +120,32 @@ except torch.OutOfMemoryError:
 '''
 
 
-def torch_lora(fields, seq, ckpt, rank, alpha, steps):
-    out = subprocess.run([sys.executable, "-c", TORCH_LORA_PROBE, repr(fields), str(seq),
-                          "1" if ckpt else "0", str(rank), str(alpha), str(steps)],
+def run_probe(script, *args):
+    """Runs a PyTorch probe in its own process (a fresh CUDA context per
+    attempt) and returns the fields of its last line after OK, or None when
+    it ran out of memory (or failed: then its stderr is shown)."""
+    out = subprocess.run([sys.executable, "-c", script] + [str(a) for a in args],
                          capture_output=True, text=True)
     line = (out.stdout.strip().splitlines() or ["?"])[-1]
     if line.startswith("OK"):
-        _, tokps, peak, trainable = line.split()
-        return {"fits": True, "tokens_per_s": float(tokps), "peak_gib": float(peak),
-                "trainable": int(trainable)}
+        return line.split()[1:]
     if line != "OOM":
         sys.stderr.write(out.stderr[-2000:])
-    return {"fits": False}
+    return None
+
+
+def torch_lora(fields, seq, ckpt, rank, alpha, steps):
+    ok = run_probe(TORCH_LORA_PROBE, repr(fields), seq, "1" if ckpt else "0", rank, alpha, steps)
+    if not ok:
+        return {"fits": False}
+    tokps, peak, trainable = ok
+    return {"fits": True, "tokens_per_s": float(tokps), "peak_gib": float(peak),
+            "trainable": int(trainable)}
 
 
 def torch_fits(fields, seq, ckpt):
-    out = subprocess.run([sys.executable, "-c", TORCH_PROBE, repr(fields), str(seq),
-                          "1" if ckpt else "0"], capture_output=True, text=True)
-    line = (out.stdout.strip().splitlines() or ["?"])[-1]
-    if line.startswith("OK"):
-        return True, float(line.split()[2])
-    if line != "OOM":
-        sys.stderr.write(out.stderr[-2000:])
-    return False, None
+    ok = run_probe(TORCH_PROBE, repr(fields), seq, "1" if ckpt else "0")
+    return (True, float(ok[1])) if ok else (False, None)
 
 
 def torch_max(fields, ckpt, hi_limit, bracket=None):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stages the benchmark trainers for a GPU machine in build-gpu/ and packs them
-# as gpu-pack.tar.xz (the device tool carries at most 64 MiB). The GPU
-# machines have CUDA and PyTorch but no MLIR: trainers are compiled here.
+# as gpu-pack.tar.xz (scripts/gpu-pack.sh). The GPU machines have CUDA and
+# PyTorch but no MLIR: trainers are compiled here.
 #
 #   bash bench/prepare-gpu.sh [h100|h200]     # the cost model's device
 #
@@ -17,6 +17,7 @@
 #   lib/            the shared libraries the trainers need that CUDA lacks
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-pack.sh
 device=${1:-h200}
 models=test/data/models
 ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
@@ -35,10 +36,6 @@ compile $models/qwen3-deep-tiny.onnx --batch 2 --seq-len 16 --microbatches 2 --w
   --precision=fp32 --replicas 2 -o build-gpu/r.trainer
 compile $models/qwen3-deep-tiny.onnx --batch 4 --seq-len 16 --microbatches 4 --workers 1 \
   --precision=fp32 -o build-gpu/g4.trainer
-for l in $(ldd build-gpu/w1.trainer | awk '{print $3}' |
-           grep -E 'onnx|protobuf|gomp|libz|mpi|open-rte|open-pal|hwloc|event|udev|openblas|gfortran|quadmath'); do
-  cp -L "$l" build-gpu/lib/
-done
-strip build-gpu/*.trainer
-tar cf - build-gpu | xz -T2 -6 > gpu-pack.tar.xz
+copy_gpu_libs build-gpu/w1.trainer
+pack_gpu
 du -sh build-gpu gpu-pack.tar.xz

@@ -18,6 +18,7 @@
 # machine with test/GPU/export-models.sh (exported.tar holds qwen3-8b.onnx).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-pack.sh
 device=${1:-h100}
 graph8b=${2:-}
 models=test/data/models
@@ -43,10 +44,6 @@ if [ -n "$graph8b" ]; then
   rm tiny.trainer
   cd ../..
 fi
-for l in $(ldd build-gpu/long17.trainer | awk '{print $3}' |
-           grep -E 'onnx|protobuf|gomp|libz|mpi|open-rte|open-pal|hwloc|event|udev|openblas|gfortran|quadmath'); do
-  cp -L "$l" build-gpu/lib/
-done
-strip build-gpu/*.trainer
-tar cf - build-gpu | xz -T2 -6 > gpu-pack.tar.xz
+copy_gpu_libs build-gpu/long17.trainer
+pack_gpu
 du -sh build-gpu/*.trainer gpu-pack.tar.xz

@@ -11,6 +11,7 @@
 # carried with the few shared libraries they need that CUDA does not ship.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-pack.sh
 models=test/data/models
 case "${1:-}" in
 prepare)
@@ -28,12 +29,7 @@ prepare)
   build/bin/rondo-compile $models/qwen3-deep-tiny.onnx --batch 10 --seq-len 16 \
     --microbatches 5 --workers 1,2,3,4 --target=cuda --precision=fp32 -o build-gpu/deep10.trainer
   /usr/bin/python3 -c "import numpy as np; np.save('build-gpu/rand.npy', np.random.default_rng(7).integers(0, 512, size=(200, 16)).astype(np.int64))"
-  # Every library the GPU machines lack: ONNX, protobuf, OpenMP, and Open MPI
-  # with its dependencies (trainers link it for --replicas).
-  for l in $(ldd build-gpu/qwen3-tiny.trainer | awk '{print $3}' |
-             grep -E 'onnx|protobuf|gomp|libz|mpi|open-rte|open-pal|hwloc|event|udev|openblas|gfortran|quadmath'); do
-    cp -L "$l" build-gpu/lib/
-  done
+  copy_gpu_libs build-gpu/qwen3-tiny.trainer
   du -sh build-gpu
   ;;
 check)

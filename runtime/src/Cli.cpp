@@ -48,6 +48,27 @@ std::string parseInt(const std::string &text, int64_t &out) {
   return "";
 }
 
+/// A flag whose value is one of a few names, each standing for a value of
+/// `dst`; anything else is refused naming them ("expected a, b or c").
+template <class T>
+std::function<std::string(const std::string &)>
+oneOf(T &dst, std::vector<std::pair<std::string, T>> choices) {
+  return [&dst, choices = std::move(choices)](const std::string &v) {
+    std::string expected = "expected ";
+    for (size_t k = 0; k < choices.size(); ++k) {
+      if (v == choices[k].first) {
+        dst = choices[k].second;
+        return std::string();
+      }
+      expected += (k == 0                    ? ""
+                   : k + 1 == choices.size() ? " or "
+                                             : ", ") +
+                  choices[k].first;
+    }
+    return expected;
+  };
+}
+
 std::string parseBool(const std::string &text, bool &out) {
   if (text == "true" || text == "1") {
     out = true;
@@ -145,12 +166,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "gradients are downloaded, while the backward pass goes on; the "
        "same bits as sync. Default overlap, sync with --clip-grad-norm, "
        "--dump-gradients or --on-nan=skip.",
-       [&o](const std::string &v) {
-         if (v != "sync" && v != "overlap")
-           return std::string("expected sync or overlap");
-         o.optimizerMode = v;
-         return std::string();
-       }},
+       oneOf(o.optimizerMode, {{"sync", "sync"}, {"overlap", "overlap"}})},
       {"lr", "X", "Peak learning rate (default 1e-3).",
        real(o.lr, 0, false, inf, false)},
       {"betas", "B1,B2", "AdamW betas (default 0.9,0.999).",
@@ -213,15 +229,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       {"init", "onnx|random",
        "Initial weights: from the ONNX model (default) or random "
        "(normal(0, 0.02); ones for 1-D *norm*, zeros for 1-D *bias*).",
-       [&o](const std::string &v) {
-         if (v == "onnx")
-           o.init = InitKind::Onnx;
-         else if (v == "random")
-           o.init = InitKind::Random;
-         else
-           return std::string("expected onnx or random");
-         return std::string();
-       }},
+       oneOf(o.init, {{"onnx", InitKind::Onnx}, {"random", InitKind::Random}})},
       {"seed", "S", "Seed of --init=random (default 0).",
        [&o](const std::string &v) {
          int64_t x = 0;
@@ -307,12 +315,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "processes started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
        "set (torchrun, Slurm, or by hand), no mpirun needed; each replica's "
        "GPUs are --gpus, or LOCAL_RANK's share.",
-       [&o](const std::string &v) {
-         if (v != "mpi" && v != "nccl")
-           return std::string("expected mpi or nccl");
-         o.replicaEngine = v;
-         return std::string();
-       }},
+       oneOf(o.replicaEngine, {{"mpi", "mpi"}, {"nccl", "nccl"}})},
       {"map-weights", "auto|on|off",
        "Frozen weights (LoRA's base model) whose ONNX external data is fp32: "
        "on: used in place from read-only mappings of the data files, never "
@@ -320,26 +323,16 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "host's memory; uploads are pageable, staged by the driver); off: "
        "copied into pinned host memory; auto (default): mapped when they "
        "would take more than half of the host's memory.",
-       [&o](const std::string &v) {
-         if (v != "auto" && v != "on" && v != "off")
-           return std::string("expected auto, on or off");
-         o.mapWeights = v == "on"    ? MapWeights::On
-                        : v == "off" ? MapWeights::Off
-                                     : MapWeights::Auto;
-         return std::string();
-       }},
+       oneOf(o.mapWeights, {{"auto", MapWeights::Auto},
+                            {"on", MapWeights::On},
+                            {"off", MapWeights::Off}})},
       {"shard-optimizer", "on|off",
        "With --replicas: on (default): replica r sums and updates only its "
        "1/R shard of every parameter (gradients reduce-scattered, weights "
        "all-gathered after the update; AdamW state 1/R per replica). off: "
        "every replica sums all gradients (all-reduce) and runs the whole "
        "optimizer.",
-       [&o](const std::string &v) {
-         if (v != "on" && v != "off")
-           return std::string("expected on or off");
-         o.shardOptimizer = v == "on";
-         return std::string();
-       }},
+       oneOf(o.shardOptimizer, {{"on", true}, {"off", false}})},
       {"replica-check-every", "K",
        "With --replicas: compare the replicas' weight checksums every K "
        "steps and at every checkpoint; a mismatch stops the run (default "
@@ -388,28 +381,13 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       {"on-checkpoint-error", "continue|stop",
        "When a checkpoint cannot be written: warn, keep the previous one "
        "and train on (default), or stop with status 1.",
-       [&o](const std::string &v) {
-         if (v == "continue")
-           o.onCheckpointError = OnCheckpointError::Continue;
-         else if (v == "stop")
-           o.onCheckpointError = OnCheckpointError::Stop;
-         else
-           return std::string("expected continue or stop");
-         return std::string();
-       }},
+       oneOf(o.onCheckpointError, {{"continue", OnCheckpointError::Continue},
+                                   {"stop", OnCheckpointError::Stop}})},
       {"on-nan", "stop|skip",
        "A non-finite loss or gradient: stop with status 1 before any "
        "update with it (default), or skip the whole step (no update, the "
        "data moves on) with a warning; skip needs --optimizer-mode=sync.",
-       [&o](const std::string &v) {
-         if (v == "stop")
-           o.onNan = OnNan::Stop;
-         else if (v == "skip")
-           o.onNan = OnNan::Skip;
-         else
-           return std::string("expected stop or skip");
-         return std::string();
-       }},
+       oneOf(o.onNan, {{"stop", OnNan::Stop}, {"skip", OnNan::Skip}})},
       {"watchdog-seconds", "S",
        "Pipelined trainers: stop, naming the op that hangs, when no op "
        "completes for S seconds (default 300; 0: off).",

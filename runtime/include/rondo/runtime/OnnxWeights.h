@@ -25,11 +25,6 @@
 
 namespace rondo::rt {
 
-/// Loads, for every params[i] with dst[i] not null, the initializer of that
-/// name from the model at `path` into dst[i] (fp32, product of
-/// params[i].dims elements). Throws rt::Error naming the initializer and
-/// file when one is missing, has another shape or a non-floating type, or
-/// its external data cannot be read.
 /// Weights used where they lie in their external data files, never copied:
 /// read-only mappings, paged in as the uploads read them and evictable, so
 /// frozen weights may exceed the host's memory.
@@ -48,6 +43,11 @@ struct MappedWeights {
 MappedWeights mapOnnxWeights(const std::string &path, const ParamSpec *params,
                              int numParams, const std::vector<bool> &wanted);
 
+/// Loads, for every params[i] with dst[i] not null, the initializer of that
+/// name from the model at `path` into dst[i] (fp32, product of
+/// params[i].dims elements). Throws rt::Error naming the initializer and
+/// file when one is missing, has another shape or a non-floating type, or
+/// its external data cannot be read.
 void loadOnnxWeights(const std::string &path, const ParamSpec *params,
                      int numParams, float *const *dst);
 

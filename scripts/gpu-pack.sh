@@ -1,0 +1,20 @@
+# Sourced by the scripts that stage trainers for a GPU machine (the GPU
+# machines have CUDA and PyTorch but no MLIR, ONNX, protobuf, OpenMP or
+# Open MPI): run from the repository root, with build-gpu/lib created.
+
+# Copies every library TRAINER needs that the GPU machines lack (ONNX,
+# protobuf, OpenMP, and Open MPI with its dependencies: trainers link it
+# for --replicas) into build-gpu/lib.
+copy_gpu_libs() {
+  for l in $(ldd "$1" | awk '{print $3}' |
+             grep -E 'onnx|protobuf|gomp|libz|mpi|open-rte|open-pal|hwloc|event|udev|openblas|gfortran|quadmath'); do
+    cp -L "$l" build-gpu/lib/
+  done
+}
+
+# Strips the trainers and packs build-gpu as gpu-pack.tar.xz (the device
+# tool carries at most 64 MiB).
+pack_gpu() {
+  strip build-gpu/*.trainer
+  tar cf - build-gpu | xz -T2 -6 > gpu-pack.tar.xz
+}
