@@ -160,13 +160,17 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        [](const std::string &v) {
          return v == "adamw" ? std::string() : std::string("expected adamw");
        }},
-      {"optimizer-mode", "sync|overlap",
+      {"optimizer-mode", "sync|overlap|stale",
        "sync: one update after the whole backward pass (PyTorch order). "
        "overlap: each stage's parameters are updated as soon as their "
        "gradients are downloaded, while the backward pass goes on; the "
-       "same bits as sync. Default overlap, sync with --clip-grad-norm, "
-       "--dump-gradients or --on-nan=skip.",
-       oneOf(o.optimizerMode, {{"sync", "sync"}, {"overlap", "overlap"}})},
+       "same bits as sync. stale: RoundPipe's asynchronous step: step s+1 "
+       "runs on the weights before step s's update, which the host computes "
+       "meanwhile (different numerics; every checkpoint, evaluation and the "
+       "end of the run apply the pending update first). Default overlap, "
+       "sync with --clip-grad-norm, --dump-gradients or --on-nan=skip.",
+       oneOf(o.optimizerMode,
+             {{"sync", "sync"}, {"overlap", "overlap"}, {"stale", "stale"}})},
       {"lr", "X", "Peak learning rate (default 1e-3).",
        real(o.lr, 0, false, inf, false)},
       {"betas", "B1,B2", "AdamW betas (default 0.9,0.999).",
@@ -460,6 +464,17 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
                                                 : "--on-nan=skip") +
               ": it needs every gradient of the step before the first "
               "update; use --optimizer-mode=sync";
+    return CliStatus::Error;
+  }
+  if (options.optimizerMode == "stale" &&
+      (!options.dumpGradients.empty() || options.onNan == OnNan::Skip ||
+       options.replicas > 1)) {
+    message = std::string("--optimizer-mode=stale cannot be combined with ") +
+              (!options.dumpGradients.empty() ? "--dump-gradients"
+               : options.onNan == OnNan::Skip ? "--on-nan=skip"
+                                              : "--replicas") +
+              ": it applies each update one step late; use "
+              "--optimizer-mode=sync or overlap";
     return CliStatus::Error;
   }
   if (options.saveEvery > 0 && options.checkpointDir.empty()) {

@@ -66,7 +66,8 @@ struct TrainerOptions {
   /// compiled plan to run. 0: the default.
   int workers = 0;
   bool quiet = false;
-  /// "sync" or "overlap"; empty: overlap unless clipping, gradient dumps or
+  /// "sync", "overlap" or "stale" (the sync program, its update applied one
+  /// step late); empty: overlap unless clipping, gradient dumps or
   /// --on-nan=skip need every gradient before the first update.
   std::string optimizerMode;
   std::string trace;

@@ -31,7 +31,12 @@
 // stages) compute. Every parameter is updated once per step with this
 // step's complete gradient, so there is no staleness and, AdamW being
 // elementwise, overlap gives the same bits as sync. RoundPipe's one-step-
-// stale update would hide more of the optimizer but changes the numerics.
+// stale update (stale: the sync program, each step's task held back until
+// the next step's uploads have read the weights, see HostExec.h) hides
+// all of the optimizer on one worker but changes the numerics: the
+// gradient of step s is computed on the weights before update s-1, and
+// every drain (checkpoints, evaluation, the end) applies the pending
+// update, so the step after it runs on fresh weights.
 //
 //===----------------------------------------------------------------------===//
 
@@ -545,12 +550,14 @@ void Trainer::setUpOptimizer() {
 
 void Trainer::setUpProgram(int64_t firstStep) {
   info = analyseProgram(*program, model);
-  syncMode = std::string(program->optimizer) == "sync";
+  const bool stale = opts.optimizerMode == "stale";
+  syncMode = std::string(program->optimizer) == "sync" && !stale;
   exec = std::make_unique<HostExec>(
       *program, model, info, paramPtrs.data(), *this, !opts.trace.empty(),
       firstStep,
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       pageableParams());
+  exec->setStaleOptimizer(stale);
   // Gradients: in the host buffer for one part, summed for several.
   char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   int64_t largest = 0;
@@ -1362,6 +1369,9 @@ int Trainer::runLoop() {
     if (!opts.trace.empty())
       throw Error("--trace records the ops of a pipelined trainer; this "
                   "trainer runs a single-process step");
+    if (opts.optimizerMode == "stale")
+      throw Error("--optimizer-mode=stale delays the updates of a pipelined "
+                  "trainer; this trainer runs a single-process step");
 #ifdef _OPENMP
     if (opts.workers > 0)
       omp_set_num_threads(opts.workers);
@@ -1415,8 +1425,10 @@ int Trainer::runLoop() {
     if (program) {
       std::snprintf(
           how, sizeof(how),
-          "plan %s: %d worker%s, %d microbatches of %d rows, %s on %s%s",
-          program->name, program->workers, program->workers == 1 ? "" : "s",
+          "plan %s%s: %d worker%s, %d microbatches of %d rows, %s on %s%s",
+          program->name,
+          opts.optimizerMode == "stale" ? " with one-step-stale updates" : "",
+          program->workers, program->workers == 1 ? "" : "s",
           program->microbatches, program->rowsPerMicrobatch,
           model.precision ? model.precision : "fp32",
           exec ? exec->backendName() : "host",
@@ -1612,8 +1624,10 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
   if (numPrograms < 1 || !programs)
     return "this trainer has no compiled program";
   const int workers = opts.workers > 0 ? opts.workers : programs[0].workers;
+  // The stale step runs the sync program (one update per step), late.
   const std::string mode =
-      !opts.optimizerMode.empty()
+      opts.optimizerMode == "stale" ? "sync"
+      : !opts.optimizerMode.empty()
           ? opts.optimizerMode
           : (opts.clipGradNorm || !opts.dumpGradients.empty() ||
                      opts.onNan == OnNan::Skip

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a trainer's --trace against the schedule it claims to run.
 
-  check_trace.py TRACE.json [--min-stages K] [--overlap]
+  check_trace.py TRACE.json [--min-stages K] [--overlap] [--stale]
 
 Reads the plan from the trace's otherData and checks, for every training
 step in the trace:
@@ -10,8 +10,11 @@ step in the trace:
     chunks add up to the stage's parameter image;
   - each stage-job that produces gradients downloaded them exactly once.
 With --overlap: some optimizer task ran while a launch of another stage-job
-was running (the optimizer hidden behind compute). Exits non-zero naming the
-first violation.
+was running (the optimizer hidden behind compute). With --stale (one-step-
+stale updates): the update of step s starts after every parameter upload of
+step s+1 has ended (they read the weights before it) and ends before the
+first parameter upload of step s+2 starts (they read the weights after it).
+Exits non-zero naming the first violation.
 """
 import collections
 import json
@@ -87,6 +90,31 @@ def main():
             print("no optimizer task overlapped a launch")
             return 1
         print("optimizer tasks overlapping compute of other stage-jobs: yes")
+    if "--stale" in sys.argv:
+        updates = {e["args"]["step"]: e for e in ops if e["args"]["kind"] == "optimizer"}
+        ups = collections.defaultdict(list)
+        for e in ops:
+            if e["args"]["kind"] == "param_upload":
+                ups[e["args"]["step"]].append(e)
+        checked = 0
+        for s, o in sorted(updates.items()):
+            if s + 1 in ups:
+                last = max(u["ts"] + u["dur"] for u in ups[s + 1])
+                if o["ts"] < last:
+                    print("the update of step %d started at %d us, before step %d's "
+                          "parameter uploads ended (%d us)" % (s, o["ts"], s + 1, last))
+                    return 1
+                checked += 1
+            if s + 2 in ups:
+                first = min(u["ts"] for u in ups[s + 2])
+                if first < o["ts"] + o["dur"]:
+                    print("step %d's parameter uploads started at %d us, before the "
+                          "update of step %d ended (%d us)" % (s + 2, first, s, o["ts"] + o["dur"]))
+                    return 1
+        if not checked:
+            print("no update with a following step in the trace")
+            return 1
+        print("%d updates ran after the next step's uploads and before the one after" % checked)
     return 0
 
 

@@ -243,6 +243,8 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
   }
   gradDownloads.resize(size_t(program.numStages));
   optimizerIssued.assign(size_t(program.numStages) + 1, -2);
+  optimizerEvents.assign(size_t(std::max<int32_t>(program.numEvents, 0)),
+                         false);
   generation.assign(size_t(program.numEvents) + 1 + size_t(program.numStages),
                     -1);
 
@@ -293,6 +295,7 @@ void HostExec::beginStep(int64_t step, bool eval, float lossScale) {
   tag.lossScale = lossScale;
   for (auto &d : gradDownloads)
     d.clear();
+  paramUploads.clear();
 }
 
 int32_t HostExec::workerOf(int32_t job) const {
@@ -375,7 +378,10 @@ void HostExec::addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
       throw Error("exec: " + what.text() + ": await " + std::to_string(i) +
                   " names event " + std::to_string(a.event) + " (of " +
                   std::to_string(program.numEvents) + ")");
-    op.waits.push_back({a.event, tag.seq - a.previousStep});
+    // A stale parameter upload runs on the weights of two updates back.
+    const bool stale = staleOptimizer && op.paramStage >= 0 &&
+                       a.previousStep == 1 && optimizerEvents[size_t(a.event)];
+    op.waits.push_back({a.event, tag.seq - (stale ? 2 : a.previousStep)});
   }
 }
 
@@ -426,12 +432,21 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
                     " bytes) is outside the stage's image");
       op.paramStage = int32_t(src.slot);
       op.srcOffset = src.offset;
-      // The upload must see the previous step's updates of its pieces.
+      // The upload must see the previous step's updates of its pieces
+      // (stale: those of the step before).
+      // Stale: the held-back update of the previous step is issued, and
+      // every step issues one, so the one before it was issued too.
+      const int64_t updateSeq = tag.seq - (staleOptimizer ? 2 : 1);
+      auto issuedFor = [&](int64_t issued) {
+        return staleOptimizer ? issued >= updateSeq : issued == updateSeq;
+      };
       for (int32_t x : info.updatedBy[size_t(src.slot)])
-        if (optimizerIssued[size_t(x) + 1] == tag.seq - 1)
-          op.waits.push_back({internalEvent(x), tag.seq - 1});
-      if (optimizerIssued[0] == tag.seq - 1)
-        op.waits.push_back({internalEvent(-1), tag.seq - 1});
+        if (issuedFor(optimizerIssued[size_t(x) + 1]))
+          op.waits.push_back({internalEvent(x), updateSeq});
+      if (issuedFor(optimizerIssued[0]))
+        op.waits.push_back({internalEvent(-1), updateSeq});
+      if (staleOptimizer && event >= 0)
+        paramUploads.push_back(event);
     } else {
       op.src = resolve(src, bytes, true, what.part("source"));
     }
@@ -543,8 +558,21 @@ void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
         for (int32_t e : gradDownloads[size_t(y)])
           op.waits.push_back({e, tag.seq});
       optimizerIssued[size_t(stage) + 1] = tag.seq;
+      if (event >= 0)
+        optimizerEvents[size_t(event)] = true;
     }
     addAwaits(op, awaits, numAwaits, what);
+    if (kind == RONDO_TASK_OPTIMIZER && staleOptimizer) {
+      if (stage != -1)
+        throw Error("exec: " + what.text() +
+                    ": one-step-stale updates need a program with one "
+                    "optimizer task per step (the sync program)");
+      // Every parameter upload of this step is issued: the previous
+      // step's update may run once they have read the weights.
+      releaseStaleUpdate(paramUploads);
+      heldUpdate = std::make_unique<Op>(std::move(op));
+      return;
+    }
     enqueue(streamOf(-1, kind == RONDO_TASK_LOAD_BATCH ? kDataRole
                                                        : kOptimizerRole),
             std::move(op));
@@ -802,7 +830,17 @@ void HostExec::barrier() {
   waitFor(lock, [&] { return pendingWorker == 0; });
 }
 
+void HostExec::releaseStaleUpdate(const std::vector<int32_t> &uploads) {
+  if (!heldUpdate)
+    return;
+  std::unique_ptr<Op> op = std::move(heldUpdate);
+  for (int32_t e : uploads)
+    op->waits.push_back({e, tag.seq});
+  enqueue(streamOf(-1, kOptimizerRole), std::move(*op));
+}
+
 void HostExec::drainHost() {
+  releaseStaleUpdate({});
   std::unique_lock<std::mutex> lock(mu);
   waitFor(lock, [&] { return pendingHost == 0 && pendingData == 0; });
 }

@@ -172,7 +172,10 @@ public:
                 const rondo_await *awaits, int32_t numAwaits) override;
   void barrier() override;
 
-  /// Waits until the host threads are idle too.
+  /// One-step-stale updates (see the file comment); before the first step.
+  void setStaleOptimizer(bool on) { staleOptimizer = on; }
+  /// Waits until the host threads are idle too, releasing a held-back
+  /// stale update first: afterwards the weights include every issued step.
   void drainHost();
   /// Waits until the data thread is idle (before refilling batch inputs).
   void drainData();
@@ -259,6 +262,9 @@ private:
   void enqueue(Stream &stream, Op op);
   void addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
                  const Site &what);
+  /// Enqueues the held-back stale update, if any, waiting also for
+  /// `uploads` (events of the current step's parameter uploads).
+  void releaseStaleUpdate(const std::vector<int32_t> &uploads);
   char *resolve(const rondo_ref &ref, int64_t bytes, bool exact,
                 const Site &what);
   std::string describe(const char *op, int32_t job, int32_t microbatch) const;
@@ -299,6 +305,13 @@ private:
   std::vector<std::vector<int32_t>> gradDownloads;
   /// Per internal optimizer event (stage + 1): the seq it was last issued.
   std::vector<int64_t> optimizerIssued;
+  bool staleOptimizer = false;
+  /// Program events that OPTIMIZER tasks complete.
+  std::vector<bool> optimizerEvents;
+  /// Stale mode: events of this step's parameter uploads, and the update of
+  /// the previous step, not yet enqueued.
+  std::vector<int32_t> paramUploads;
+  std::unique_ptr<Op> heldUpdate;
 
   mutable std::mutex mu;
   std::condition_variable cv;
