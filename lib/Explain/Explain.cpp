@@ -139,6 +139,13 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                       "tokens/s, bubble {2:f1}%\n",
                       ms(syncStep), tokens / syncStep,
                       100 * plan.getSyncBubbleFraction().convertToDouble());
+  if (std::optional<APFloat> stale = plan.getStaleStepSeconds()) {
+    double staleStep = stale->convertToDouble();
+    os << llvm::formatv("  one-step-stale optimizer (trainer "
+                        "--optimizer-mode=stale): {0} ms/step, {1:f0} "
+                        "tokens/s\n",
+                        ms(staleStep), tokens / staleStep);
+  }
   os << llvm::formatv("  (bubble = 1 - sum of worker compute time / ({0} x "
                       "step time); link {1:f1} GB/s per worker per "
                       "direction{2})\n",
@@ -276,7 +283,6 @@ LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
     planner::Plan partition = plan.buildPlan();
     planner::SimOptions options;
     options.firstWorker = static_cast<int>(plan.getSchedule().getFirstWorker());
-    options.overlapOptimizer = true;
     planner::SimResult sim = planner::simulate(problem, partition, options);
     std::ostringstream svg;
     std::string title = llvm::formatv(

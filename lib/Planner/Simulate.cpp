@@ -11,23 +11,26 @@
 //   upload of job g:        the worker's upload lane, the end of the compute
 //                           of the job two before it on the same worker (two
 //                           parameter slots), and the optimizer updates of
-//                           its layers from step s-1 (sync) or s-2
-//                           (overlapped);
+//                           its layers from step s-1 (sync, overlap) or s-2
+//                           (stale);
 //   microbatch m of job g:  its upload, the worker's compute lane and, for
 //                           n > 0, the end of microbatch m of job g-1 plus
 //                           this job's hand-off time;
 //   download of job g:      its last microbatch and the download lane;
-//   optimizer task of job g: (tail and backward stages with trainable
-//                           parameters) its download, or its last
-//                           microbatch, and the host optimizer lane, which
-//                           runs tasks in issue order: every stage's
-//                           parameters are updated as soon as its gradients
-//                           land (per-parameter AdamW needs nothing else;
-//                           global gradient clipping would make every task
-//                           wait for the last gradient, which the plan does
-//                           not model).
+//   optimizer tasks:        the host optimizer lane runs them in issue
+//                           order, as the trainer's --optimizer-mode does:
+//                           overlap: one task per tail/backward stage with
+//                           trainable parameters, after its download (or
+//                           its last microbatch), updating that stage's
+//                           layers (per-parameter AdamW needs nothing
+//                           else); sync: one task per step after the last
+//                           gradient has landed, updating every layer;
+//                           stale: sync's task, which also waits until the
+//                           parameter uploads of step s+1 have read the
+//                           weights.
 // Jobs are replayed in issue order, which is a topological order of these
-// dependencies, so one pass computes the whole timeline.
+// dependencies (a stale task is replayed after the next step's jobs), so
+// one pass computes the whole timeline.
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,10 +63,15 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
   int numMicrobatches = std::max(problem.microbatches, 1);
   // The rotation brings every job back to the same worker after
   // N / gcd(K, N) steps; the steady state is measured over such a period
-  // (at least two steps, so one-step-stale steps that overlap average out).
+  // (at least two steps, so one-step-stale steps that overlap average out),
+  // after a warm-up of one step (two when stale: its updates reach back two
+  // steps).
   int period =
       std::max(numWorkers / std::gcd(std::max(numJobs, 1), numWorkers), 2);
-  int steps = options.steps > 0 ? options.steps : 2 * period + 1;
+  int steps = options.steps > 0
+                  ? options.steps
+                  : 2 * period +
+                        (options.optimizer == OptimizerMode::Stale ? 2 : 1);
 
   std::vector<StageCost> costs;
   costs.reserve(numJobs);
@@ -114,6 +122,30 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
     result.timeline.push_back(ev);
   };
 
+  using Mode = OptimizerMode;
+  const Mode mode = options.optimizer;
+  double totalOptimizerSeconds = 0;
+  for (int n = 0; n < numJobs; ++n)
+    if (jobs[n].kind != StageKind::Forward)
+      totalOptimizerSeconds += optimizerSeconds[n];
+  bool anyUpdate = false;
+  for (int n = 0; n < numJobs; ++n)
+    anyUpdate |= jobs[n].kind != StageKind::Forward &&
+                 (optimizerSeconds[n] > 0 || costs[n].gradBytes > 0);
+  // Per step: when its last gradient landed, and when its last parameter
+  // upload ended.
+  std::vector<double> gradientsLandedAt(steps, 0.0), uploadsEndAt(steps, 0.0);
+  // One task updating every layer (sync and stale).
+  auto wholeUpdate = [&](int s, double ready) {
+    double start = std::max(ready, optimizerFree);
+    double end = start + totalOptimizerSeconds;
+    optimizerFree = end;
+    for (int l = 0; l < numLayers; ++l)
+      updated[s][l] = end;
+    record(Lane::Optimizer, -1, s, -1, -1, start, end);
+    return end;
+  };
+
   long long c0 = options.firstWorker;
   for (int s = 0; s < steps; ++s) {
     double computeAndDownloadEnd = 0, optimizerEnd = 0;
@@ -126,12 +158,13 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
       // Parameters: a free slot (the job two before has finished) and, for
       // the first steps, weights the optimizer has already updated.
       double uploadStart = std::max(wk.uploadFree, wk.jobBeforeEnd);
-      int waitStep = options.overlapOptimizer ? s - 2 : s - 1;
+      int waitStep = mode == Mode::Stale ? s - 2 : s - 1;
       if (waitStep >= 0)
         for (int l = jobs[n].first; l < jobs[n].end && l < numLayers; ++l)
           uploadStart = std::max(uploadStart, updated[waitStep][l]);
       double uploadEnd = uploadStart + c.uploadSeconds;
       wk.uploadFree = uploadEnd;
+      uploadsEndAt[s] = std::max(uploadsEndAt[s], uploadEnd);
       record(Lane::Upload, w, s, n, -1, uploadStart, uploadEnd);
 
       for (int m = 0; m < numMicrobatches; ++m) {
@@ -158,20 +191,33 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
       }
       if (jobs[n].kind != StageKind::Forward &&
           (optimizerSeconds[n] > 0 || c.gradBytes > 0)) {
-        double start = std::max(gradientsLanded, optimizerFree);
-        double end = start + optimizerSeconds[n];
-        optimizerFree = end;
-        for (int l = jobs[n].first; l < jobs[n].end && l < numLayers; ++l)
-          updated[s][l] = std::max(updated[s][l], end);
-        optimizerEnd = std::max(optimizerEnd, end);
-        record(Lane::Optimizer, -1, s, n, -1, start, end);
+        gradientsLandedAt[s] = std::max(gradientsLandedAt[s], gradientsLanded);
+        if (mode == Mode::Overlap) {
+          double start = std::max(gradientsLanded, optimizerFree);
+          double end = start + optimizerSeconds[n];
+          optimizerFree = end;
+          for (int l = jobs[n].first; l < jobs[n].end && l < numLayers; ++l)
+            updated[s][l] = std::max(updated[s][l], end);
+          optimizerEnd = std::max(optimizerEnd, end);
+          record(Lane::Optimizer, -1, s, n, -1, start, end);
+        }
       }
       std::swap(previousMicrobatchEnd, microbatchEnd);
     }
-    stepEnd[s] = options.overlapOptimizer
-                     ? computeAndDownloadEnd
-                     : std::max(computeAndDownloadEnd, optimizerEnd);
+    if (anyUpdate && mode == Mode::Sync)
+      optimizerEnd = wholeUpdate(s, gradientsLandedAt[s]);
+    // The stale update of the previous step: its gradients have landed and
+    // this step's uploads have read the weights it changes.
+    if (anyUpdate && mode == Mode::Stale && s > 0)
+      wholeUpdate(s - 1, std::max(gradientsLandedAt[s - 1], uploadsEndAt[s]));
+    stepEnd[s] = mode == Mode::Sync
+                     ? std::max(computeAndDownloadEnd, optimizerEnd)
+                     : computeAndDownloadEnd;
   }
+
+  // The last step's stale update, which no later step waits for.
+  if (anyUpdate && mode == Mode::Stale)
+    wholeUpdate(steps - 1, gradientsLandedAt[steps - 1]);
 
   // A step is complete when it and every step before it have ended (with
   // the overlapped optimizer consecutive steps may finish out of order).

@@ -29,8 +29,9 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     The body holds one `pipe.layer` per layer, one `pipe.stage` per stage and
     one `pipe.schedule`. Attributes record the device the costs were
     computed for, the budgets, the predicted peaks, the predicted step time
-    and bubble fraction (overlapped optimizer, steady state; `sync_*` for
-    the synchronous optimizer), and `bound`, the constraint that limited the
+    and bubble fraction (the trainer's default `--optimizer-mode=overlap`,
+    steady state; `sync_*` for `sync`, `stale_step_seconds` for RoundPipe's
+    one-step-stale `stale`), and `bound`, the constraint that limited the
     plan, in words. `max_seq_len` is the longest sequence (tokens of one
     row, one row per microbatch) that a plan of these workers holds within
     the same budgets: long-context planning, with the table scaled to that
@@ -81,7 +82,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<BoolAttr>:$shard_optimizer,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas_per_host,
                        OptionalAttr<I64Attr>:$max_seq_len,
-                       OptionalAttr<F64Attr>:$mapped_weight_bytes);
+                       OptionalAttr<F64Attr>:$mapped_weight_bytes,
+                       OptionalAttr<F64Attr>:$stale_step_seconds);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -226,18 +226,30 @@ struct TimelineEvent {
   double start = 0, end = 0;
 };
 
+/// How the host optimizer runs, as the trainer's --optimizer-mode.
+enum class OptimizerMode {
+  /// One update per step after its last gradient has landed; the next
+  /// step's uploads wait for it.
+  Sync,
+  /// Per-stage eager updates: each tail/backward stage's parameters are
+  /// updated as soon as its gradients land; a stage-job of step s+1 uploads
+  /// its parameters once the step-s update of its layers is done. The
+  /// trainer's default, and what plans are chosen by.
+  Overlap,
+  /// RoundPipe's asynchronous step: step s+1 runs on the weights before
+  /// update s, which runs (one task) once step s+1's uploads have read
+  /// them; step s+2's uploads wait for it.
+  Stale,
+};
+
 struct SimOptions {
   /// Simulated consecutive steps; 0 chooses enough for the steady state:
   /// two rotation periods (N / gcd(K, N) steps, at least 2) after a warm-up
   /// of one.
   int steps = 0;
   int firstWorker = 0; // c0
-  /// true: step s+1 runs on weights from step s-1 (one-step stale), so the
-  /// optimizer of step s overlaps step s+1; false (sync): a stage-job of
-  /// step s+1 uploads its parameters once the step-s update of its layers
-  /// is done. Either way each tail/backward stage's parameters are updated
-  /// as soon as its gradients land (per-stage eager AdamW).
-  bool overlapOptimizer = true;
+  /// The trainer's --optimizer-mode being predicted (see OptimizerMode).
+  OptimizerMode optimizer = OptimizerMode::Overlap;
 };
 
 struct SimResult {

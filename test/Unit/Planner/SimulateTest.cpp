@@ -70,7 +70,7 @@ TEST(SimulateTest, OneWorkerChainWithHop) {
   Plan plan = makePlan({fwd(0, 1)}, tailStage(1, 2), {bwd(0, 1)});
   ASSERT_DOUBLE_EQ(costStage(p, plan.tail).hopSeconds, 2);
 
-  SimResult r = simulate(p, plan, {/*steps=*/3, 0, true});
+  SimResult r = simulate(p, plan, {/*steps=*/3, 0, OptimizerMode::Stale});
   EXPECT_EQ(computeStarts(r, 0, 0), (std::vector<double>{0, 1}));
   EXPECT_EQ(computeStarts(r, 0, 1), (std::vector<double>{3, 5}));
   EXPECT_EQ(computeStarts(r, 0, 2), (std::vector<double>{7, 9}));
@@ -81,12 +81,12 @@ TEST(SimulateTest, OneWorkerChainWithHop) {
 
   // Without the hop one worker is busy all the time.
   p.layers[1].inputBytes = 0;
-  SimResult noHop = simulate(p, plan, {3, 0, true});
+  SimResult noHop = simulate(p, plan, {3, 0, OptimizerMode::Stale});
   EXPECT_DOUBLE_EQ(noHop.stepSeconds, 10);
   EXPECT_DOUBLE_EQ(noHop.bubbleFraction, 0);
 
   // One step only: the end of step 0.
-  EXPECT_DOUBLE_EQ(simulate(p, plan, {1, 0, true}).stepSeconds, 10);
+  EXPECT_DOUBLE_EQ(simulate(p, plan, {1, 0, OptimizerMode::Stale}).stepSeconds, 10);
 }
 
 TEST(SimulateTest, OneWorkerUploadBound) {
@@ -105,7 +105,7 @@ TEST(SimulateTest, OneWorkerUploadBound) {
   p.microbatches = 1;
   p.linkBytesPerSecond = 1;
   Plan plan = makePlan({fwd(0, 1)}, tailStage(1, 2), {bwd(0, 1)});
-  SimResult r = simulate(p, plan, {3, 0, true});
+  SimResult r = simulate(p, plan, {3, 0, OptimizerMode::Stale});
   std::vector<std::pair<double, double>> uploads;
   for (const TimelineEvent &ev : r.timeline)
     if (ev.lane == Lane::Upload && ev.step < 2)
@@ -144,7 +144,7 @@ TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
   // 12 s per step = 4 jobs * 6 s / 2 workers.
   PlanProblem p = balancedProblem();
   Plan plan = balancedPlan();
-  SimResult r = simulate(p, plan, {4, 0, true});
+  SimResult r = simulate(p, plan, {4, 0, OptimizerMode::Stale});
   EXPECT_EQ(computeStarts(r, 0, 1), (std::vector<double>{2, 4, 6}));
   EXPECT_EQ(computeStarts(r, 0, 3), (std::vector<double>{8, 10, 12}));
   EXPECT_DOUBLE_EQ(r.stepSeconds, 12);
@@ -152,7 +152,7 @@ TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
   EXPECT_NEAR(r.bubbleFraction, 0, 1e-12);
 
   // Round-robin placement: job n of step s on (c0 + s*K + n) mod N.
-  SimResult shifted = simulate(p, plan, {2, 1, true});
+  SimResult shifted = simulate(p, plan, {2, 1, OptimizerMode::Stale});
   for (const TimelineEvent &ev : shifted.timeline) {
     if (ev.lane == Lane::Compute) {
       EXPECT_EQ(ev.worker, (1 + ev.step * 4 + ev.job) % 2);
@@ -161,42 +161,64 @@ TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
   EXPECT_DOUBLE_EQ(shifted.stepSeconds, 12);
 }
 
-TEST(SimulateTest, SyncOptimizerAddsToTheStep) {
+TEST(SimulateTest, OptimizerModes) {
   // The balanced case with 1e9 parameters per layer at 1e9/s: 1 s of
-  // optimizer per layer, run per stage as its gradients land. Step 0: T
-  // ends at 8 (update of layer 2 [8, 9]), B1 at 12 (layer 1 [12, 13]), B2
-  // at 14 (layer 0 [14, 15]). Sync: F0 of step 1 needs layers 0 and 1 of
-  // step 0, so it starts at 15 and every step takes 15 s (14 s of pipeline
-  // plus the last stage's update). Overlapped: step s+1 runs on the
-  // weights of step s-1 and the pipeline keeps its 12 s.
+  // optimizer per layer. Step 0: T ends at 8, B1 at 12, B2 at 14.
+  //   overlap: per stage as its gradients land: layer 2 [8, 9], layer 1
+  //     [12, 13], layer 0 [14, 15]. F0 of step 1 needs layers 0 and 1 of
+  //     step 0, so it starts at 15 and every step takes 15 s (14 s of
+  //     pipeline plus the last stage's update).
+  //   sync: one task after the last gradient, [14, 17]: 17 s per step.
+  //   stale: step 1 runs on the initial weights and keeps the 12 s
+  //     pipeline; update 0 waits for step 1's last upload (B2's, at 14,
+  //     once B2 of step 0 has freed its slot) and ends at 17, long before
+  //     step 2's first upload (24) needs it.
   PlanProblem p = balancedProblem();
   p.trainableParams = {1e9, 1e9, 1e9};
   p.optimizerParamsPerSecond = 1e9;
   Plan plan = balancedPlan();
-  SimResult sync = simulate(p, plan, {4, 0, false});
-  SimResult overlap = simulate(p, plan, {4, 0, true});
-  EXPECT_DOUBLE_EQ(sync.stepSeconds, 15);
-  EXPECT_DOUBLE_EQ(overlap.stepSeconds, 12);
-  int optimizerEvents = 0;
-  for (const TimelineEvent &ev : sync.timeline)
+  SimResult overlap = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  SimResult sync = simulate(p, plan, {4, 0, OptimizerMode::Sync});
+  SimResult stale = simulate(p, plan, {5, 0, OptimizerMode::Stale});
+  EXPECT_DOUBLE_EQ(overlap.stepSeconds, 15);
+  EXPECT_DOUBLE_EQ(sync.stepSeconds, 17);
+  EXPECT_DOUBLE_EQ(stale.stepSeconds, 12);
+  int overlapTasks = 0;
+  for (const TimelineEvent &ev : overlap.timeline)
     if (ev.lane == Lane::Optimizer) {
-      ++optimizerEvents;
+      ++overlapTasks;
       EXPECT_EQ(ev.worker, -1);
       EXPECT_DOUBLE_EQ(ev.end - ev.start, 1);
     }
-  EXPECT_EQ(optimizerEvents, 4 * 3);
-  // Sync: no upload of step s starts before the step s-1 update of its
-  // layers; F0 (layers 0, 1) waits for the last stage's update.
-  for (const TimelineEvent &ev : sync.timeline) {
+  EXPECT_EQ(overlapTasks, 4 * 3);
+  std::vector<std::pair<double, double>> syncTasks, staleTasks;
+  for (const TimelineEvent &ev : sync.timeline)
+    if (ev.lane == Lane::Optimizer)
+      syncTasks.emplace_back(ev.start, ev.end);
+  for (const TimelineEvent &ev : stale.timeline)
+    if (ev.lane == Lane::Optimizer && ev.step == 0)
+      staleTasks.emplace_back(ev.start, ev.end);
+  ASSERT_EQ(syncTasks.size(), 4u);
+  EXPECT_EQ(syncTasks[0], (std::pair<double, double>{14, 17}));
+  EXPECT_EQ(staleTasks, (std::vector<std::pair<double, double>>{{14, 17}}));
+  // No upload of step s starts before the update it runs on: step s-1's
+  // (overlap: of its layers; sync: all), step s-2's when stale.
+  for (const TimelineEvent &ev : overlap.timeline)
     if (ev.lane == Lane::Upload && ev.step > 0 && ev.job == 0) {
       EXPECT_DOUBLE_EQ(ev.start, 15.0 * ev.step);
     }
-  }
+  for (const TimelineEvent &ev : sync.timeline)
+    if (ev.lane == Lane::Upload && ev.step > 0 && ev.job == 0) {
+      EXPECT_DOUBLE_EQ(ev.start, 17.0 * ev.step);
+    }
 
-  // A slow optimizer bounds the overlapped step too: 3 layers of 10 s each
-  // on one host lane.
+  // A slow optimizer bounds every mode: 3 layers of 10 s each on one host
+  // lane.
   p.optimizerParamsPerSecond = 1e8;
-  EXPECT_NEAR(simulate(p, plan, {8, 0, true}).stepSeconds, 30, 1e-9);
+  EXPECT_NEAR(simulate(p, plan, {8, 0, OptimizerMode::Stale}).stepSeconds, 30,
+              1e-9);
+  EXPECT_GE(simulate(p, plan, {8, 0, OptimizerMode::Overlap}).stepSeconds,
+            30 - 1e-9);
 }
 
 TEST(SimulateTest, RandomPlansInvariants) {
@@ -207,7 +229,7 @@ TEST(SimulateTest, RandomPlansInvariants) {
     SimOptions opts;
     opts.steps = std::uniform_int_distribution<int>(1, 6)(rng);
     opts.firstWorker = std::uniform_int_distribution<int>(0, 5)(rng);
-    opts.overlapOptimizer = iter % 2 == 0;
+    opts.optimizer = OptimizerMode(iter % 3);
     SimResult r = simulate(p, plan, opts);
     int numJobs = plan.numJobs();
 
@@ -249,7 +271,11 @@ TEST(SimulateTest, RandomPlansInvariants) {
       withTask += st.kind != StageKind::Forward &&
                   (params > 0 || costStage(p, st).gradBytes > 0);
     }
-    EXPECT_EQ(optimizers, opts.steps * withTask);
+    // One task per stage (overlap) or per step.
+    EXPECT_EQ(optimizers,
+              opts.steps * (opts.optimizer == OptimizerMode::Overlap
+                                ? withTask
+                                : std::min(withTask, 1)));
 
     // No two intervals of one lane of one worker overlap.
     std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
@@ -295,8 +321,8 @@ TEST(SimulateTest, RandomPlansInvariants) {
 
     // Sync mode is never faster than the overlapped optimizer.
     SimOptions sync = opts, overlap = opts;
-    sync.overlapOptimizer = false;
-    overlap.overlapOptimizer = true;
+    sync.optimizer = OptimizerMode::Sync;
+    overlap.optimizer = OptimizerMode::Overlap;
     EXPECT_GE(simulate(p, plan, sync).stepSeconds,
               simulate(p, plan, overlap).stepSeconds * (1 - 1e-12))
         << "iteration " << iter;
@@ -314,7 +340,7 @@ TEST(GanttTest, SvgHasRowsStagesAndEscapedTitle) {
   p.trainableParams = {1e6, 1e6, 1e6, 1e6};
   Plan plan =
       makePlan({fwd(0, 1), fwd(1, 3)}, tailStage(3, 4), {bwd(2, 3), bwd(0, 2)});
-  SimResult r = simulate(p, plan, {3, 0, true});
+  SimResult r = simulate(p, plan, {3, 0, OptimizerMode::Stale});
   std::ostringstream os;
   writeGanttSvg(os, p, plan, r, "Rondo <plan> & \"friends\"");
   std::string svg = os.str();
