@@ -296,8 +296,11 @@ private:
   /// and --on-checkpoint-error=continue (stop throws).
   bool saveCheckpoint(int64_t stepsDone);
   int64_t resume();
-  /// Sums the parts of parameter q's gradient over `range` into `sum`.
-  void prepareGrad(int q, float *sum, Shard range);
+  /// Sums the parts of parameter q's gradient over `range` into `sum`,
+  /// reading the gradient image at `hostGrads` (null: the one the optimizer
+  /// reads).
+  void prepareGrad(int q, float *sum, Shard range,
+                   const char *hostGrads = nullptr);
   double pipelinedGradNorm();
   void dumpGradients(double loss, const std::vector<const float *> &grads);
   void drain() {
@@ -558,8 +561,9 @@ void Trainer::setUpProgram(int64_t firstStep) {
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       pageableParams());
   exec->setStaleOptimizer(stale);
-  // Gradients: in the host buffer for one part, summed for several.
-  char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  // Gradients: in the host buffer (its stale copy) for one part, summed
+  // for several.
+  char *hostGrads = exec->optimizerGradients();
   int64_t largest = 0;
   partSums.resize(size_t(model.numParams));
   normSums.resize(size_t(model.numParams));
@@ -610,7 +614,7 @@ void Trainer::setUpProgram(int64_t firstStep) {
 }
 
 int Trainer::firstNonFinitePart(const std::vector<int32_t> &parts) const {
-  const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  const char *hostGrads = exec->optimizerGradients();
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program->gradParts[parts[k]];
     const Shard range = owned(numElements(model.params[part.param]));
@@ -872,12 +876,14 @@ void Trainer::loadBatch(const StepTag &) {
   }
 }
 
-void Trainer::prepareGrad(int q, float *sum, Shard range) {
+void Trainer::prepareGrad(int q, float *sum, Shard range,
+                          const char *hostGrads) {
   const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
   if (parts.size() < 2)
     return;
   // The sum in table order, whatever order the parts arrived in.
-  const char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
+  if (!hostGrads)
+    hostGrads = exec->optimizerGradients();
   const int64_t n = range.size();
   sum += range.begin;
   auto part = [&](size_t i) {
@@ -1035,13 +1041,20 @@ double Trainer::pipelinedGradNorm() {
   // place; the norm is of the sums.
   if (replicas)
     exec->drainHost();
+  // This step's gradients as downloaded (the stale update reads a copy
+  // that may not be made yet).
+  char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   std::vector<GradTensor> g;
   for (OptParam &o : opt) {
     float *grad = o.grad;
     const Shard range = owned(o.numel);
-    if (info.partsOf[size_t(o.index)].size() > 1) {
+    const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
+    if (parts.size() == 1)
+      grad = reinterpret_cast<float *>(
+          hostGrads + program->gradParts[parts[0]].hostOffset);
+    if (parts.size() > 1) {
       grad = normSums[size_t(o.index)].data();
-      prepareGrad(o.index, grad, range);
+      prepareGrad(o.index, grad, range, hostGrads);
     }
     g.push_back({grad + range.begin, range.size()});
   }

@@ -28,6 +28,9 @@ constexpr size_t kAlignment = 64;
 constexpr int32_t kDataRole = 5;
 constexpr int32_t kOptimizerRole = 6;
 constexpr int32_t kNumWorkerRoles = 4;
+/// The host task that copies a step's gradients aside for its stale update
+/// (after the C API's task kinds).
+constexpr int32_t kStashTask = RONDO_TASK_OPTIMIZER + 1;
 
 class AlignedHostPool final : public PinnedPool {
 public:
@@ -245,7 +248,9 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
   optimizerIssued.assign(size_t(program.numStages) + 1, -2);
   optimizerEvents.assign(size_t(std::max<int32_t>(program.numEvents, 0)),
                          false);
-  generation.assign(size_t(program.numEvents) + 1 + size_t(program.numStages),
+  // Program events, the optimizer tasks' (sync, then per stage), the stash.
+  generation.assign(size_t(program.numEvents) + 1 + size_t(program.numStages) +
+                        1,
                     -1);
 
   for (int32_t w = 0; w < program.workers; ++w)
@@ -378,10 +383,20 @@ void HostExec::addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
       throw Error("exec: " + what.text() + ": await " + std::to_string(i) +
                   " names event " + std::to_string(a.event) + " (of " +
                   std::to_string(program.numEvents) + ")");
-    // A stale parameter upload runs on the weights of two updates back.
-    const bool stale = staleOptimizer && op.paramStage >= 0 &&
-                       a.previousStep == 1 && optimizerEvents[size_t(a.event)];
-    op.waits.push_back({a.event, tag.seq - (stale ? 2 : a.previousStep)});
+    // With stale updates, an await of the previous step's update by a
+    // parameter upload becomes one of the update before it (the weights it
+    // runs on), and by a gradient download one of the previous step's
+    // stash (what reads the gradients it overwrites; copy() adds it).
+    if (staleOptimizer && a.previousStep == 1 &&
+        optimizerEvents[size_t(a.event)]) {
+      if (op.paramStage >= 0) {
+        op.waits.push_back({a.event, tag.seq - 2});
+        continue;
+      }
+      if (op.copyKind == RONDO_COPY_GRAD_DOWNLOAD)
+        continue;
+    }
+    op.waits.push_back({a.event, tag.seq - a.previousStep});
   }
 }
 
@@ -451,8 +466,11 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
       op.src = resolve(src, bytes, true, what.part("source"));
     }
     if (dst.buffer == program.hostGradsBuffer) {
-      // Do not overwrite gradients the previous step's tasks still read.
-      for (size_t x = 0; x < optimizerIssued.size(); ++x)
+      // Do not overwrite gradients the previous step's tasks still read
+      // (stale: that the previous step's stash still copies).
+      if (staleOptimizer && tag.seq > 0)
+        op.waits.push_back({stashEvent(), tag.seq - 1});
+      for (size_t x = 0; x < optimizerIssued.size() && !staleOptimizer; ++x)
         if (optimizerIssued[x] == tag.seq - 1)
           op.waits.push_back({internalEvent(int32_t(x) - 1), tag.seq - 1});
       if (event >= 0)
@@ -568,8 +586,18 @@ void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
                     ": one-step-stale updates need a program with one "
                     "optimizer task per step (the sync program)");
       // Every parameter upload of this step is issued: the previous
-      // step's update may run once they have read the weights.
+      // step's update may run once they have read the weights. Then this
+      // step's gradients are copied aside as soon as they have landed, and
+      // its update, which reads the copy, waits for the next step.
       releaseStaleUpdate(paramUploads);
+      Op stash;
+      stash.op = TraceRecord::Task;
+      stash.taskKind = kStashTask;
+      stash.tag = tag;
+      for (const std::vector<int32_t> &downloads : gradDownloads)
+        for (int32_t e : downloads)
+          stash.waits.push_back({e, tag.seq});
+      enqueue(streamOf(-1, kOptimizerRole), std::move(stash));
       heldUpdate = std::make_unique<Op>(std::move(op));
       return;
     }
@@ -667,6 +695,10 @@ void HostExec::run(Stream &s) {
         int64_t &g = generation[size_t(internalEvent(op.stage))];
         g = std::max(g, op.tag.seq);
       }
+      if (op.op == TraceRecord::Task && op.taskKind == kStashTask) {
+        int64_t &g = generation[size_t(stashEvent())];
+        g = std::max(g, op.tag.seq);
+      }
       if (recordTrace) {
         TraceRecord r;
         r.op = op.op;
@@ -705,10 +737,22 @@ void HostExec::execute(Op &op) {
     device->launch(op.worker, op.fn, op.io.data(), op.tag.lossScale);
     return;
   case TraceRecord::Task:
-    if (op.taskKind == RONDO_TASK_LOAD_BATCH)
+    if (op.taskKind == RONDO_TASK_LOAD_BATCH) {
       client.loadBatch(op.tag);
-    else
+    } else if (op.taskKind == kStashTask) {
+      const rondo_buffer_desc &grads =
+          program.buffers[program.hostGradsBuffer];
+      const int64_t bytes = grads.count * grads.bytes;
+      const char *from = hostBuffer(program.hostGradsBuffer);
+      char *to = gradStash.get();
+      // In 1 MiB pieces over the optimizer thread's OpenMP threads.
+      const int64_t piece = int64_t(1) << 20;
+#pragma omp parallel for schedule(static)
+      for (int64_t at = 0; at < bytes; at += piece)
+        std::memcpy(to + at, from + at, size_t(std::min(piece, bytes - at)));
+    } else {
       client.optimize(op.tag, op.stage);
+    }
     return;
   }
 }
@@ -744,6 +788,7 @@ std::string HostExec::describeOp(const Op &op) const {
       op.op == TraceRecord::Launch ? "launch"
       : op.op == TraceRecord::Task
           ? (op.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
+             : op.taskKind == kStashTask          ? "gradient stash task"
                                                   : "optimizer task")
       : op.op == TraceRecord::Fill ? "fill_zero"
                                    : copyKindName(op.copyKind);
@@ -828,6 +873,21 @@ void HostExec::waitFor(std::unique_lock<std::mutex> &lock,
 void HostExec::barrier() {
   std::unique_lock<std::mutex> lock(mu);
   waitFor(lock, [&] { return pendingWorker == 0; });
+}
+
+void HostExec::setStaleOptimizer(bool on) {
+  staleOptimizer = on;
+  if (!on || gradStash)
+    return;
+  const rondo_buffer_desc &grads = program.buffers[program.hostGradsBuffer];
+  const size_t bytes = size_t(grads.count * grads.bytes);
+  gradStash.reset(static_cast<char *>(
+      std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64))));
+  if (!gradStash)
+    throw Error("--optimizer-mode=stale: cannot allocate " +
+                std::to_string(bytes) +
+                " bytes of host memory for the copy of the gradients that "
+                "each update reads");
 }
 
 void HostExec::releaseStaleUpdate(const std::vector<int32_t> &uploads) {

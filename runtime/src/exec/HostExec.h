@@ -26,6 +26,19 @@
 // that update any of its pieces; a gradient download waits for the previous
 // step's optimizer tasks that read its region.
 //
+// One-step-stale updates (setStaleOptimizer, RoundPipe's asynchronous step)
+// change these rules for a program with one OPTIMIZER task per step:
+// parameter uploads of step s wait for the update of step s-2, not s-1, and
+// the update of step s waits until every parameter upload of step s+1 has
+// read the weights it is about to change. The executor holds that task back
+// until step s+1 issues its own (all of its uploads are issued by then), and
+// drainHost() releases a held-back task without the wait. Step s+1's
+// gradient downloads cannot wait for that task (in a plan of several
+// stages later uploads follow earlier downloads, so they would wait for
+// each other): a stash task copies step s's gradients aside once they have
+// landed, the update reads the copy (optimizerGradients()), and the
+// downloads of step s+1 wait for the copy only.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef RONDO_RUNTIME_SRC_EXEC_HOSTEXEC_H
@@ -38,6 +51,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -173,7 +187,7 @@ public:
   void barrier() override;
 
   /// One-step-stale updates (see the file comment); before the first step.
-  void setStaleOptimizer(bool on) { staleOptimizer = on; }
+  void setStaleOptimizer(bool on);
   /// Waits until the host threads are idle too, releasing a held-back
   /// stale update first: afterwards the weights include every issued step.
   void drainHost();
@@ -196,6 +210,12 @@ public:
 
   /// Base of a host buffer in the pool.
   char *hostBuffer(int32_t buffer) const;
+  /// The gradient image OPTIMIZER tasks read: the host gradients buffer,
+  /// or with stale updates the stash task's copy of it (same layout).
+  char *optimizerGradients() const {
+    return staleOptimizer ? gradStash.get()
+                          : hostBuffer(program.hostGradsBuffer);
+  }
   /// The worker that runs `job` of the current step.
   int32_t workerOf(int32_t job) const;
   /// Every recorded op, by start time.
@@ -281,6 +301,10 @@ private:
   int32_t internalEvent(int32_t stage) const {
     return program.numEvents + 1 + stage;
   }
+  /// Completed by the stash task (stale updates).
+  int32_t stashEvent() const {
+    return program.numEvents + 1 + program.numStages;
+  }
   double nowUs() const;
 
   const rondo_program &program;
@@ -312,6 +336,10 @@ private:
   /// the previous step, not yet enqueued.
   std::vector<int32_t> paramUploads;
   std::unique_ptr<Op> heldUpdate;
+  struct FreeDeleter {
+    void operator()(char *p) const { std::free(p); }
+  };
+  std::unique_ptr<char, FreeDeleter> gradStash;
 
   mutable std::mutex mu;
   std::condition_variable cv;

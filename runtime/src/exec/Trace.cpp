@@ -56,7 +56,9 @@ std::string kindOf(const TraceRecord &r) {
   case TraceRecord::Launch:
     return "launch";
   case TraceRecord::Task:
-    return r.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch" : "optimizer";
+    return r.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch"
+           : r.taskKind == RONDO_TASK_OPTIMIZER ? "optimizer"
+                                                : "grad_stash";
   }
   return "?";
 }
@@ -110,7 +112,8 @@ std::string chromeTraceJson(const rondo_program &program,
       tid = workerRow(r.stream);
     } else {
       pid = hostPid;
-      tid = r.op == TraceRecord::Task && r.taskKind == RONDO_TASK_OPTIMIZER;
+      // Row 1: the optimizer thread (updates and stale gradient stashes).
+      tid = r.op == TraceRecord::Task && r.taskKind != RONDO_TASK_LOAD_BATCH;
     }
     std::string name = kind;
     if (r.op == TraceRecord::Launch)
