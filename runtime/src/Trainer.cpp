@@ -65,9 +65,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <new>
 #include <regex>
 #include <unistd.h>
@@ -323,6 +325,12 @@ private:
   const rondo_program *program;
   const char *argv0;
   bool syncMode = true;
+  /// --optimizer-mode=stale: a step's gradient norm comes from its update
+  /// (the sync task computes it), which runs during the next step, so the
+  /// step is logged once the next one is issued (afterIssue), not before:
+  /// the GPU does not wait for the log.
+  bool staleMode = false;
+  std::function<void()> afterIssue;
   /// --on-nan=skip: the sync OPTIMIZER task leaves the update to the
   /// trainer thread, which first checks the losses too.
   bool deferUpdate = false;
@@ -554,6 +562,7 @@ void Trainer::setUpOptimizer() {
 void Trainer::setUpProgram(int64_t firstStep) {
   info = analyseProgram(*program, model);
   const bool stale = opts.optimizerMode == "stale";
+  staleMode = stale;
   syncMode = std::string(program->optimizer) == "sync" && !stale;
   exec = std::make_unique<HostExec>(
       *program, model, info, paramPtrs.data(), *this, !opts.trace.empty(),
@@ -1020,6 +1029,8 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
 double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   exec->beginStep(step, eval, lossScale);
   program->issue(exec.get());
+  if (afterIssue)
+    afterIssue();
   exec->barrier();
   exec->checkError();
   const char *losses = exec->hostBuffer(program->lossBuffer);
@@ -1140,6 +1151,8 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   double norm;
   if (syncMode) {
     norm = syncNorm;
+  } else if (staleMode) {
+    norm = std::numeric_limits<double>::quiet_NaN(); // Its update logs it.
   } else {
     // Only logged: the tasks read the same gradients, nothing writes them
     // until the next step is issued.
@@ -1499,6 +1512,40 @@ int Trainer::runLoop() {
   const auto start = Clock::now();
   double lastLoss = std::numeric_limits<double>::quiet_NaN();
   int64_t lastSaved = firstStep;
+  auto logStep = [&](const StepRecord &record, double elapsed) {
+    if (jsonLog)
+      jsonLog->write(record);
+    say(progressLine(record, opts.steps, elapsed, firstStep));
+  };
+  // Stale updates: the last step, logged once its update has run.
+  std::optional<StepRecord> pending;
+  double pendingElapsed = 0;
+  auto logPending = [&] {
+    if (!pending)
+      return;
+    pending->gradNorm = syncNorm;
+    logStep(*pending, pendingElapsed);
+    pending.reset();
+  };
+  auto drainAndLog = [&] {
+    if (!pending)
+      return;
+    drain();
+    logPending();
+  };
+  // The hook refers to this frame: it must not outlive it.
+  struct ResetHook {
+    std::function<void()> &hook;
+    ~ResetHook() { hook = nullptr; }
+  } resetHook{afterIssue};
+  if (staleMode)
+    afterIssue = [&] {
+      if (!pending)
+        return;
+      exec->waitForPreviousUpdate();
+      exec->checkError();
+      logPending();
+    };
   for (int64_t s = firstStep; s < opts.steps; ++s) {
     bool stop = gInterrupt != 0;
     if (replicas) {
@@ -1510,19 +1557,29 @@ int Trainer::runLoop() {
       if (stop && !gInterrupt)
         gInterrupt = SIGTERM;
     }
-    if (stop)
+    if (stop) {
+      drainAndLog();
       return interrupted(s, lastSaved);
+    }
     const auto stepStart = Clock::now();
     StepRecord record;
     lastLoss = program ? runStepPipelined(s, record) : runStepLocal(s, record);
     const auto stepEnd = Clock::now();
     record.seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
     double elapsed = std::chrono::duration<double>(stepEnd - start).count();
-    if (jsonLog)
-      jsonLog->write(record);
-    say(progressLine(record, opts.steps, elapsed, firstStep));
+    if (staleMode) {
+      pending = record;
+      pendingElapsed = elapsed;
+    } else {
+      logStep(record, elapsed);
+    }
     throwIfNonFinite();
     const int64_t done = s + 1;
+    if ((opts.saveEvery > 0 && done % opts.saveEvery == 0) ||
+        (evalData && opts.evalEvery > 0 && done % opts.evalEvery == 0) ||
+        (replicas && opts.replicaCheckEvery > 0 &&
+         done % opts.replicaCheckEvery == 0))
+      drainAndLog();
     if (replicas && opts.replicaCheckEvery > 0 &&
         done % opts.replicaCheckEvery == 0)
       checkReplicasAgree(done);
@@ -1535,6 +1592,7 @@ int Trainer::runLoop() {
       evaluate(done, jsonLog.get());
   }
   drain();
+  logPending();
   const int64_t stepsDone = std::max(firstStep, opts.steps);
   if (gInterrupt)
     return interrupted(stepsDone, lastSaved);

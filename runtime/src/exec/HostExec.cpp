@@ -905,6 +905,13 @@ void HostExec::drainHost() {
   waitFor(lock, [&] { return pendingHost == 0 && pendingData == 0; });
 }
 
+void HostExec::waitForPreviousUpdate() {
+  std::unique_lock<std::mutex> lock(mu);
+  const int64_t seq = tag.seq - 1;
+  waitFor(lock,
+          [&] { return generation[size_t(internalEvent(-1))] >= seq; });
+}
+
 void HostExec::drainData() {
   std::unique_lock<std::mutex> lock(mu);
   waitFor(lock, [&] { return pendingData == 0; });

@@ -193,6 +193,10 @@ public:
   void drainHost();
   /// Waits until the data thread is idle (before refilling batch inputs).
   void drainData();
+  /// Stale updates: waits until the update of the step issued before the
+  /// current one has run (it was released when the current step issued
+  /// its own).
+  void waitForPreviousUpdate();
   /// Throws rt::Error with the first failure of any stream, if any.
   void checkError();
   /// Records a failure (e.g. of the issuing thread) and stops every stream.
