@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Stages the one-GPU W1 trainers of the optimizer-mode comparison
+# (docs/Performance.md, "one-step-stale updates") in build-gpu/ and packs
+# them as gpu-pack.tar.xz:
+#
+#   bash bench/prepare-stale.sh [h100|h200]     # the cost model's device
+#
+#   w1.trainer     W1, the default one-worker plan for the device
+#   w1-m8.trainer  W1, one stage with 8 microbatches of 2 rows (the H100's
+#                  measured best; the planner's memory model would refuse it
+#                  under the default budget, so the budget is raised)
+# On the GPU machine: MACHINE=h100x1 bash test/GPU/run-w1-stale.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/gpu-pack.sh
+device=${1:-h100}
+models=test/data/models
+ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
+compile() { build/bin/rondo-compile --target=cuda --device="$device" "$@"; }
+rm -rf build-gpu && mkdir -p build-gpu/lib
+compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 -o build-gpu/w1.trainer
+compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 --microbatches 8 \
+  --stages=tail:30 --worker-memory-gb 76 -o build-gpu/w1-m8.trainer
+copy_gpu_libs build-gpu/w1.trainer
+pack_gpu
+du -sh build-gpu gpu-pack.tar.xz
