@@ -448,9 +448,8 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
       op.paramStage = int32_t(src.slot);
       op.srcOffset = src.offset;
       // The upload must see the previous step's updates of its pieces
-      // (stale: those of the step before).
-      // Stale: the held-back update of the previous step is issued, and
-      // every step issues one, so the one before it was issued too.
+      // (stale: those of the step before; the previous step's update is
+      // held back, and as every step issues one, that one was issued).
       const int64_t updateSeq = tag.seq - (staleOptimizer ? 2 : 1);
       auto issuedFor = [&](int64_t issued) {
         return staleOptimizer ? issued >= updateSeq : issued == updateSeq;
