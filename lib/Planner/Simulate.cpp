@@ -68,10 +68,10 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
   // steps).
   int period =
       std::max(numWorkers / std::gcd(std::max(numJobs, 1), numWorkers), 2);
-  int steps = options.steps > 0
-                  ? options.steps
-                  : 2 * period +
-                        (options.optimizer == OptimizerMode::Stale ? 2 : 1);
+  int steps =
+      options.steps > 0
+          ? options.steps
+          : 2 * period + (options.optimizer == OptimizerMode::Stale ? 2 : 1);
 
   std::vector<StageCost> costs;
   costs.reserve(numJobs);

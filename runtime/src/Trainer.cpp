@@ -69,8 +69,8 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <new>
+#include <optional>
 #include <regex>
 #include <unistd.h>
 #include <vector>
@@ -1061,8 +1061,8 @@ double Trainer::pipelinedGradNorm() {
     const Shard range = owned(o.numel);
     const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
     if (parts.size() == 1)
-      grad = reinterpret_cast<float *>(
-          hostGrads + program->gradParts[parts[0]].hostOffset);
+      grad = reinterpret_cast<float *>(hostGrads +
+                                       program->gradParts[parts[0]].hostOffset);
     if (parts.size() > 1) {
       grad = normSums[size_t(o.index)].data();
       prepareGrad(o.index, grad, range, hostGrads);

@@ -249,9 +249,8 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
   optimizerEvents.assign(size_t(std::max<int32_t>(program.numEvents, 0)),
                          false);
   // Program events, the optimizer tasks' (sync, then per stage), the stash.
-  generation.assign(size_t(program.numEvents) + 1 + size_t(program.numStages) +
-                        1,
-                    -1);
+  generation.assign(
+      size_t(program.numEvents) + 1 + size_t(program.numStages) + 1, -1);
 
   for (int32_t w = 0; w < program.workers; ++w)
     for (int32_t r = 0; r < kNumWorkerRoles; ++r) {
@@ -739,8 +738,7 @@ void HostExec::execute(Op &op) {
     if (op.taskKind == RONDO_TASK_LOAD_BATCH) {
       client.loadBatch(op.tag);
     } else if (op.taskKind == kStashTask) {
-      const rondo_buffer_desc &grads =
-          program.buffers[program.hostGradsBuffer];
+      const rondo_buffer_desc &grads = program.buffers[program.hostGradsBuffer];
       const int64_t bytes = grads.count * grads.bytes;
       const char *from = hostBuffer(program.hostGradsBuffer);
       char *to = gradStash.get();
@@ -907,8 +905,7 @@ void HostExec::drainHost() {
 void HostExec::waitForPreviousUpdate() {
   std::unique_lock<std::mutex> lock(mu);
   const int64_t seq = tag.seq - 1;
-  waitFor(lock,
-          [&] { return generation[size_t(internalEvent(-1))] >= seq; });
+  waitFor(lock, [&] { return generation[size_t(internalEvent(-1))] >= seq; });
 }
 
 void HostExec::drainData() {

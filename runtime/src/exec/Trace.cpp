@@ -56,7 +56,7 @@ std::string kindOf(const TraceRecord &r) {
   case TraceRecord::Launch:
     return "launch";
   case TraceRecord::Task:
-    return r.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch"
+    return r.taskKind == RONDO_TASK_LOAD_BATCH  ? "load_batch"
            : r.taskKind == RONDO_TASK_OPTIMIZER ? "optimizer"
                                                 : "grad_stash";
   }

@@ -86,7 +86,8 @@ TEST(SimulateTest, OneWorkerChainWithHop) {
   EXPECT_DOUBLE_EQ(noHop.bubbleFraction, 0);
 
   // One step only: the end of step 0.
-  EXPECT_DOUBLE_EQ(simulate(p, plan, {1, 0, OptimizerMode::Stale}).stepSeconds, 10);
+  EXPECT_DOUBLE_EQ(simulate(p, plan, {1, 0, OptimizerMode::Stale}).stepSeconds,
+                   10);
 }
 
 TEST(SimulateTest, OneWorkerUploadBound) {
@@ -272,10 +273,9 @@ TEST(SimulateTest, RandomPlansInvariants) {
                   (params > 0 || costStage(p, st).gradBytes > 0);
     }
     // One task per stage (overlap) or per step.
-    EXPECT_EQ(optimizers,
-              opts.steps * (opts.optimizer == OptimizerMode::Overlap
-                                ? withTask
-                                : std::min(withTask, 1)));
+    EXPECT_EQ(optimizers, opts.steps * (opts.optimizer == OptimizerMode::Overlap
+                                            ? withTask
+                                            : std::min(withTask, 1)));
 
     // No two intervals of one lane of one worker overlap.
     std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
