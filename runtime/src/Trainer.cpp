@@ -1604,7 +1604,7 @@ int Trainer::runLoop() {
 
   if (exec && !opts.trace.empty()) {
     std::vector<TraceRecord> records = exec->takeTrace();
-    writeChromeTrace(opts.trace, *program, records);
+    writeChromeTrace(opts.trace, *program, records, staleMode);
     say("rondo: wrote the trace to " + opts.trace);
   }
   std::vector<std::vector<float>> merged;

@@ -34,6 +34,9 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
     `(first_worker + s * K + n) mod workers`. `optimizer` is `sync` (one
     optimizer task after the last gradient download) or `overlap` (one task
     per stage as soon as the gradients it finalises are on the host).
+    `predicted_step_seconds` is the plan's step in that mode; a `sync`
+    program also carries `stale_step_seconds`, the step when the trainer
+    runs it with one-step-stale updates (`--optimizer-mode=stale`).
 
     Example:
     ```mlir
@@ -60,7 +63,8 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
                        I64Attr:$first_worker,
                        StrAttr:$optimizer,
                        SymbolRefArrayAttr:$jobs,
-                       F64Attr:$predicted_step_seconds);
+                       F64Attr:$predicted_step_seconds,
+                       OptionalAttr<F64Attr>:$stale_step_seconds);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `plan` $plan `workers` $workers `microbatches` $microbatches

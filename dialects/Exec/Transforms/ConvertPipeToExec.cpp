@@ -346,7 +346,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       builder.getArrayAttr(jobRefs),
       builder.getF64FloatAttr(
           mode == "sync" ? plan.getSyncStepSeconds().convertToDouble()
-                         : plan.getPredictedStepSeconds().convertToDouble()));
+                         : plan.getPredictedStepSeconds().convertToDouble()),
+      mode == "sync" ? plan.getStaleStepSecondsAttr() : FloatAttr());
   Block *body = new Block();
   program.getBody().push_back(body);
   OpBuilder b = OpBuilder::atBlockBegin(body);

@@ -908,7 +908,7 @@ Emitter::emitProgram(exec::ProgramOp program,
   programsOs << llvm::formatv(
       "    {{\"{0}\", \"{1}\", {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
       "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
-      "{16}, {17}, {18}, {7}_issue},\n",
+      "{16}, {17}, {18}, {19}, {7}_issue},\n",
       program.getSymName(), program.getOptimizer(), program.getWorkers(),
       program.getMicrobatches(), program.getRowsPerMicrobatch(),
       program.getFirstWorker(), program.getNumJobs(), id, stages.size(),
@@ -919,7 +919,11 @@ Emitter::emitProgram(exec::ProgramOp program,
       bufferOr(exec::kHostLabelsBuffer), bufferOr(exec::kHostLossBuffer),
       bufferOr(exec::kHostGradsBuffer), numEvents,
       llvm::formatv("{0:e6}",
-                    program.getPredictedStepSeconds().convertToDouble()));
+                    program.getPredictedStepSeconds().convertToDouble()),
+      llvm::formatv("{0:e6}",
+                    program.getStaleStepSeconds()
+                        ? program.getStaleStepSeconds()->convertToDouble()
+                        : 0.0));
   return success();
 }
 

@@ -73,7 +73,8 @@ std::string micros(double us) {
 } // namespace
 
 std::string chromeTraceJson(const rondo_program &program,
-                            const std::vector<TraceRecord> &records) {
+                            const std::vector<TraceRecord> &records,
+                            bool stale) {
   const int hostPid = program.workers;
   auto stageName = [&](int32_t s) -> const char * {
     return s >= 0 && s < program.numStages ? program.stages[s].name : "";
@@ -136,14 +137,17 @@ std::string chromeTraceJson(const rondo_program &program,
   out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {";
   out +=
       "\"program\": " + quote(program.name) +
-      ", \"optimizer\": " + quote(program.optimizer) +
+      ", \"optimizer\": " + quote(stale ? "stale" : program.optimizer) +
       ", \"workers\": " + std::to_string(program.workers) +
       ", \"microbatches\": " + std::to_string(program.microbatches) +
       ", \"rowsPerMicrobatch\": " + std::to_string(program.rowsPerMicrobatch) +
       ", \"firstWorker\": " + std::to_string(program.firstWorker) +
       ", \"numJobs\": " + std::to_string(program.numJobs) +
       ", \"predictedStepSeconds\": " +
-      jsonNumber(program.predictedStepSeconds) + ", \"jobStages\": [";
+      jsonNumber(stale && program.predictedStaleStepSeconds > 0
+                     ? program.predictedStaleStepSeconds
+                     : program.predictedStepSeconds) +
+      ", \"jobStages\": [";
   for (int32_t n = 0; n < program.numJobs; ++n)
     out += (n ? ", " : "") + std::to_string(program.jobStages[n]);
   out += "], \"stages\": [";
@@ -160,8 +164,8 @@ std::string chromeTraceJson(const rondo_program &program,
 }
 
 void writeChromeTrace(const std::string &path, const rondo_program &program,
-                      const std::vector<TraceRecord> &records) {
-  std::string json = chromeTraceJson(program, records);
+                      const std::vector<TraceRecord> &records, bool stale) {
+  std::string json = chromeTraceJson(program, records, stale);
   writeFileAtomically(path, json.data(), json.size());
 }
 

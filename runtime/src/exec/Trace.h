@@ -25,13 +25,16 @@
 namespace rondo::rt {
 
 /// Writes `records` of a run of `program` to `path` (atomically); throws
-/// rt::Error naming the file.
+/// rt::Error naming the file. `stale`: the run used one-step-stale updates
+/// (the optimizer mode and prediction in otherData say so).
 void writeChromeTrace(const std::string &path, const rondo_program &program,
-                      const std::vector<TraceRecord> &records);
+                      const std::vector<TraceRecord> &records,
+                      bool stale = false);
 
 /// The JSON text of the trace.
 std::string chromeTraceJson(const rondo_program &program,
-                            const std::vector<TraceRecord> &records);
+                            const std::vector<TraceRecord> &records,
+                            bool stale = false);
 
 } // namespace rondo::rt
 

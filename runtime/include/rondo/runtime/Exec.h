@@ -162,6 +162,9 @@ typedef struct rondo_program {
   int32_t idsBuffer, labelsBuffer, lossBuffer, hostGradsBuffer;
   int32_t numEvents;
   double predictedStepSeconds;
+  /* Sync programs: the predicted step with one-step-stale updates (the
+   * trainer's --optimizer-mode=stale); 0 when not predicted. */
+  double predictedStaleStepSeconds;
   rondo_issue_fn issue;
 } rondo_program;
 
