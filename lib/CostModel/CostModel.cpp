@@ -232,6 +232,18 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       layer.inputBytes += deviceBytes(v.getType(), options.bf16Storage) / m;
     }
   }
+  for (BlockArgument arg : func.getArguments()) {
+    planner::SharedParam shared;
+    for (size_t l = 0; l < numLayers; ++l)
+      if (paramsOf[l].contains(arg))
+        shared.layers.push_back(static_cast<int>(l));
+    if (shared.layers.size() < 2)
+      continue;
+    shared.paramBytes = deviceBytes(arg.getType(), options.bf16Storage);
+    if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
+      shared.gradBytes = deviceBytes(arg.getType(), /*bf16=*/false);
+    table.sharedParams.push_back(std::move(shared));
+  }
   // fp32 master weights for every parameter, AdamW moments and an fp32
   // gradient for every trainable one; with bf16 storage also the bf16
   // upload copy (fp32 storage uploads the master weights themselves).

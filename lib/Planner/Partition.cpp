@@ -144,6 +144,15 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
     c.paramBytes += lc.paramBytes;
     c.gradBytes += lc.gradBytes;
   }
+  for (const SharedParam &shared : problem.sharedParams) {
+    int inStage = 0;
+    for (int l : shared.layers)
+      inStage += l >= first && l < end;
+    if (inStage > 1) {
+      c.paramBytes -= (inStage - 1) * shared.paramBytes;
+      c.gradBytes -= (inStage - 1) * shared.gradBytes;
+    }
+  }
   double inFirst = inputOf(problem, first);
   double inEnd = inputOf(problem, end);
 

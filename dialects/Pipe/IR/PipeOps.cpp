@@ -72,6 +72,24 @@ LogicalResult PlanOp::verify() {
   double bubble = getBubbleFraction().convertToDouble();
   if (bubble < 0 || bubble > 1)
     return emitOpError("bubble fraction ") << bubble << " is not in [0, 1]";
+  if (ArrayAttr shared = getSharedParamsAttr()) {
+    int64_t numLayers = static_cast<int64_t>(getLayers().size());
+    for (auto [i, entry] :
+         llvm::enumerate(shared.getAsRange<DictionaryAttr>())) {
+      auto layers = entry.getAs<DenseI64ArrayAttr>("layers");
+      if (!entry.getAs<FloatAttr>("param_bytes") ||
+          !entry.getAs<FloatAttr>("grad_bytes") || !layers)
+        return emitOpError("shared_params entry ")
+               << i << " needs param_bytes, grad_bytes and layers";
+      if (layers.size() < 2)
+        return emitOpError("shared_params entry ")
+               << i << " names fewer than two layers";
+      for (int64_t l : layers.asArrayRef())
+        if (l < 0 || l >= numLayers)
+          return emitOpError("shared_params entry ")
+                 << i << " names layer " << l << " of " << numLayers;
+    }
+  }
   return success();
 }
 
@@ -203,6 +221,18 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     if (auto bw = getReplicaLinkBandwidth())
       problem.replicaBytesPerSecond = bw->convertToDouble();
   }
+  if (ArrayAttr shared = getSharedParamsAttr())
+    for (auto entry : shared.getAsRange<DictionaryAttr>()) {
+      planner::SharedParam sp;
+      if (auto bytes = entry.getAs<FloatAttr>("param_bytes"))
+        sp.paramBytes = bytes.getValueAsDouble();
+      if (auto bytes = entry.getAs<FloatAttr>("grad_bytes"))
+        sp.gradBytes = bytes.getValueAsDouble();
+      if (auto layers = entry.getAs<DenseI64ArrayAttr>("layers"))
+        for (int64_t l : layers.asArrayRef())
+          sp.layers.push_back(static_cast<int>(l));
+      problem.sharedParams.push_back(std::move(sp));
+    }
   for (LayerOp layer : getLayers()) {
     planner::LayerCost cost;
     cost.name = (stringifyLayerKind(layer.getKind()) + " " +

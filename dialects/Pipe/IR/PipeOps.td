@@ -36,7 +36,10 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     row, one row per microbatch) that a plan of these workers holds within
     the same budgets: long-context planning, with the table scaled to that
     length and one layer per stage, so that one layer's activations at a
-    time bound it. Whole-plan invariants are checked by `pipe-verify-plan`.
+    time bound it. `shared_params` lists the parameters several layers read
+    (a tied embedding and LM head: `{param_bytes, grad_bytes, layers}`);
+    every layer's `param_bytes` counts them, and a stage holding several of
+    those layers holds them once. Whole-plan invariants are checked by `pipe-verify-plan`.
 
     Example:
     ```mlir
@@ -83,7 +86,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas_per_host,
                        OptionalAttr<I64Attr>:$max_seq_len,
                        OptionalAttr<F64Attr>:$mapped_weight_bytes,
-                       OptionalAttr<F64Attr>:$stale_step_seconds);
+                       OptionalAttr<F64Attr>:$stale_step_seconds,
+                       OptionalAttr<DictArrayAttr>:$shared_params);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

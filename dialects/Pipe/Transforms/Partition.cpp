@@ -221,6 +221,7 @@ struct PipePartitionPass
                                    int64_t m) {
     planner::PlanProblem p;
     p.layers = table.layers;
+    p.sharedParams = table.sharedParams;
     p.trainableParams = table.trainableParams;
     p.workers = static_cast<int>(n);
     p.microbatches = static_cast<int>(m);
@@ -644,7 +645,8 @@ struct PipePartitionPass
         /*replica_scaling=*/nullptr, /*replica_scaling_other_mode=*/nullptr,
         /*shard_optimizer=*/nullptr, /*replicas_per_host=*/nullptr,
         /*max_seq_len=*/nullptr, /*mapped_weight_bytes=*/nullptr,
-        /*stale_step_seconds=*/f64(c.stale.stepSeconds));
+        /*stale_step_seconds=*/f64(c.stale.stepSeconds),
+        /*shared_params=*/nullptr);
     if (p.mappedWeightBytes > 0)
       plan.setMappedWeightBytesAttr(f64(p.mappedWeightBytes));
     if (p.workerMemoryBytes > 0 || p.hostMemoryBytes > 0)
@@ -673,6 +675,17 @@ struct PipePartitionPass
           b.getDenseF64ArrayAttr(scaling[!p.shardOptimizer]));
       plan.setShardOptimizerAttr(b.getBoolAttr(p.shardOptimizer));
       plan.setReplicasPerHostAttr(i64(p.replicasPerHost));
+    }
+    if (!p.sharedParams.empty()) {
+      SmallVector<Attribute> shared;
+      for (const planner::SharedParam &sp : p.sharedParams)
+        shared.push_back(b.getDictionaryAttr(
+            {b.getNamedAttr("param_bytes", f64(sp.paramBytes)),
+             b.getNamedAttr("grad_bytes", f64(sp.gradBytes)),
+             b.getNamedAttr("layers",
+                            b.getDenseI64ArrayAttr(SmallVector<int64_t>(
+                                sp.layers.begin(), sp.layers.end())))}));
+      plan.setSharedParamsAttr(b.getArrayAttr(shared));
     }
     Block *body = new Block();
     plan.getBody().push_back(body);

@@ -104,6 +104,8 @@ double opSeconds(mlir::Operation *op, const DeviceSpec &spec,
 /// pipe-layerize) for one microbatch, plus what the plan needs besides.
 struct LayerTable {
   std::vector<planner::LayerCost> layers;
+  /// Parameters read by several layers, in argument order.
+  std::vector<planner::SharedParam> sharedParams;
   std::vector<double> trainableParams; // per layer, first user owns a param
   double paramCount = 0;
   double trainableCount = 0;

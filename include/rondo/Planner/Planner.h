@@ -61,9 +61,19 @@ struct LayerCost {
   bool backwardWork = true;
 };
 
+/// A parameter read by several layers (a tied embedding and LM head). Each
+/// layer's paramBytes and gradBytes count it; a stage holding k of those
+/// layers uploads it, and accumulates its gradient, once.
+struct SharedParam {
+  double paramBytes = 0;
+  double gradBytes = 0;
+  std::vector<int> layers;
+};
+
 /// Everything the partitioner and the simulator need besides the layers.
 struct PlanProblem {
   std::vector<LayerCost> layers;
+  std::vector<SharedParam> sharedParams;
   int workers = 1;      // N
   int microbatches = 2; // M
   /// Device memory one worker may use.

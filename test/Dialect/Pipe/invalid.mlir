@@ -162,3 +162,22 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
     pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
     pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
 }
+
+// -----
+
+func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
+  return
+}
+// expected-error@+1 {{'pipe.plan' op shared_params entry 0 names fewer than two layers}}
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, shared_params = [{grad_bytes = 4.0e+06 : f64, layers = array<i64: 0>, param_bytes = 2.0e+06 : f64}], tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+    pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.layer 3 tail {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
+    pipe.stage @F0 forward layers 0 to 2 checkpoints [0, 1] {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 0.0e+00 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 7.0e+06 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @T tail layers 2 to 4 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B1 backward layers 1 to 2 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.stage @B2 backward layers 0 to 1 {activation_bytes = 5.0e+06 : f64, compute_seconds = 1.0e-03 : f64, download_seconds = 0.0 : f64, grad_bytes = 4.0e+06 : f64, hop_seconds = 0.0 : f64, job_seconds = 4.0e-03 : f64, memory_bytes = 1.1e+07 : f64, param_bytes = 2.0e+06 : f64, upload_seconds = 1.0e-03 : f64}
+    pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
+}
+

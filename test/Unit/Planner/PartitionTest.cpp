@@ -274,6 +274,23 @@ TEST(CostTest, LayersWithoutBackwardWork) {
   EXPECT_DOUBLE_EQ(both.hopSeconds, before.hopSeconds);
 }
 
+TEST(CostTest, SharedParameterCountsOncePerStage) {
+  // A tied embedding and LM head: layers 0 and 2 each count the 5-byte
+  // weight (2 bytes of gradient). A stage holding both uploads it and
+  // accumulates its gradient once; stages holding one of them are as before.
+  PlanProblem p = tinyProblem();
+  StageCost whole = costStage(p, tailStage(0, 3));
+  StageCost top = costStage(p, tailStage(1, 3));
+  StageCost bottom = costStage(p, bwd(0, 1));
+  p.sharedParams.push_back({5, 2, {0, 2}});
+  StageCost wholeShared = costStage(p, tailStage(0, 3));
+  EXPECT_DOUBLE_EQ(wholeShared.paramBytes, whole.paramBytes - 5);
+  EXPECT_DOUBLE_EQ(wholeShared.gradBytes, whole.gradBytes - 2);
+  EXPECT_DOUBLE_EQ(wholeShared.memoryBytes, whole.memoryBytes - 7);
+  EXPECT_DOUBLE_EQ(costStage(p, tailStage(1, 3)).paramBytes, top.paramBytes);
+  EXPECT_DOUBLE_EQ(costStage(p, bwd(0, 1)).gradBytes, bottom.gradBytes);
+}
+
 //===----------------------------------------------------------------------===//
 // RoundPipe's greedy, by hand (research/roundpipe.md 2.2)
 //===----------------------------------------------------------------------===//
