@@ -6,9 +6,9 @@
 #   bash bench/prepare-stale.sh [h100|h200]     # the cost model's device
 #
 #   w1.trainer     W1, the default one-worker plan for the device
-#   w1-m8.trainer  W1, one stage with 8 microbatches of 2 rows (the H100's
-#                  measured best; the planner's memory model would refuse it
-#                  under the default budget, so the budget is raised)
+#   w1-m8.trainer  W1, one stage with 8 microbatches of 2 rows, forced (the
+#                  H100's default plan since the tied embedding counts once;
+#                  on the H200 the default is 4 x 4 rows)
 # On the GPU machine: MACHINE=h100x1 bash test/GPU/run-w1-stale.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
