@@ -605,8 +605,16 @@ struct PipePartitionPass
     os << ". Bubble " << llvm::formatv("{0:f1}", 100 * c.overlap.bubbleFraction)
        << "% with the overlapped optimizer: stage-jobs range from "
        << ms(fastestTime) << " to " << ms(slowestTime)
-       << ", and a stage waits for its predecessor's microbatches; "
-       << llvm::formatv("{0:f1}", 100 * c.sync.bubbleFraction)
+       << ", and a stage waits for its predecessor's microbatches";
+    // The update of the last backward stage, which the next step's first
+    // upload waits for, is what overlap cannot hide.
+    double exposed = c.overlap.stepSeconds - c.stale.stepSeconds;
+    if (exposed > 0.1 * c.overlap.stepSeconds)
+      os << " and for the update of the stage-job that finishes the "
+            "gradients of its weights ("
+         << ms(exposed) << " per step; --optimizer-mode=stale hides it, "
+         << "one step late)";
+    os << "; " << llvm::formatv("{0:f1}", 100 * c.sync.bubbleFraction)
        << "% with the synchronous optimizer, which also drains the pipeline "
           "and waits for the update every step.";
     explainForwardStages(c, os);
