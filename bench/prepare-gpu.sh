@@ -20,9 +20,7 @@ cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
 device=${1:-h200}
 models=test/data/models
-ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
-compile() { build/bin/rondo-compile --target=cuda --device="$device" "$@"; }
-rm -rf build-gpu && mkdir -p build-gpu/lib
+begin_gpu_stage
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1,2,4 -o build-gpu/w1.trainer
 compile $models/qwen3-1.7b.onnx --batch 8 --seq-len 4096 --workers 2 --replicas 2 \
   --replicas-per-host 2 -o build-gpu/w1-b8.trainer

@@ -22,18 +22,17 @@ source scripts/gpu-pack.sh
 device=${1:-h100}
 graph8b=${2:-}
 models=test/data/models
-ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
-rm -rf build-gpu && mkdir -p build-gpu/lib
-compile() { build/bin/rondo-compile --target=cuda --device="$device" --workers 1 "$@"; }
+begin_gpu_stage
+compile1() { compile --workers 1 "$@"; }
 # The plan's longest sequence for one worker, then a trainer at exactly it.
-longest=$(compile $models/qwen3-1.7b.onnx --batch 1 --seq-len 65536 --explain --emit=pipe \
+longest=$(compile1 $models/qwen3-1.7b.onnx --batch 1 --seq-len 65536 --explain --emit=pipe \
   -o /dev/null | sed -n 's/.*longest sequence these budgets hold: \([0-9]*\) tokens.*/\1/p')
 echo "Qwen3-1.7B, one $device worker: the plan's longest sequence is $longest tokens"
 echo "$longest" > build-gpu/long17.seq
-compile $models/qwen3-1.7b.onnx --batch 1 --seq-len "$longest" --explain -o build-gpu/long17.trainer |
+compile1 $models/qwen3-1.7b.onnx --batch 1 --seq-len "$longest" --explain -o build-gpu/long17.trainer |
   grep -E "per worker|host:|longest|overlapped"
 if [ -n "$graph8b" ]; then
-  compile "$graph8b" --batch 1 --seq-len 32768 --lora=rank=16,alpha=32 --explain \
+  compile1 "$graph8b" --batch 1 --seq-len 32768 --lora=rank=16,alpha=32 --explain \
     -o build-gpu/lora8b.trainer | grep -E "per worker|host:|longest|overlapped"
   mkdir -p build-gpu/interop && cd build-gpu/interop
   /usr/bin/python3 -c "import numpy as np; np.save('ids.npy', np.random.default_rng(3).integers(0, 512, size=(2, 32)).astype(np.int64))"

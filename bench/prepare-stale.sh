@@ -15,9 +15,7 @@ cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
 device=${1:-h100}
 models=test/data/models
-ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
-compile() { build/bin/rondo-compile --target=cuda --device="$device" "$@"; }
-rm -rf build-gpu && mkdir -p build-gpu/lib
+begin_gpu_stage
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 -o build-gpu/w1.trainer
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 --microbatches 8 \
   --stages=tail:30 --worker-memory-gb 76 -o build-gpu/w1-m8.trainer

@@ -19,8 +19,7 @@ prepare)
   if [ ! -f build/build.ninja ]; then bash scripts/build.sh; fi
   cmake build -DRONDO_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
     -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
-  ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
-  rm -rf build-gpu && mkdir -p build-gpu/lib
+  begin_gpu_stage
   for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
     build/bin/rondo-compile $models/$m.onnx --batch 2 --seq-len 32 --microbatches 2 \
       --workers 1,2,4 --target=cuda --precision=fp32 -o build-gpu/$m.trainer

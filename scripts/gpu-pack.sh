@@ -1,6 +1,16 @@
 # Sourced by the scripts that stage trainers for a GPU machine (the GPU
 # machines have CUDA and PyTorch but no MLIR, ONNX, protobuf, OpenMP or
-# Open MPI): run from the repository root, with build-gpu/lib created.
+# Open MPI): run from the repository root.
+
+# Builds the compiler and the CUDA runtime the trainers link, and empties
+# build-gpu/ (keeping build-gpu/lib).
+begin_gpu_stage() {
+  ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
+  rm -rf build-gpu && mkdir -p build-gpu/lib
+}
+
+# rondo-compile for a GPU trainer with the cost model of $device.
+compile() { build/bin/rondo-compile --target=cuda --device="$device" "$@"; }
 
 # Copies every library TRAINER needs that the GPU machines lack (ONNX,
 # protobuf, OpenMP, and Open MPI with its dependencies: trainers link it
