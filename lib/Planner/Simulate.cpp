@@ -124,14 +124,18 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
 
   using Mode = OptimizerMode;
   const Mode mode = options.optimizer;
-  double totalOptimizerSeconds = 0;
-  for (int n = 0; n < numJobs; ++n)
-    if (jobs[n].kind != StageKind::Forward)
-      totalOptimizerSeconds += optimizerSeconds[n];
+  // Jobs whose gradients an update reads (tail and backward stages with
+  // trainable parameters or gradients); forward stages have no optimizer
+  // seconds.
+  std::vector<bool> updates(numJobs, false);
   bool anyUpdate = false;
-  for (int n = 0; n < numJobs; ++n)
-    anyUpdate |= jobs[n].kind != StageKind::Forward &&
+  double totalOptimizerSeconds = 0;
+  for (int n = 0; n < numJobs; ++n) {
+    updates[n] = jobs[n].kind != StageKind::Forward &&
                  (optimizerSeconds[n] > 0 || costs[n].gradBytes > 0);
+    anyUpdate |= updates[n];
+    totalOptimizerSeconds += optimizerSeconds[n];
+  }
   // Per step: when its last gradient landed, and when its last parameter
   // upload ended.
   std::vector<double> gradientsLandedAt(steps, 0.0), uploadsEndAt(steps, 0.0);
@@ -189,8 +193,7 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
         computeAndDownloadEnd = std::max(computeAndDownloadEnd, end);
         record(Lane::Download, w, s, n, -1, start, end);
       }
-      if (jobs[n].kind != StageKind::Forward &&
-          (optimizerSeconds[n] > 0 || c.gradBytes > 0)) {
+      if (updates[n]) {
         gradientsLandedAt[s] = std::max(gradientsLandedAt[s], gradientsLanded);
         if (mode == Mode::Overlap) {
           double start = std::max(gradientsLanded, optimizerFree);

@@ -65,7 +65,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -298,11 +297,8 @@ private:
   /// and --on-checkpoint-error=continue (stop throws).
   bool saveCheckpoint(int64_t stepsDone);
   int64_t resume();
-  /// Sums the parts of parameter q's gradient over `range` into `sum`,
-  /// reading the gradient image at `hostGrads` (null: the one the optimizer
-  /// reads).
-  void prepareGrad(int q, float *sum, Shard range,
-                   const char *hostGrads = nullptr);
+  /// Sums the parts of parameter q's gradient over `range` into `sum`.
+  void prepareGrad(int q, float *sum, Shard range);
   double pipelinedGradNorm();
   void dumpGradients(double loss, const std::vector<const float *> &grads);
   void drain() {
@@ -327,10 +323,21 @@ private:
   bool syncMode = true;
   /// --optimizer-mode=stale: a step's gradient norm comes from its update
   /// (the sync task computes it), which runs during the next step, so the
-  /// step is logged once the next one is issued (afterIssue), not before:
-  /// the GPU does not wait for the log.
+  /// step is logged once the next one is issued, not before: the GPU does
+  /// not wait for the log.
   bool staleMode = false;
-  std::function<void()> afterIssue;
+  struct PendingLog {
+    StepRecord record;
+    double elapsed = 0;
+  };
+  std::optional<PendingLog> pendingLog;
+  std::unique_ptr<JsonStepLog> jsonLog; ///< --log-json
+  int64_t firstLoggedStep = 0;
+  /// Writes a step's progress line and JSON record.
+  void logStep(const StepRecord &record, double elapsed);
+  /// Logs the pending step with the norm its update computed (the update
+  /// has run).
+  void logPending();
   /// --on-nan=skip: the sync OPTIMIZER task leaves the update to the
   /// trainer thread, which first checks the losses too.
   bool deferUpdate = false;
@@ -561,15 +568,14 @@ void Trainer::setUpOptimizer() {
 
 void Trainer::setUpProgram(int64_t firstStep) {
   info = analyseProgram(*program, model);
-  const bool stale = opts.optimizerMode == "stale";
-  staleMode = stale;
-  syncMode = std::string(program->optimizer) == "sync" && !stale;
+  staleMode = opts.optimizerMode == "stale";
+  syncMode = std::string(program->optimizer) == "sync" && !staleMode;
   exec = std::make_unique<HostExec>(
       *program, model, info, paramPtrs.data(), *this, !opts.trace.empty(),
       firstStep,
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       pageableParams());
-  exec->setStaleOptimizer(stale);
+  exec->setStaleOptimizer(staleMode);
   // Gradients: in the host buffer (its stale copy) for one part, summed
   // for several.
   char *hostGrads = exec->optimizerGradients();
@@ -885,14 +891,12 @@ void Trainer::loadBatch(const StepTag &) {
   }
 }
 
-void Trainer::prepareGrad(int q, float *sum, Shard range,
-                          const char *hostGrads) {
+void Trainer::prepareGrad(int q, float *sum, Shard range) {
   const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
   if (parts.size() < 2)
     return;
   // The sum in table order, whatever order the parts arrived in.
-  if (!hostGrads)
-    hostGrads = exec->optimizerGradients();
+  const char *hostGrads = exec->optimizerGradients();
   const int64_t n = range.size();
   sum += range.begin;
   auto part = [&](size_t i) {
@@ -1029,8 +1033,13 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
 double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   exec->beginStep(step, eval, lossScale);
   program->issue(exec.get());
-  if (afterIssue)
-    afterIssue();
+  if (pendingLog) {
+    // The previous step's update was released by this issue; log that
+    // step once it has run, while the GPUs compute this one.
+    exec->waitForPreviousUpdate();
+    exec->checkError();
+    logPending();
+  }
   exec->barrier();
   exec->checkError();
   const char *losses = exec->hostBuffer(program->lossBuffer);
@@ -1052,20 +1061,13 @@ double Trainer::pipelinedGradNorm() {
   // place; the norm is of the sums.
   if (replicas)
     exec->drainHost();
-  // This step's gradients as downloaded (the stale update reads a copy
-  // that may not be made yet).
-  char *hostGrads = exec->hostBuffer(program->hostGradsBuffer);
   std::vector<GradTensor> g;
   for (OptParam &o : opt) {
     float *grad = o.grad;
     const Shard range = owned(o.numel);
-    const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
-    if (parts.size() == 1)
-      grad = reinterpret_cast<float *>(hostGrads +
-                                       program->gradParts[parts[0]].hostOffset);
-    if (parts.size() > 1) {
+    if (info.partsOf[size_t(o.index)].size() > 1) {
       grad = normSums[size_t(o.index)].data();
-      prepareGrad(o.index, grad, range, hostGrads);
+      prepareGrad(o.index, grad, range);
     }
     g.push_back({grad + range.begin, range.size()});
   }
@@ -1383,6 +1385,20 @@ int Trainer::interrupted(int64_t stepsDone, int64_t lastSaved) {
   return 128 + sig;
 }
 
+void Trainer::logStep(const StepRecord &record, double elapsed) {
+  if (jsonLog)
+    jsonLog->write(record);
+  say(progressLine(record, opts.steps, elapsed, firstLoggedStep));
+}
+
+void Trainer::logPending() {
+  if (!pendingLog)
+    return;
+  pendingLog->record.gradNorm = syncNorm;
+  logStep(pendingLog->record, pendingLog->elapsed);
+  pendingLog.reset();
+}
+
 int Trainer::runLoop() {
   validateModel(model);
   if (program) {
@@ -1438,7 +1454,6 @@ int Trainer::runLoop() {
     throw Error("--dump-gradients writes step 0's gradients; the run resumes "
                 "at step " +
                 std::to_string(firstStep));
-  std::unique_ptr<JsonStepLog> jsonLog;
   if (!opts.logJson.empty())
     jsonLog = std::make_unique<JsonStepLog>(opts.logJson);
 
@@ -1452,8 +1467,7 @@ int Trainer::runLoop() {
       std::snprintf(
           how, sizeof(how),
           "plan %s%s: %d worker%s, %d microbatches of %d rows, %s on %s%s",
-          program->name,
-          opts.optimizerMode == "stale" ? " with one-step-stale updates" : "",
+          program->name, staleMode ? " with one-step-stale updates" : "",
           program->workers, program->workers == 1 ? "" : "s",
           program->microbatches, program->rowsPerMicrobatch,
           model.precision ? model.precision : "fp32",
@@ -1512,40 +1526,13 @@ int Trainer::runLoop() {
   const auto start = Clock::now();
   double lastLoss = std::numeric_limits<double>::quiet_NaN();
   int64_t lastSaved = firstStep;
-  auto logStep = [&](const StepRecord &record, double elapsed) {
-    if (jsonLog)
-      jsonLog->write(record);
-    say(progressLine(record, opts.steps, elapsed, firstStep));
-  };
-  // Stale updates: the last step, logged once its update has run.
-  std::optional<StepRecord> pending;
-  double pendingElapsed = 0;
-  auto logPending = [&] {
-    if (!pending)
-      return;
-    pending->gradNorm = syncNorm;
-    logStep(*pending, pendingElapsed);
-    pending.reset();
-  };
+  firstLoggedStep = firstStep;
   auto drainAndLog = [&] {
-    if (!pending)
+    if (!pendingLog)
       return;
     drain();
     logPending();
   };
-  // The hook refers to this frame: it must not outlive it.
-  struct ResetHook {
-    std::function<void()> &hook;
-    ~ResetHook() { hook = nullptr; }
-  } resetHook{afterIssue};
-  if (staleMode)
-    afterIssue = [&] {
-      if (!pending)
-        return;
-      exec->waitForPreviousUpdate();
-      exec->checkError();
-      logPending();
-    };
   for (int64_t s = firstStep; s < opts.steps; ++s) {
     bool stop = gInterrupt != 0;
     if (replicas) {
@@ -1568,17 +1555,16 @@ int Trainer::runLoop() {
     record.seconds = std::chrono::duration<double>(stepEnd - stepStart).count();
     double elapsed = std::chrono::duration<double>(stepEnd - start).count();
     if (staleMode) {
-      pending = record;
-      pendingElapsed = elapsed;
+      pendingLog = PendingLog{record, elapsed};
     } else {
       logStep(record, elapsed);
     }
     throwIfNonFinite();
     const int64_t done = s + 1;
+    // A checkpoint or evaluation applies the pending update: log its step
+    // first.
     if ((opts.saveEvery > 0 && done % opts.saveEvery == 0) ||
-        (evalData && opts.evalEvery > 0 && done % opts.evalEvery == 0) ||
-        (replicas && opts.replicaCheckEvery > 0 &&
-         done % opts.replicaCheckEvery == 0))
+        (evalData && opts.evalEvery > 0 && done % opts.evalEvery == 0))
       drainAndLog();
     if (replicas && opts.replicaCheckEvery > 0 &&
         done % opts.replicaCheckEvery == 0)

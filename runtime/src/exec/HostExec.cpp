@@ -738,8 +738,7 @@ void HostExec::execute(Op &op) {
     if (op.taskKind == RONDO_TASK_LOAD_BATCH) {
       client.loadBatch(op.tag);
     } else if (op.taskKind == kStashTask) {
-      const rondo_buffer_desc &grads = program.buffers[program.hostGradsBuffer];
-      const int64_t bytes = grads.count * grads.bytes;
+      const int64_t bytes = hostGradsBytes();
       const char *from = hostBuffer(program.hostGradsBuffer);
       char *to = gradStash.get();
       // In 1 MiB pieces over the optimizer thread's OpenMP threads.
@@ -876,8 +875,7 @@ void HostExec::setStaleOptimizer(bool on) {
   staleOptimizer = on;
   if (!on || gradStash)
     return;
-  const rondo_buffer_desc &grads = program.buffers[program.hostGradsBuffer];
-  const size_t bytes = size_t(grads.count * grads.bytes);
+  const size_t bytes = size_t(hostGradsBytes());
   gradStash.reset(static_cast<char *>(
       std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64))));
   if (!gradStash)

@@ -305,6 +305,10 @@ private:
   int32_t internalEvent(int32_t stage) const {
     return program.numEvents + 1 + stage;
   }
+  int64_t hostGradsBytes() const {
+    const rondo_buffer_desc &grads = program.buffers[program.hostGradsBuffer];
+    return grads.count * grads.bytes;
+  }
   /// Completed by the stash task (stale updates).
   int32_t stashEvent() const {
     return program.numEvents + 1 + program.numStages;
