@@ -4,13 +4,14 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Every tg op is executed by the kernel call the trainer emitter would print
-// for it, so a result computed here is what a compiled trainer computes. The
-// kernels are fp32-only; the layout ops also move i64 ids and i1 masks, which
-// get the small strided loops below (the emitter's sliceInts plays the same
-// role). Kernels abort on malformed input, as they have no error channel, so
-// everything that depends on data (ids, labels) is checked here first and
-// reported as a diagnostic instead.
+// The function is lowered to kernel calls by the same patterns as a stage
+// function (convert-tg-to-kern), and every `kern.call` runs the CPU kernel
+// of that name from a table generated from KernelList.def, so a result
+// computed here is what a compiled trainer computes, and an op the emitter
+// cannot lower fails here the same way. Integer tensors (i64 ids, i1 masks)
+// are stored as int64. Kernels abort on malformed input, as they have no
+// error channel, so everything that depends on data (ids, labels) is checked
+// here first and reported as a diagnostic instead.
 //
 // Values live in shared storage: a reshape aliases its operand's buffer, and
 // a buffer is released after its last use, as in the emitted program.
@@ -19,14 +20,17 @@
 
 #include "rondo/Interpreter/Interpreter.h"
 
+#include "Kern/Conversion/Passes.h"
 #include "Kernels.h"
 #include "TG/IR/TGOps.h"
 #include "rondo/runtime/RotaryTable.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -34,6 +38,7 @@
 #include <limits>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 
 using namespace mlir;
 using namespace rondo;
@@ -167,102 +172,72 @@ cpu::Shape shapeOf(ArrayRef<int64_t> dims) {
 cpu::CFView cview(const Tensor &t) { return {t.f->data(), shapeOf(t.shape)}; }
 cpu::FView view(Tensor &t) { return {t.f->data(), shapeOf(t.shape)}; }
 cpu::IView iview(const Tensor &t) { return {t.i->data(), shapeOf(t.shape)}; }
-/// A view whose data is null: the kernels' "skip this output" marker.
-cpu::FView noView() { return {nullptr, cpu::Shape()}; }
+cpu::MIView miview(Tensor &t) { return {t.i->data(), shapeOf(t.shape)}; }
 
-SmallVector<int64_t> contiguousStrides(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> s(shape.size(), 1);
-  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
-    s[d] = s[d + 1] * shape[d + 1];
-  return s;
+//===----------------------------------------------------------------------===//
+// Kernel dispatch: name -> CPU kernel, generated from KernelList.def
+//===----------------------------------------------------------------------===//
+
+/// One bound argument of a call; the kernel's parameter type picks the field.
+struct Arg {
+  cpu::CFView input;
+  cpu::IView intInput;
+  cpu::FView output;
+  cpu::MIView intOutput;
+  const cpu::CFView *inputList = nullptr;
+  const cpu::IView *intInputList = nullptr;
+  float *lossSum = nullptr;
+  int *flag = nullptr;
+  float f32 = 0;
+  bool b = false;
+  int64_t i64 = 0;
+  const int64_t *array = nullptr;
+  cpu::UnaryKind unary = cpu::UnaryKind::Neg;
+  cpu::BinaryKind binary = cpu::BinaryKind::Add;
+};
+
+template <class T> T as(const Arg &a);
+template <> cpu::CFView as(const Arg &a) { return a.input; }
+template <> cpu::IView as(const Arg &a) { return a.intInput; }
+template <> cpu::FView as(const Arg &a) { return a.output; }
+template <> cpu::MIView as(const Arg &a) { return a.intOutput; }
+template <> const cpu::CFView *as(const Arg &a) { return a.inputList; }
+template <> const cpu::IView *as(const Arg &a) { return a.intInputList; }
+template <> float *as(const Arg &a) { return a.lossSum; }
+template <> int *as(const Arg &a) { return a.flag; }
+template <> float as(const Arg &a) { return a.f32; }
+template <> bool as(const Arg &a) { return a.b; }
+template <> int as(const Arg &a) { return int(a.i64); }
+template <> int64_t as(const Arg &a) { return a.i64; }
+template <> const int64_t *as(const Arg &a) { return a.array; }
+template <> cpu::UnaryKind as(const Arg &a) { return a.unary; }
+template <> cpu::BinaryKind as(const Arg &a) { return a.binary; }
+
+template <class... P, size_t... I>
+void invokeWith(void (*kernel)(P...), ArrayRef<Arg> args,
+                std::index_sequence<I...>) {
+  kernel(as<P>(args[I])...);
+}
+template <class... P> void invoke(void (*kernel)(P...), ArrayRef<Arg> args) {
+  invokeWith(kernel, args, std::index_sequence_for<P...>{});
 }
 
-/// out[k] = x[base + sum_d idx_d(k) * strides[d]] over the contiguous index
-/// space of `outShape`: the integer counterpart of the kernels' strided copy,
-/// for transpose, slice and broadcast of ids and masks.
-void stridedGather(const int64_t *x, int64_t base, ArrayRef<int64_t> strides,
-                   ArrayRef<int64_t> outShape, int64_t *out) {
-  int64_t n = 1;
-  for (int64_t d : outShape)
-    n *= d;
-  int rank = int(outShape.size());
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t rem = k, src = base;
-    for (int d = rank - 1; d >= 0; --d) {
-      src += (rem % outShape[d]) * strides[d];
-      rem /= outShape[d];
-    }
-    out[k] = x[src];
-  }
+using Invoker = void (*)(ArrayRef<Arg>);
+Invoker lookupInvoker(StringRef name) {
+  using namespace rondo::cpu;
+  static const llvm::StringMap<Invoker> table = {
+#define RONDO_KERNEL(NAME, PARAMS)                                             \
+  {#NAME, +[](ArrayRef<Arg> args) {                                            \
+     invoke(static_cast<void(*) PARAMS>(&cpu::NAME), args);                    \
+   }},
+#include "KernelList.def"
+  };
+  return table.lookup(name);
 }
 
-/// Strides of `shape` read as if broadcast to `outShape` (NumPy rules):
-/// 0 along broadcast dimensions.
-SmallVector<int64_t> broadcastStrides(ArrayRef<int64_t> shape,
-                                      ArrayRef<int64_t> outShape) {
-  SmallVector<int64_t> own = contiguousStrides(shape);
-  SmallVector<int64_t> s(outShape.size(), 0);
-  int64_t shift = int64_t(outShape.size()) - int64_t(shape.size());
-  for (int64_t d = 0; d < int64_t(shape.size()); ++d)
-    if (shape[d] != 1)
-      s[d + shift] = own[d];
-  return s;
-}
-
-cpu::UnaryKind unaryKind(tg::UnaryKind k) {
-  switch (k) {
-  case tg::UnaryKind::neg:
-    return cpu::UnaryKind::Neg;
-  case tg::UnaryKind::exp:
-    return cpu::UnaryKind::Exp;
-  case tg::UnaryKind::log:
-    return cpu::UnaryKind::Log;
-  case tg::UnaryKind::sqrt:
-    return cpu::UnaryKind::Sqrt;
-  case tg::UnaryKind::rsqrt:
-    return cpu::UnaryKind::Rsqrt;
-  case tg::UnaryKind::reciprocal:
-    return cpu::UnaryKind::Reciprocal;
-  case tg::UnaryKind::sigmoid:
-    return cpu::UnaryKind::Sigmoid;
-  case tg::UnaryKind::tanh:
-    return cpu::UnaryKind::Tanh;
-  case tg::UnaryKind::relu:
-    return cpu::UnaryKind::Relu;
-  case tg::UnaryKind::silu:
-    return cpu::UnaryKind::Silu;
-  case tg::UnaryKind::gelu_tanh:
-    return cpu::UnaryKind::GeluTanh;
-  case tg::UnaryKind::gelu_erf:
-    return cpu::UnaryKind::GeluErf;
-  case tg::UnaryKind::abs:
-    return cpu::UnaryKind::Abs;
-  case tg::UnaryKind::sin:
-    return cpu::UnaryKind::Sin;
-  case tg::UnaryKind::cos:
-    return cpu::UnaryKind::Cos;
-  }
-  llvm_unreachable("unknown tg unary kind");
-}
-
-cpu::BinaryKind binaryKind(tg::BinaryKind k) {
-  switch (k) {
-  case tg::BinaryKind::add:
-    return cpu::BinaryKind::Add;
-  case tg::BinaryKind::sub:
-    return cpu::BinaryKind::Sub;
-  case tg::BinaryKind::mul:
-    return cpu::BinaryKind::Mul;
-  case tg::BinaryKind::div:
-    return cpu::BinaryKind::Div;
-  case tg::BinaryKind::pow:
-    return cpu::BinaryKind::Pow;
-  case tg::BinaryKind::max:
-    return cpu::BinaryKind::Max;
-  case tg::BinaryKind::min:
-    return cpu::BinaryKind::Min;
-  }
-  llvm_unreachable("unknown tg binary kind");
+template <class Enum> Enum enumerator(Attribute a, ArrayRef<StringRef> names) {
+  return Enum(llvm::find(names, cast<StringAttr>(a).getValue()) -
+              names.begin());
 }
 
 class Interpreter {
@@ -272,6 +247,7 @@ public:
 
 private:
   LogicalResult execute(Operation *op);
+  LogicalResult call(kern::CallOp op);
   LogicalResult checkTypes(Operation *op);
   LogicalResult checkIds(Operation *op, const Tensor &ids, int64_t rows);
 
@@ -413,6 +389,7 @@ LogicalResult Interpreter::execute(Operation *op) {
   }
 
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](kern::CallOp c) { return call(c); })
       .Case([&](tg::ConstantOp c) -> LogicalResult {
         auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
         if (!dense)
@@ -436,184 +413,6 @@ LogicalResult Interpreter::execute(Operation *op) {
         env[r] = std::move(t);
         return success();
       })
-      .Case([&](tg::UnaryOp u) -> LogicalResult {
-        cpu::unary(unaryKind(u.getKind()), cview(get(u.getX())),
-                   view(result(u)));
-        return success();
-      })
-      .Case([&](tg::GatedActOp g) -> LogicalResult {
-        // The emitter's two calls: act(gate) into a temporary, then * up.
-        const Tensor &gate = get(g.getGate());
-        std::vector<float> act(gate.numel());
-        cpu::FView actView{act.data(), shapeOf(gate.shape)};
-        cpu::unary(unaryKind(g.getAct()), cview(gate), actView);
-        cpu::binary(cpu::BinaryKind::Mul, {act.data(), actView.shape},
-                    cview(get(g.getUp())), view(result(g)));
-        return success();
-      })
-      .Case([&](tg::BinaryOp b) -> LogicalResult {
-        cpu::binary(binaryKind(b.getKind()), cview(get(b.getLhs())),
-                    cview(get(b.getRhs())), view(result(b)));
-        return success();
-      })
-      .Case([&](tg::MatmulOp m) -> LogicalResult {
-        cpu::matmul(cview(get(m.getA())), cview(get(m.getB())), view(result(m)),
-                    m.getTransposeA(), m.getTransposeB());
-        return success();
-      })
-      .Case([&](tg::ReduceOp r) -> LogicalResult {
-        // sumToShape onto the operand's shape with the reduced axes kept as
-        // 1 (the layout of the keepdims and the dropped-dims result is the
-        // same), then 1/count for the mean: the emitter's two calls.
-        const Tensor &x = get(r.getX());
-        SmallVector<int64_t> kept(x.shape);
-        double count = 1;
-        for (int64_t a : r.getAxes()) {
-          int64_t axis = a < 0 ? a + int64_t(kept.size()) : a;
-          count *= double(kept[axis]);
-          kept[axis] = 1;
-        }
-        Tensor &out = result(r);
-        cpu::FView keptView{out.f->data(), shapeOf(kept)};
-        cpu::sumToShape(cview(x), keptView);
-        if (r.getKind() == tg::ReduceKind::mean)
-          cpu::scale({out.f->data(), keptView.shape}, float(1.0 / count),
-                     keptView);
-        return success();
-      })
-      .Case([&](tg::SelectOp s) -> LogicalResult {
-        // No kernel: a broadcasting loop (tg.select appears in the
-        // exporter's NaN guard, which attention recognition removes).
-        const Tensor &c = get(s.getCond()), &a = get(s.getA()),
-                     &b = get(s.getB());
-        Tensor &out = result(s);
-        auto cs = broadcastStrides(c.shape, out.shape),
-             as = broadcastStrides(a.shape, out.shape),
-             bs = broadcastStrides(b.shape, out.shape);
-        int rank = int(out.shape.size());
-        for (int64_t k = 0, n = out.numel(); k < n; ++k) {
-          int64_t rem = k, co = 0, ao = 0, bo = 0;
-          for (int d = rank - 1; d >= 0; --d) {
-            int64_t idx = rem % out.shape[d];
-            rem /= out.shape[d];
-            co += idx * cs[d];
-            ao += idx * as[d];
-            bo += idx * bs[d];
-          }
-          (*out.f)[k] = (*c.i)[co] ? (*a.f)[ao] : (*b.f)[bo];
-        }
-        return success();
-      })
-      .Case([&](tg::IsNanOp n) -> LogicalResult {
-        const Tensor &x = get(n.getX());
-        Tensor &out = result(n);
-        for (int64_t k = 0, e = x.numel(); k < e; ++k)
-          (*out.i)[k] = std::isnan((*x.f)[k]) ? 1 : 0;
-        return success();
-      })
-      .Case([&](tg::TransposeOp t) -> LogicalResult {
-        const Tensor &x = get(t.getX());
-        Tensor &out = result(t);
-        if (x.kind == ElementKind::F32) {
-          cpu::transpose(cview(x), t.getPerm().data(), view(out));
-          return success();
-        }
-        SmallVector<int64_t> xs = contiguousStrides(x.shape), strides;
-        for (int64_t p : t.getPerm())
-          strides.push_back(xs[p]);
-        stridedGather(x.i->data(), 0, strides, out.shape, out.i->data());
-        return success();
-      })
-      .Case([&](tg::BroadcastOp b) -> LogicalResult {
-        const Tensor &x = get(b.getX());
-        Tensor &out = result(b);
-        if (x.kind == ElementKind::F32) {
-          cpu::broadcastTo(cview(x), view(out));
-          return success();
-        }
-        stridedGather(x.i->data(), 0, broadcastStrides(x.shape, out.shape),
-                      out.shape, out.i->data());
-        return success();
-      })
-      .Case([&](tg::SumToShapeOp s) -> LogicalResult {
-        cpu::sumToShape(cview(get(s.getX())), view(result(s)));
-        return success();
-      })
-      .Case([&](tg::SliceOp s) -> LogicalResult {
-        const Tensor &x = get(s.getX());
-        Tensor &out = result(s);
-        if (x.kind == ElementKind::F32) {
-          cpu::slice(cview(x), s.getStarts().data(), s.getSteps().data(),
-                     view(out));
-          return success();
-        }
-        SmallVector<int64_t> xs = contiguousStrides(x.shape), strides;
-        int64_t base = 0;
-        for (auto [d, start] : llvm::enumerate(s.getStarts())) {
-          base += start * xs[d];
-          strides.push_back(s.getSteps()[d] * xs[d]);
-        }
-        stridedGather(x.i->data(), base, strides, out.shape, out.i->data());
-        return success();
-      })
-      .Case([&](tg::SliceGradOp s) -> LogicalResult {
-        cpu::sliceBackward(cview(get(s.getDy())), s.getStarts().data(),
-                           s.getSteps().data(), view(result(s)));
-        return success();
-      })
-      .Case([&](tg::ConcatOp c) -> LogicalResult {
-        Tensor &out = result(c);
-        int64_t rank = int64_t(out.shape.size());
-        int64_t axis = c.getAxis();
-        if (axis < 0)
-          axis += rank;
-        if (out.kind == ElementKind::F32) {
-          SmallVector<cpu::CFView> inputs;
-          for (Value v : c.getInputs())
-            if (get(v).numel() > 0) // empty pieces contribute nothing
-              inputs.push_back(cview(get(v)));
-          cpu::concat(inputs.data(), int(inputs.size()), int(axis), view(out));
-          return success();
-        }
-        int64_t outer = 1, inner = 1;
-        for (int64_t d = 0; d < axis; ++d)
-          outer *= out.shape[d];
-        for (int64_t d = axis + 1; d < rank; ++d)
-          inner *= out.shape[d];
-        int64_t *dst = out.i->data();
-        for (int64_t o = 0; o < outer; ++o)
-          for (Value v : c.getInputs()) {
-            const Tensor &x = get(v);
-            int64_t chunk = x.shape[axis] * inner;
-            dst = std::copy_n(x.i->data() + o * chunk, chunk, dst);
-          }
-        return success();
-      })
-      .Case([&](tg::GatherOp g) -> LogicalResult {
-        const Tensor &table = get(g.getTable()), &ids = get(g.getIds());
-        if (failed(checkIds(g, ids, table.shape[0])))
-          return failure();
-        cpu::gatherRows(cview(table), iview(ids), view(result(g)));
-        return success();
-      })
-      .Case([&](tg::GatherGradOp g) -> LogicalResult {
-        const Tensor &ids = get(g.getIds());
-        Tensor &out = result(g);
-        if (failed(checkIds(g, ids, out.shape[0])))
-          return failure();
-        cpu::fill(view(out), 0.0f);
-        cpu::gatherRowsBackward(iview(ids), cview(get(g.getDy())), view(out));
-        return success();
-      })
-      .Case([&](tg::SoftmaxOp s) -> LogicalResult {
-        cpu::softmax(cview(get(s.getX())), view(result(s)));
-        return success();
-      })
-      .Case([&](tg::SoftmaxGradOp s) -> LogicalResult {
-        cpu::softmaxBackward(cview(get(s.getY())), cview(get(s.getDy())),
-                             view(result(s)));
-        return success();
-      })
       .Case([&](tg::RotaryTableOp r) -> LogicalResult {
         Tensor &out = result(r);
         ArrayRef<float> freqs = r.getFreqs();
@@ -623,139 +422,121 @@ LogicalResult Interpreter::execute(Operation *op) {
                             r.getScale().convertToFloat());
         return success();
       })
-      .Case([&](tg::CausalMaskOp m) -> LogicalResult {
-        // 0 where key j <= i + (cols - rows), -inf elsewhere: the diagonal
-        // is aligned to the bottom-right corner, as for attention with a
-        // longer key sequence.
-        Tensor &out = result(m);
-        int64_t rank = int64_t(out.shape.size());
-        int64_t rows = out.shape[rank - 2], cols = out.shape[rank - 1];
-        int64_t outer = out.numel() / (rows * cols);
-        float *p = out.f->data();
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j)
-              *p++ = j <= i + (cols - rows)
-                         ? 0.0f
-                         : -std::numeric_limits<float>::infinity();
-        return success();
-      })
-      .Case([&](tg::RmsNormOp n) -> LogicalResult {
-        cpu::rmsNorm(cview(get(n.getX())), cview(get(n.getW())),
-                     n.getEps().convertToFloat(), view(result(n)));
-        return success();
-      })
-      .Case([&](tg::RmsNormGradOp n) -> LogicalResult {
-        Tensor &dx = result(n, 0), &dw = result(n, 1);
-        cpu::rmsNormBackward(cview(get(n.getX())), cview(get(n.getW())),
-                             n.getEps().convertToFloat(), cview(get(n.getDy())),
-                             view(dx), view(dw));
-        return success();
-      })
-      .Case([&](tg::LayerNormOp n) -> LogicalResult {
-        cpu::layerNorm(cview(get(n.getX())), cview(get(n.getW())),
-                       cview(get(n.getB())), n.getEps().convertToFloat(),
-                       view(result(n)));
-        return success();
-      })
-      .Case([&](tg::LayerNormGradOp n) -> LogicalResult {
-        Tensor &dx = result(n, 0), &dw = result(n, 1), &db = result(n, 2);
-        cpu::layerNormBackward(cview(get(n.getX())), cview(get(n.getW())),
-                               n.getEps().convertToFloat(),
-                               cview(get(n.getDy())), view(dx), view(dw),
-                               view(db));
-        return success();
-      })
-      .Case([&](tg::RotaryOp r) -> LogicalResult {
-        cpu::rotary(cview(get(r.getX())), cview(get(r.getCos())),
-                    cview(get(r.getSin())), view(result(r)));
-        return success();
-      })
-      .Case([&](tg::RotaryGradOp r) -> LogicalResult {
-        cpu::rotaryBackward(cview(get(r.getDy())), cview(get(r.getCos())),
-                            cview(get(r.getSin())), view(result(r)));
-        return success();
-      })
-      .Case([&](tg::AttentionOp a) -> LogicalResult {
-        Tensor &o = result(a, 0), &lse = result(a, 1);
-        cpu::attention(cview(get(a.getQ())), cview(get(a.getK())),
-                       cview(get(a.getV())), a.getCausal(),
-                       a.getScale().convertToFloat(), view(o), view(lse));
-        return success();
-      })
-      .Case([&](tg::AttentionGradOp a) -> LogicalResult {
-        Tensor &dq = result(a, 0), &dk = result(a, 1), &dv = result(a, 2);
-        cpu::attentionBackward(cview(get(a.getQ())), cview(get(a.getK())),
-                               cview(get(a.getV())), cview(get(a.getOut())),
-                               cview(get(a.getLse())), cview(get(a.getDout())),
-                               a.getCausal(), a.getScale().convertToFloat(),
-                               view(dq), view(dk), view(dv));
-        return success();
-      })
-      .Case([&](tg::CrossEntropyOp c) -> LogicalResult {
-        double sum = 0;
-        int64_t count = 0;
-        if (!cpu::crossEntropy(cview(get(c.getLogits())),
-                               iview(get(c.getLabels())), c.getIgnoreIndex(),
-                               &sum, &count))
-          return c.emitError("a label is outside the vocabulary of ")
-                 << get(c.getLogits()).shape.back() << " (and is not the "
-                 << "ignore index " << c.getIgnoreIndex() << ")";
-        (*result(c).f)[0] = float(sum);
-        return success();
-      })
-      .Case([&](tg::CrossEntropyGradOp c) -> LogicalResult {
-        cpu::crossEntropyBackward(cview(get(c.getLogits())),
-                                  iview(get(c.getLabels())), c.getIgnoreIndex(),
-                                  (*get(c.getDloss()).f)[0], view(result(c)));
-        return success();
-      })
-      .Case([&](tg::LinearCrossEntropyOp c) -> LogicalResult {
-        double sum = 0;
-        int64_t count = 0;
-        if (!cpu::linearCrossEntropy(
-                cview(get(c.getH())), cview(get(c.getW())), c.getTransposeW(),
-                iview(get(c.getLabels())), c.getIgnoreIndex(), c.getChunkRows(),
-                &sum, &count))
-          return c.emitError("a label is outside the vocabulary (and is not "
-                             "the ignore index ")
-                 << c.getIgnoreIndex() << ")";
-        (*result(c).f)[0] = float(sum);
-        return success();
-      })
-      .Case([&](tg::LinearCrossEntropyGradOp c) -> LogicalResult {
-        Tensor &dh = result(c, 0), &dw = result(c, 1);
-        cpu::linearCrossEntropyBackward(
-            cview(get(c.getH())), cview(get(c.getW())), c.getTransposeW(),
-            iview(get(c.getLabels())), c.getIgnoreIndex(), c.getChunkRows(),
-            (*get(c.getDloss()).f)[0], view(dh), view(dw));
-        return success();
-      })
-      .Case([&](tg::UnaryGradOp u) -> LogicalResult {
-        cpu::unaryBackward(unaryKind(u.getKind()), cview(get(u.getX())),
-                           cview(get(u.getDy())), view(result(u)));
-        return success();
-      })
-      .Case([&](tg::BinaryGradOp b) -> LogicalResult {
-        Tensor &dl = result(b, 0), &dr = result(b, 1);
-        // An empty operand gradient is skipped (null data), which the
-        // kernel documents.
-        cpu::binaryBackward(binaryKind(b.getKind()), cview(get(b.getLhs())),
-                            cview(get(b.getRhs())), cview(get(b.getDy())),
-                            dl.numel() ? view(dl) : noView(),
-                            dr.numel() ? view(dr) : noView());
-        return success();
-      })
       .Default([&](Operation *op) -> LogicalResult {
         return op->emitError("the interpreter has no kernel for '")
                << op->getName() << "'";
       });
 }
 
+LogicalResult Interpreter::call(kern::CallOp op) {
+  std::string error;
+  FailureOr<SmallVector<kern::BoundParam>> bound = kern::bindParams(op, error);
+  if (failed(bound))
+    return op.emitOpError(error);
+  StringRef kernel = op.getKernel();
+  auto input = [&](int k) -> const Tensor & { return get(op.getInputs()[k]); };
+  // Ids the kernels would abort on.
+  if (kernel == "gatherRows" &&
+      failed(checkIds(op, input(1), input(0).shape[0])))
+    return failure();
+  if (kernel == "gatherRowsBackward" &&
+      failed(checkIds(
+          op, input(0),
+          cast<RankedTensorType>(op.getResult(0).getType()).getDimSize(0))))
+    return failure();
+
+  // Accumulating results start from (and reuse) their init's storage.
+  for (auto [k, init] : llvm::enumerate(op.getInits()))
+    env[op.getResult(k)] = get(init);
+  for (unsigned k = op.getInits().size(); k < op.getNumResults(); ++k)
+    result(op, k);
+
+  std::vector<Arg> args(bound->size());
+  std::vector<cpu::CFView> list;
+  std::vector<cpu::IView> intList;
+  int flag = 0;
+  for (auto [a, b] : llvm::zip(args, *bound)) {
+    switch (b.param->kind) {
+    case kern::ParamKind::Input:
+      a.input = cview(input(b.operand));
+      break;
+    case kern::ParamKind::IntInput:
+      a.intInput = iview(input(b.operand));
+      break;
+    case kern::ParamKind::InputList:
+      for (int k = 0; k < b.count; ++k)
+        list.push_back(cview(input(b.operand + k)));
+      a.inputList = list.data();
+      break;
+    case kern::ParamKind::IntInputList:
+      for (int k = 0; k < b.count; ++k)
+        intList.push_back(iview(input(b.operand + k)));
+      a.intInputList = intList.data();
+      break;
+    case kern::ParamKind::ListSize:
+      a.i64 = b.count;
+      break;
+    case kern::ParamKind::Output: {
+      Tensor &out = env.find(op.getResult(b.result))->second;
+      // A skipped output has null data: the kernel does not compute it.
+      a.output =
+          b.skipped ? cpu::FView{nullptr, shapeOf(out.shape)} : view(out);
+      break;
+    }
+    case kern::ParamKind::IntOutput:
+      a.intOutput = miview(env.find(op.getResult(b.result))->second);
+      break;
+    case kern::ParamKind::LossOutput:
+      a.lossSum = env.find(op.getResult(b.result))->second.f->data();
+      break;
+    case kern::ParamKind::ErrorFlag:
+      a.flag = &flag;
+      break;
+    case kern::ParamKind::F32:
+      a.f32 = b.attr ? float(cast<FloatAttr>(b.attr).getValueAsDouble())
+                     : (*input(b.operand).f)[0];
+      break;
+    case kern::ParamKind::Bool:
+      a.b = cast<BoolAttr>(b.attr).getValue();
+      break;
+    case kern::ParamKind::I32:
+    case kern::ParamKind::I64:
+      a.i64 = cast<IntegerAttr>(b.attr).getInt();
+      break;
+    case kern::ParamKind::I64Array:
+      a.array = cast<DenseI64ArrayAttr>(b.attr).asArrayRef().data();
+      break;
+    case kern::ParamKind::UnaryKind:
+      a.unary = enumerator<cpu::UnaryKind>(b.attr, kern::unaryKindNames());
+      break;
+    case kern::ParamKind::BinaryKind:
+      a.binary = enumerator<cpu::BinaryKind>(b.attr, kern::binaryKindNames());
+      break;
+    }
+  }
+  lookupInvoker(kernel)(args);
+  if (!flag)
+    return success();
+  auto ignore = op.getArgsAttr().getAs<IntegerAttr>("ignoreIndex");
+  if (kernel == "crossEntropy")
+    return op.emitError("a label is outside the vocabulary of ")
+           << input(0).shape.back() << " (and is not the "
+           << "ignore index " << ignore.getInt() << ")";
+  if (kernel == "linearCrossEntropy")
+    return op.emitError("a label is outside the vocabulary (and is not "
+                        "the ignore index ")
+           << ignore.getInt() << ")";
+  return op.emitError("kernel '") << kernel << "' reported invalid data";
+}
+
 } // namespace
 
 FailureOr<std::vector<HostBuffer>>
 rondo::runFunction(func::FuncOp func, ArrayRef<HostBuffer> args) {
-  Interpreter interpreter(func);
+  // Lowered on a copy: the caller's function stays tg.
+  OwningOpRef<func::FuncOp> lowered = func.clone();
+  if (failed(kern::convertToKernelCalls(*lowered)))
+    return failure();
+  Interpreter interpreter(*lowered);
   return interpreter.run(args);
 }

@@ -7,6 +7,7 @@
 #include "rondo/Pipelines/Pipelines.h"
 
 #include "Exec/Transforms/Passes.h"
+#include "Kern/Conversion/Passes.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/Transforms/Passes.h"
 
@@ -162,12 +163,14 @@ void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff) {
   convert.peerHandoff = peerHandoff;
   pm.addPass(exec::createConvertPipeToExecPass(convert));
   pm.addPass(exec::createExecVerifyPass());
+  pm.addPass(kern::createConvertTGToKernPass());
 }
 
 void rondo::registerPipelines() {
   PassPipelineRegistration<>(
       "rondo-exec-pipeline",
-      "Outline stages, lower plans to exec programs, verify them",
+      "Outline stages, lower plans to exec programs, verify them, lower "
+      "stage functions to kernel calls",
       [](OpPassManager &pm) { buildExecPipeline(pm); });
   PassPipelineRegistration<>("rondo-tg-pipeline",
                              "Import cleanup and structure recognition",

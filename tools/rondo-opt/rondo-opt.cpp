@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Exec/Transforms/Passes.h"
+#include "Kern/Conversion/Passes.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
@@ -23,10 +24,12 @@
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
-                  rondo::exec::ExecDialect, mlir::func::FuncDialect>();
+                  rondo::exec::ExecDialect, rondo::kern::KernDialect,
+                  mlir::func::FuncDialect>();
   rondo::tg::registerTGPasses();
   rondo::pipe::registerPipePasses();
   rondo::exec::registerExecPasses();
+  rondo::kern::registerKernConversionPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   rondo::registerPipelines();

@@ -4,16 +4,19 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// A direct printer: every tg op becomes exactly one call into
-// runtime/kernels/cpu/Kernels.h, so the generated step can be read side by
-// side with `--emit=train`. Buffers are std::vectors freed after their last
-// use; reshapes alias their operand's buffer.
+// A printer that decides nothing about kernels: every `kern.call` of a stage
+// function (convert-tg-to-kern) becomes exactly one call of its kernel, the
+// arguments in the order of runtime/kernels/cpu/KernelList.def, so the
+// generated step reads side by side with `--emit=exec`. Buffers are
+// std::vectors (device buffers on GPUs) freed after their last use; reshapes
+// and accumulating results alias their operand's buffer.
 //
 //===----------------------------------------------------------------------===//
 
 #include "rondo/Target/Cpp/TrainerEmitter.h"
 
 #include "Exec/IR/ExecOps.h"
+#include "Kern/IR/KernOps.h"
 #include "TG/IR/TGOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -25,69 +28,12 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
 #include <map>
-#include <regex>
 
 using namespace mlir;
 using namespace rondo;
 using namespace rondo::tg;
 
 namespace {
-
-const char *unaryName(UnaryKind k) {
-  switch (k) {
-  case UnaryKind::neg:
-    return "Neg";
-  case UnaryKind::exp:
-    return "Exp";
-  case UnaryKind::log:
-    return "Log";
-  case UnaryKind::sqrt:
-    return "Sqrt";
-  case UnaryKind::rsqrt:
-    return "Rsqrt";
-  case UnaryKind::reciprocal:
-    return "Reciprocal";
-  case UnaryKind::sigmoid:
-    return "Sigmoid";
-  case UnaryKind::tanh:
-    return "Tanh";
-  case UnaryKind::relu:
-    return "Relu";
-  case UnaryKind::silu:
-    return "Silu";
-  case UnaryKind::gelu_tanh:
-    return "GeluTanh";
-  case UnaryKind::gelu_erf:
-    return "GeluErf";
-  case UnaryKind::abs:
-    return "Abs";
-  case UnaryKind::sin:
-    return "Sin";
-  case UnaryKind::cos:
-    return "Cos";
-  }
-  return "?";
-}
-
-const char *binaryName(BinaryKind k) {
-  switch (k) {
-  case BinaryKind::add:
-    return "Add";
-  case BinaryKind::sub:
-    return "Sub";
-  case BinaryKind::mul:
-    return "Mul";
-  case BinaryKind::div:
-    return "Div";
-  case BinaryKind::pow:
-    return "Pow";
-  case BinaryKind::max:
-    return "Max";
-  case BinaryKind::min:
-    return "Min";
-  }
-  return "?";
-}
 
 std::string shapeList(ArrayRef<int64_t> shape) {
   std::string s = "Shape{";
@@ -118,9 +64,10 @@ private:
   std::string ptr(Value v) { return exprs.lookup(v); }
   std::string view(Value v, bool mut = false) {
     auto t = cast<RankedTensorType>(v.getType());
-    const char *kind = t.getElementType().isInteger(64) ? "IView"
-                       : mut                            ? "FView"
-                                                        : "CFView";
+    bool ints = t.getElementType().isInteger();
+    const char *kind = ints  ? (mut ? "MIView" : "IView")
+                       : mut ? "FView"
+                             : "CFView";
     return llvm::formatv("{0}{{{1}, {2}}", kind, ptr(v),
                          shapeList(t.getShape()))
         .str();
@@ -135,7 +82,7 @@ private:
   std::string newBuffer(Value v) {
     auto t = cast<RankedTensorType>(v.getType());
     std::string name = "v" + std::to_string(counter++);
-    const char *elem = t.getElementType().isInteger(64) ? "int64_t" : "float";
+    const char *elem = storageType(t);
     body << llvm::formatv("  Buf<{0}> {1}({2});\n", elem, name,
                           t.getNumElements());
     exprs[v] = name + ".data()";
@@ -152,6 +99,12 @@ private:
     body << "};\n";
     return name;
   }
+
+  /// Integer tensors (ids, labels, masks) are stored as int64.
+  static const char *storageType(RankedTensorType t) {
+    return t.getElementType().isInteger() ? "int64_t" : "float";
+  }
+  LogicalResult emitCall(kern::CallOp call);
 
   ModuleOp module;
   raw_ostream &os;
@@ -261,21 +214,8 @@ private:
 };
 
 LogicalResult Emitter::emitOp(Operation *op) {
-  auto out = [&](unsigned k = 0) {
-    newBuffer(op->getResult(k));
-    return view(op->getResult(k), /*mut=*/true);
-  };
-  // A parameter gradient nothing reads (a frozen norm or head) is not
-  // computed: the backward kernels skip a null output.
-  auto outOrSkip = [&](unsigned k) {
-    Value r = op->getResult(k);
-    if (!r.use_empty())
-      return out(k);
-    return llvm::formatv(
-               "FView{{nullptr, {0}}",
-               shapeList(cast<RankedTensorType>(r.getType()).getShape()))
-        .str();
-  };
+  if (auto call = dyn_cast<kern::CallOp>(op))
+    return emitCall(call);
   if (auto c = dyn_cast<ConstantOp>(op)) {
     auto dense = dyn_cast<DenseElementsAttr>(c.getValue());
     auto t = cast<RankedTensorType>(c.getType());
@@ -284,8 +224,8 @@ LogicalResult Emitter::emitOp(Operation *op) {
     if (t.getElementType().isF32()) {
       if (dense.isSplat()) {
         std::string name = newBuffer(c);
-        body << llvm::formatv("  fill(FView{{{0}.data(), {1}}, {2});\n", name,
-                              shapeList(t.getShape()),
+        body << llvm::formatv("  K::fill(FView{{{0}.data(), {1}}, {2});\n",
+                              name, shapeList(t.getShape()),
                               floatLiteral(dense.getSplatValue<float>()));
         return success();
       }
@@ -306,11 +246,14 @@ LogicalResult Emitter::emitOp(Operation *op) {
       exprs[c] = globalConstant("float", values);
       return success();
     }
-    if (t.getElementType().isInteger(64)) {
+    if (t.getElementType().isInteger()) {
+      // Stored as int64 like every integer tensor (i1 masks: 0 and 1).
       std::string values;
       llvm::raw_string_ostream vos(values);
-      for (auto [k, v] : llvm::enumerate(dense.getValues<int64_t>()))
-        vos << (k ? ", " : "") << v;
+      for (auto [k, v] : llvm::enumerate(dense.getValues<APInt>()))
+        vos << (k ? ", " : "")
+            << (v.getBitWidth() == 1 ? int64_t(v.getBoolValue())
+                                     : v.getSExtValue());
       exprs[c] = globalConstant("int64_t", values);
       return success();
     }
@@ -333,261 +276,100 @@ LogicalResult Emitter::emitOp(Operation *op) {
     }
     return success();
   }
-  if (auto u = dyn_cast<UnaryOp>(op)) {
-    body << llvm::formatv("  unary(UnaryKind::{0}, {1}, {2});\n",
-                          unaryName(u.getKind()), view(u.getX()), out());
-    return success();
-  }
-  if (auto g = dyn_cast<GatedActOp>(op)) {
-    auto t = cast<RankedTensorType>(g.getType());
-    std::string o = out();
-    body << llvm::formatv(
-        "  {{ Buf<float> act({0});\n"
-        "    unary(UnaryKind::{1}, {2}, FView{{act.data(), {3}});\n"
-        "    binary(BinaryKind::Mul, CFView{{act.data(), {3}}, {4}, {5}); }\n",
-        t.getNumElements(), unaryName(g.getAct()), view(g.getGate()),
-        shapeList(t.getShape()), view(g.getUp()), o);
-    return success();
-  }
-  if (auto b = dyn_cast<BinaryOp>(op)) {
-    body << llvm::formatv("  binary(BinaryKind::{0}, {1}, {2}, {3});\n",
-                          binaryName(b.getKind()), view(b.getLhs()),
-                          view(b.getRhs()), out());
-    return success();
-  }
-  if (auto m = dyn_cast<MatmulOp>(op)) {
-    body << llvm::formatv("  matmul({0}, {1}, {2}, {3}, {4});\n",
-                          view(m.getA()), view(m.getB()), out(),
-                          m.getTransposeA() ? "true" : "false",
-                          m.getTransposeB() ? "true" : "false");
-    return success();
-  }
-  if (auto r = dyn_cast<ReduceOp>(op)) {
-    auto xt = cast<RankedTensorType>(r.getX().getType());
-    SmallVector<int64_t> kept(xt.getShape());
-    double count = 1;
-    for (int64_t a : r.getAxes()) {
-      int64_t axis = a < 0 ? a + xt.getRank() : a;
-      count *= kept[axis];
-      kept[axis] = 1;
+  return op->emitError("the C++ emitter prints kernel calls, not '")
+         << op->getName() << "' (run convert-tg-to-kern first)";
+}
+
+/// One call, its arguments in the kernel's parameter order (KernelTable.h).
+LogicalResult Emitter::emitCall(kern::CallOp call) {
+  std::string error;
+  FailureOr<SmallVector<kern::BoundParam>> bound =
+      kern::bindParams(call, error);
+  if (failed(bound))
+    return call.emitOpError(error);
+  // Results computed in their init's buffer alias it.
+  for (auto [k, init] : llvm::enumerate(call.getInits())) {
+    Value r = call.getResult(k);
+    exprs[r] = ptr(init);
+    if (auto root = roots.find(init); root != roots.end()) {
+      std::string name = root->second;
+      roots[r] = std::move(name);
     }
-    newBuffer(r);
-    std::string keptView =
-        llvm::formatv("FView{{{0}, {1}}", ptr(r), shapeList(kept)).str();
-    body << llvm::formatv("  sumToShape({0}, {1});\n", view(r.getX()),
-                          keptView);
-    if (r.getKind() == ReduceKind::mean)
-      body << llvm::formatv("  scale(CFView{{{0}, {1}}, {2}, {3});\n", ptr(r),
-                            shapeList(kept), floatLiteral(float(1.0 / count)),
-                            keptView);
-    return success();
   }
-  if (auto t = dyn_cast<TransposeOp>(op)) {
-    std::string perm = ints(t.getPerm());
-    body << llvm::formatv("  transpose({0}, {1}, {2});\n", view(t.getX()), perm,
-                          out());
-    return success();
-  }
-  if (auto b = dyn_cast<BroadcastOp>(op)) {
-    body << llvm::formatv("  broadcastTo({0}, {1});\n", view(b.getX()), out());
-    return success();
-  }
-  if (auto s = dyn_cast<SumToShapeOp>(op)) {
-    body << llvm::formatv("  sumToShape({0}, {1});\n", view(s.getX()), out());
-    return success();
-  }
-  if (auto s = dyn_cast<SliceOp>(op)) {
-    std::string st = ints(s.getStarts()), sp = ints(s.getSteps());
-    if (cast<RankedTensorType>(s.getType()).getElementType().isInteger(64)) {
-      // Integer slices (labels) are strided copies done inline.
-      auto xt = cast<RankedTensorType>(s.getX().getType());
-      auto rt = cast<RankedTensorType>(s.getType());
-      newBuffer(s);
-      body << llvm::formatv("  sliceInts({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
-                            ptr(s.getX()), ints(xt.getShape()), ptr(s),
-                            ints(rt.getShape()), xt.getRank(), st, sp);
-      return success();
+  auto input = [&](int k) { return call.getInputs()[k]; };
+  std::string args;
+  auto add = [&](const std::string &a) {
+    args += (args.empty() ? "" : ", ") + a;
+  };
+  for (const kern::BoundParam &b : *bound) {
+    switch (b.param->kind) {
+    case kern::ParamKind::Input:
+    case kern::ParamKind::IntInput:
+      add(view(input(b.operand)));
+      break;
+    case kern::ParamKind::InputList:
+    case kern::ParamKind::IntInputList: {
+      std::string arr = "in" + std::to_string(counter++);
+      body << "  "
+           << (b.param->kind == kern::ParamKind::InputList ? "CFView" : "IView")
+           << " " << arr << "[] = {";
+      for (int k = 0; k < b.count; ++k)
+        body << (k ? ", " : "") << view(input(b.operand + k));
+      body << "};\n";
+      add(arr);
+      break;
     }
-    body << llvm::formatv("  slice({0}, {1}, {2}, {3});\n", view(s.getX()), st,
-                          sp, out());
-    return success();
+    case kern::ParamKind::ListSize:
+      add(std::to_string(b.count));
+      break;
+    case kern::ParamKind::Output:
+    case kern::ParamKind::IntOutput: {
+      Value r = call.getResult(b.result);
+      if (b.skipped) {
+        add(llvm::formatv(
+                "FView{{nullptr, {0}}",
+                shapeList(cast<RankedTensorType>(r.getType()).getShape()))
+                .str());
+        break;
+      }
+      if (unsigned(b.result) >= call.getInits().size())
+        newBuffer(r);
+      add(view(r, /*mut=*/true));
+      break;
+    }
+    case kern::ParamKind::LossOutput:
+      add(newBuffer(call.getResult(b.result)) + ".data()");
+      break;
+    case kern::ParamKind::ErrorFlag:
+      add("nullptr");
+      break;
+    case kern::ParamKind::F32:
+      add(b.attr ? floatLiteral(cast<FloatAttr>(b.attr).getValueAsDouble())
+                 : scalar(input(b.operand)));
+      break;
+    case kern::ParamKind::Bool:
+      add(cast<BoolAttr>(b.attr).getValue() ? "true" : "false");
+      break;
+    case kern::ParamKind::I32:
+    case kern::ParamKind::I64:
+      add(std::to_string(cast<IntegerAttr>(b.attr).getInt()));
+      break;
+    case kern::ParamKind::I64Array:
+      add(ints(cast<DenseI64ArrayAttr>(b.attr).asArrayRef()));
+      break;
+    case kern::ParamKind::UnaryKind:
+      add("UnaryKind::" + cast<StringAttr>(b.attr).str());
+      break;
+    case kern::ParamKind::BinaryKind:
+      add("BinaryKind::" + cast<StringAttr>(b.attr).str());
+      break;
+    }
   }
-  if (auto s = dyn_cast<SliceGradOp>(op)) {
-    std::string st = ints(s.getStarts()), sp = ints(s.getSteps());
-    body << llvm::formatv("  sliceBackward({0}, {1}, {2}, {3});\n",
-                          view(s.getDy()), st, sp, out());
-    return success();
-  }
-  if (auto c = dyn_cast<ConcatOp>(op)) {
-    std::string arr = "in" + std::to_string(counter++);
-    body << "  CFView " << arr << "[] = {";
-    for (auto [k, v] : llvm::enumerate(c.getInputs()))
-      body << (k ? ", " : "") << view(v);
-    int64_t rank = cast<RankedTensorType>(c.getType()).getRank();
-    int64_t axis = static_cast<int64_t>(c.getAxis());
-    body << "};\n";
-    body << llvm::formatv("  concat({0}, {1}, {2}, {3});\n", arr,
-                          c.getInputs().size(), axis < 0 ? axis + rank : axis,
-                          out());
-    return success();
-  }
-  if (auto g = dyn_cast<GatherOp>(op)) {
-    body << llvm::formatv("  gatherRows({0}, {1}, {2});\n", view(g.getTable()),
-                          view(g.getIds()), out());
-    return success();
-  }
-  if (auto g = dyn_cast<GatherGradOp>(op)) {
-    std::string o = out();
-    body << llvm::formatv(
-        "  fill({0}, 0.0f);\n  gatherRowsBackward({1}, {2}, {0});\n", o,
-        view(g.getIds()), view(g.getDy()));
-    return success();
-  }
-  if (auto s = dyn_cast<SoftmaxOp>(op)) {
-    body << llvm::formatv("  softmax({0}, {1});\n", view(s.getX()), out());
-    return success();
-  }
-  if (auto s = dyn_cast<SoftmaxGradOp>(op)) {
-    body << llvm::formatv("  softmaxBackward({0}, {1}, {2});\n", view(s.getY()),
-                          view(s.getDy()), out());
-    return success();
-  }
-  if (auto m = dyn_cast<CausalMaskOp>(op)) {
-    auto t = cast<RankedTensorType>(m.getType());
-    std::string name = newBuffer(m);
-    int64_t rows = t.getShape()[t.getRank() - 2], cols = t.getShape().back();
-    body << llvm::formatv("  causalMask({0}.data(), {1}, {2}, {3});\n", name,
-                          t.getNumElements() / (rows * cols), rows, cols);
-    return success();
-  }
-  if (auto n = dyn_cast<RmsNormOp>(op)) {
-    body << llvm::formatv("  rmsNorm({0}, {1}, {2}, {3});\n", view(n.getX()),
-                          view(n.getW()),
-                          floatLiteral(n.getEps().convertToFloat()), out());
-    return success();
-  }
-  if (auto n = dyn_cast<RmsNormGradOp>(op)) {
-    std::string dx = out(0), dw = outOrSkip(1);
-    body << llvm::formatv("  rmsNormBackward({0}, {1}, {2}, {3}, {4}, {5});\n",
-                          view(n.getX()), view(n.getW()),
-                          floatLiteral(n.getEps().convertToFloat()),
-                          view(n.getDy()), dx, dw);
-    return success();
-  }
-  if (auto n = dyn_cast<LayerNormOp>(op)) {
-    body << llvm::formatv("  layerNorm({0}, {1}, {2}, {3}, {4});\n",
-                          view(n.getX()), view(n.getW()), view(n.getB()),
-                          floatLiteral(n.getEps().convertToFloat()), out());
-    return success();
-  }
-  if (auto n = dyn_cast<LayerNormGradOp>(op)) {
-    std::string dx = out(0), dw = outOrSkip(1), db = outOrSkip(2);
-    body << llvm::formatv(
-        "  layerNormBackward({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
-        view(n.getX()), view(n.getW()),
-        floatLiteral(n.getEps().convertToFloat()), view(n.getDy()), dx, dw, db);
-    return success();
-  }
-  if (auto r = dyn_cast<RotaryOp>(op)) {
-    body << llvm::formatv("  rotary({0}, {1}, {2}, {3});\n", view(r.getX()),
-                          view(r.getCos()), view(r.getSin()), out());
-    return success();
-  }
-  if (auto r = dyn_cast<RotaryGradOp>(op)) {
-    body << llvm::formatv("  rotaryBackward({0}, {1}, {2}, {3});\n",
-                          view(r.getDy()), view(r.getCos()), view(r.getSin()),
-                          out());
-    return success();
-  }
-  if (auto a = dyn_cast<AttentionOp>(op)) {
-    std::string o = out(0), lse = out(1);
-    body << llvm::formatv("  attention({0}, {1}, {2}, {3}, {4}, {5}, {6});\n",
-                          view(a.getQ()), view(a.getK()), view(a.getV()),
-                          a.getCausal() ? "true" : "false",
-                          floatLiteral(a.getScale().convertToFloat()), o, lse);
-    return success();
-  }
-  if (auto a = dyn_cast<AttentionGradOp>(op)) {
-    std::string dq = out(0), dk = out(1), dv = out(2);
-    body << llvm::formatv(
-        "  attentionBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, "
-        "{10});\n",
-        view(a.getQ()), view(a.getK()), view(a.getV()), view(a.getOut()),
-        view(a.getLse()), view(a.getDout()), a.getCausal() ? "true" : "false",
-        floatLiteral(a.getScale().convertToFloat()), dq, dk, dv);
-    return success();
-  }
-  if (auto c = dyn_cast<CrossEntropyOp>(op)) {
-    std::string name = newBuffer(c);
-    if (opts.target == "cuda")
-      body << llvm::formatv("  crossEntropy({0}, {1}, {2}, {3}.data(), "
-                            "nullptr);\n",
-                            view(c.getLogits()), view(c.getLabels()),
-                            static_cast<int64_t>(c.getIgnoreIndex()), name);
-    else
-      body << llvm::formatv(
-          "  {{ double sum = 0; int64_t count = 0;\n"
-          "    if (!crossEntropy({0}, {1}, {2}, &sum, &count)) labelError();\n"
-          "    {3}[0] = float(sum); }\n",
-          view(c.getLogits()), view(c.getLabels()),
-          static_cast<int64_t>(c.getIgnoreIndex()), name);
-    return success();
-  }
-  if (auto c = dyn_cast<CrossEntropyGradOp>(op)) {
-    body << llvm::formatv(
-        "  crossEntropyBackward({0}, {1}, {2}, {3}, {4});\n",
-        view(c.getLogits()), view(c.getLabels()),
-        static_cast<int64_t>(c.getIgnoreIndex()), scalar(c.getDloss()), out());
-    return success();
-  }
-  if (auto c = dyn_cast<LinearCrossEntropyOp>(op)) {
-    std::string name = newBuffer(c);
-    if (opts.target == "cuda")
-      body << llvm::formatv(
-          "  linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, {6}.data(), "
-          "nullptr);\n",
-          view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
-          view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
-          static_cast<int64_t>(c.getChunkRows()), name);
-    else
-      body << llvm::formatv(
-          "  {{ double sum = 0; int64_t count = 0;\n"
-          "    if (!linearCrossEntropy({0}, {1}, {2}, {3}, {4}, {5}, &sum, "
-          "&count)) labelError();\n"
-          "    {6}[0] = float(sum); }\n",
-          view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
-          view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
-          static_cast<int64_t>(c.getChunkRows()), name);
-    return success();
-  }
-  if (auto c = dyn_cast<LinearCrossEntropyGradOp>(op)) {
-    // A frozen head (LoRA, --freeze) skips dW: as much work as the head's
-    // forward.
-    std::string dh = out(0), dw = outOrSkip(1);
-    body << llvm::formatv(
-        "  linearCrossEntropyBackward({0}, {1}, {2}, {3}, {4}, {5}, {6}, "
-        "{7}, {8});\n",
-        view(c.getH()), view(c.getW()), c.getTransposeW() ? "true" : "false",
-        view(c.getLabels()), static_cast<int64_t>(c.getIgnoreIndex()),
-        static_cast<int64_t>(c.getChunkRows()), scalar(c.getDloss()), dh, dw);
-    return success();
-  }
-  if (auto u = dyn_cast<UnaryGradOp>(op)) {
-    body << llvm::formatv("  unaryBackward(UnaryKind::{0}, {1}, {2}, {3});\n",
-                          unaryName(u.getKind()), view(u.getX()),
-                          view(u.getDy()), out());
-    return success();
-  }
-  if (auto b = dyn_cast<BinaryGradOp>(op)) {
-    std::string dl = out(0), dr = out(1);
-    body << llvm::formatv(
-        "  binaryBackward(BinaryKind::{0}, {1}, {2}, {3}, {4}, {5});\n",
-        binaryName(b.getKind()), view(b.getLhs()), view(b.getRhs()),
-        view(b.getDy()), dl, dr);
-    return success();
-  }
-  return op->emitError("the host C++ emitter has no kernel for '")
-         << op->getName() << "'; it should have been rewritten away";
+  // Qualified (K:: is rondo::cpu or rondo::cuda): both libraries take the
+  // same view types, so an unqualified call would find the other library's
+  // overloads by argument-dependent lookup.
+  body << "  K::" << call.getKernel() << "(" << args << ");\n";
+  return success();
 }
 
 LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
@@ -605,10 +387,9 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
       exprs[arg] = "lossScaleValue";
       continue;
     }
-    bool ints =
-        cast<RankedTensorType>(arg.getType()).getElementType().isInteger(64);
-    exprs[arg] = llvm::formatv("static_cast<{0} *>(io[{1}])",
-                               ints ? "int64_t" : "float", slot++)
+    exprs[arg] = llvm::formatv(
+                     "static_cast<{0} *>(io[{1}])",
+                     storageType(cast<RankedTensorType>(arg.getType())), slot++)
                      .str();
   }
   Block &block = fn.getBody().front();
@@ -636,11 +417,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
         usedLater |= roots.lookup(v) == name;
       if (!usedLater) {
         body << "  Buf<"
-             << (cast<RankedTensorType>(operand.getType())
-                         .getElementType()
-                         .isInteger(64)
-                     ? "int64_t"
-                     : "float")
+             << storageType(cast<RankedTensorType>(operand.getType()))
              << ">().swap(" << name << ");\n";
         for (auto &entry : roots)
           if (entry.second == name)
@@ -657,7 +434,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
     Value v = ret.getOperand(k);
     auto t = cast<RankedTensorType>(v.getType());
     int64_t bytes =
-        t.getNumElements() * (t.getElementType().isInteger(64) ? 8 : 4);
+        t.getNumElements() * (t.getElementType().isInteger() ? 8 : 4);
     body << llvm::formatv("  copyOut(io[{0}], {1}, {2});\n", slot++, ptr(v),
                           bytes);
   }
@@ -665,21 +442,9 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
     Value v = ret.getOperand(k);
     auto t = cast<RankedTensorType>(v.getType());
     body << llvm::formatv(
-        "  accumulate({0}, FView{{static_cast<float *>(io[{1}]), {2}});\n",
+        "  K::accumulate({0}, FView{{static_cast<float *>(io[{1}]), {2}});\n",
         view(v), slot++, shapeList(t.getShape()));
   }
-  // Kernel calls are qualified (K:: is rondo::cpu or rondo::cuda): both
-  // libraries take the same view types, so unqualified calls would find the
-  // other library's overloads by argument-dependent lookup.
-  static const std::regex kernelCall(
-      "(^|[^A-Za-z0-9_:.])(unaryBackward|binaryBackward|unary|binary|scale|"
-      "broadcastTo|sumToShape|transpose|sliceBackward|slice|concat|"
-      "gatherRowsBackward|gatherRows|matmul|softmaxBackward|softmax|"
-      "rmsNormBackward|rmsNorm|layerNormBackward|layerNorm|rotaryBackward|"
-      "rotary|attentionBackward|attention|linearCrossEntropyBackward|"
-      "linearCrossEntropy|crossEntropyBackward|crossEntropy|fill|copy|"
-      "accumulate|roundToBf16)\\(");
-  bodyText = std::regex_replace(bodyText, kernelCall, "$1K::$2(");
   // Stages with the same layers' code (block layers differ only in their
   // parameters, which are arguments) share one function.
   auto [it, fresh] = functionsByBody.try_emplace(bodyText, cName.str());
@@ -1028,8 +793,8 @@ LogicalResult Emitter::run() {
   bool causal = !lossKind || lossKind.getValue() == "causal-lm";
   os << "// Generated by rondo-compile from " << opts.modelPath
      << ". Do not edit.\n"
-     << "// Stage functions call runtime/kernels/cpu (one call per tg op of "
-        "the stage);\n"
+     << "// Stage functions call the kernels of KernelList.def (one call per "
+        "kern.call of the stage);\n"
      << "// issue functions make one runtime call per exec op "
         "(rondo-compile --emit=exec).\n"
      << "#include \"rondo/runtime/Exec.h\"\n"
@@ -1051,39 +816,14 @@ LogicalResult Emitter::run() {
        << issueText;
   } else {
     os << "#include \"Kernels.h\"\n\n"
-     << "namespace {\nnamespace K = rondo::cpu;\n"
-     << "using namespace rondo::cpu;\n"
-     << "template <class T> using Buf = std::vector<T>;\n\n"
-     << "void copyOut(void *dst, const void *src, size_t bytes) {\n"
-     << "  std::memcpy(dst, src, bytes);\n}\n\n"
-     << "[[noreturn]] void labelError() {\n"
-     << "  std::fprintf(stderr, \"error: a label is outside the "
-        "vocabulary\\n\");\n"
-     << "  std::exit(1);\n}\n\n"
-     << "void causalMask(float *out, int64_t outer, int64_t rows, int64_t "
-        "cols) {\n"
-     << "  for (int64_t o = 0; o < outer; ++o)\n"
-     << "    for (int64_t i = 0; i < rows; ++i)\n"
-     << "      for (int64_t j = 0; j < cols; ++j)\n"
-     << "        out[(o * rows + i) * cols + j] = j <= i + (cols - rows) ? "
-        "0.0f : -INFINITY;\n"
-     << "}\n\n"
-     << "void sliceInts(const int64_t *x, const int64_t *xShape, int64_t "
-        "*out,\n"
-     << "               const int64_t *outShape, int rank, const int64_t "
-        "*starts,\n"
-     << "               const int64_t *steps) {\n"
-     << "  int64_t n = 1;\n  for (int d = 0; d < rank; ++d) n *= outShape[d];\n"
-     << "  for (int64_t k = 0; k < n; ++k) {\n"
-     << "    int64_t rem = k, src = 0, stride = 1;\n"
-     << "    for (int d = rank - 1; d >= 0; --d) {\n"
-     << "      int64_t idx = rem % outShape[d];\n      rem /= outShape[d];\n"
-     << "      src += (starts[d] + idx * steps[d]) * stride;\n      stride *= "
-        "xShape[d];\n"
-     << "    }\n    out[k] = x[src];\n  }\n}\n\n"
-     << globals << "\n"
-     << functions << tables << "\n"
-     << issueText;
+       << "namespace {\nnamespace K = rondo::cpu;\n"
+       << "using namespace rondo::cpu;\n"
+       << "template <class T> using Buf = std::vector<T>;\n\n"
+       << "void copyOut(void *dst, const void *src, size_t bytes) {\n"
+       << "  std::memcpy(dst, src, bytes);\n}\n\n"
+       << globals << "\n"
+       << functions << tables << "\n"
+       << issueText;
   }
   os << "const rondo::rt::ParamSpec kParams[] = {\n";
   for (const ParamInfo &p : params) {

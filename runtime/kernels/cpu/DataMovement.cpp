@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -69,9 +70,9 @@ struct StridedSpace {
 /// Copies between a contiguous tensor of shape `shape` and a strided view
 /// (element offset base + sum(i_d * strides[d])). Gather (Scatter = false):
 /// to[contiguous] = from[strided]; scatter: to[strided] = from[contiguous].
-template <bool Scatter>
-void stridedCopy(const float *from, float *to, int64_t base,
-                 const int64_t *strides, const Shape &shape) {
+template <bool Scatter, typename T>
+void stridedCopy(const T *from, T *to, int64_t base, const int64_t *strides,
+                 const Shape &shape) {
   int64_t numel = shape.numel();
   if (numel == 0)
     return;
@@ -131,9 +132,9 @@ void stridedCopy(const float *from, float *to, int64_t base,
     int64_t cOff = row * inner + c0;
     if (s == 1) {
       if (Scatter)
-        std::memcpy(to + sOff, from + cOff, size_t(n) * sizeof(float));
+        std::memcpy(to + sOff, from + cOff, size_t(n) * sizeof(T));
       else
-        std::memcpy(to + cOff, from + sOff, size_t(n) * sizeof(float));
+        std::memcpy(to + cOff, from + sOff, size_t(n) * sizeof(T));
       return;
     }
     for (int64_t i = 0; i < n; ++i)
@@ -152,9 +153,8 @@ void stridedCopy(const float *from, float *to, int64_t base,
                  });
 }
 
-} // namespace
-
-void transpose(CFView x, const int64_t *perm, FView out) {
+template <typename T>
+void transposeImpl(View<const T> x, const int64_t *perm, View<T> out) {
   int64_t xStrides[kMaxRank], strides[kMaxRank];
   detail::contiguousStrides(x.shape, xStrides);
   for (int i = 0; i < out.shape.rank; ++i)
@@ -162,7 +162,9 @@ void transpose(CFView x, const int64_t *perm, FView out) {
   stridedCopy<false>(x.data, out.data, 0, strides, out.shape);
 }
 
-void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
+template <typename T>
+void sliceImpl(View<const T> x, const int64_t *starts, const int64_t *steps,
+               View<T> out) {
   int64_t xStrides[kMaxRank], strides[kMaxRank];
   detail::contiguousStrides(x.shape, xStrides);
   int64_t base = 0;
@@ -173,20 +175,9 @@ void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
   stridedCopy<false>(x.data, out.data, base, strides, out.shape);
 }
 
-void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
-                   FView dX) {
-  fill(dX, 0.0f);
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  detail::contiguousStrides(dX.shape, xStrides);
-  int64_t base = 0;
-  for (int d = 0; d < dX.shape.rank; ++d) {
-    base += starts[d] * xStrides[d];
-    strides[d] = steps[d] * xStrides[d];
-  }
-  stridedCopy<true>(dOut.data, dX.data, base, strides, dOut.shape);
-}
-
-void concat(const CFView *inputs, int numInputs, int axis, FView out) {
+template <typename T>
+void concatImpl(const View<const T> *inputs, int numInputs, int axis,
+                View<T> out) {
   int rank = out.shape.rank;
   if (axis < 0)
     axis += rank;
@@ -203,15 +194,83 @@ void concat(const CFView *inputs, int numInputs, int axis, FView out) {
   parallelBlocks(outer, std::max<int64_t>(1, 4096 / outRow), outRow,
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t o = lo; o < hi; ++o) {
-                     float *dst = out.data + o * outRow;
+                     T *dst = out.data + o * outRow;
                      for (int i = 0; i < numInputs; ++i) {
                        int64_t chunk = inputs[i].shape.dims[axis] * inner;
                        std::memcpy(dst, inputs[i].data + o * chunk,
-                                   size_t(chunk) * sizeof(float));
+                                   size_t(chunk) * sizeof(T));
                        dst += chunk;
                      }
                    }
                  });
+}
+
+} // namespace
+
+void transpose(CFView x, const int64_t *perm, FView out) {
+  transposeImpl(x, perm, out);
+}
+
+void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
+  sliceImpl(x, starts, steps, out);
+}
+
+void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
+                   FView dX) {
+  fill(dX, 0.0f);
+  int64_t xStrides[kMaxRank], strides[kMaxRank];
+  detail::contiguousStrides(dX.shape, xStrides);
+  int64_t base = 0;
+  for (int d = 0; d < dX.shape.rank; ++d) {
+    base += starts[d] * xStrides[d];
+    strides[d] = steps[d] * xStrides[d];
+  }
+  stridedCopy<true>(dOut.data, dX.data, base, strides, dOut.shape);
+}
+
+void concat(const CFView *inputs, int numInputs, int axis, FView out) {
+  concatImpl(inputs, numInputs, axis, out);
+}
+
+void transposeInts(IView x, const int64_t *perm, MIView out) {
+  transposeImpl(x, perm, out);
+}
+
+void sliceInts(IView x, const int64_t *starts, const int64_t *steps,
+               MIView out) {
+  sliceImpl(x, starts, steps, out);
+}
+
+void concatInts(const IView *inputs, int numInputs, int axis, MIView out) {
+  concatImpl(inputs, numInputs, axis, out);
+}
+
+void broadcastInts(IView x, MIView out) {
+  // x's strides read as if broadcast to out (right-aligned): 0 along the
+  // broadcast dimensions.
+  int64_t xStrides[kMaxRank], strides[kMaxRank] = {};
+  detail::contiguousStrides(x.shape, xStrides);
+  int shift = out.shape.rank - x.shape.rank;
+  if (shift < 0)
+    detail::fatal("broadcastInts: input rank %d exceeds output rank %d",
+                  x.shape.rank, out.shape.rank);
+  for (int d = 0; d < x.shape.rank; ++d)
+    strides[d + shift] = x.shape.dims[d] == 1 ? 0 : xStrides[d];
+  stridedCopy<false>(x.data, out.data, 0, strides, out.shape);
+}
+
+void causalMask(FView out) {
+  int rank = out.shape.rank;
+  if (rank < 2)
+    detail::fatal("causalMask: rank %d < 2", rank);
+  int64_t rows = out.shape.dims[rank - 2], cols = out.shape.dims[rank - 1];
+  int64_t outer = rows * cols != 0 ? out.shape.numel() / (rows * cols) : 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        out.data[(o * rows + i) * cols + j] =
+            j <= i + (cols - rows) ? 0.0f
+                                   : -std::numeric_limits<float>::infinity();
 }
 
 namespace {
@@ -234,14 +293,22 @@ int64_t normaliseId(int64_t id, int64_t rows) {
 
 } // namespace
 
-void gatherRows(CFView table, IView ids, FView out) {
+void gatherRows(CFView table, IView ids, FView out, int *badId) {
   int64_t rows, width;
   tableGeometry(table.shape, rows, width);
   int64_t n = ids.shape.numel();
   parallelBlocks(n, std::max<int64_t>(1, 4096 / std::max<int64_t>(width, 1)),
                  width, [&](int64_t lo, int64_t hi) {
                    for (int64_t i = lo; i < hi; ++i) {
-                     int64_t r = normaliseId(ids.data[i], rows);
+                     int64_t id = ids.data[i];
+                     if (badId && (id < -rows || id >= rows)) {
+                       // The CUDA kernel's contract: a NaN row and the flag.
+                       std::fill_n(out.data + i * width, width,
+                                   std::numeric_limits<float>::quiet_NaN());
+                       __atomic_store_n(badId, 1, __ATOMIC_RELAXED);
+                       continue;
+                     }
+                     int64_t r = normaliseId(id, rows);
                      std::memcpy(out.data + i * width, table.data + r * width,
                                  size_t(width) * sizeof(float));
                    }

@@ -471,6 +471,30 @@ void broadcastTo(CFView x, FView out) {
   });
 }
 
+void select(IView cond, CFView a, CFView b, FView out) {
+  if (out.shape.numel() == 0)
+    return;
+  Shape inputs[3] = {cond.shape, a.shape, b.shape};
+  BroadcastSpace space(out.shape, inputs, 3);
+  int64_t sc = space.innerStride(1), sa = space.innerStride(2),
+          sb = space.innerStride(3);
+  forEachRow(space, [&](const int64_t *off, int64_t n) {
+    const int64_t *pc = cond.data + off[1];
+    const float *pa = a.data + off[2], *pb = b.data + off[3];
+    float *po = out.data + off[0];
+    for (int64_t i = 0; i < n; ++i)
+      po[i] = pc[i * sc] ? pa[i * sa] : pb[i * sb];
+  });
+}
+
+void isNan(CFView x, MIView out) {
+  int64_t n = out.shape.numel();
+  parallelBlocks(n, kBlock, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      out.data[i] = std::isnan(x.data[i]) ? 1 : 0;
+  });
+}
+
 void sumToShape(CFView x, FView out) {
   const Shape &xs = x.shape;
   int rank = xs.rank;

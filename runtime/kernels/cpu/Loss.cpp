@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <cblas.h>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace rondo::cpu {
@@ -205,6 +207,41 @@ bool linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
   *lossSum = total;
   *count = n;
   return true;
+}
+
+namespace {
+/// The list's loss contract on top of the host forms: the sum as float, an
+/// invalid label into the flag or, without one, a message and exit (a void
+/// kernel has no error channel).
+void storeLoss(bool valid, double sum, float *lossSum, int *badLabel) {
+  *lossSum = float(sum);
+  if (valid)
+    return;
+  if (badLabel) {
+    *badLabel = 1;
+    return;
+  }
+  std::fprintf(stderr, "error: a label is outside the vocabulary\n");
+  std::exit(1);
+}
+} // namespace
+
+void crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
+                  float *lossSum, int *badLabel) {
+  double sum = 0;
+  int64_t count = 0;
+  bool valid = crossEntropy(logits, labels, ignoreIndex, &sum, &count);
+  storeLoss(valid, sum, lossSum, badLabel);
+}
+
+void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
+                        int64_t ignoreIndex, int64_t chunkRows, float *lossSum,
+                        int *badLabel) {
+  double sum = 0;
+  int64_t count = 0;
+  bool valid = linearCrossEntropy(h, w, transW, labels, ignoreIndex, chunkRows,
+                                  &sum, &count);
+  storeLoss(valid, sum, lossSum, badLabel);
 }
 
 void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,

@@ -62,6 +62,7 @@ using cpu::CFView;
 using cpu::FView;
 using cpu::IView;
 using cpu::kMaxRank;
+using cpu::MIView;
 using cpu::Shape;
 using cpu::UnaryKind;
 using cpu::View;
@@ -110,84 +111,16 @@ Precision precision();
 void releaseThreadResources();
 
 //===----------------------------------------------------------------------===//
-// Elementwise
+// The kernels: runtime/kernels/cpu/KernelList.def, documented there
 //===----------------------------------------------------------------------===//
 
-void binary(BinaryKind kind, CFView a, CFView b, FView out);
-void binaryBackward(BinaryKind kind, CFView a, CFView b, CFView dOut, FView dA,
-                    FView dB);
-void unary(UnaryKind kind, CFView x, FView out);
-void unaryBackward(UnaryKind kind, CFView x, CFView dOut, FView dX);
-void scale(CFView x, float scale, FView out);
-void broadcastTo(CFView x, FView out);
-void sumToShape(CFView x, FView out);
+#define RONDO_KERNEL(name, params) void name params;
+#include "KernelList.def"
 
-//===----------------------------------------------------------------------===//
-// Data movement
-//===----------------------------------------------------------------------===//
-
-void transpose(CFView x, const int64_t *perm, FView out);
-void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out);
-void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
-                   FView dX);
-/// `inputs` is a host array of views (of device data).
-void concat(const CFView *inputs, int numInputs, int axis, FView out);
-/// See the header comment for out-of-range ids (`badId`: device int or null).
-void gatherRows(CFView table, IView ids, FView out, int *badId = nullptr);
-/// dTable += scatter of dOut rows; each destination row accumulates its ids in
-/// index order (in double, from the existing value), via a stable sort.
-void gatherRowsBackward(IView ids, CFView dOut, FView dTable);
-
-//===----------------------------------------------------------------------===//
-// Linear algebra
-//===----------------------------------------------------------------------===//
-
-/// As the CPU matmul; cuBLAS sgemm (TF32 off), one strided-batched call per
-/// broadcast batch row, or one folded sgemm for x·W.
+/// Defaults for hand-written callers (the list has none).
 void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
             bool accumulate = false);
-
-//===----------------------------------------------------------------------===//
-// Fused structures
-//===----------------------------------------------------------------------===//
-
-void softmax(CFView x, FView out);
-void softmaxBackward(CFView y, CFView dY, FView dX);
-void rmsNorm(CFView x, CFView w, float eps, FView y);
-void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
-                     FView dW);
-void layerNorm(CFView x, CFView w, CFView b, float eps, FView y);
-void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
-                       FView dW, FView dB);
-void rotary(CFView x, CFView cos, CFView sin, FView y);
-void rotaryBackward(CFView dY, CFView cos, CFView sin, FView dX);
-void attention(CFView q, CFView k, CFView v, bool causal, float scale,
-               FView out, FView lse);
-void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
-                       CFView dOut, bool causal, float scale, FView dQ,
-                       FView dK, FView dV);
-
-/// Losses: see the header comment. lossSum: device float (overwritten);
-/// badLabel: device int or null (set to 1 on an invalid label, never cleared).
-void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
-                        int64_t ignoreIndex, int64_t chunkRows,
-                        float *lossSum, int *badLabel);
-void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
-                                int64_t ignoreIndex, int64_t chunkRows,
-                                float gradScale, FView dH, FView dW);
-void crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
-                  float *lossSum, int *badLabel);
-void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
-                          float gradScale, FView dLogits);
-
-//===----------------------------------------------------------------------===//
-// Misc
-//===----------------------------------------------------------------------===//
-
-void fill(FView out, float value);
-void copy(CFView x, FView out);
-void accumulate(CFView x, FView out);
-void roundToBf16(CFView x, FView out);
+void gatherRows(CFView table, IView ids, FView out, int *badId = nullptr);
 
 } // namespace rondo::cuda
 

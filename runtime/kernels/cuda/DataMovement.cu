@@ -40,8 +40,8 @@ using namespace detail;
 
 namespace {
 
-__global__ void gatherKernel(const float *from, float *to, int64_t n,
-                             Strided s) {
+template <typename T>
+__global__ void gatherKernel(const T *from, T *to, int64_t n, Strided s) {
   RONDO_GRID_STRIDE(i, n) { to[i] = from[stridedOffset(s, i)]; }
 }
 
@@ -184,8 +184,9 @@ void stridedCopy(bool scatter, const float *from, float *to, int64_t base,
   checkLaunch(name);
 }
 
-__global__ void concatKernel(const float *in, float *out, int64_t outer,
-                             int64_t chunk, int64_t outRow, int64_t offset) {
+template <typename T>
+__global__ void concatKernel(const T *in, T *out, int64_t outer, int64_t chunk,
+                             int64_t outRow, int64_t offset) {
   RONDO_GRID_STRIDE(i, outer * chunk) {
     int64_t o = i / chunk, c = i % chunk;
     out[o * outRow + offset + c] = in[i];
@@ -241,6 +242,56 @@ __global__ void scatterAddKernel(const int *keys, const int *vals, int64_t n,
   }
 }
 
+/// The integer tensors' strided copy (ids, labels, masks: small, so the
+/// general kernel only).
+void gatherInts(const int64_t *from, int64_t *to, int64_t base,
+                const int64_t *strides, const Shape &shape, const char *name) {
+  int64_t n = shape.numel();
+  if (n == 0)
+    return;
+  Strided s = makeStrided(shape, strides, base);
+  gatherKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(from, to, n, s);
+  checkLaunch(name);
+}
+
+template <typename T>
+void concatImpl(const View<const T> *inputs, int numInputs, int axis,
+                View<T> out, const char *name) {
+  int rank = out.shape.rank;
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    contract(name, "axis %d out of range for rank %d", axis, rank);
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d)
+    outer *= out.shape.dims[d];
+  for (int d = axis + 1; d < rank; ++d)
+    inner *= out.shape.dims[d];
+  int64_t outRow = out.shape.dims[axis] * inner;
+  if (outer == 0 || outRow == 0)
+    return;
+  int64_t offset = 0;
+  for (int i = 0; i < numInputs; ++i) {
+    int64_t chunk = inputs[i].shape.dims[axis] * inner;
+    if (chunk > 0) {
+      concatKernel<<<gridFor(outer * chunk), kThreads, 0, currentStream()>>>(
+          inputs[i].data, out.data, outer, chunk, outRow, offset);
+      checkLaunch(name);
+    }
+    offset += chunk;
+  }
+  if (offset != outRow)
+    contract(name, "input extents do not add up to the output's");
+}
+
+__global__ void causalMaskKernel(float *out, int64_t n, int64_t rows,
+                                 int64_t cols) {
+  RONDO_GRID_STRIDE(k, n) {
+    int64_t j = k % cols, i = (k / cols) % rows;
+    out[k] = j <= i + (cols - rows) ? 0.0f : -INFINITY;
+  }
+}
+
 void tableGeometry(const Shape &table, int64_t &rows, int64_t &width,
                    const char *name) {
   if (table.rank < 1)
@@ -291,32 +342,63 @@ void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
 
 void concat(const CFView *inputs, int numInputs, int axis, FView out) {
   ProfileScope profileScope("concat");
-  const char *name = "concat";
-  int rank = out.shape.rank;
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    contract(name, "axis %d out of range for rank %d", axis, rank);
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= out.shape.dims[d];
-  for (int d = axis + 1; d < rank; ++d)
-    inner *= out.shape.dims[d];
-  int64_t outRow = out.shape.dims[axis] * inner;
-  if (outer == 0 || outRow == 0)
-    return;
-  int64_t offset = 0;
-  for (int i = 0; i < numInputs; ++i) {
-    int64_t chunk = inputs[i].shape.dims[axis] * inner;
-    if (chunk > 0) {
-      concatKernel<<<gridFor(outer * chunk), kThreads, 0, currentStream()>>>(
-          inputs[i].data, out.data, outer, chunk, outRow, offset);
-      checkLaunch(name);
-    }
-    offset += chunk;
+  concatImpl(inputs, numInputs, axis, out, "concat");
+}
+
+void transposeInts(IView x, const int64_t *perm, MIView out) {
+  ProfileScope profileScope("transposeInts");
+  int64_t xStrides[kMaxRank], strides[kMaxRank];
+  contiguousStrides(x.shape, xStrides);
+  if (out.shape.rank != x.shape.rank)
+    contract("transposeInts", "rank mismatch");
+  for (int i = 0; i < out.shape.rank; ++i)
+    strides[i] = xStrides[perm[i]];
+  gatherInts(x.data, out.data, 0, strides, out.shape, "transposeInts");
+}
+
+void sliceInts(IView x, const int64_t *starts, const int64_t *steps,
+               MIView out) {
+  ProfileScope profileScope("sliceInts");
+  int64_t xStrides[kMaxRank], strides[kMaxRank];
+  contiguousStrides(x.shape, xStrides);
+  int64_t base = 0;
+  for (int d = 0; d < x.shape.rank; ++d) {
+    base += starts[d] * xStrides[d];
+    strides[d] = steps[d] * xStrides[d];
   }
-  if (offset != outRow)
-    contract(name, "input extents do not add up to the output's");
+  gatherInts(x.data, out.data, base, strides, out.shape, "sliceInts");
+}
+
+void broadcastInts(IView x, MIView out) {
+  ProfileScope profileScope("broadcastInts");
+  int64_t xStrides[kMaxRank], strides[kMaxRank] = {};
+  contiguousStrides(x.shape, xStrides);
+  int shift = out.shape.rank - x.shape.rank;
+  if (shift < 0)
+    contract("broadcastInts", "input rank %d exceeds output rank %d",
+             x.shape.rank, out.shape.rank);
+  for (int d = 0; d < x.shape.rank; ++d)
+    strides[d + shift] = x.shape.dims[d] == 1 ? 0 : xStrides[d];
+  gatherInts(x.data, out.data, 0, strides, out.shape, "broadcastInts");
+}
+
+void concatInts(const IView *inputs, int numInputs, int axis, MIView out) {
+  ProfileScope profileScope("concatInts");
+  concatImpl(inputs, numInputs, axis, out, "concatInts");
+}
+
+void causalMask(FView out) {
+  ProfileScope profileScope("causalMask");
+  int rank = out.shape.rank;
+  if (rank < 2)
+    contract("causalMask", "rank %d < 2", rank);
+  int64_t rows = out.shape.dims[rank - 2], cols = out.shape.dims[rank - 1];
+  int64_t n = out.shape.numel();
+  if (n == 0)
+    return;
+  causalMaskKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(out.data, n,
+                                                                 rows, cols);
+  checkLaunch("causalMask");
 }
 
 void gatherRows(CFView table, IView ids, FView out, int *badId) {

@@ -52,15 +52,6 @@ const void *constantOnDevice(const void *host, size_t bytes);
 /// Device-to-device copy on the current stream.
 void copyOut(void *dst, const void *src, size_t bytes);
 
-/// out[k] = x[starts + idx * steps] for int64 tensors (labels); the shape,
-/// start and step arrays are host arrays of `rank` entries.
-void sliceInts(const int64_t *x, const int64_t *xShape, int64_t *out,
-               const int64_t *outShape, int rank, const int64_t *starts,
-               const int64_t *steps);
-
-/// 0 where j <= i + (cols - rows), -inf elsewhere, for `outer` matrices.
-void causalMask(float *out, int64_t outer, int64_t rows, int64_t cols);
-
 } // namespace rondo::cuda
 
 #endif // RONDO_RUNTIME_KERNELS_CUDA_GENERATEDSUPPORT_H

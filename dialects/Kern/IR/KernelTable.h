@@ -1,0 +1,87 @@
+//===- KernelTable.h - The compiler's view of KernelList.def ----*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Every kernel of runtime/kernels/cpu/KernelList.def with its parameters'
+// names and kinds, derived from the list's C++ signatures (so a kernel added
+// to the list is known here with no other edit), and the binding of a
+// `kern.call`'s operands, results and `args` to those parameters, which the
+// verifier, the C++ emitter and the interpreter share.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_DIALECTS_KERN_IR_KERNELTABLE_H
+#define RONDO_DIALECTS_KERN_IR_KERNELTABLE_H
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+#include <vector>
+
+namespace rondo::kern {
+
+class CallOp;
+
+/// How a kernel parameter is bound (KernelList.def's header lists them).
+enum class ParamKind {
+  Input,        ///< CFView: an f32 input operand
+  IntInput,     ///< IView: an integer input operand
+  InputList,    ///< const CFView *: every input operand
+  IntInputList, ///< const IView *: every input operand
+  ListSize,     ///< the int after a list: its length
+  Output,       ///< FView: an f32 result
+  IntOutput,    ///< MIView: an integer result
+  LossOutput,   ///< float *: a one-element f32 result
+  ErrorFlag,    ///< int *: nothing (null in generated code)
+  F32,          ///< float: `args` entry, else a one-element input operand
+  Bool,
+  I32,
+  I64,
+  I64Array,   ///< const int64_t *
+  UnaryKind,  ///< enumerator name of rondo::cpu::UnaryKind
+  BinaryKind, ///< enumerator name of rondo::cpu::BinaryKind
+};
+
+struct KernelParam {
+  ParamKind kind;
+  std::string name;
+};
+
+struct KernelInfo {
+  std::string name;
+  std::vector<KernelParam> params;
+};
+
+/// The kernel named `name`, or null.
+const KernelInfo *lookupKernel(llvm::StringRef name);
+llvm::ArrayRef<KernelInfo> kernelList();
+/// Enumerator names of rondo::cpu::UnaryKind / BinaryKind, in order.
+llvm::ArrayRef<llvm::StringRef> unaryKindNames();
+llvm::ArrayRef<llvm::StringRef> binaryKindNames();
+
+/// One parameter of a call, bound: which operands, result or attribute it
+/// takes (unused fields stay -1 / null).
+struct BoundParam {
+  const KernelParam *param = nullptr;
+  int operand = -1;     ///< Input, IntInput, F32 from an operand; list start
+  int count = 0;        ///< number of operands of a list (and its ListSize)
+  int result = -1;      ///< Output, IntOutput, LossOutput
+  mlir::Attribute attr; ///< scalar parameters given in `args`
+  bool skipped = false; ///< Output listed in `skip`
+};
+
+/// Binds `call`'s inputs, results and `args` to the parameters of its
+/// kernel; on a mismatch returns failure and sets `error` to a sentence that
+/// names the parameter.
+mlir::FailureOr<llvm::SmallVector<BoundParam>> bindParams(CallOp call,
+                                                          std::string &error);
+
+} // namespace rondo::kern
+
+#endif // RONDO_DIALECTS_KERN_IR_KERNELTABLE_H

@@ -1,0 +1,78 @@
+// RUN: rondo-opt %s --convert-tg-to-kern --split-input-file | FileCheck %s
+// RUN: rondo-opt %s --convert-tg-to-kern --split-input-file | rondo-opt --split-input-file | FileCheck %s
+
+// Elementwise: one call each; a gated activation is two calls through a
+// temporary; a mean is sumToShape, scale and a reshape to the result shape.
+// CHECK-LABEL: func.func @elementwise
+// CHECK: %[[U:.*]] = kern.call @unary(%arg0) args {kind = "Silu"}
+// CHECK: %[[B:.*]] = kern.call @binary(%[[U]], %arg1) args {kind = "Add"}
+// CHECK: %[[A:.*]] = kern.call @unary(%arg0) args {kind = "GeluTanh"}
+// CHECK: %[[G:.*]] = kern.call @binary(%[[A]], %arg1) args {kind = "Mul"}
+// CHECK: %[[S:.*]] = kern.call @sumToShape(%[[G]]) : (tensor<2x4xf32>) -> tensor<2x1xf32>
+// CHECK: %[[M:.*]] = kern.call @scale(%[[S]]) args {factor = 2.500000e-01 : f32}
+// CHECK: %[[R:.*]] = tg.reshape %[[M]] : (tensor<2x1xf32>) -> tensor<2xf32>
+// CHECK: kern.call @binaryBackward(%arg0, %arg1, %[[B]]) args {kind = "Mul"} : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>)
+// CHECK: %[[N:.*]] = kern.call @isNan(%arg0) : (tensor<2x4xf32>) -> tensor<2x4xi1>
+// CHECK: kern.call @select(%[[N]], %arg0, %arg1)
+// CHECK-NOT: tg.unary
+func.func @elementwise(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) attributes {exec.stage} {
+  %u = tg.unary silu %x : tensor<2x4xf32>
+  %b = tg.binary add %u, %y : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %g = tg.gated_act gelu_tanh %x, %y : tensor<2x4xf32>
+  %m = tg.reduce mean %g {axes = array<i64: 1>} : (tensor<2x4xf32>) -> tensor<2xf32>
+  %dl, %dr = tg.binary_grad mul %x, %y, %b : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>)
+  %n = tg.is_nan %x : (tensor<2x4xf32>) -> tensor<2x4xi1>
+  %s = tg.select %n, %x, %y : (tensor<2x4xi1>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return %b, %m, %dl, %dr, %s : tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// Data movement: integer tensors use the *Ints kernels; a negative concat
+// axis is normalised; the embedding gradient zeroes a table that the scatter
+// accumulates into (inits).
+// CHECK-LABEL: func.func @movement
+// CHECK: kern.call @transpose(%arg0) args {perm = array<i64: 1, 0>}
+// CHECK: kern.call @transposeInts(%arg1) args {perm = array<i64: 1, 0>}
+// CHECK: kern.call @sliceInts(%arg1) args {starts = array<i64: 0, 1>, steps = array<i64: 1, 1>}
+// CHECK: kern.call @concat(%arg0, %arg0) args {axis = 1 : i32}
+// CHECK: kern.call @gatherRows(%arg2, %arg1)
+// CHECK: %[[Z:.*]] = kern.call @fill() args {value = 0.000000e+00 : f32} : () -> tensor<8x3xf32>
+// CHECK: kern.call @gatherRowsBackward(%arg1, %{{.*}}) inits(%[[Z]])
+// CHECK: kern.call @causalMask() : () -> tensor<1x1x4x4xf32>
+func.func @movement(%x: tensor<2x3xf32>, %ids: tensor<2x3xi64>, %table: tensor<8x3xf32>) -> (tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x2xi64>, tensor<2x6xf32>, tensor<8x3xf32>, tensor<1x1x4x4xf32>) attributes {exec.stage} {
+  %t = tg.transpose %x [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %ti = tg.transpose %ids [1, 0] : (tensor<2x3xi64>) -> tensor<3x2xi64>
+  %si = tg.slice %ids [0, 1] step [1, 1] : (tensor<2x3xi64>) -> tensor<2x2xi64>
+  %c = tg.concat %x, %x {axis = -1} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x6xf32>
+  %g = tg.gather %table[%ids] : (tensor<8x3xf32>, tensor<2x3xi64>) -> tensor<2x3x3xf32>
+  %dt = tg.gather_grad %g into %ids : (tensor<2x3xi64>, tensor<2x3x3xf32>) -> tensor<8x3xf32>
+  %mask = tg.causal_mask : tensor<1x1x4x4xf32>
+  return %t, %ti, %si, %c, %dt, %mask : tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x2xi64>, tensor<2x6xf32>, tensor<8x3xf32>, tensor<1x1x4x4xf32>
+}
+
+// -----
+
+// A parameter gradient nothing reads is skipped; the loss backward's scale
+// is its last input, not an attribute.
+// CHECK-LABEL: func.func @structures
+// CHECK: kern.call @rmsNormBackward(%arg0, %arg1, %arg2) args {eps = 9.99999997E-7 : f32} {skip = array<i64: 1>}
+// CHECK: kern.call @linearCrossEntropy(%arg0, %arg3, %arg4) args {chunkRows = 1024 : i64, ignoreIndex = -100 : i64, transW = true}
+// CHECK: kern.call @linearCrossEntropyBackward(%arg0, %arg3, %arg4, %arg5) args {chunkRows = 1024 : i64, ignoreIndex = -100 : i64, transW = true} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<4xi64>, tensor<f32>) -> (tensor<4x8xf32>, tensor<16x8xf32>)
+// CHECK-NOT: skip
+func.func @structures(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %dy: tensor<4x8xf32>, %head: tensor<16x8xf32>, %labels: tensor<4xi64>, %scale: tensor<f32>) -> (tensor<4x8xf32>, tensor<f32>, tensor<4x8xf32>, tensor<16x8xf32>) attributes {exec.stage} {
+  %dx, %dw = tg.rms_norm_grad %x, %w, %dy {eps = 1.0e-06 : f32} : (tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+  %loss = tg.linear_cross_entropy %x, %head, %labels {transpose_w, ignore_index = -100, chunk_rows = 1024} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<4xi64>) -> tensor<f32>
+  %dh, %dhead = tg.linear_cross_entropy_grad %x, %head, %labels, %scale {transpose_w, ignore_index = -100, chunk_rows = 1024} : (tensor<4x8xf32>, tensor<16x8xf32>, tensor<4xi64>, tensor<f32>) -> (tensor<4x8xf32>, tensor<16x8xf32>)
+  return %dx, %loss, %dh, %dhead : tensor<4x8xf32>, tensor<f32>, tensor<4x8xf32>, tensor<16x8xf32>
+}
+
+// -----
+
+// Only stage functions are lowered.
+// CHECK-LABEL: func.func @not_a_stage
+// CHECK: tg.unary
+func.func @not_a_stage(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %u = tg.unary exp %x : tensor<2xf32>
+  return %u : tensor<2xf32>
+}

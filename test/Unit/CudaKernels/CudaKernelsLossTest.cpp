@@ -1,0 +1,414 @@
+//===- CudaKernelsLossTest.cpp - CUDA losses, context, timings -----------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The losses against their CPU twins, the execution context (streams and
+// handles per thread, contract errors), the disabled timing runs, and the
+// report of the worst error of the whole binary (see CudaKernelsTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaKernelsTestUtil.h"
+
+namespace cuda_test {
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+struct LossDev {
+  float *sum = nullptr;
+  int *bad = nullptr;
+  LossDev() {
+    ck(cudaMalloc(&sum, sizeof(float)), "cudaMalloc");
+    ck(cudaMalloc(&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemset(bad, 0, sizeof(int)), "memset");
+  }
+  ~LossDev() {
+    cudaFree(sum);
+    cudaFree(bad);
+  }
+  void read(float &s, int &b) {
+    ck(cudaMemcpy(&s, sum, sizeof(float), cudaMemcpyDeviceToHost), "read");
+    ck(cudaMemcpy(&b, bad, sizeof(int), cudaMemcpyDeviceToHost), "read");
+  }
+};
+
+std::vector<int64_t> randomLabels(int64_t n, int64_t V, int64_t ignore) {
+  std::uniform_int_distribution<int64_t> dist(0, V - 1);
+  std::vector<int64_t> l(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    l[size_t(i)] = i % 5 == 3 ? ignore : dist(rng());
+  return l;
+}
+
+TEST_F(CudaKernels, CrossEntropy) {
+  for (Shape s : {Shape{33, 301}, Shape{64, 5000}}) {
+    int64_t N = s.dims[0], V = s.dims[1];
+    Tensor logits = uniform(s, -4.0f, 4.0f);
+    auto labels = randomLabels(N, V, -100);
+    IView lv{labels.data(), Shape{N}};
+    double refSum = 0;
+    int64_t count = 0;
+    ASSERT_TRUE(cpu::crossEntropy(logits.cv(), lv, -100, &refSum, &count));
+    Tensor dref(s);
+    cpu::crossEntropyBackward(logits.cv(), lv, -100, 0.03f, dref.v());
+    Dev dl(logits);
+    DevIds dlab(labels, Shape{N});
+    LossDev ld;
+    ck(cudaDeviceSynchronize(), "sync uploads");
+    float sums[2];
+    for (int run = 0; run < 2; ++run) {
+      cu::crossEntropy(dl.cv(), dlab.v(), -100, ld.sum, ld.bad);
+      ck(cudaStreamSynchronize(stream_), "sync");
+      int bad = -1;
+      ld.read(sums[run], bad);
+      EXPECT_EQ(bad, 0);
+    }
+    EXPECT_EQ(0, std::memcmp(&sums[0], &sums[1], sizeof(float)));
+    Tensor refT(Shape{1}, float(refSum));
+    expectClose({sums[0]}, refT, "crossEntropy lossSum");
+    auto got = runTwice(
+        {{s, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::crossEntropyBackward(dl.cv(), dlab.v(), -100, 0.03f, o[0]);
+        },
+        "crossEntropyBackward");
+    expectClose(got[0], dref, "crossEntropyBackward");
+  }
+}
+
+TEST_F(CudaKernels, CrossEntropyBadLabel) {
+  Shape s{6, 10};
+  Tensor logits = uniform(s);
+  std::vector<int64_t> labels{1, 2, -100, 10, 3, 4};
+  Dev dl(logits);
+  DevIds dlab(labels, Shape{6});
+  LossDev ld;
+  float one = 1.0f;
+  ck(cudaMemcpy(ld.sum, &one, sizeof(float), cudaMemcpyHostToDevice), "set");
+  ck(cudaDeviceSynchronize(), "sync uploads");
+  cu::crossEntropy(dl.cv(), dlab.v(), -100, ld.sum, ld.bad);
+  ck(cudaStreamSynchronize(stream_), "sync");
+  float sum = -1;
+  int bad = -1;
+  ld.read(sum, bad);
+  EXPECT_EQ(sum, 0.0f);
+  EXPECT_EQ(bad, 1);
+  // A null flag is allowed.
+  cu::crossEntropy(dl.cv(), dlab.v(), -100, ld.sum, nullptr);
+  ck(cudaStreamSynchronize(stream_), "sync");
+}
+
+/// linearCrossEntropy and its backward against the CPU, at the tolerance of
+/// the current precision.
+void CudaKernels::checkLinearCrossEntropy(const char *label, double tol) {
+  const int64_t N = 33, D = 48, V = 301;
+  for (int transW = 0; transW < 2; ++transW)
+    for (int64_t chunk : {int64_t(0), int64_t(7)}) {
+      Shape hs{N, D}, ws = transW ? Shape{V, D} : Shape{D, V};
+      Tensor h = uniform(hs), w = uniform(ws);
+      auto labels = randomLabels(N, V, -1);
+      IView lv{labels.data(), Shape{N}};
+      double refSum = 0;
+      int64_t count = 0;
+      ASSERT_TRUE(cpu::linearCrossEntropy(h.cv(), w.cv(), transW != 0, lv, -1,
+                                          chunk, &refSum, &count));
+      Tensor dh(hs), dw(ws);
+      cpu::linearCrossEntropyBackward(h.cv(), w.cv(), transW != 0, lv, -1,
+                                      chunk, 0.05f, dh.v(), dw.v());
+      Dev dH(h), dW(w);
+      DevIds dlab(labels, Shape{N});
+      LossDev ld;
+      ck(cudaDeviceSynchronize(), "sync uploads");
+      float sums[2];
+      for (int run = 0; run < 2; ++run) {
+        cu::linearCrossEntropy(dH.cv(), dW.cv(), transW != 0, dlab.v(), -1,
+                               chunk, ld.sum, ld.bad);
+        ck(cudaStreamSynchronize(stream_), "sync");
+        int bad = -1;
+        ld.read(sums[run], bad);
+        EXPECT_EQ(bad, 0);
+      }
+      EXPECT_EQ(0, std::memcmp(&sums[0], &sums[1], sizeof(float)));
+      std::string what = std::string(label) +
+                         " transW=" + std::to_string(transW) +
+                         " chunk=" + std::to_string(chunk);
+      Tensor refT(Shape{1}, float(refSum));
+      expectClose({sums[0]}, refT, what + " lossSum", tol);
+      auto got = runTwice(
+          {{hs, {}}, {ws, {}}},
+          [&](const std::vector<FView> &o) {
+            cu::linearCrossEntropyBackward(dH.cv(), dW.cv(), transW != 0,
+                                           dlab.v(), -1, chunk, 0.05f, o[0],
+                                           o[1]);
+          },
+          what + " backward");
+      expectClose(got[0], dh, what + " dH", tol);
+      expectClose(got[1], dw, what + " dW", tol);
+    }
+}
+
+TEST_F(CudaKernels, LinearCrossEntropy) {
+  checkLinearCrossEntropy("linearCrossEntropy", kTol);
+}
+
+TEST_F(CudaKernels, LinearCrossEntropyBf16) {
+  // The weight is rounded once per call and shared by the chunks' products.
+  PrecisionGuard bf16(cu::Precision::Bf16);
+  checkLinearCrossEntropy("bf16 linearCrossEntropy", kBf16Tol);
+}
+
+//===----------------------------------------------------------------------===//
+// Context
+//===----------------------------------------------------------------------===//
+
+TEST_F(CudaKernels, ContractViolationThrowsNamingKernelAndDevice) {
+  Dev a(uniform(Shape{3, 4})), b(uniform(Shape{5, 6}));
+  Tensor o(Shape{3, 6});
+  Dev out(o);
+  try {
+    cu::matmul(a.cv(), b.cv(), FView{out.p, o.shape}, false, false);
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error &e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("matmul"), std::string::npos) << m;
+    EXPECT_NE(m.find("device"), std::string::npos) << m;
+  }
+}
+
+TEST_F(CudaKernels, StreamIsThreadLocal) {
+  EXPECT_EQ(cu::currentStream(), stream_);
+  {
+    cu::StreamGuard guard(nullptr);
+    EXPECT_EQ(cu::currentStream(), nullptr);
+  }
+  EXPECT_EQ(cu::currentStream(), stream_);
+}
+
+TEST_F(CudaKernels, ThreadsUseTheirOwnStreamsAndHandles) {
+  // Each thread enqueues on its own stream with its own cuBLAS handle; the
+  // results are the same bits as on the test's thread.
+  Tensor a = uniform(Shape{3, 64, 128}), b = uniform(Shape{128, 96});
+  Tensor x = uniform(Shape{64, 256}), w = uniform(Shape{256}),
+         g = uniform(Shape{64, 256});
+  Dev da(a), db(b), dx(x), dw(w), dg(g);
+  ck(cudaDeviceSynchronize(), "sync uploads");
+  auto work = [&](std::vector<float> &c, std::vector<float> &dW) {
+    float *pc = nullptr, *pw = nullptr;
+    ck(cudaMalloc(&pc, 3 * 64 * 96 * sizeof(float)), "cudaMalloc");
+    ck(cudaMalloc(&pw, 256 * sizeof(float)), "cudaMalloc");
+    cu::matmul(da.cv(), db.cv(), FView{pc, Shape{3, 64, 96}}, false, false);
+    cu::rmsNormBackward(dx.cv(), dw.cv(), 1e-6f, dg.cv(),
+                        FView{nullptr, Shape{64, 256}}, FView{pw, Shape{256}});
+    ck(cudaStreamSynchronize(cu::currentStream()), "sync");
+    c.resize(3 * 64 * 96);
+    dW.resize(256);
+    ck(cudaMemcpy(c.data(), pc, c.size() * 4, cudaMemcpyDeviceToHost), "get");
+    ck(cudaMemcpy(dW.data(), pw, dW.size() * 4, cudaMemcpyDeviceToHost), "get");
+    cudaFree(pc);
+    cudaFree(pw);
+  };
+  std::vector<float> c0, w0;
+  work(c0, w0);
+  std::vector<float> c[2], dW[2];
+  std::string errors[2];
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        cudaStream_t st = nullptr;
+        ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+        cu::setCurrentStream(st);
+        work(c[t], dW[t]);
+        cu::releaseThreadResources();
+        cudaStreamDestroy(st);
+      } catch (const std::exception &e) {
+        errors[t] = e.what();
+      }
+    });
+  for (auto &th : threads)
+    th.join();
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(errors[t], "");
+    if (!errors[t].empty())
+      continue;
+    EXPECT_EQ(0, std::memcmp(c[t].data(), c0.data(), c0.size() * 4));
+    EXPECT_EQ(0, std::memcmp(dW[t].data(), w0.data(), w0.size() * 4));
+  }
+  EXPECT_EQ(cu::currentStream(), stream_); // other threads' settings
+}
+
+/// Milliseconds per call of fn (median of `reps` timed calls after a warm-up),
+/// timed with events on the current stream.
+double timeMs(const std::function<void()> &fn, int reps = 10) {
+  cudaStream_t st = cu::currentStream();
+  fn();
+  ck(cudaStreamSynchronize(st), "warm-up");
+  cudaEvent_t e0, e1;
+  ck(cudaEventCreate(&e0), "event");
+  ck(cudaEventCreate(&e1), "event");
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    ck(cudaEventRecord(e0, st), "record");
+    fn();
+    ck(cudaEventRecord(e1, st), "record");
+    ck(cudaEventSynchronize(e1), "sync");
+    float t = 0;
+    ck(cudaEventElapsedTime(&t, e0, e1), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct DevBuf {
+  float *p = nullptr;
+  Shape shape;
+  /// Random in [lo, hi]; lo == hi: zeros (no host data).
+  explicit DevBuf(Shape s, float lo = -1.0f, float hi = 1.0f) : shape(s) {
+    size_t n = size_t(s.numel());
+    ck(cudaMalloc(&p, n * sizeof(float)), "cudaMalloc");
+    if (lo == hi) {
+      ck(cudaMemset(p, 0, n * sizeof(float)), "memset");
+      return;
+    }
+    Tensor t = uniform(s, lo, hi);
+    ck(cudaMemcpy(p, t.data.data(), n * sizeof(float), cudaMemcpyHostToDevice),
+       "upload");
+  }
+  ~DevBuf() { cudaFree(p); }
+  FView v() const { return FView{p, shape}; }
+  CFView cv() const { return CFView{p, shape}; }
+};
+
+// Not a correctness test: rough timings of this first (fp32, simple) version
+// at training sizes, for the record. Run with --gtest_also_run_disabled_tests.
+TEST_F(CudaKernels, DISABLED_Timing) {
+  {
+    const int64_t n = 4096;
+    DevBuf a(Shape{n, n}), b(Shape{n, n}), c(Shape{n, n});
+    double ms =
+        timeMs([&] { cu::matmul(a.cv(), b.cv(), c.v(), false, false); });
+    std::printf("[ timing ] matmul fp32 4096^3: %.3f ms, %.1f TFLOP/s\n", ms,
+                2.0 * n * n * n / ms / 1e9);
+  }
+  {
+    const int64_t B = 1, Hq = 16, Hkv = 8, T = 2048, D = 128;
+    DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
+        v(Shape{B, Hkv, T, D});
+    DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+    DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+        dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
+        dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+    float scale = 1.0f / std::sqrt(float(D));
+    double f = timeMs(
+        [&] {
+          cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v());
+        },
+        5);
+    double bw = timeMs(
+        [&] {
+          cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
+                                true, scale, dq.v(), dk.v(), dv.v());
+        },
+        5);
+    double flops = 4.0 * B * Hq * T * T * D / 2; // causal: half the scores
+    std::printf("[ timing ] attention causal B1 Hq16 Hkv8 T2048 D128: fwd "
+                "%.3f ms (%.2f TFLOP/s), bwd %.3f ms (%.2f TFLOP/s)\n",
+                f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+  }
+  {
+    const int64_t R = 16384, W = 2048;
+    DevBuf x(Shape{R, W}), w(Shape{W}), y(Shape{R, W}), g(Shape{R, W}),
+        dx(Shape{R, W}), dw(Shape{W});
+    double f = timeMs([&] { cu::rmsNorm(x.cv(), w.cv(), 1e-6f, y.v()); });
+    double bw = timeMs([&] {
+      cu::rmsNormBackward(x.cv(), w.cv(), 1e-6f, g.cv(), dx.v(), dw.v());
+    });
+    double bytes = double(R) * W * 4;
+    std::printf("[ timing ] rmsNorm [16384, 2048]: fwd %.3f ms (%.0f GB/s), "
+                "bwd %.3f ms (%.0f GB/s)\n",
+                f, 2 * bytes / f / 1e6, bw, 5 * bytes / bw / 1e6);
+    double s =
+        timeMs([&] { cu::binary(BinaryKind::Mul, x.cv(), g.cv(), y.v()); });
+    std::printf("[ timing ] binary Mul [16384, 2048]: %.3f ms (%.0f GB/s)\n", s,
+                3 * bytes / s / 1e6);
+    double st = timeMs([&] { cu::sumToShape(x.cv(), dw.v()); });
+    std::printf("[ timing ] sumToShape [16384, 2048] -> [2048]: %.3f ms "
+                "(%.0f GB/s)\n",
+                st, bytes / st / 1e6);
+  }
+  {
+    const int64_t N = 4096, V = 151936;
+    DevBuf logits(Shape{N, V}, -4.0f, 4.0f), dl(Shape{N, V}, 0.0f, 0.0f);
+    std::vector<int64_t> labels = randomLabels(N, V, -100);
+    DevIds lab(labels, Shape{N});
+    LossDev ld;
+    double f = timeMs(
+        [&] { cu::crossEntropy(logits.cv(), lab.v(), -100, ld.sum, ld.bad); },
+        5);
+    double bw = timeMs(
+        [&] {
+          cu::crossEntropyBackward(logits.cv(), lab.v(), -100, 1e-3f, dl.v());
+        },
+        5);
+    double bytes = double(N) * V * 4;
+    std::printf("[ timing ] crossEntropy [4096, 151936]: fwd %.3f ms "
+                "(%.0f GB/s), bwd %.3f ms\n",
+                f, bytes / f / 1e6, bw);
+  }
+  {
+    const int64_t rows = 151936, W = 2048, n = 16384;
+    DevBuf table(Shape{rows, W}, 0.0f, 0.0f), g(Shape{n, W});
+    std::uniform_int_distribution<int64_t> dist(0, rows - 1);
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (auto &i : ids)
+      i = dist(rng());
+    DevIds di(ids, Shape{n});
+    double bw =
+        timeMs([&] { cu::gatherRowsBackward(di.v(), g.cv(), table.v()); });
+    std::printf("[ timing ] gatherRowsBackward 16384 ids into [151936, 2048]: "
+                "%.3f ms\n",
+                bw);
+  }
+}
+
+// The Precision::Bf16 attention at a training size. Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(CudaKernels, DISABLED_FlashTiming) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  for (int64_t D : {128, 64}) {
+    const int64_t B = 2, Hq = 16, Hkv = 8, T = 4096;
+    DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
+        v(Shape{B, Hkv, T, D});
+    DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+    DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+        dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
+        dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+    float scale = 1.0f / std::sqrt(float(D));
+    double f = timeMs([&] {
+      cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v());
+    });
+    double bw = timeMs([&] {
+      cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
+                            true, scale, dq.v(), dk.v(), dv.v());
+    });
+    double flops = 4.0 * B * Hq * T * T * D / 2; // causal: half the scores
+    std::printf("[ timing ] attention bf16 causal B2 Hq16 Hkv8 T4096 D%lld: "
+                "fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s)\n",
+                (long long)D, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+  }
+}
+
+TEST_F(CudaKernels, ReportWorstError) {
+  // Runs last in file order: prints the largest error seen (for the record).
+  std::printf("[ worst max-abs-normalised error so far: %.3g (%s) ]\n",
+              worstErr(), worstWhat().c_str());
+}
+
+} // namespace cuda_test
