@@ -139,21 +139,8 @@ llvm::Error rondo::parseLoraSpec(llvm::StringRef spec,
 }
 
 void rondo::buildPlanPipeline(OpPassManager &pm,
-                              const PlanPipelineOptions &options) {
-  pipe::PipePartitionPassOptions partition;
-  partition.workers.assign(options.workers.begin(), options.workers.end());
-  partition.microbatches = options.microbatches;
-  partition.device = options.device;
-  partition.precision = options.precision;
-  partition.strategy = options.strategy;
-  partition.stages = options.stages;
-  partition.workerMemoryGB = options.workerMemoryGB;
-  partition.hostMemoryGB = options.hostMemoryGB;
-  partition.replicas = options.replicas;
-  partition.replicaLinkGBps = options.replicaLinkGBps;
-  partition.shardOptimizer = options.shardOptimizer;
-  partition.replicasPerHost = options.replicasPerHost;
-  pm.addPass(pipe::createPipePartitionPass(partition));
+                              const pipe::PipePartitionPassOptions &options) {
+  pm.addPass(pipe::createPipePartitionPass(options));
   pm.addPass(pipe::createPipeVerifyPlanPass());
 }
 
@@ -178,7 +165,18 @@ void rondo::registerPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "rondo-train-pipeline", "Loss, trainable selection and reverse mode",
       buildTrainPipeline);
-  PassPipelineRegistration<PlanPipelineOptions>(
-      "rondo-plan-pipeline", "Partition, schedule and verify the plan",
-      buildPlanPipeline);
+  // The pipeline's options are pipe-partition's own, parsed by the pass.
+  registerPassPipeline(
+      "rondo-plan-pipeline",
+      "Partition, schedule and verify the plan (options: pipe-partition's)",
+      [](OpPassManager &pm, StringRef options,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        std::unique_ptr<Pass> partition = pipe::createPipePartitionPass();
+        if (failed(partition->initializeOptions(options, errorHandler)))
+          return failure();
+        pm.addPass(std::move(partition));
+        pm.addPass(pipe::createPipeVerifyPlanPass());
+        return success();
+      },
+      [](function_ref<void(const detail::PassOptions &)>) {});
 }

@@ -16,6 +16,7 @@
 #include "Pipe/Transforms/Passes.h"
 #include "TG/IR/TGOps.h"
 #include "rondo/CostModel/CostModel.h"
+#include "rondo/Driver/Target.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -144,7 +145,11 @@ struct PipePartitionPass
       module.emitError("pipe-partition: no @main function");
       return signalPassFailure();
     }
-    llvm::Expected<cost::DeviceSpec> spec = cost::lookupDeviceSpec(device);
+    FailureOr<TargetConfig> target = planTarget(module);
+    if (failed(target))
+      return signalPassFailure();
+    llvm::Expected<cost::DeviceSpec> spec =
+        cost::lookupDeviceSpec(target->device);
     if (!spec) {
       module.emitError("--device: ") << llvm::toString(spec.takeError());
       return signalPassFailure();
@@ -166,17 +171,12 @@ struct PipePartitionPass
           << static_cast<int64_t>(replicasPerHost) << " must be in [1, 65536]";
       return signalPassFailure();
     }
-    if (!precision.empty() && precision != "fp32" && precision != "bf16") {
-      module.emitError("--precision=")
-          << precision << " is not supported (fp32 or bf16)";
-      return signalPassFailure();
-    }
     if (strategy != "exact" && strategy != "greedy") {
       module.emitError("--strategy=")
           << strategy << " is not supported (exact or greedy)";
       return signalPassFailure();
     }
-    bool bf16 = precision.empty() ? spec->isGpu : precision == "bf16";
+    bool bf16 = target->isBf16();
     tagOpsCreatedAfterLayerize(func);
 
     int64_t batch = 0, tokens = 0;
@@ -205,6 +205,29 @@ struct PipePartitionPass
       if (failed(planFor(b, func, *spec, bf16, n, batch, tokens)))
         return signalPassFailure();
     }
+  }
+
+  /// The target the plans are costed for: the module's `rondo.target`
+  /// (recorded by the driver, which the emitter reads too), else resolved
+  /// from the `device` and `precision` options by the same rule (rondo-opt).
+  FailureOr<TargetConfig> planTarget(ModuleOp module) {
+    FailureOr<std::optional<TargetConfig>> recorded = getModuleTarget(module);
+    if (failed(recorded))
+      return failure();
+    if (*recorded) {
+      // Two sources of the precision are how plan and code came to differ.
+      if (device.getNumOccurrences() || precision.getNumOccurrences())
+        return module.emitError("pipe-partition: the module's ")
+               << kTargetAttr
+               << " decides the device and precision; drop the device and "
+                  "precision options";
+      return **recorded;
+    }
+    llvm::Expected<TargetConfig> resolved =
+        resolveTarget(/*backend=*/"", device, precision);
+    if (!resolved)
+      return module.emitError(llvm::toString(resolved.takeError()));
+    return *resolved;
   }
 
   /// Host memory every plan needs: the fixed part plus hand-off staging

@@ -53,6 +53,11 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
     steady-state step time wins. Ops that canonicalization created after
     `pipe-layerize` get the layer of their users first.
 
+    The device spec and the precision come from the module's `rondo.target`
+    (which rondo-compile records, and the C++ emitter reads too); only a
+    module without one takes them from the `device` and `precision` options,
+    resolved by the same rule (include/rondo/Driver/Target.h).
+
     An impossible budget is an error that states the numbers and the
     smallest configuration that fits.
   }];

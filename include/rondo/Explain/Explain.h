@@ -22,6 +22,16 @@ void printExplanation(mlir::ModuleOp module, llvm::raw_ostream &os);
 /// names and renamed, so a failure leaves no partial file.
 mlir::LogicalResult writeExplainDir(mlir::ModuleOp module, llvm::StringRef dir,
                                     std::string &error);
+/// One line for --explain: what trains, and the LoRA adapters when there
+/// are any (the plan's memory and optimizer costs follow from it).
+void printParameterLine(mlir::ModuleOp module, llvm::raw_ostream &os);
+
+/// Writes `dir/op-timings.json`, the template of a measured profile for
+/// this model on the module's target (`rondo.target`: its device spec, at
+/// its precision); nothing without a target or a @main.
+mlir::LogicalResult writeOpTimingsFile(mlir::ModuleOp module,
+                                       llvm::StringRef dir, std::string &error);
+
 /// Writes `contents` to `path` through a temporary file in the same folder,
 /// so a failure leaves no partial file; `error` says what went wrong.
 mlir::LogicalResult writeFileAtomically(llvm::StringRef path,

@@ -12,6 +12,8 @@
 #ifndef RONDO_PIPELINES_PIPELINES_H
 #define RONDO_PIPELINES_PIPELINES_H
 
+#include "Pipe/Transforms/Passes.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 #include "llvm/Support/Error.h"
@@ -58,42 +60,6 @@ struct TrainPipelineOptions : mlir::PassPipelineOptions<TrainPipelineOptions> {
 /// options of `options`; the error names the flag and the bad field.
 llvm::Error parseLoraSpec(llvm::StringRef spec, TrainPipelineOptions &options);
 
-struct PlanPipelineOptions : mlir::PassPipelineOptions<PlanPipelineOptions> {
-  ListOption<int64_t> workers{*this, "workers",
-                              llvm::cl::desc("worker counts to plan for")};
-  Option<int64_t> microbatches{*this, "microbatches",
-                               llvm::cl::desc("0: chosen by the planner"),
-                               llvm::cl::init(0)};
-  Option<std::string> device{*this, "device",
-                             llvm::cl::desc("h100|h200|rtx4090|host|SPEC.json"),
-                             llvm::cl::init("host")};
-  Option<std::string> precision{*this, "precision", llvm::cl::desc("fp32|bf16"),
-                                llvm::cl::init("")};
-  Option<std::string> strategy{*this, "strategy",
-                               llvm::cl::desc("exact|greedy"),
-                               llvm::cl::init("exact")};
-  Option<std::string> stages{
-      *this, "stages", llvm::cl::desc("force a partition"), llvm::cl::init("")};
-  Option<double> workerMemoryGB{*this, "worker-memory-gb",
-                                llvm::cl::desc("per-worker budget in GB"),
-                                llvm::cl::init(0)};
-  Option<double> hostMemoryGB{*this, "host-memory-gb",
-                              llvm::cl::desc("host budget in GB"),
-                              llvm::cl::init(0)};
-  Option<int64_t> replicas{*this, "replicas",
-                           llvm::cl::desc("data-parallel replicas"),
-                           llvm::cl::init(1)};
-  Option<double> replicaLinkGBps{*this, "replica-link-gbps",
-                                 llvm::cl::desc("GB/s between replicas"),
-                                 llvm::cl::init(25)};
-  Option<bool> shardOptimizer{*this, "shard-optimizer",
-                              llvm::cl::desc("replicas shard the optimizer"),
-                              llvm::cl::init(true)};
-  Option<int64_t> replicasPerHost{*this, "replicas-per-host",
-                                  llvm::cl::desc("replicas sharing one host"),
-                                  llvm::cl::init(1)};
-};
-
 /// Phase `tg`: clean up the imported graph and recognise the structures
 /// later phases need whole.
 void buildTGPipeline(mlir::OpPassManager &pm);
@@ -102,12 +68,13 @@ void buildTGPipeline(mlir::OpPassManager &pm);
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 
-/// Phase `pipe`: stages, microbatches, job order; verified.
+/// Phase `pipe`: stages, microbatches, job order; verified. The planning
+/// knobs are pipe-partition's options, declared once in
+/// dialects/Pipe/Transforms/Passes.td; rondo-compile binds its flags to the
+/// same struct (include/rondo/Driver/Options.h).
 void buildPlanPipeline(mlir::OpPassManager &pm,
-                       const PlanPipelineOptions &options);
+                       const pipe::PipePartitionPassOptions &options);
 
-/// Registers them as `rondo-plan-pipeline`, `rondo-tg-pipeline` and
-/// `rondo-train-pipeline`.
 /// Phase `exec`: outline the stages of every plan (from @main built at the
 /// plan's microbatch shape), lower each plan to exec.programs and prove
 /// them race-free.
@@ -115,6 +82,9 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// through host memory.
 void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true);
 
+/// Registers them as `rondo-tg-pipeline`, `rondo-train-pipeline`,
+/// `rondo-plan-pipeline` (which takes pipe-partition's options) and
+/// `rondo-exec-pipeline`.
 void registerPipelines();
 
 } // namespace rondo

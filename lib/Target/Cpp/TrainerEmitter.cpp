@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "rondo/Target/Cpp/TrainerEmitter.h"
+#include "rondo/Driver/Target.h"
 
 #include "Exec/IR/ExecOps.h"
 #include "Kern/IR/KernOps.h"
@@ -868,9 +869,16 @@ LogicalResult Emitter::run() {
     loraSpec = "&kLora";
   }
   std::string modelPath = opts.modelPath;
-  // The host kernels compute in fp32 whatever was asked.
+  // The resolved target the plans were costed for decides (rondo.target,
+  // include/rondo/Driver/Target.h); a module without one takes the option.
+  FailureOr<std::optional<TargetConfig>> resolved = getModuleTarget(module);
+  if (failed(resolved))
+    return failure();
   const std::string precision =
-      opts.target == "cuda" ? opts.precision : std::string("fp32");
+      *resolved ? (*resolved)->precision : opts.precision;
+  if (opts.target != "cuda" && precision != "fp32")
+    return module.emitError("the host kernels compute in fp32, not ")
+           << precision;
   os << "const rondo::rt::ModelSpec kModel = {\n"
      << "    \"" << llvm::StringRef(modelPath) << "\", \"" << inputName
      << "\", " << globalBatch << ", " << seq << ", " << vocab << ",\n"

@@ -28,7 +28,9 @@ struct TrainerEmitOptions {
   /// stream-ordered allocator, constants uploaded once per device).
   std::string target = "host";
   /// "fp32" or "bf16": how the CUDA kernels compute their matrix products
-  /// (rondo::cuda::Precision). The host target computes in fp32.
+  /// (rondo::cuda::Precision), for modules without a `rondo.target` (whose
+  /// precision wins: the plans were costed at it). The host target computes
+  /// in fp32.
   std::string precision = "fp32";
   /// When set, constants of more than `blobElements` elements (rotary tables
   /// at long sequences: 2 x T x head_dim floats) are written into this

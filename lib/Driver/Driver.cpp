@@ -1,0 +1,369 @@
+//===- Driver.cpp - One whole compilation -----------------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Every output is written to a temporary file next to its destination and
+// renamed into place only when the whole phase succeeded, so a failed
+// compile never leaves a partial output behind.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/Driver/Driver.h"
+
+#include "Exec/IR/ExecOps.h"
+#include "Pipe/IR/PipeOps.h"
+#include "TG/IR/TGOps.h"
+#include "TG/Transforms/Passes.h"
+#include "rondo/Driver/Target.h"
+#include "rondo/Explain/Explain.h"
+#include "rondo/Target/Cpp/TrainerEmitter.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace rondo;
+
+/// A pass manager honouring MLIR's pass-manager flags (--mlir-print-ir-*),
+/// registered here too so that library callers need not.
+static FailureOr<std::unique_ptr<PassManager>>
+makePassManager(MLIRContext &ctx) {
+  registerPassManagerCLOptions();
+  auto pm = std::make_unique<PassManager>(&ctx);
+  if (failed(applyPassManagerCLOptions(*pm)))
+    return failure();
+  return pm;
+}
+
+static void printSummary(ModuleOp module, StringRef inputFile, Emit emit) {
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    return;
+  int64_t params = 0, elements = 0, trainableParams = 0, trainableElements = 0;
+  std::string table;
+  llvm::raw_string_ostream tableOs(table);
+  for (unsigned k = 0; k < func.getNumArguments(); ++k) {
+    auto name = func.getArgAttrOfType<StringAttr>(k, tg::kParamAttr);
+    if (!name)
+      continue;
+    auto type = cast<RankedTensorType>(func.getArgument(k).getType());
+    int64_t n = type.getNumElements();
+    ++params;
+    elements += n;
+    bool on = func.getArgAttr(k, tg::kTrainableAttr) != nullptr;
+    if (on) {
+      ++trainableParams;
+      trainableElements += n;
+    }
+    auto torch = func.getArgAttrOfType<StringAttr>(k, tg::kTorchNameAttr);
+    tableOs << "  "
+            << (emit == Emit::TG ? "param    "
+                : on             ? "trainable"
+                                 : "frozen   ")
+            << "  " << name.getValue();
+    if (torch)
+      tableOs << " (" << torch.getValue() << ")";
+    tableOs << " [";
+    llvm::interleave(type.getShape(), tableOs, ",");
+    tableOs << "]\n";
+  }
+  llvm::StringMap<int64_t> histogram;
+  double flops = 0;
+  func.walk([&](Operation *op) {
+    if (op->getDialect() && op->getDialect()->getNamespace() == "tg")
+      ++histogram[op->getName().getStringRef()];
+    if (auto cost = dyn_cast<tg::CostOpInterface>(op))
+      flops += cost.getFlops();
+  });
+  llvm::errs() << "model: " << inputFile << "\n"
+               << llvm::formatv("parameters: {0} tensors, {1} elements", params,
+                                elements);
+  if (trainableParams)
+    llvm::errs() << llvm::formatv(" ({0} tensors, {1} elements trainable)",
+                                  trainableParams, trainableElements);
+  llvm::errs() << llvm::formatv("\nFLOPs per step (analytic): {0:e3}\nops:",
+                                flops);
+  llvm::SmallVector<std::pair<std::string, int64_t>> sorted;
+  for (auto &e : histogram)
+    sorted.push_back({e.getKey().str(), e.getValue()});
+  llvm::sort(sorted);
+  for (auto &[name, count] : sorted)
+    llvm::errs() << " " << name << "=" << count;
+  llvm::errs() << "\n" << table;
+}
+
+LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
+                                const ImportOptions &importOptions,
+                                const TrainPipelineOptions &trainOptions,
+                                bool peerHandoff) {
+  MLIRContext &ctx = *module.getContext();
+  std::map<int64_t, SmallVector<pipe::PlanOp>> byRows;
+  for (auto plan : module.getOps<pipe::PlanOp>())
+    byRows[plan.getRowsPerMicrobatch()].push_back(plan);
+  if (byRows.empty()) {
+    llvm::errs() << "error: nothing to lower: no plan (give --workers)\n";
+    return failure();
+  }
+  for (auto &[rows, plans] : byRows) {
+    ImportOptions opts = importOptions;
+    opts.batch = rows;
+    OwningOpRef<ModuleOp> micro = importOnnxFile(&ctx, modelPath, opts);
+    if (!micro)
+      return failure();
+    OpBuilder b(&ctx);
+    b.setInsertionPointToEnd(micro->getBody());
+    for (pipe::PlanOp plan : plans)
+      b.clone(*plan);
+    FailureOr<std::unique_ptr<PassManager>> pm = makePassManager(ctx);
+    if (failed(pm))
+      return failure();
+    buildTGPipeline(**pm);
+    buildTrainPipeline(**pm, trainOptions);
+    buildExecPipeline(**pm, peerHandoff);
+    if (failed((*pm)->run(*micro)))
+      return failure();
+    SmallVector<Operation *> moved;
+    for (Operation &op : micro->getBody()->getOperations())
+      if (isa<exec::ProgramOp>(op) ||
+          (isa<func::FuncOp>(op) && op.hasAttr("exec.stage")))
+        moved.push_back(&op);
+    for (Operation *op : moved) {
+      op->remove();
+      module.getBody()->push_back(op);
+    }
+  }
+  return success();
+}
+
+/// --emit=exe: generates C++ into a temporary file and compiles it to a
+/// temporary executable, then moves it into place.
+static int emitExecutable(ModuleOp module, const CompileOptions &options,
+                          TrainerEmitOptions emitOptions) {
+  llvm::SmallString<256> cppPath;
+  int fd;
+  if (llvm::sys::fs::createTemporaryFile("rondo-trainer", "cpp", fd, cppPath)) {
+    llvm::errs()
+        << "error: cannot create a temporary file for the generated C++\n";
+    return 1;
+  }
+  // Large constants go to files the assembler embeds (.incbin); they live
+  // in a temporary directory until the trainer is linked.
+  llvm::SmallString<256> blobDir;
+  if (llvm::sys::fs::createUniqueDirectory("rondo-constants", blobDir)) {
+    llvm::errs() << "error: cannot create a temporary directory for the "
+                    "trainer's constants\n";
+    llvm::sys::fs::remove(cppPath);
+    return 1;
+  }
+  auto removeTemporaries = [&] {
+    llvm::sys::fs::remove(cppPath);
+    llvm::sys::fs::remove_directories(blobDir);
+  };
+  {
+    llvm::raw_fd_ostream cppOut(fd, /*shouldClose=*/true);
+    emitOptions.blobDir = blobDir.str().str();
+    if (failed(emitTrainerCpp(module, cppOut, emitOptions))) {
+      removeTemporaries();
+      return 1;
+    }
+  }
+  std::string tmpExe = options.outputFile + ".tmp-rondo";
+  LogicalResult built = buildExecutable(cppPath, tmpExe, emitOptions.target);
+  removeTemporaries();
+  if (failed(built)) {
+    llvm::sys::fs::remove(tmpExe);
+    return 1;
+  }
+  if (auto ec = llvm::sys::fs::rename(tmpExe, options.outputFile)) {
+    llvm::errs() << "error: cannot write '" << options.outputFile
+                 << "': " << ec.message() << "\n";
+    llvm::sys::fs::remove(tmpExe);
+    return 1;
+  }
+  return 0;
+}
+
+/// --explain: the parameter line and every plan's explanation, and with a
+/// directory the files for it.
+static LogicalResult explain(ModuleOp module, const CompileOptions &options) {
+  // The explanation goes where the IR does not.
+  bool irOnStdout = options.outputFile == "-" && options.emit != Emit::Exe;
+  llvm::raw_ostream &os = irOnStdout ? llvm::errs() : llvm::outs();
+  printParameterLine(module, os);
+  printExplanation(module, os);
+  if (options.explain->empty())
+    return success();
+  std::string error;
+  if (failed(writeExplainDir(module, *options.explain, error)) ||
+      failed(writeOpTimingsFile(module, *options.explain, error))) {
+    llvm::errs() << "error: --explain=" << *options.explain << ": " << error
+                 << "\n";
+    return failure();
+  }
+  return success();
+}
+
+int rondo::compile(CompileOptions options) {
+  if (options.handoff != "peer" && options.handoff != "host") {
+    llvm::errs() << "error: --handoff=" << options.handoff
+                 << " is not one of peer, host\n";
+    return 2;
+  }
+  if (!options.target.empty() && options.target != "host" &&
+      options.target != "cuda") {
+    llvm::errs() << "error: --target=" << options.target
+                 << " is not one of host, cuda\n";
+    return 2;
+  }
+  ImportOptions importOpts;
+  importOpts.batch = options.batch;
+  importOpts.seqLen = options.seqLen;
+  for (const std::string &spec : options.inputShapes)
+    if (llvm::Error err = addInputShape(importOpts, spec)) {
+      llvm::errs() << "error: " << llvm::toString(std::move(err)) << "\n";
+      return 2;
+    }
+  Emit emit = options.emit;
+  if (options.outputFile.empty())
+    options.outputFile = emit == Emit::Exe ? "trainer" : "-";
+  TrainPipelineOptions trainOpts;
+  trainOpts.loss = options.loss;
+  trainOpts.trainable = options.trainable;
+  trainOpts.freeze = options.freeze;
+  trainOpts.chunkRows = options.chunkRows;
+  if (options.lora) {
+    if (llvm::Error err = parseLoraSpec(*options.lora, trainOpts)) {
+      llvm::errs() << "error: " << llvm::toString(std::move(err)) << "\n";
+      return 2;
+    }
+    if (emit == Emit::TG) {
+      llvm::errs() << "error: --lora adapts the training function; "
+                      "--emit=tg stops before it (use --emit=train)\n";
+      return 2;
+    }
+  }
+  bool lowering = emit == Emit::Exec || emit == Emit::Cpp || emit == Emit::Exe;
+  // A trainer runs a compiled plan; without --workers it gets the plan for
+  // one worker, the round-robin pipeline's degenerate case.
+  if (lowering && options.plan.workers.empty())
+    options.plan.workers.push_back(1);
+  bool planning =
+      emit == Emit::Pipe || options.explain || !options.plan.workers.empty();
+  // The target is resolved once, for the planner, the emitter and
+  // --explain alike (rondo/Driver/Target.h).
+  TargetConfig target{options.target.empty() ? "host" : options.target, "",
+                      "fp32"};
+  if (planning) {
+    if (emit == Emit::TG) {
+      llvm::errs() << "error: planning (--workers, --explain) needs the "
+                      "training function; it cannot stop at --emit=tg\n";
+      return 2;
+    }
+    if (options.shardOptimizer != "on" && options.shardOptimizer != "off") {
+      llvm::errs() << "error: --shard-optimizer=" << options.shardOptimizer
+                   << ": expected on or off\n";
+      return 2;
+    }
+    options.plan.shardOptimizer = options.shardOptimizer == "on";
+    llvm::Expected<TargetConfig> resolved =
+        resolveTarget(options.target, options.device, options.precision);
+    if (!resolved) {
+      llvm::errs() << "error: " << llvm::toString(resolved.takeError()) << "\n";
+      return 2;
+    }
+    target = *resolved;
+  }
+  if (emit == Emit::Exe && !canLink(target.backend)) {
+    llvm::errs() << "error: --target=cuda: this rondo-compile was built "
+                    "without the CUDA runtime (configure with "
+                    "-DRONDO_ENABLE_CUDA=ON); --emit=cpp still works\n";
+    return 2;
+  }
+
+  DialectRegistry registry;
+  registry.insert<tg::TGDialect, pipe::PipeDialect, exec::ExecDialect,
+                  func::FuncDialect>();
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  // Warnings (MLIR drops them without a handler) go to stderr once: plans
+  // at a microbatch shape import the model again and would repeat them.
+  llvm::StringSet<> warned;
+  ScopedDiagnosticHandler warnings(&ctx, [&](Diagnostic &diag) {
+    if (diag.getSeverity() != DiagnosticSeverity::Warning)
+      return failure();
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    if (auto file = dyn_cast<FileLineColLoc>(diag.getLocation()))
+      os << file.getFilename().getValue();
+    else
+      os << diag.getLocation();
+    os << ": warning: " << diag;
+    if (warned.insert(text).second)
+      llvm::errs() << text << "\n";
+    return success();
+  });
+  OwningOpRef<ModuleOp> module =
+      importOnnxFile(&ctx, options.inputFile, importOpts);
+  if (!module)
+    return 1;
+  if (planning)
+    setModuleTarget(*module, target);
+
+  FailureOr<std::unique_ptr<PassManager>> pm = makePassManager(ctx);
+  if (failed(pm))
+    return 2;
+  DefaultTimingManager tm;
+  applyDefaultTimingManagerCLOptions(tm);
+  TimingScope timing = tm.getRootScope();
+  (*pm)->enableTiming(timing);
+  buildTGPipeline(**pm);
+  if (emit != Emit::TG)
+    buildTrainPipeline(**pm, trainOpts);
+  if (planning)
+    buildPlanPipeline(**pm, options.plan);
+  if (failed((*pm)->run(*module)))
+    return 1;
+  if (lowering && failed(lowerPlans(*module, options.inputFile, importOpts,
+                                    trainOpts, options.handoff != "host")))
+    return 1;
+  if (options.summary)
+    printSummary(*module, options.inputFile, emit);
+  if (options.explain && failed(explain(*module, options)))
+    return 1;
+
+  llvm::SmallString<256> modelPath(options.inputFile);
+  llvm::sys::fs::make_absolute(modelPath);
+  TrainerEmitOptions emitOptions{modelPath.str().str(), target.backend,
+                                 target.precision};
+  if (emit == Emit::Exe)
+    return emitExecutable(*module, options, emitOptions);
+  std::string error;
+  auto out = openOutputFile(options.outputFile, &error);
+  if (!out) {
+    llvm::errs() << "error: cannot write '" << options.outputFile
+                 << "': " << error << "\n";
+    return 1;
+  }
+  if (emit == Emit::Cpp) {
+    if (failed(emitTrainerCpp(*module, out->os(), emitOptions)))
+      return 1;
+  } else {
+    module->print(out->os());
+  }
+  out->keep();
+  return 0;
+}
