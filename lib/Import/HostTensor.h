@@ -5,7 +5,8 @@
 //===----------------------------------------------------------------------===//
 //
 // The importer folds every data-independent ONNX value (shape arithmetic,
-// positions, rotary tables, masks) by evaluating it here. A value that would
+// positions, rotary tables, masks) into a HostTensor, with the folding
+// functions of its op table (OpTable.h). A value that would
 // be too large to hold keeps only its shape ("shape-only"), so the importer
 // still knows its type and can recognise what it is without building it.
 //
@@ -24,7 +25,6 @@
 #include <vector>
 
 namespace onnx {
-class NodeProto;
 class TensorProto;
 } // namespace onnx
 
@@ -76,13 +76,8 @@ struct HostTensor {
   static HostTensor vectorI64(llvm::ArrayRef<int64_t> v);
 };
 
-/// Evaluates one ONNX node on host tensors. Inputs that are absent (optional
-/// ONNX inputs left empty) are null. `maxElements` bounds the size of any
-/// output computed with data; a larger output becomes shape-only. Errors
-/// explain which input or attribute is wrong.
-llvm::Expected<std::vector<HostTensor>>
-evaluateNode(const onnx::NodeProto &node, int64_t opset,
-             llvm::ArrayRef<const HostTensor *> inputs, int64_t maxElements);
+/// The DType an ONNX data type is folded in (ok = false: unsupported).
+DType dtypeFromOnnx(int onnxType, bool &ok);
 
 /// Converts an ONNX TensorProto with inline data; `what` names it in errors.
 llvm::Expected<HostTensor> hostTensorFromProto(const onnx::TensorProto &proto,
@@ -96,19 +91,6 @@ llvm::Expected<HostTensor> hostTensorFromProto(const onnx::TensorProto &proto,
 /// length, the length matching the shape. `what` names it in errors.
 llvm::Error checkTensorProto(const onnx::TensorProto &proto,
                              llvm::StringRef what);
-
-/// ONNX Slice (any opset) normalised against an input shape: in-range
-/// starts, nonzero steps and the result shape.
-struct SliceParams {
-  llvm::SmallVector<int64_t> starts, steps, shape;
-};
-llvm::Expected<SliceParams>
-sliceParams(const onnx::NodeProto &node, int64_t opset,
-            llvm::ArrayRef<const HostTensor *> inputs,
-            llvm::ArrayRef<int64_t> inputShape);
-
-/// Whether the evaluator knows `opType` (default domain).
-bool canEvaluate(llvm::StringRef opType);
 
 /// NumPy broadcast of two shapes.
 llvm::Expected<llvm::SmallVector<int64_t>>

@@ -6,7 +6,7 @@
 # ===--------------------------------------------------------------------=== #
 """Runs ONNX's own backend node tests for every op the importer claims.
 
-For each ONNX op that OnnxImporter.cpp converts on data (convertDynamic), the
+For each ONNX op that the importer converts on data (its op table), the
 matching single-node cases of libonnx-testdata (test_<op>*/model.onnx with
 test_data_set_*/input_*.pb and output_*.pb) are imported with their static
 shapes, executed on the CPU kernels with rondo-run, and compared with the
@@ -74,14 +74,14 @@ NODE_DIR = "/usr/share/libonnx-testdata/data/node"
 BINARY = ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"]
 UNARY = ["Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid", "Tanh", "Relu",
          "Abs", "Sin", "Cos"]
-# The ops convertDynamic converts (kept in sync with the source by
+# The ops the op table converts (kept in sync with the source by
 # check_claims_against_source).
 CLAIMED = BINARY + UNARY + [
     "Gelu", "Identity", "Dropout", "Cast", "MatMul", "Gemm", "Reshape",
     "Squeeze", "Unsqueeze", "Flatten", "Expand", "Transpose", "Slice", "Split",
     "Concat", "Gather", "Softmax", "ReduceMean", "ReduceSum",
     "LayerNormalization", "Where", "IsNaN"]
-# Ops convertDynamic names only to reject them with a specific message.
+# Ops the op table converts only to reject them with a specific message.
 RECOGNISED_UNSUPPORTED = {"TopK", "NonZero", "ScatterND", "ScatterElements"}
 
 # Inputs an op needs as compile-time constants: they become initializers.
@@ -110,22 +110,28 @@ def type_name(t):
 
 
 def check_claims_against_source(path):
-    """Ops named in convertDynamic versus CLAIMED: a new or dropped op must
-    show up here, not pass unnoticed."""
-    text = open(path).read()
-    start = text.find("Importer::convertDynamic")
-    if start < 0:
-        return ["cannot find Importer::convertDynamic in " + path]
-    end = text.find("\n}\n", start)
-    body = text[start:end]
-    named = set(re.findall(r'"([A-Z][A-Za-z0-9]*)"', body))
+    """Ops with a conversion function in the importer's op table (the rows
+    `t.add("Op", fold, convert)` of lib/Import/Ops/*.cpp whose convert is not
+    nullptr) versus CLAIMED: a new or dropped op must show up here, not pass
+    unnoticed."""
+    sources = sorted(os.path.join(path, f) for f in os.listdir(path)
+                     if f.endswith(".cpp"))
+    if not sources:
+        return ["cannot find the op families (*.cpp) in " + path]
+    named = set()
+    for source in sources:
+        text = open(source).read()
+        for op, convert in re.findall(
+                r'\badd\(\s*"([A-Z][A-Za-z0-9]*)",\s*[\w:]+,\s*(\w+)', text):
+            if convert != "nullptr":
+                named.add(op)
     errors = []
     for op in sorted(named - set(CLAIMED) - RECOGNISED_UNSUPPORTED):
         errors.append("the importer converts %s but the suite does not list "
                       "it in CLAIMED" % op)
     for op in sorted(set(CLAIMED) - named):
-        errors.append("CLAIMED lists %s but the importer's convertDynamic "
-                      "does not name it" % op)
+        errors.append("CLAIMED lists %s but no row of the importer's op "
+                      "table converts it" % op)
     return errors
 
 
@@ -614,7 +620,7 @@ def main():
     parser.add_argument("--node-dir", default=NODE_DIR,
                         help="ONNX backend node tests (libonnx-testdata)")
     parser.add_argument("--importer-source",
-                        help="OnnxImporter.cpp, to check CLAIMED against it")
+                        help="lib/Import/Ops, to check CLAIMED against it")
     parser.add_argument("--pipelines", default="none,tg",
                         help="comma-separated rondo-run pipelines to run")
     parser.add_argument("--work-dir", help="scratch directory (default: a "

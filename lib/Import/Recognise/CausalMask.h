@@ -1,0 +1,47 @@
+//===- CausalMask.h - Recognising the causal mask ---------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The causal mask ([B, 1, T, T]) is too large to fold at real sizes. When a
+// large data-independent tensor meets data (Add to attention scores, or a
+// Where), the importer proves that it is the causal mask by importing the
+// same graph at two small probe shapes, where the mask is small enough to
+// evaluate, and checking it elementwise. It then becomes tg.causal_mask.
+// This relies on the mask being a function of the shapes only, which holds
+// for every value the folder can compute (graph inputs that carry data, like
+// attention_mask, are specialised to constants first).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_LIB_IMPORT_RECOGNISE_CAUSALMASK_H
+#define RONDO_LIB_IMPORT_RECOGNISE_CAUSALMASK_H
+
+#include "../HostTensor.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+#include <optional>
+
+namespace rondo::import {
+
+/// Whether a constant is the causal mask: additive (0 / -inf) or boolean
+/// (true = attend).
+enum class MaskKind { None, Additive, Boolean };
+
+/// Checks folded data elementwise against the causal mask.
+MaskKind checkMaskData(const HostTensor &t);
+
+/// Imports the graph again with the given batch and sequence length and
+/// returns the folded value in question there (none if that fails).
+using MaskProbe =
+    llvm::function_ref<std::optional<HostTensor>(int64_t batch, int64_t seq)>;
+
+/// Classifies `t`: by its data if it has any, else by the values `probe`
+/// gives at two small shapes, which must agree.
+MaskKind classifyMask(const HostTensor &t, MaskProbe probe);
+
+} // namespace rondo::import
+
+#endif // RONDO_LIB_IMPORT_RECOGNISE_CAUSALMASK_H
