@@ -106,6 +106,11 @@ double GatherOp::getActivationBytes() { return bytes(getIds()); }
 double GatherGradOp::getFlops() { return numel(getDy()); }
 double GatherGradOp::getActivationBytes() { return 0; }
 
+double ClampOp::getFlops() { return 2 * numel(getX()); }
+// The gradient reads x.
+double ClampOp::getActivationBytes() { return bytes(getX()); }
+double ClampGradOp::getFlops() { return 2 * numel(getX()); }
+double ClampGradOp::getActivationBytes() { return 0; }
 double SoftmaxOp::getFlops() { return 5 * numel(getX()); }
 double SoftmaxOp::getActivationBytes() { return bytes(getResult()); }
 double SoftmaxGradOp::getFlops() { return 4 * numel(getY()); }

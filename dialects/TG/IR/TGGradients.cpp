@@ -270,6 +270,15 @@ LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+LogicalResult ClampOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                     ArrayRef<bool>,
+                                     SmallVectorImpl<Value> &grads) {
+  grads.push_back(ClampGradOp::create(b, getLoc(), getX().getType(), getX(),
+                                      resultGrads[0], getMinAttr(),
+                                      getMaxAttr()));
+  return success();
+}
+
 LogicalResult SoftmaxOp::buildGradient(OpBuilder &b,
                                        ArrayRef<Value> resultGrads,
                                        ArrayRef<bool>,

@@ -691,6 +691,23 @@ static LogicalResult verifyNormWeight(Operation *op, Value x, Value w,
   return success();
 }
 
+/// The bounds of a clamp: ordered, not NaN.
+static LogicalResult verifyClampBounds(Operation *op, APFloat min,
+                                       APFloat max) {
+  if (min.isNaN() || max.isNaN() || max < min)
+    return op->emitOpError("needs min <= max, got [")
+           << min.convertToFloat() << ", " << max.convertToFloat() << "]";
+  return success();
+}
+
+LogicalResult ClampOp::verify() {
+  return verifyClampBounds(*this, getMin(), getMax());
+}
+
+LogicalResult ClampGradOp::verify() {
+  return verifyClampBounds(*this, getMin(), getMax());
+}
+
 LogicalResult RmsNormOp::verify() {
   if (getX().getType() != getResult().getType())
     return emitOpError("result type must equal operand type");

@@ -63,6 +63,23 @@ def TG_UnaryOp : TG_DiffOp<"unary", [SameOperandsAndResultType]> {
   let assemblyFormat = "$kind $x attr-dict `:` type($x)";
 }
 
+def TG_ClampOp : TG_DiffOp<"clamp", [SameOperandsAndResultType]> {
+  let summary = "Elementwise clamp into [min, max]";
+  let description = [{
+    `y = x < min ? min : (x > max ? max : x)`: ONNX Clip and `torch.clamp`
+    (a NaN stays NaN). An absent bound is infinite. The gradient passes where
+    `min <= x <= max` and is 0 elsewhere, as PyTorch's.
+
+    ```mlir
+    %y = tg.clamp %x {min = -7.0 : f32, max = 7.0 : f32} : tensor<2x32x176xf32>
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$x, F32Attr:$min, F32Attr:$max);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x)";
+  let hasVerifier = 1;
+}
+
 def TG_GatedActOp : TG_DiffOp<"gated_act", [AllTypesMatch<["gate", "up", "result"]>]> {
   let summary = "Gated activation of a gated MLP: act(gate) * up";
   let description = [{
@@ -325,6 +342,15 @@ def TG_SoftmaxGradOp : TG_Op<"softmax_grad", [SameOperandsAndResultType]> {
   let arguments = (ins TG_FloatTensor:$y, TG_FloatTensor:$dy);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "$y `,` $dy attr-dict `:` type($y)";
+}
+
+def TG_ClampGradOp : TG_Op<"clamp_grad", [SameOperandsAndResultType]> {
+  let summary = "Adjoint of tg.clamp: dy where min <= x <= max, else 0";
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$dy, F32Attr:$min,
+                       F32Attr:$max);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $dy attr-dict `:` type($x)";
+  let hasVerifier = 1;
 }
 
 def TG_CausalMaskOp : TG_Op<"causal_mask"> {

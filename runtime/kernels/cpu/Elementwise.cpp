@@ -487,6 +487,24 @@ void select(IView cond, CFView a, CFView b, FView out) {
   });
 }
 
+void clamp(CFView x, float lo, float hi, FView out) {
+  parallelBlocks(out.shape.numel(), kBlock, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float v = x.data[i];
+      out.data[i] = v < lo ? lo : (v > hi ? hi : v);
+    }
+  });
+}
+
+void clampBackward(CFView x, CFView dOut, float lo, float hi, FView dX) {
+  parallelBlocks(dX.shape.numel(), kBlock, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float v = x.data[i];
+      dX.data[i] = v >= lo && v <= hi ? dOut.data[i] : 0.0f;
+    }
+  });
+}
+
 void isNan(CFView x, MIView out) {
   int64_t n = out.shape.numel();
   parallelBlocks(n, kBlock, 1, [&](int64_t lo, int64_t hi) {

@@ -668,6 +668,44 @@ void broadcastTo(CFView x, FView out) {
   checkLaunch(name);
 }
 
+namespace {
+__global__ void clampKernel(const float *x, float lo, float hi, float *out,
+                            int64_t n) {
+  RONDO_GRID_STRIDE(i, n) {
+    float v = x[i];
+    out[i] = v < lo ? lo : (v > hi ? hi : v);
+  }
+}
+
+__global__ void clampBackwardKernel(const float *x, const float *dOut, float lo,
+                                    float hi, float *dX, int64_t n) {
+  RONDO_GRID_STRIDE(i, n) {
+    float v = x[i];
+    dX[i] = v >= lo && v <= hi ? dOut[i] : 0.0f;
+  }
+}
+} // namespace
+
+void clamp(CFView x, float lo, float hi, FView out) {
+  ProfileScope profileScope("clamp");
+  int64_t n = out.shape.numel();
+  if (n == 0)
+    return;
+  clampKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data, lo, hi,
+                                                            out.data, n);
+  checkLaunch("clamp");
+}
+
+void clampBackward(CFView x, CFView dOut, float lo, float hi, FView dX) {
+  ProfileScope profileScope("clampBackward");
+  int64_t n = dX.shape.numel();
+  if (n == 0)
+    return;
+  clampBackwardKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+      x.data, dOut.data, lo, hi, dX.data, n);
+  checkLaunch("clampBackward");
+}
+
 void fill(FView out, float value) {
   ProfileScope profileScope("fill");
   fillDevice(out.data, out.shape.numel(), value, "fill");

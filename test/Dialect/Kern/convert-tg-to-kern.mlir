@@ -14,8 +14,10 @@
 // CHECK: kern.call @binaryBackward(%arg0, %arg1, %[[B]]) args {kind = "Mul"} : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>)
 // CHECK: %[[N:.*]] = kern.call @isNan(%arg0) : (tensor<2x4xf32>) -> tensor<2x4xi1>
 // CHECK: kern.call @select(%[[N]], %arg0, %arg1)
+// CHECK: %[[C:.*]] = kern.call @clamp(%arg0) args {hi = 7.000000e+00 : f32, lo = -7.000000e+00 : f32}
+// CHECK: kern.call @clampBackward(%arg0, %[[C]]) args {hi = 7.000000e+00 : f32, lo = -7.000000e+00 : f32} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
 // CHECK-NOT: tg.unary
-func.func @elementwise(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) attributes {exec.stage} {
+func.func @elementwise(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) attributes {exec.stage} {
   %u = tg.unary silu %x : tensor<2x4xf32>
   %b = tg.binary add %u, %y : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
   %g = tg.gated_act gelu_tanh %x, %y : tensor<2x4xf32>
@@ -23,7 +25,9 @@ func.func @elementwise(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> (tensor<2x4x
   %dl, %dr = tg.binary_grad mul %x, %y, %b : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>)
   %n = tg.is_nan %x : (tensor<2x4xf32>) -> tensor<2x4xi1>
   %s = tg.select %n, %x, %y : (tensor<2x4xi1>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
-  return %b, %m, %dl, %dr, %s : tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
+  %c = tg.clamp %x {min = -7.0 : f32, max = 7.0 : f32} : tensor<2x4xf32>
+  %dc = tg.clamp_grad %x, %c {min = -7.0 : f32, max = 7.0 : f32} : tensor<2x4xf32>
+  return %b, %m, %dl, %dr, %s, %dc : tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
 }
 
 // -----

@@ -80,3 +80,18 @@ func.func @main(%g: tensor<4xf32> {tg.param = "g", tg.trainable}, %u: tensor<4xf
   %s = tg.reduce sum %h {axes = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// Checks the clamp's backward: the adjoint reads the forward's input and
+// bounds (GPT-OSS's clamped SwiGLU).
+// CHECK-LABEL: func.func @main
+// CHECK: %[[C:.*]] = tg.clamp %arg0 {max = 7.000000e+00 : f32, min = -7.000000e+00 : f32}
+// CHECK: %[[DC:.*]] = tg.clamp_grad %arg0, %{{.*}} {max = 7.000000e+00 : f32, min = -7.000000e+00 : f32}
+// CHECK: return %{{.*}}, %[[DC]]
+func.func @main(%g: tensor<4xf32> {tg.param = "g", tg.trainable},
+                %x: tensor<4xf32> {tg.input = "x"}) -> tensor<f32> {
+  %c = tg.clamp %g {min = -7.0 : f32, max = 7.0 : f32} : tensor<4xf32>
+  %s = tg.reduce sum %c {axes = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
+  return %s : tensor<f32>
+}

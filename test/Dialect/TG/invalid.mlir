@@ -199,3 +199,19 @@ func.func @rotary_table_type() {
   %0 = tg.rotary_table cos freqs [1.0, 0.5] scale 1.0 : tensor<4x2xbf16>
   return
 }
+
+// -----
+
+func.func @clamp_bounds(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{needs min <= max, got [7.000000e+00, -7.000000e+00]}}
+  %0 = tg.clamp %x {min = 7.0 : f32, max = -7.0 : f32} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @clamp_grad_nan(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{needs min <= max, got [nan, 1.000000e+00]}}
+  %0 = tg.clamp_grad %x, %x {min = 0x7FC00000 : f32, max = 1.0 : f32} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -13,6 +13,10 @@ func.func @elementwise(%x: tensor<2x8xf32>, %w: tensor<8xf32>, %c: tensor<2x8xi1
   %b = tg.binary pow %a, %two : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
   // CHECK: tg.binary mul %{{.*}}, %{{.*}} : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
   %d = tg.binary mul %b, %w : (tensor<2x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+  // CHECK: tg.clamp %{{.*}} {max = 7.000000e+00 : f32, min = -7.000000e+00 : f32} : tensor<2x8xf32>
+  %cl = tg.clamp %d {min = -7.0 : f32, max = 7.0 : f32} : tensor<2x8xf32>
+  // CHECK: tg.clamp_grad %{{.*}}, %{{.*}} {max = 0x7F800000 : f32, min = 0.000000e+00 : f32} : tensor<2x8xf32>
+  %cg = tg.clamp_grad %cl, %d {min = 0.0 : f32, max = 0x7F800000 : f32} : tensor<2x8xf32>
   // CHECK: tg.is_nan
   %n = tg.is_nan %d : (tensor<2x8xf32>) -> tensor<2x8xi1>
   // CHECK: tg.select

@@ -70,7 +70,7 @@ TEST(KernelListCuda, EveryListedKernelIsDefined) {
     EXPECT_NE(k, nullptr);
 }
 
-TEST(KernelListCuda, IntegerMovementSelectIsNanAndMaskMatchTheCpu) {
+TEST(KernelListCuda, NewKernelsMatchTheCpuBitwise) {
   if (!gpu())
     GTEST_SKIP() << "no GPU";
   Shape s{2, 3, 4};
@@ -126,6 +126,19 @@ TEST(KernelListCuda, IntegerMovementSelectIsNanAndMaskMatchTheCpu) {
   Dev<int64_t> dn(5);
   cu::isNan({dv.p, Shape{5}}, {dn.p, Shape{5}});
   EXPECT_EQ(dn.host(), nan);
+
+  std::vector<float> c = {-9.0f, -7.0f, -1.5f, 7.0f, 8.0f, inf, std::nanf("")};
+  std::vector<float> cdy = {1, 2, 3, 4, 5, 6, 7}, cy(7), cdx(7);
+  cpu::clamp({c.data(), Shape{7}}, -7.0f, 7.0f, {cy.data(), Shape{7}});
+  cpu::clampBackward({c.data(), Shape{7}}, {cdy.data(), Shape{7}}, -7.0f, 7.0f,
+                     {cdx.data(), Shape{7}});
+  Dev<float> dcl(c), dcdy(cdy), dcy(7), dcdx(7);
+  cu::clamp({dcl.p, Shape{7}}, -7.0f, 7.0f, {dcy.p, Shape{7}});
+  cu::clampBackward({dcl.p, Shape{7}}, {dcdy.p, Shape{7}}, -7.0f, 7.0f,
+                    {dcdx.p, Shape{7}});
+  std::vector<float> gy = dcy.host();
+  EXPECT_EQ(0, std::memcmp(gy.data(), cy.data(), cy.size() * 4));
+  EXPECT_EQ(dcdx.host(), cdx);
 
   std::vector<float> mask(2 * 3 * 5);
   cpu::causalMask({mask.data(), Shape{2, 3, 5}});

@@ -100,6 +100,22 @@ TEST(KernelListTest, IsNanMarksOnlyNaN) {
   EXPECT_EQ(out, (std::vector<int64_t>{0, 1, 0, 0, 0, 1}));
 }
 
+TEST(KernelListTest, ClampAndItsGradientFollowPyTorch) {
+  float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::vector<float> x = {-9.0f, -7.0f, -1.5f, 0.0f, 7.0f, 8.0f, inf, nan};
+  std::vector<float> dy = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> y(8), dx(8);
+  clamp({x.data(), Shape{8}}, -7.0f, 7.0f, {y.data(), Shape{8}});
+  clampBackward({x.data(), Shape{8}}, {dy.data(), Shape{8}}, -7.0f, 7.0f,
+                {dx.data(), Shape{8}});
+  // torch.clamp: NaN stays NaN; the gradient passes at the bounds too.
+  std::vector<float> wantY = {-7, -7, -1.5f, 0, 7, 7, 7};
+  for (int i = 0; i < 7; ++i)
+    EXPECT_EQ(y[i], wantY[i]) << i;
+  EXPECT_TRUE(std::isnan(y[7]));
+  EXPECT_EQ(dx, (std::vector<float>{0, 2, 3, 4, 5, 0, 0, 0}));
+}
+
 TEST(KernelListTest, CausalMaskAlignsTheDiagonalBottomRight) {
   // 2 queries against 3 keys: query i sees keys j <= i + 1.
   std::vector<float> m(2 * 2 * 3, 5.0f);

@@ -103,6 +103,25 @@ LogicalResult lowerBinaryGrad(tg::BinaryGradOp op, PatternRewriter &rw) {
   return success();
 }
 
+SmallVector<NamedAttribute> boundArgs(PatternRewriter &rw, APFloat min,
+                                      APFloat max) {
+  return {arg(rw, "lo", rw.getF32FloatAttr(min.convertToFloat())),
+          arg(rw, "hi", rw.getF32FloatAttr(max.convertToFloat()))};
+}
+
+LogicalResult lowerClamp(tg::ClampOp op, PatternRewriter &rw) {
+  rw.replaceOp(op, call(rw, op.getLoc(), "clamp", op.getType(), op.getX(),
+                        boundArgs(rw, op.getMin(), op.getMax())));
+  return success();
+}
+
+LogicalResult lowerClampGrad(tg::ClampGradOp op, PatternRewriter &rw) {
+  rw.replaceOp(op, call(rw, op.getLoc(), "clampBackward", op.getType(),
+                        {op.getX(), op.getDy()},
+                        boundArgs(rw, op.getMin(), op.getMax())));
+  return success();
+}
+
 /// act(gate) * up: two calls through a temporary.
 LogicalResult lowerGatedAct(tg::GatedActOp op, PatternRewriter &rw) {
   Value act = call(rw, op.getLoc(), "unary", op.getType(), op.getGate(),
@@ -171,6 +190,8 @@ void rondo::kern::populateTGToKernElementwisePatterns(
   add<tg::BinaryOp>(patterns, lowerBinary);
   add<tg::BinaryGradOp>(patterns, lowerBinaryGrad);
   add<tg::GatedActOp>(patterns, lowerGatedAct);
+  add<tg::ClampOp>(patterns, lowerClamp);
+  add<tg::ClampGradOp>(patterns, lowerClampGrad);
   add<tg::SelectOp>(patterns, lowerSelect);
   add<tg::IsNanOp>(patterns, lowerIsNan);
   add<tg::ReduceOp>(patterns, lowerReduce);
