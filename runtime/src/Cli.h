@@ -16,7 +16,7 @@
 
 #include "rondo/runtime/Data.h"
 #include "rondo/runtime/Schedule.h"
-#include "rondo/runtime/Trainer.h"
+#include "rondo/runtime/Model.h"
 
 #include <cstdint>
 #include <optional>
