@@ -11,7 +11,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/runtime/Error.h"
 #include "trainer/Trainer.h"
 
 #include <cmath>

@@ -50,10 +50,11 @@ public:
   void sumGradient(float *grad, int64_t numel);
   /// Sharded: every shard of `data` from its owner, into every replica.
   void allGatherShards(float *data, int64_t numel);
-  /// Sharded optimizer task: the replicas each looked at their shards. The
-  /// first non-finite part (`myFirstBad`, -1 for none) is the smallest over
-  /// all, and `sumSquares` (when not null) the sum of every replica's, in
-  /// rank order so that all get the same bits; optimizer thread only.
+  /// Sharded optimizer task: the replicas each looked at their shards.
+  /// Returns the smallest first non-finite part over all (`myFirstBad`: this
+  /// replica's, -1 for none); `sumSquares` (when not null) holds this
+  /// replica's squared norm and receives the sum of every replica's, in rank
+  /// order so that all get the same bits. Optimizer thread only.
   int agreeOnShards(int myFirstBad, double *sumSquares);
   /// Trainer thread: `n` values summed across replicas, in place.
   void sum(double *data, int n);
