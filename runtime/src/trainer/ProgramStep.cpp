@@ -189,7 +189,8 @@ double Trainer::pipelinedGradNorm() {
   return std::sqrt(sumSquares);
 }
 
-double Trainer::stepLoss(int64_t step, int64_t count, double lossSum) {
+double Trainer::stepLoss(int64_t step, int64_t count, double lossSum,
+                         std::string &badLoss) {
   const bool causal = model.loss == LossKind::CausalLM;
   auto lossOf = [&](int64_t microbatches) {
     return causal ? (count > 0 ? lossSum / double(count)
@@ -197,9 +198,7 @@ double Trainer::stepLoss(int64_t step, int64_t count, double lossSum) {
                   : lossSum / double(microbatches);
   };
   double loss = lossOf(program->microbatches);
-  // Non-finite values: the gradient message wins (the tasks looked at the
-  // gradients before any update), then the loss.
-  std::string badLoss = nonFiniteLoss(microbatchLosses, step);
+  badLoss = nonFiniteLoss(microbatchLosses, step);
   if (replicas.active()) {
     // One loss for all, and one decision about a non-finite one.
     double both[2] = {lossSum, badLoss.empty() ? 0.0 : 1.0};
@@ -210,6 +209,12 @@ double Trainer::stepLoss(int64_t step, int64_t count, double lossSum) {
       badLoss =
           "non-finite loss on another replica in step " + std::to_string(step);
   }
+  return loss;
+}
+
+void Trainer::finishUpdate(int64_t step, const std::string &badLoss) {
+  // Non-finite values: the gradient message wins (the tasks looked at the
+  // gradients before any update), then the loss.
   if (!badLoss.empty() || syncMode) {
     drain();
     if (!badLoss.empty())
@@ -224,7 +229,6 @@ double Trainer::stepLoss(int64_t step, int64_t count, double lossSum) {
     else
       optimizer.skip(step, bad);
   }
-  return loss;
 }
 
 double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
@@ -244,7 +248,9 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   const double lossSum = issuePipelined(
       step, false,
       feed.lossScaleFor(count, program->microbatches * replicas.count()));
-  const double loss = stepLoss(step, count, lossSum);
+  std::string badLoss;
+  const double loss = stepLoss(step, count, lossSum, badLoss);
+  finishUpdate(step, badLoss);
   double norm;
   if (syncMode) {
     norm = syncNorm;

@@ -133,9 +133,14 @@ private:
   /// Issues one step of the program on the batch and returns the sum of its
   /// microbatch losses (in microbatch order).
   double issuePipelined(int64_t step, bool eval, float lossScale);
-  /// The loss of the step and whether a replica saw a non-finite one;
-  /// stops or skips as --on-nan says.
-  double stepLoss(int64_t step, int64_t count, double lossSum);
+  /// The loss of the step over every replica's microbatches; `badLoss`
+  /// receives the first non-finite one (this replica's or another's) or "".
+  double stepLoss(int64_t step, int64_t count, double lossSum,
+                  std::string &badLoss);
+  /// Once the step's losses are in: stops on a non-finite gradient or loss
+  /// (--on-nan=stop), or applies or skips the update the sync task left to
+  /// this thread (--on-nan=skip).
+  void finishUpdate(int64_t step, const std::string &badLoss);
   /// The overlap task of `stage`: its parameters' update.
   void optimizeStage(const StepTag &tag, int32_t stage);
   /// The sync task: every parameter's update (or, deferred, its inputs).
