@@ -214,9 +214,9 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          return err;
        }},
       {"grad-accum", "K",
-       "Microbatch calls per step; the loss is the mean over all K*batch "
-       "rows (default 1). Single-process trainers only: pipelined ones are "
-       "compiled for their global batch.",
+       "Microbatch calls per step of a single-process step function (the "
+       "runtime's tests; default 1). Compiled trainers reject it: their "
+       "step is the compiled global batch (rondo-compile --batch B*K).",
        integer(o.gradAccum, 1)},
       {"lr-schedule", "constant|cosine|linear",
        "Learning-rate schedule over --steps, as transformers' "
@@ -286,8 +286,9 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "adapted weight (merged in double, rounded once).",
        [&o](const std::string &v) { return parseBool(v, o.mergeLora); }},
       {"workers", "N",
-       "Pipelined trainers: the compiled plan to run (default: the first "
-       "compiled worker count). Single-process trainers: OpenMP threads.",
+       "The compiled plan to run (default: the first compiled worker "
+       "count). A single-process step function (the runtime's tests): "
+       "OpenMP threads.",
        [&o](const std::string &v) {
          int64_t x = 0;
          if (std::string err = parseInt(v, x); !err.empty())

@@ -15,8 +15,8 @@
 #define RONDO_RUNTIME_SRC_CLI_H
 
 #include "rondo/runtime/Data.h"
+#include "rondo/runtime/Model.h"
 #include "rondo/runtime/Schedule.h"
-#include "rondo/runtime/Trainer.h"
 
 #include <cstdint>
 #include <optional>
@@ -45,6 +45,7 @@ struct TrainerOptions {
   double weightDecay = 0.01;
   std::string noDecay; ///< Regex; empty: every parameter decays.
   std::optional<double> clipGradNorm;
+  /// StepFn microbatches per step; every compiled trainer rejects K > 1.
   int64_t gradAccum = 1;
   LrSchedule schedule = LrSchedule::Constant;
   int64_t warmup = 0;
@@ -62,8 +63,8 @@ struct TrainerOptions {
   std::string exportSafetensors; ///< A directory (Hugging Face layout).
   std::string hfConfig;          ///< Copied there as config.json.
   bool mergeLora = false;
-  /// Single-process trainers: OpenMP threads; pipelined trainers: the
-  /// compiled plan to run. 0: the default.
+  /// The compiled plan to run; for a StepFn (the runtime's tests) OpenMP
+  /// threads. 0: the default.
   int workers = 0;
   bool quiet = false;
   /// "sync", "overlap" or "stale" (the sync program, its update applied one
@@ -104,7 +105,7 @@ CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
                               std::string &message);
 
 /// The --help text. `plans` describes the compiled pipelined plans ("" for
-/// single-process trainers).
+/// a StepFn).
 std::string trainerHelp(const char *argv0, const ModelSpec &model,
                         const std::string &plans = "");
 

@@ -16,7 +16,7 @@
 #ifndef RONDO_RUNTIME_SRC_HFEXPORT_H
 #define RONDO_RUNTIME_SRC_HFEXPORT_H
 
-#include "rondo/runtime/Trainer.h"
+#include "rondo/runtime/Model.h"
 
 #include <string>
 #include <vector>

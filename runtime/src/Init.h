@@ -14,7 +14,7 @@
 #ifndef RONDO_RUNTIME_SRC_INIT_H
 #define RONDO_RUNTIME_SRC_INIT_H
 
-#include "rondo/runtime/Trainer.h"
+#include "rondo/runtime/Model.h"
 
 #include <cstdint>
 

@@ -56,13 +56,6 @@ std::vector<AdapterPair> adapterPairs(const ModelSpec &model) {
   return result;
 }
 
-int64_t numElements(const ParamSpec &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.dims[i];
-  return n;
-}
-
 std::string shapeText(const int64_t *dims, size_t rank) {
   std::string s = "[";
   for (size_t i = 0; i < rank; ++i)

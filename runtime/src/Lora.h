@@ -22,7 +22,7 @@
 #ifndef RONDO_RUNTIME_SRC_LORA_H
 #define RONDO_RUNTIME_SRC_LORA_H
 
-#include "rondo/runtime/Trainer.h"
+#include "rondo/runtime/Model.h"
 
 #include <string>
 #include <vector>

@@ -46,7 +46,7 @@
 
 #include "rondo/runtime/DeviceOps.h"
 #include "rondo/runtime/Exec.h"
-#include "rondo/runtime/Trainer.h"
+#include "rondo/runtime/Model.h"
 
 #include <chrono>
 #include <condition_variable>

@@ -16,7 +16,7 @@
 #ifndef RONDO_RUNTIME_ONNXWEIGHTS_H
 #define RONDO_RUNTIME_ONNXWEIGHTS_H
 
-#include "rondo/runtime/Trainer.h"
+#include "rondo/runtime/Model.h"
 
 #include <cstdint>
 #include <memory>

@@ -1,0 +1,153 @@
+//===- OptimizerState.cpp - AdamW's state and its update ------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainer/OptimizerState.h"
+#include "rondo/runtime/Schedule.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <regex>
+
+namespace rondo::rt {
+
+void OptimizerState::setUp(float *const *params, float *const *grads) {
+  adamw.beta1 = opts.beta1;
+  adamw.beta2 = opts.beta2;
+  adamw.eps = opts.eps;
+  std::optional<std::regex> noDecay;
+  if (!opts.noDecay.empty())
+    noDecay.emplace(opts.noDecay);
+  optOf.assign(size_t(model.numParams), -1);
+  opt.reserve(size_t(model.numParams));
+  for (int i = 0; i < model.numParams; ++i) {
+    const ParamSpec &p = model.params[i];
+    if (!p.trainable)
+      continue;
+    bool exempt = noDecay && (std::regex_search(p.name, *noDecay) ||
+                              (p.displayName && *p.displayName &&
+                               std::regex_search(p.displayName, *noDecay)));
+    OptParam o;
+    o.index = i;
+    o.param = params[i];
+    o.grad = grads[i];
+    o.numel = numElements(p);
+    o.expAvg = FloatBuffer(replicas.owned(o.numel).size());
+    o.expAvgSq = FloatBuffer(replicas.owned(o.numel).size());
+    o.weightDecay = exempt ? 0.0 : opts.weightDecay;
+    optOf[size_t(i)] = int(opt.size());
+    allOpt.push_back(int(opt.size()));
+    opt.push_back(std::move(o));
+  }
+}
+
+double OptimizerState::lrAt(int64_t step) const {
+  return opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
+}
+
+std::vector<GradTensor>
+OptimizerState::ownedGrads(const std::vector<int> &which) const {
+  std::vector<GradTensor> g;
+  for (int i : which) {
+    const OptParam &o = opt[size_t(i)];
+    const Shard range = replicas.owned(o.numel);
+    g.push_back({o.grad + range.begin, range.size()});
+  }
+  return g;
+}
+
+void OptimizerState::update(const std::vector<int> &which, int64_t step) {
+  std::vector<AdamWTensor> tensors;
+  tensors.reserve(which.size());
+  for (int i : which) {
+    OptParam &o = opt[size_t(i)];
+    const Shard range = replicas.owned(o.numel);
+    AdamWTensor t;
+    t.param = o.param + range.begin;
+    t.grad = o.grad + range.begin;
+    t.expAvg = o.expAvg.data();
+    t.expAvgSq = o.expAvgSq.data();
+    t.numel = range.size();
+    t.weightDecay = o.weightDecay;
+    tensors.push_back(t);
+  }
+  adamwUpdate(tensors.data(), tensors.size(), adamw, lrAt(step),
+              step - skipped + 1);
+  for (int i : which)
+    replicas.allGatherShards(opt[size_t(i)].param, opt[size_t(i)].numel);
+}
+
+void OptimizerState::clipAndUpdate(int64_t step, double norm) {
+  if (opts.clipGradNorm) {
+    std::vector<GradTensor> g = ownedGrads(allOpt);
+    clipGradNorm(g.data(), g.size(), norm, *opts.clipGradNorm);
+  }
+  update(allOpt, step);
+}
+
+void OptimizerState::skip(int64_t step, const std::string &why) {
+  ++skipped;
+  std::fprintf(stderr,
+               "rondo: warning: %s; step %lld skipped (--on-nan=skip): no "
+               "parameter or optimizer state changed\n",
+               why.c_str(), (long long)step);
+}
+
+std::vector<CheckpointTensor>
+OptimizerState::checkpointTensors(std::vector<FloatBuffer> &fullMoments) {
+  const bool sharded = replicas.sharded();
+  std::vector<CheckpointTensor> t;
+  if (sharded) {
+    fullMoments.clear();
+    for (const OptParam &o : opt) {
+      fullMoments.emplace_back(o.numel);
+      fullMoments.emplace_back(o.numel);
+    }
+  }
+  for (size_t k = 0; k < opt.size(); ++k) {
+    OptParam &o = opt[k];
+    std::string name = model.params[o.index].name;
+    t.push_back({name, o.param, o.numel});
+    t.push_back({"exp_avg/" + name,
+                 sharded ? fullMoments[2 * k].data() : o.expAvg.data(),
+                 o.numel});
+    t.push_back({"exp_avg_sq/" + name,
+                 sharded ? fullMoments[2 * k + 1].data() : o.expAvgSq.data(),
+                 o.numel});
+  }
+  return t;
+}
+
+void OptimizerState::gatherMoments(std::vector<FloatBuffer> &fullMoments) {
+  if (!replicas.sharded())
+    return;
+  for (size_t k = 0; k < opt.size(); ++k) {
+    const OptParam &o = opt[k];
+    const Shard range = replicas.owned(o.numel);
+    for (int m = 0; m < 2; ++m) {
+      float *full = fullMoments[2 * k + size_t(m)].data();
+      const FloatBuffer &mine = m == 0 ? o.expAvg : o.expAvgSq;
+      std::copy(mine.data(), mine.data() + range.size(), full + range.begin);
+      replicas.allGatherShards(full, o.numel);
+    }
+  }
+}
+
+void OptimizerState::restore(const std::vector<FloatBuffer> &fullMoments,
+                             int64_t skippedSteps) {
+  for (size_t k = 0; replicas.sharded() && k < opt.size(); ++k) {
+    OptParam &o = opt[k];
+    const Shard range = replicas.owned(o.numel);
+    for (int m = 0; m < 2; ++m) {
+      const float *full = fullMoments[2 * k + size_t(m)].data();
+      std::copy(full + range.begin, full + range.end,
+                (m == 0 ? o.expAvg : o.expAvgSq).data());
+    }
+  }
+  skipped = skippedSteps;
+}
+
+} // namespace rondo::rt

@@ -1,0 +1,103 @@
+//===- OptimizerState.h - AdamW's state and its update ----------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The AdamW moments of every trainable parameter, the learning-rate
+// schedule and the step count. With --shard-optimizer and several replicas
+// (ZeRO-1) each replica keeps the moments of its shard of every parameter
+// only, updates that shard and all-gathers the weights; the checkpoint
+// holds the moments whole, so a run resumes with any number of replicas.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_TRAINER_OPTIMIZERSTATE_H
+#define RONDO_RUNTIME_SRC_TRAINER_OPTIMIZERSTATE_H
+
+#include "rondo/runtime/AdamW.h"
+#include "rondo/runtime/Buffer.h"
+#include "rondo/runtime/Model.h"
+
+#include "Checkpoint.h"
+#include "Cli.h"
+#include "trainer/ReplicaSync.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rondo::rt {
+
+/// One trainable parameter's optimizer state. `grad` points at the
+/// gradient the update reads: the StepFn's buffer, the host gradients of a
+/// program (one part), or a per-parameter sum (several; ProgramGrads).
+struct OptParam {
+  int index = 0;
+  float *param = nullptr;
+  float *grad = nullptr;
+  FloatBuffer expAvg, expAvgSq;
+  int64_t numel = 0;
+  double weightDecay = 0;
+};
+
+class OptimizerState {
+public:
+  OptimizerState(const ModelSpec &model, const TrainerOptions &opts,
+                 ReplicaSync &replicas)
+      : model(model), opts(opts), replicas(replicas) {}
+
+  /// The state of every trainable parameter of `params`, whose gradients
+  /// are at `grads` until a program rebinds them.
+  void setUp(float *const *params, float *const *grads);
+
+  std::vector<OptParam> &tensors() { return opt; }
+  const std::vector<OptParam> &tensors() const { return opt; }
+  /// Model parameter -> index into tensors(), or -1 for a frozen one.
+  int indexOf(int param) const { return optOf[size_t(param)]; }
+  /// 0 .. tensors().size()-1.
+  const std::vector<int> &all() const { return allOpt; }
+
+  double lrAt(int64_t step) const;
+  /// The owned ranges of the gradients `which` (indices into tensors())
+  /// read.
+  std::vector<GradTensor> ownedGrads(const std::vector<int> &which) const;
+  /// AdamW on `which`, on this replica's shards when sharded, whose weights
+  /// are then all-gathered.
+  void update(const std::vector<int> &which, int64_t step);
+  /// Every parameter's update of `step`, after clipping the gradients
+  /// whose norm is `norm` (--clip-grad-norm).
+  void clipAndUpdate(int64_t step, double norm);
+  /// --on-nan=skip: step `step` applies no update.
+  void skip(int64_t step, const std::string &why);
+  /// Steps skipped by --on-nan=skip (checkpointed): AdamW's step count is
+  /// step - skippedSteps + 1.
+  int64_t skippedSteps() const { return skipped; }
+
+  /// The checkpoint's tensors: every trainable weight and its moments.
+  /// With a sharded optimizer the moments are whole only in the
+  /// checkpoint: `fullMoments` receives buffers for them (two per
+  /// trainable parameter), which the tensors then name.
+  std::vector<CheckpointTensor>
+  checkpointTensors(std::vector<FloatBuffer> &fullMoments);
+  /// Before writing: every replica's shards into `fullMoments`.
+  void gatherMoments(std::vector<FloatBuffer> &fullMoments);
+  /// After reading: this replica's shards from `fullMoments`, and the
+  /// checkpoint's skipped steps.
+  void restore(const std::vector<FloatBuffer> &fullMoments,
+               int64_t skippedSteps);
+
+private:
+  const ModelSpec &model;
+  const TrainerOptions &opts;
+  ReplicaSync &replicas;
+  AdamWConfig adamw;
+  std::vector<OptParam> opt; ///< Trainable params, in table order.
+  std::vector<int> optOf;
+  std::vector<int> allOpt;
+  int64_t skipped = 0;
+};
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_TRAINER_OPTIMIZERSTATE_H

@@ -1,0 +1,210 @@
+//===- ParamStore.cpp - The model's fp32 master weights -------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainer/ParamStore.h"
+#include "rondo/runtime/Error.h"
+#include "rondo/runtime/OnnxWeights.h"
+
+#include "FileUtil.h"
+#include "HfExport.h"
+#include "Init.h"
+#include "Lora.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace rondo::rt {
+
+namespace {
+
+/// The parameters the ONNX model holds: all but LoRA adapters.
+std::vector<ParamSpec> onnxParams(const ModelSpec &model) {
+  std::vector<ParamSpec> result;
+  for (int i = 0; i < model.numParams; ++i)
+    if (!isLoraAdapter(model.params[i]))
+      result.push_back(model.params[i]);
+  return result;
+}
+
+/// Names the way out of a weights file that cannot be read.
+[[noreturn]] void rethrowWithAdvice(const Error &e) {
+  throw Error(std::string(e.what()) +
+              " (choose other weights with --weights FILE.onnx, or "
+              "--init=random)");
+}
+
+} // namespace
+
+void ParamStore::mapFrozenWeights(const TrainerOptions &opts,
+                                  const std::string &path, const StepLog &log) {
+  std::vector<ParamSpec> fromOnnx = onnxParams(model);
+  std::vector<bool> wanted(fromOnnx.size());
+  int64_t frozenBytes = 0;
+  for (size_t k = 0; k < fromOnnx.size(); ++k) {
+    wanted[k] = !fromOnnx[k].trainable;
+    if (wanted[k])
+      frozenBytes += numElements(fromOnnx[k]) * int64_t(sizeof(float));
+  }
+  const double hostBytes =
+      double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  if (frozenBytes == 0 || (opts.mapWeights == MapWeights::Auto &&
+                           double(frozenBytes) <= hostBytes / 2))
+    return;
+  MappedWeights found;
+  try {
+    found = mapOnnxWeights(path, fromOnnx.data(), int(fromOnnx.size()), wanted);
+  } catch (const Error &e) {
+    rethrowWithAdvice(e);
+  }
+  mapped.assign(size_t(model.numParams), nullptr);
+  int count = 0;
+  for (int i = 0, k = 0; i < model.numParams; ++i) {
+    if (isLoraAdapter(model.params[i]))
+      continue;
+    mapped[size_t(i)] = found.data[size_t(k++)];
+    count += mapped[size_t(i)] != nullptr;
+  }
+  mappings = std::move(found.keepAlive);
+  char line[256];
+  const double bytes = double(found.bytes);
+  std::snprintf(line, sizeof(line),
+                "rondo: %d frozen weights (%.*f %s) used in place from their "
+                "external data files, not copied (--map-weights)",
+                count, bytes >= 1e9 ? 2 : 1,
+                bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6,
+                bytes >= 1e9 ? "GB" : "MB");
+  log.say(line);
+}
+
+void ParamStore::initialise(const TrainerOptions &opts, bool stepGradients,
+                            const StepLog &log) {
+  const int n = model.numParams;
+  const std::string path =
+      opts.weights.empty() ? model.modelPath : opts.weights;
+  if (opts.init == InitKind::Onnx && opts.mapWeights != MapWeights::Off)
+    mapFrozenWeights(opts, path, log);
+  auto isMapped = [&](int i) { return !mapped.empty() && mapped[size_t(i)]; };
+  params.reserve(size_t(n));
+  grads.reserve(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    const ParamSpec &p = model.params[i];
+    if (isMapped(i)) {
+      // Read-only: nothing writes a frozen weight.
+      params.emplace_back();
+      ptrs.push_back(const_cast<float *>(mapped[size_t(i)]));
+      grads.emplace_back();
+      gradPtrs.push_back(nullptr);
+      continue;
+    }
+    params.emplace_back(numElements(p));
+    grads.emplace_back(p.trainable && stepGradients ? numElements(p) : 0);
+    ptrs.push_back(params.back().data());
+    gradPtrs.push_back(p.trainable ? grads.back().data() : nullptr);
+    if (p.trainable && stepGradients)
+      trainableGrads.push_back({grads.back().data(), numElements(p)});
+  }
+  // LoRA adapters are not in the model: PEFT's initialisation (B = 0, so
+  // step 0 is the base model), or a PEFT file.
+  std::vector<float *> onnxPtrs;
+  for (int i = 0; i < n; ++i) {
+    if (isLoraAdapter(model.params[i]))
+      loraInit(model.params[i], opts.seed, params[size_t(i)].data());
+    else
+      onnxPtrs.push_back(isMapped(i) ? nullptr : params[size_t(i)].data());
+  }
+  if (opts.init == InitKind::Random) {
+    for (int i = 0; i < n; ++i)
+      if (!isLoraAdapter(model.params[i]))
+        randomInit(model.params[i], opts.seed, params[size_t(i)].data());
+  } else {
+    std::vector<ParamSpec> fromOnnx = onnxParams(model);
+    try {
+      loadOnnxWeights(path, fromOnnx.data(), int(fromOnnx.size()),
+                      onnxPtrs.data());
+    } catch (const Error &e) {
+      rethrowWithAdvice(e);
+    }
+  }
+  if (!opts.loadLora.empty())
+    loadLoraAdapters(opts.loadLora, model, ptrs.data());
+}
+
+std::vector<bool> ParamStore::pageable() const {
+  std::vector<bool> result(size_t(model.numParams), false);
+  for (size_t i = 0; i < mapped.size(); ++i)
+    result[i] = mapped[i] != nullptr;
+  return result;
+}
+
+uint64_t ParamStore::checksum() const {
+  // A sum of the weights' bit patterns, each multiplied by an odd number
+  // from its position.
+  uint64_t total = 0;
+  for (int i = 0; i < model.numParams; ++i) {
+    const uint32_t *bits = reinterpret_cast<const uint32_t *>(ptrs[i]);
+    const int64_t n = numElements(model.params[i]);
+    uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (n >= (int64_t(1) << 20))
+    for (int64_t e = 0; e < n; ++e)
+      sum += uint64_t(bits[e]) * (2 * uint64_t(e) + 1);
+    total = total * 1000003 + sum;
+  }
+  return total;
+}
+
+void ParamStore::exportWeights(const TrainerOptions &opts,
+                               const StepLog &log) const {
+  std::vector<std::vector<float>> merged;
+  if (opts.mergeLora)
+    merged = mergeLoraWeights(model, ptrs.data());
+  auto baseWeights = [&](int i) -> const float * {
+    return opts.mergeLora && !merged[size_t(i)].empty()
+               ? merged[size_t(i)].data()
+               : ptrs[size_t(i)];
+  };
+  const std::string whatWeights =
+      !model.lora      ? "trained weights"
+      : opts.mergeLora ? "the base weights merged with the LoRA adapters"
+                       : "the frozen base weights";
+  const std::string withoutAdapters =
+      model.lora && !opts.mergeLora
+          ? " (without the adapters: --export-lora writes them, "
+            "--merge-lora merges them in)"
+          : "";
+  if (!opts.exportOnnx.empty()) {
+    // The model has no adapters to write into: its base weights, as they
+    // are (frozen) or merged with their adapters.
+    std::vector<ParamSpec> toWrite = onnxParams(model);
+    std::vector<const float *> data;
+    for (int i = 0; i < model.numParams; ++i)
+      if (!isLoraAdapter(model.params[i]))
+        data.push_back(baseWeights(i));
+    exportOnnxWeights(model.modelPath, opts.exportOnnx, toWrite.data(),
+                      int(toWrite.size()), data.data());
+    log.say("rondo: wrote " + whatWeights + " to " + opts.exportOnnx +
+            withoutAdapters);
+  }
+  if (!opts.exportSafetensors.empty()) {
+    std::vector<const float *> data;
+    for (int i = 0; i < model.numParams; ++i)
+      data.push_back(baseWeights(i));
+    exportHuggingFace(opts.exportSafetensors, opts.hfConfig, model,
+                      data.data());
+    log.say("rondo: wrote " + whatWeights + " in Hugging Face's layout to " +
+            opts.exportSafetensors + "/model.safetensors" +
+            (opts.hfConfig.empty()
+                 ? ""
+                 : " with " + opts.hfConfig + " as config.json") +
+            withoutAdapters);
+  }
+  if (!opts.exportLora.empty()) {
+    exportLoraAdapters(opts.exportLora, model, ptrs.data());
+    log.say("rondo: wrote the LoRA adapters to " + opts.exportLora + " and " +
+            parentDirectory(opts.exportLora) + "/adapter_config.json");
+  }
+}
+
+} // namespace rondo::rt

@@ -1,0 +1,74 @@
+//===- ParamStore.h - The model's fp32 master weights -----------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// One fp32 tensor per model parameter, in table order: loaded from the
+// ONNX model (or --weights), drawn (--init=random), or for frozen weights
+// of --map-weights used in place from a read-only mapping of their file;
+// LoRA adapters from PEFT's initialisation or --load-lora. Writes them at
+// the end of a run (--export-onnx, --export-safetensors, --export-lora).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_TRAINER_PARAMSTORE_H
+#define RONDO_RUNTIME_SRC_TRAINER_PARAMSTORE_H
+
+#include "rondo/runtime/AdamW.h"
+#include "rondo/runtime/Buffer.h"
+#include "rondo/runtime/Model.h"
+
+#include "Cli.h"
+#include "trainer/StepLog.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace rondo::rt {
+
+class ParamStore {
+public:
+  explicit ParamStore(const ModelSpec &model) : model(model) {}
+
+  /// Allocates and fills every parameter. `stepGradients`: also allocate
+  /// the gradient buffers a StepFn adds into (a program downloads its
+  /// gradients into its own host buffer).
+  void initialise(const TrainerOptions &opts, bool stepGradients,
+                  const StepLog &log);
+
+  /// Per parameter: its fp32 data (read-only when mapped).
+  float *const *data() const { return ptrs.data(); }
+  /// StepFn: per parameter its gradient buffer, null for frozen ones.
+  float *const *gradients() const { return gradPtrs.data(); }
+  /// StepFn: the gradient buffers of the trainable parameters.
+  const std::vector<GradTensor> &trainableGradients() const {
+    return trainableGrads;
+  }
+  /// Per parameter: whether it lives in a file mapping (not pinnable).
+  std::vector<bool> pageable() const;
+  /// Order-independent and exact, for comparing replicas.
+  uint64_t checksum() const;
+  /// Writes --export-onnx, --export-safetensors and --export-lora.
+  void exportWeights(const TrainerOptions &opts, const StepLog &log) const;
+
+private:
+  /// --map-weights: fills `mapped` with the frozen weights used in place.
+  void mapFrozenWeights(const TrainerOptions &opts, const std::string &path,
+                        const StepLog &log);
+
+  const ModelSpec &model;
+  std::vector<FloatBuffer> params;
+  std::vector<FloatBuffer> grads; ///< StepFn: empty buffers for frozen.
+  std::vector<float *> ptrs;
+  /// Per parameter: its data in a read-only mapping of its file, or null.
+  std::vector<const float *> mapped;
+  std::vector<std::shared_ptr<const void>> mappings;
+  std::vector<float *> gradPtrs; ///< StepFn: nullptr for frozen params.
+  std::vector<GradTensor> trainableGrads;
+};
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_TRAINER_PARAMSTORE_H

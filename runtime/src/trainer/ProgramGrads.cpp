@@ -1,0 +1,145 @@
+//===- ProgramGrads.cpp - A program's gradients, as AdamW reads them ------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainer/ProgramGrads.h"
+#include "trainer/NanGuard.h"
+
+#include <algorithm>
+
+namespace rondo::rt {
+
+ProgramGrads::ProgramGrads(const rondo_program &program, const ModelSpec &model,
+                           const ProgramInfo &info, const ReplicaSync &replicas,
+                           char *image, char *hostGrads)
+    : program(program), model(model), info(info), replicas(replicas),
+      image(image), hostGrads(hostGrads) {
+  // The order non-finite gradients are looked for in: stages by their
+  // first job, parts by their place in the stage's gradient image.
+  std::vector<int32_t> firstJob(size_t(program.numStages), program.numJobs);
+  for (int32_t n = program.numJobs - 1; n >= 0; --n)
+    firstJob[size_t(program.jobStages[n])] = n;
+  for (int32_t i = 0; i < program.numGradParts; ++i)
+    partsInJobOrder.push_back(i);
+  std::stable_sort(partsInJobOrder.begin(), partsInJobOrder.end(),
+                   [&](int32_t a, int32_t b) {
+                     const rondo_grad_part &x = program.gradParts[a],
+                                           &y = program.gradParts[b];
+                     if (firstJob[size_t(x.stage)] != firstJob[size_t(y.stage)])
+                       return firstJob[size_t(x.stage)] <
+                              firstJob[size_t(y.stage)];
+                     return x.hostOffset < y.hostOffset;
+                   });
+  partsReadBy.assign(size_t(program.numStages), {});
+  for (int32_t part : partsInJobOrder) {
+    int32_t owner = info.finalStage[size_t(program.gradParts[part].param)];
+    if (owner >= 0)
+      partsReadBy[size_t(owner)].push_back(part);
+  }
+}
+
+void ProgramGrads::bind(OptimizerState &opt) {
+  // Gradients: in the image for one part, summed for several.
+  int64_t largest = 0;
+  partSums.resize(size_t(model.numParams));
+  normSums.resize(size_t(model.numParams));
+  for (OptParam &o : opt.tensors()) {
+    const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
+    if (parts.size() == 1) {
+      o.grad = reinterpret_cast<float *>(
+          image + program.gradParts[parts[0]].hostOffset);
+    } else if (parts.size() > 1) {
+      partSums[size_t(o.index)] = FloatBuffer(o.numel);
+      normSums[size_t(o.index)] = FloatBuffer(o.numel);
+      o.grad = partSums[size_t(o.index)].data();
+    }
+    largest = std::max(largest, parts.empty() ? o.numel : int64_t(0));
+  }
+  zeroGrad = FloatBuffer(largest);
+  for (OptParam &o : opt.tensors())
+    if (info.partsOf[size_t(o.index)].empty())
+      o.grad = zeroGrad.data();
+  optByStage.assign(size_t(program.numStages), {});
+  for (int32_t s = 0; s < program.numStages; ++s)
+    for (int32_t q : info.finalises[size_t(s)])
+      optByStage[size_t(s)].push_back(opt.indexOf(q));
+}
+
+void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
+                                     ReplicaSync &sync) const {
+  if (!sync.active())
+    return;
+  // Every replica's tasks reach the same parts in the same (job) order, so
+  // the sums pair up.
+  for (int32_t i : parts) {
+    const rondo_grad_part &part = program.gradParts[i];
+    sync.sumGradient(reinterpret_cast<float *>(hostGrads + part.hostOffset),
+                     numElements(model.params[part.param]));
+  }
+}
+
+int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const rondo_grad_part &part = program.gradParts[parts[k]];
+    const Shard range = replicas.owned(numElements(model.params[part.param]));
+    if (!allFinite(image + part.hostOffset + range.begin * sizeof(float),
+                   range.size()))
+      return int(k);
+  }
+  return -1;
+}
+
+std::string ProgramGrads::describe(const std::vector<int32_t> &parts,
+                                   int k) const {
+  const rondo_grad_part &part = program.gradParts[parts[size_t(k)]];
+  return std::string("stage ") + program.stages[part.stage].name +
+         " (first in job order), parameter " + model.params[part.param].name;
+}
+
+void ProgramGrads::prepare(const OptParam &o) const {
+  sumParts(o.index, o.grad, replicas.owned(o.numel));
+}
+
+void ProgramGrads::sumParts(int q, float *sum, Shard range) const {
+  const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
+  if (parts.size() < 2)
+    return;
+  // The sum in table order, whatever order the parts arrived in.
+  const int64_t n = range.size();
+  sum += range.begin;
+  auto part = [&](size_t i) {
+    return reinterpret_cast<const float *>(
+               image + program.gradParts[parts[i]].hostOffset) +
+           range.begin;
+  };
+  // Elementwise, so threading keeps the order of the additions (and the
+  // bits) of the sequential loop.
+  const float *first = part(0);
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
+  for (int64_t e = 0; e < n; ++e)
+    sum[e] = first[e];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const float *g = part(i);
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
+    for (int64_t e = 0; e < n; ++e)
+      sum[e] += g[e];
+  }
+}
+
+double ProgramGrads::normForLog(const OptimizerState &opt) {
+  std::vector<GradTensor> g;
+  for (const OptParam &o : opt.tensors()) {
+    float *grad = o.grad;
+    const Shard range = replicas.owned(o.numel);
+    if (info.partsOf[size_t(o.index)].size() > 1) {
+      grad = normSums[size_t(o.index)].data();
+      sumParts(o.index, grad, range);
+    }
+    g.push_back({grad + range.begin, range.size()});
+  }
+  return gradNorm(g.data(), g.size());
+}
+
+} // namespace rondo::rt

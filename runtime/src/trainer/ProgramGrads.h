@@ -1,0 +1,100 @@
+//===- ProgramGrads.h - A program's gradients for AdamW ---------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A program downloads each stage's gradient image into one host buffer; a
+// parameter's gradient is one part there, or several (a tied embedding
+// used by two stages), which the optimizer reads summed in table order.
+// This component owns those sums and the orders the optimizer tasks walk
+// the parts in: stages by their first job, parts by their place in the
+// stage's image (job order), all of them for the sync task and per stage
+// those its overlap task reads.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_TRAINER_PROGRAMGRADS_H
+#define RONDO_RUNTIME_SRC_TRAINER_PROGRAMGRADS_H
+
+#include "rondo/runtime/Buffer.h"
+#include "rondo/runtime/Exec.h"
+#include "rondo/runtime/Model.h"
+
+#include "exec/HostExec.h"
+#include "trainer/OptimizerState.h"
+#include "trainer/ReplicaSync.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rondo::rt {
+
+class ProgramGrads {
+public:
+  /// `image` is the gradient image optimizer tasks read
+  /// (HostExec::optimizerGradients()), `hostGrads` the program's host
+  /// gradients buffer that downloads write.
+  ProgramGrads(const rondo_program &program, const ModelSpec &model,
+               const ProgramInfo &info, const ReplicaSync &replicas,
+               char *image, char *hostGrads);
+
+  /// Points every trainable parameter's gradient at its part, its sum, or
+  /// zeros (a parameter the program computes no gradient for).
+  void bind(OptimizerState &opt);
+
+  /// Every part in job order (the sync task's).
+  const std::vector<int32_t> &all() const { return partsInJobOrder; }
+  /// The parts `stage`'s overlap task reads, in job order.
+  const std::vector<int32_t> &readBy(int32_t stage) const {
+    return partsReadBy[size_t(stage)];
+  }
+  /// The parameters (indices into OptimizerState::tensors()) `stage`'s
+  /// overlap task updates.
+  const std::vector<int> &finalisedBy(int32_t stage) const {
+    return optByStage[size_t(stage)];
+  }
+
+  /// --replicas: sums the gradients of `parts` across replicas, in place
+  /// in host memory (into this replica's shards when sharded).
+  void sumAcrossReplicas(const std::vector<int32_t> &parts,
+                         ReplicaSync &sync) const;
+  /// The position in `parts` of the first one with a non-finite value in
+  /// the range this replica owns, or -1.
+  int firstNonFinite(const std::vector<int32_t> &parts) const;
+  /// "stage X (first in job order), parameter P" for parts[k].
+  std::string describe(const std::vector<int32_t> &parts, int k) const;
+  /// describe() of the first non-finite part of `parts`, or "".
+  std::string nonFinite(const std::vector<int32_t> &parts) const {
+    const int k = firstNonFinite(parts);
+    return k < 0 ? "" : describe(parts, k);
+  }
+  /// Sums the parts of `o`'s gradient over its owned range into its sum
+  /// buffer (nothing for one part).
+  void prepare(const OptParam &o) const;
+  /// The gradient norm of this replica's ranges for the log, from sums of
+  /// its own: the optimizer tasks may still read the others.
+  double normForLog(const OptimizerState &opt);
+
+private:
+  /// Sums the parts of parameter q's gradient over `range` into `sum`.
+  void sumParts(int q, float *sum, Shard range) const;
+
+  const rondo_program &program;
+  const ModelSpec &model;
+  const ProgramInfo &info;
+  const ReplicaSync &replicas;
+  char *image;
+  char *hostGrads;
+  std::vector<int32_t> partsInJobOrder;
+  std::vector<std::vector<int32_t>> partsReadBy;
+  std::vector<std::vector<int>> optByStage;
+  std::vector<FloatBuffer> partSums; ///< Per param with several parts.
+  std::vector<FloatBuffer> normSums; ///< The same, for the logged norm.
+  FloatBuffer zeroGrad;              ///< For params without gradient.
+};
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_TRAINER_PROGRAMGRADS_H

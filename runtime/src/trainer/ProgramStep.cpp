@@ -1,0 +1,282 @@
+//===- ProgramStep.cpp - One step of a compiled program -------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The trainer thread issues a step and reads its losses; the executor's
+// host threads call back to load the batch and to run the optimizer tasks,
+// which sum the gradients across replicas, look for non-finite values
+// before they update anything, and update.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainer/Trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace rondo::rt {
+
+namespace {
+
+/// Byte distance between microbatch m and m + 1 in a host buffer: its
+/// slots when it has one per microbatch, else packed.
+int64_t microbatchStride(const rondo_program &p, int32_t buffer,
+                         int64_t packed) {
+  const rondo_buffer_desc &d = p.buffers[buffer];
+  return d.count >= p.microbatches && d.bytes >= packed ? d.bytes : packed;
+}
+
+/// Sharded optimizer task: the replicas agree on whether the gradients of
+/// `parts` are finite (each saw only its shards) and, with `sumSquares`,
+/// on the squared norm of the gradients of `which`. Returns the first
+/// non-finite gradient in job order over all replicas, or "".
+std::string agreeOnShards(const ProgramGrads &grads,
+                          const OptimizerState &optimizer,
+                          ReplicaSync &replicas,
+                          const std::vector<int32_t> &parts,
+                          const std::vector<int> &which, double *sumSquares) {
+  if (sumSquares) {
+    std::vector<GradTensor> g = optimizer.ownedGrads(which);
+    const double norm = gradNorm(g.data(), g.size());
+    *sumSquares = norm * norm;
+  }
+  const int first =
+      replicas.agreeOnShards(grads.firstNonFinite(parts), sumSquares);
+  return first < 0 ? "" : grads.describe(parts, first);
+}
+
+} // namespace
+
+void Trainer::setUpProgram(int64_t firstStep) {
+  info = analyseProgram(*program, model);
+  staleMode = opts.optimizerMode == "stale";
+  syncMode = std::string(program->optimizer) == "sync" && !staleMode;
+  exec = std::make_unique<HostExec>(
+      *program, model, info, store.data(), *this, !opts.trace.empty(),
+      firstStep,
+      deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
+      store.pageable());
+  exec->setStaleOptimizer(staleMode);
+  // The update reads the stale copy of the gradients when there is one.
+  grads = std::make_unique<ProgramGrads>(
+      *program, model, info, replicas, exec->optimizerGradients(),
+      exec->hostBuffer(program->hostGradsBuffer));
+  grads->bind(optimizer);
+  deferUpdate = syncMode && nan.skips();
+  exec->setWatchdog(opts.watchdogSeconds);
+}
+
+void Trainer::loadBatch(const StepTag &) {
+  const int64_t rows = program->rowsPerMicrobatch * model.seqLen;
+  const int64_t bytes = rows * int64_t(sizeof(int64_t));
+  for (auto [buffer, source] :
+       {std::pair(program->idsBuffer, &feed.ids()),
+        std::pair(program->labelsBuffer, &feed.labelsOfBatch())}) {
+    char *base = exec->hostBuffer(buffer);
+    const int64_t stride = microbatchStride(*program, buffer, bytes);
+    for (int32_t m = 0; m < program->microbatches; ++m)
+      std::memcpy(base + m * stride, source->data() + m * rows, size_t(bytes));
+  }
+}
+
+void Trainer::optimize(const StepTag &tag, int32_t stage) {
+  if (tag.eval)
+    return;
+  if (stage >= 0)
+    optimizeStage(tag, stage);
+  else
+    optimizeAll(tag);
+}
+
+void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
+  // A non-finite gradient stops before any update that reads it, and no
+  // later task updates anything either: the run stops.
+  if (nan.foundIn(-1) && !replicas.active())
+    return;
+  const std::vector<int32_t> &parts = grads->readBy(stage);
+  const std::vector<int> &which = grads->finalisedBy(stage);
+  grads->sumAcrossReplicas(parts, replicas);
+  // Every replica takes part in the same collectives and then makes the
+  // same decision.
+  std::string bad =
+      replicas.sharded()
+          ? agreeOnShards(*grads, optimizer, replicas, parts, which, nullptr)
+          : std::string();
+  if (nan.foundIn(-1))
+    return;
+  if (!replicas.sharded())
+    bad = grads->nonFinite(parts);
+  if (!bad.empty()) {
+    nan.record(tag.step, bad);
+    return;
+  }
+  for (int i : which)
+    grads->prepare(optimizer.tensors()[size_t(i)]);
+  optimizer.update(which, tag.step);
+}
+
+void Trainer::optimizeAll(const StepTag &tag) {
+  grads->sumAcrossReplicas(grads->all(), replicas);
+  for (const OptParam &o : optimizer.tensors())
+    grads->prepare(o);
+  std::string bad;
+  if (replicas.sharded()) {
+    double sumSquares = 0;
+    bad = agreeOnShards(*grads, optimizer, replicas, grads->all(),
+                        optimizer.all(), &sumSquares);
+    syncNorm = std::sqrt(sumSquares);
+  } else {
+    bad = grads->nonFinite(grads->all());
+    std::vector<GradTensor> g = optimizer.ownedGrads(optimizer.all());
+    syncNorm = gradNorm(g.data(), g.size());
+  }
+  if (!bad.empty())
+    nan.record(tag.step, bad);
+  if (dumpNow && opts.clipGradNorm) {
+    // The dump shows the gradients before clipping; the trainer writes it
+    // once the loss is known.
+    for (const OptParam &o : optimizer.tensors()) {
+      dumpStash.emplace_back(o.numel);
+      std::memcpy(dumpStash.back().data(), o.grad,
+                  size_t(o.numel) * sizeof(float));
+    }
+  }
+  if (!bad.empty() || deferUpdate)
+    return; // The trainer thread decides (runStepPipelined).
+  optimizer.clipAndUpdate(tag.step, syncNorm);
+}
+
+double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
+  exec->beginStep(step, eval, lossScale);
+  program->issue(exec.get());
+  if (log.hasPending()) {
+    // The previous step's update was released by this issue; log that
+    // step once it has run, while the GPUs compute this one.
+    exec->waitForPreviousUpdate();
+    exec->checkError();
+    log.logPending(syncNorm);
+  }
+  exec->barrier();
+  exec->checkError();
+  const char *losses = exec->hostBuffer(program->lossBuffer);
+  const int64_t stride =
+      microbatchStride(*program, program->lossBuffer, sizeof(float));
+  double sum = 0;
+  microbatchLosses.assign(size_t(program->microbatches), 0.0);
+  for (int32_t m = 0; m < program->microbatches; ++m) {
+    float loss;
+    std::memcpy(&loss, losses + m * stride, sizeof(float));
+    microbatchLosses[size_t(m)] = loss;
+    sum += double(loss);
+  }
+  return sum;
+}
+
+double Trainer::pipelinedGradNorm() {
+  // With replicas the last optimizer task may still be summing gradients in
+  // place; the norm is of the sums.
+  if (replicas.active())
+    exec->drainHost();
+  const double norm = grads->normForLog(optimizer);
+  if (!replicas.sharded())
+    return norm;
+  // Logged only, so the order of the replicas' sum does not matter.
+  double sumSquares = norm * norm;
+  replicas.sum(&sumSquares, 1);
+  return std::sqrt(sumSquares);
+}
+
+double Trainer::stepLoss(int64_t step, int64_t count, double lossSum,
+                         std::string &badLoss) {
+  const bool causal = model.loss == LossKind::CausalLM;
+  auto lossOf = [&](int64_t microbatches) {
+    return causal ? (count > 0 ? lossSum / double(count)
+                               : std::numeric_limits<double>::quiet_NaN())
+                  : lossSum / double(microbatches);
+  };
+  double loss = lossOf(program->microbatches);
+  badLoss = nonFiniteLoss(microbatchLosses, step);
+  if (replicas.active()) {
+    // One loss for all, and one decision about a non-finite one.
+    double both[2] = {lossSum, badLoss.empty() ? 0.0 : 1.0};
+    replicas.sum(both, 2);
+    lossSum = both[0];
+    loss = lossOf(program->microbatches * replicas.count());
+    if (badLoss.empty() && both[1] > 0)
+      badLoss =
+          "non-finite loss on another replica in step " + std::to_string(step);
+  }
+  return loss;
+}
+
+void Trainer::finishUpdate(int64_t step, const std::string &badLoss) {
+  // Non-finite values: the gradient message wins (the tasks looked at the
+  // gradients before any update), then the loss.
+  if (!badLoss.empty() || syncMode) {
+    drain();
+    if (!badLoss.empty())
+      nan.stopIfStop(badLoss);
+  }
+  if (deferUpdate) {
+    std::string bad = nan.take(step);
+    if (bad.empty())
+      bad = badLoss;
+    if (bad.empty())
+      optimizer.clipAndUpdate(step, syncNorm);
+    else
+      optimizer.skip(step, bad);
+  }
+}
+
+double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
+  // The data thread may still read the previous batch.
+  exec->drainData();
+  exec->checkError();
+  feed.gatherStep(step);
+  int64_t count = model.loss == LossKind::CausalLM ? feed.countTargets() : 0;
+  if (replicas.active()) {
+    // The loss is the mean over the global batch: every replica scales by
+    // the global count of targets.
+    double global = double(count);
+    replicas.sum(&global, 1);
+    count = int64_t(global);
+  }
+  dumpNow = step == 0 && !opts.dumpGradients.empty();
+  const double lossSum = issuePipelined(
+      step, false,
+      feed.lossScaleFor(count, program->microbatches * replicas.count()));
+  std::string badLoss;
+  const double loss = stepLoss(step, count, lossSum, badLoss);
+  finishUpdate(step, badLoss);
+  double norm;
+  if (syncMode) {
+    norm = syncNorm;
+  } else if (staleMode) {
+    norm = std::numeric_limits<double>::quiet_NaN(); // Its update logs it.
+  } else {
+    // Only logged: the tasks read the same gradients, nothing writes them
+    // until the next step is issued.
+    norm = pipelinedGradNorm();
+  }
+  if (dumpNow) {
+    const std::vector<OptParam> &opt = optimizer.tensors();
+    std::vector<const float *> g(size_t(model.numParams), nullptr);
+    for (size_t i = 0; i < opt.size(); ++i)
+      g[size_t(opt[i].index)] =
+          dumpStash.empty() ? opt[i].grad : dumpStash[i].data();
+    dumpGradients(loss, g);
+    dumpStash.clear();
+    dumpNow = false;
+  }
+  record.step = step;
+  record.loss = loss;
+  record.tokens = feed.rowsPerStep() * replicas.count() * model.seqLen;
+  record.lr = optimizer.lrAt(step);
+  record.gradNorm = norm;
+  return loss;
+}
+
+} // namespace rondo::rt

@@ -1,0 +1,74 @@
+//===- ReplicaSync.h - What data-parallel replicas agree on -----*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The trainer's view of --replicas: which shard of a tensor this replica
+// owns, and the collectives the trainer needs beyond the gradient sums
+// (loss sums, stop requests, checksum agreement). Without replicas (null
+// group) every operation is the identity, so callers need not ask.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_SRC_TRAINER_REPLICASYNC_H
+#define RONDO_RUNTIME_SRC_TRAINER_REPLICASYNC_H
+
+#include "rondo/runtime/Replicas.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rondo::rt {
+
+class ReplicaSync {
+public:
+  /// `group` is null for one replica; `shardOptimizer` is
+  /// --shard-optimizer.
+  ReplicaSync(ReplicaGroup *group, bool shardOptimizer)
+      : group(group), sharded_(group && group->size() > 1 && shardOptimizer) {}
+
+  /// Whether the run has replicas (--replicas).
+  bool active() const { return group != nullptr; }
+  /// --shard-optimizer with more than one replica.
+  bool sharded() const { return sharded_; }
+  int rank() const { return group ? group->rank() : 0; }
+  int count() const { return group ? group->size() : 1; }
+  /// "; R replicas, gradients ... over ENGINE ..." for the start-up line,
+  /// or "" for one.
+  std::string describe() const;
+
+  /// The elements of a tensor of `numel` whose update this replica owns:
+  /// all of them, or its shard.
+  Shard owned(int64_t numel) const {
+    return sharded_ ? shardOf(numel, rank(), count()) : Shard{0, numel};
+  }
+
+  /// Sums the gradient at `grad` across replicas, in place (into this
+  /// replica's shard when sharded); optimizer thread only.
+  void sumGradient(float *grad, int64_t numel);
+  /// Sharded: every shard of `data` from its owner, into every replica.
+  void allGatherShards(float *data, int64_t numel);
+  /// Sharded optimizer task: the replicas each looked at their shards.
+  /// Returns the smallest first non-finite part over all (`myFirstBad`: this
+  /// replica's, -1 for none); `sumSquares` (when not null) holds this
+  /// replica's squared norm and receives the sum of every replica's, in rank
+  /// order so that all get the same bits. Optimizer thread only.
+  int agreeOnShards(int myFirstBad, double *sumSquares);
+  /// Trainer thread: `n` values summed across replicas, in place.
+  void sum(double *data, int n);
+  /// Trainer thread: whether any replica wants to stop.
+  bool anyOf(bool mine);
+  /// Trainer thread: stops with an error naming the replicas whose
+  /// `checksum` differs from rank 0's (after `stepsDone` steps).
+  void checkAgree(uint64_t checksum, int64_t stepsDone);
+
+private:
+  ReplicaGroup *group;
+  bool sharded_;
+};
+
+} // namespace rondo::rt
+
+#endif // RONDO_RUNTIME_SRC_TRAINER_REPLICASYNC_H

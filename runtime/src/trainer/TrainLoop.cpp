@@ -1,0 +1,494 @@
+//===- TrainLoop.cpp - The phases of a training run -----------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/runtime/Error.h"
+#include "rondo/runtime/OnnxWeights.h"
+#include "trainer/Trainer.h"
+
+#include "Checkpoint.h"
+#include "FileUtil.h"
+#include "HfExport.h"
+#include "Lora.h"
+#include "exec/Trace.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace rondo::rt {
+
+namespace {
+
+/// The first SIGINT/SIGTERM (its number), 0 while none came. The handler
+/// only sets it; the step loop finishes the step and stops (see run()).
+volatile std::sig_atomic_t gInterrupt = 0;
+
+extern "C" void onInterruptSignal(int sig) {
+  // A second signal: the user does not want to wait for the step. _exit
+  // is async-signal-safe.
+  if (gInterrupt)
+    ::_exit(128 + sig);
+  gInterrupt = sig;
+}
+
+/// Installs onInterruptSignal for SIGINT and SIGTERM for the lifetime of
+/// the object and restores the previous handlers after.
+class InterruptHandlers {
+public:
+  InterruptHandlers() {
+    gInterrupt = 0;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = onInterruptSignal;
+    // Restart interrupted system calls: a checkpoint being written when
+    // the signal comes must not fail with EINTR.
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &oldInt);
+    ::sigaction(SIGTERM, &sa, &oldTerm);
+  }
+  ~InterruptHandlers() {
+    ::sigaction(SIGINT, &oldInt, nullptr);
+    ::sigaction(SIGTERM, &oldTerm, nullptr);
+    gInterrupt = 0;
+  }
+
+private:
+  struct sigaction oldInt, oldTerm;
+};
+
+void validateModel(const ModelSpec &model) {
+  if (model.batch < 1 || model.seqLen < 1)
+    throw Error("the compiled model has batch " + std::to_string(model.batch) +
+                " and seq-len " + std::to_string(model.seqLen) +
+                "; both must be positive");
+  if (model.numParams < 0 || (model.numParams > 0 && !model.params))
+    throw Error("the compiled model's parameter table is malformed");
+  for (int i = 0; i < model.numParams; ++i) {
+    const ParamSpec &p = model.params[i];
+    if (!p.name || p.rank < 0 || p.rank > kMaxParamRank)
+      throw Error("parameter " + std::to_string(i) +
+                  " of the compiled model is malformed");
+    for (int d = 0; d < p.rank; ++d)
+      if (p.dims[d] < 0)
+        throw Error(std::string("parameter '") + p.name +
+                    "' has a negative dimension");
+  }
+  validateLora(model);
+}
+
+void checkWritableDirectory(const std::string &path, const char *flag) {
+  std::string dir = parentDirectory(path);
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Error(std::string(flag) + " " + path + ": directory '" + dir +
+                "' does not exist or is not writable");
+}
+
+std::string rngStateOf(const TrainerOptions &opts) {
+  // Training draws no random numbers after initialisation; the seed is
+  // kept so a resumed run can say what it started from.
+  return "init-seed " + std::to_string(opts.seed);
+}
+
+double secondsBetween(std::chrono::steady_clock::time_point a,
+                      std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+} // namespace
+
+Trainer::Trainer(const ModelSpec &model, const TrainerOptions &options,
+                 StepFn step, const rondo_program *program, const char *argv0,
+                 DeviceOpsFactory device, ReplicaGroup *replicaGroup)
+    : model(model), opts(options), stepFn(step), program(program), argv0(argv0),
+      deviceFactory(device), replicas(replicaGroup, options.shardOptimizer),
+      log(options), nan(options.onNan), feed(model, replicas), store(model),
+      optimizer(model, options, replicas) {}
+
+int Trainer::run() {
+  InterruptHandlers handlers;
+  try {
+    return runLoop();
+  } catch (const Error &e) {
+    if (exec && exec->hung()) {
+      // The hung thread cannot be joined, so do not try: report and go.
+      std::fprintf(stderr, "%s: error: %s\n", argv0, e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    throw;
+  }
+}
+
+void Trainer::checkOutputs() const {
+  if (!program) {
+    if (!stepFn)
+      throw Error("the compiled model has no step function");
+    if (!opts.trace.empty())
+      throw Error("--trace records the ops of a pipelined trainer; this "
+                  "trainer runs a single-process step");
+    if (opts.optimizerMode == "stale")
+      throw Error("--optimizer-mode=stale delays the updates of a pipelined "
+                  "trainer; this trainer runs a single-process step");
+  }
+  if (!opts.logJson.empty())
+    checkWritableDirectory(opts.logJson, "--log-json");
+  if (!opts.trace.empty())
+    checkWritableDirectory(opts.trace, "--trace");
+  if (!opts.dumpGradients.empty())
+    checkWritableDirectory(opts.dumpGradients, "--dump-gradients");
+  if (!opts.exportOnnx.empty()) {
+    checkWritableDirectory(opts.exportOnnx, "--export-onnx");
+    if (::access(model.modelPath, R_OK) != 0)
+      throw Error(std::string("--export-onnx needs the model ") +
+                  model.modelPath + " as a template, and it cannot be read");
+  }
+  if (!opts.exportLora.empty())
+    checkWritableDirectory(opts.exportLora, "--export-lora");
+  if (!opts.exportSafetensors.empty()) {
+    checkWritableDirectory(opts.exportSafetensors, "--export-safetensors");
+    checkHuggingFaceNames(model);
+    if (!opts.hfConfig.empty() && ::access(opts.hfConfig.c_str(), R_OK) != 0)
+      throw Error("--hf-config " + opts.hfConfig + ": cannot be read");
+  }
+  if (!opts.dumpGradients.empty() && opts.steps < 1)
+    throw Error("--dump-gradients needs at least one step (--steps)");
+}
+
+int64_t Trainer::setUp() {
+#ifdef _OPENMP
+  // A StepFn's kernels thread with OpenMP; --workers says how widely.
+  if (!program && opts.workers > 0)
+    omp_set_num_threads(opts.workers);
+#endif
+  feed.open(opts);
+  store.initialise(opts, /*stepGradients=*/!program, log);
+  optimizer.setUp(store.data(), store.gradients());
+  const int64_t firstStep = opts.resume ? resume() : 0;
+  if (program)
+    setUpProgram(firstStep);
+  if (firstStep > 0 && !opts.dumpGradients.empty())
+    throw Error("--dump-gradients writes step 0's gradients; the run resumes "
+                "at step " +
+                std::to_string(firstStep));
+  log.open(firstStep);
+  return firstStep;
+}
+
+void Trainer::describeRun() const {
+  int64_t trainable = 0, frozen = 0;
+  for (int i = 0; i < model.numParams; ++i)
+    (model.params[i].trainable ? trainable : frozen) +=
+        numElements(model.params[i]);
+  char how[512];
+  if (program) {
+    std::snprintf(
+        how, sizeof(how),
+        "plan %s%s: %d worker%s, %d microbatches of %d rows, %s on %s%s",
+        program->name, staleMode ? " with one-step-stale updates" : "",
+        program->workers, program->workers == 1 ? "" : "s",
+        program->microbatches, program->rowsPerMicrobatch,
+        model.precision ? model.precision : "fp32",
+        exec ? exec->backendName() : "host", replicas.describe().c_str());
+  } else {
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    std::snprintf(how, sizeof(how), "%lld x %lld rows; %d threads",
+                  (long long)opts.gradAccum, (long long)model.batch, threads);
+  }
+  char buffer[768];
+  std::snprintf(buffer, sizeof(buffer),
+                "rondo: %lld trainable + %lld frozen parameters; %s: %lld "
+                "rows x %lld tokens; %lld rows per step (%s)",
+                (long long)trainable, (long long)frozen, opts.data.c_str(),
+                (long long)feed.train().rows(), (long long)feed.train().cols(),
+                (long long)(feed.rowsPerStep() * replicas.count()), how);
+  say(buffer);
+  if (model.lora) {
+    int adapters = 0;
+    for (int i = 0; i < model.numParams; ++i)
+      adapters += isLoraAdapter(model.params[i]);
+    std::snprintf(
+        buffer, sizeof(buffer),
+        "rondo: LoRA rank %lld, alpha %g (scale %g), targets %s: %d "
+        "adapters on %d linear weights, %lld trainable elements (%.3g%% of "
+        "the model); adapters from %s",
+        (long long)model.lora->rank, model.lora->alpha,
+        model.lora->alpha / double(model.lora->rank),
+        model.lora->targets ? model.lora->targets : "?", adapters, adapters / 2,
+        (long long)trainable,
+        100.0 * double(trainable) / double(trainable + frozen),
+        opts.loadLora.empty() ? "PEFT's initialisation (B = 0)"
+                              : opts.loadLora.c_str());
+    say(buffer);
+  }
+  const TokenMatrix *evalData = feed.eval();
+  if (evalData && evalData->rows() % feed.rowsPerStep() != 0)
+    say("rondo: --eval-data " + opts.evalData + ": the last " +
+        std::to_string(evalData->rows() % feed.rowsPerStep()) +
+        " rows do not fill a batch of " + std::to_string(feed.rowsPerStep()) +
+        " and are not evaluated");
+}
+
+int Trainer::runLoop() {
+  validateModel(model);
+  checkOutputs();
+  const int64_t firstStep = setUp();
+  describeRun();
+
+  const auto start = Clock::now();
+  double lastLoss = std::numeric_limits<double>::quiet_NaN();
+  int64_t lastSaved = firstStep;
+  for (int64_t s = firstStep; s < opts.steps; ++s) {
+    if (stopRequested()) {
+      drainAndLog();
+      return interrupted(s, lastSaved);
+    }
+    const auto stepStart = Clock::now();
+    StepRecord record;
+    lastLoss = program ? runStepPipelined(s, record) : runStepLocal(s, record);
+    const auto stepEnd = Clock::now();
+    record.seconds = secondsBetween(stepStart, stepEnd);
+    if (staleMode)
+      log.hold(record, secondsBetween(start, stepEnd));
+    else
+      log.step(record, secondsBetween(start, stepEnd));
+    nan.throwIfStop();
+    afterStep(s + 1, lastSaved);
+  }
+  drain();
+  log.logPending(syncNorm);
+  return finish(firstStep, lastSaved, start, lastLoss);
+}
+
+bool Trainer::stopRequested() {
+  bool stop = gInterrupt != 0;
+  if (replicas.active()) {
+    // mpirun forwards a signal to every replica, but not at the same
+    // instant: all stop at the first step boundary any of them saw it.
+    stop = replicas.anyOf(stop);
+    if (stop && !gInterrupt)
+      gInterrupt = SIGTERM;
+  }
+  return stop;
+}
+
+void Trainer::afterStep(int64_t done, int64_t &lastSaved) {
+  const bool save = opts.saveEvery > 0 && done % opts.saveEvery == 0;
+  const bool eval =
+      feed.eval() && opts.evalEvery > 0 && done % opts.evalEvery == 0;
+  // A checkpoint or evaluation applies the pending update: log its step
+  // first.
+  if (save || eval)
+    drainAndLog();
+  if (replicas.active() && opts.replicaCheckEvery > 0 &&
+      done % opts.replicaCheckEvery == 0)
+    checkReplicasAgree(done);
+  if (save) {
+    saveCheckpoint(done);
+    lastSaved = done;
+  }
+  if (eval && done != opts.steps)
+    evaluate(done);
+}
+
+int Trainer::finish(int64_t firstStep, int64_t lastSaved,
+                    Clock::time_point start, double lastLoss) {
+  const int64_t stepsDone = std::max(firstStep, opts.steps);
+  if (gInterrupt)
+    return interrupted(stepsDone, lastSaved);
+  if (!opts.checkpointDir.empty() && lastSaved != stepsDone)
+    saveCheckpoint(stepsDone);
+  if (feed.eval())
+    evaluate(stepsDone);
+  const double seconds = secondsBetween(start, Clock::now());
+  if (exec && !opts.trace.empty()) {
+    std::vector<TraceRecord> records = exec->takeTrace();
+    writeChromeTrace(opts.trace, *program, records, staleMode);
+    say("rondo: wrote the trace to " + opts.trace);
+  }
+  store.exportWeights(opts, log);
+  const int64_t ran = opts.steps - firstStep;
+  if (ran > 0) {
+    char buffer[256];
+    std::snprintf(buffer, sizeof(buffer),
+                  "rondo: %lld steps in %s (%.0f tok/s), last loss %.6f",
+                  (long long)ran, formatDuration(seconds).c_str(),
+                  seconds > 0 ? double(ran * feed.rowsPerStep() *
+                                       replicas.count() * model.seqLen) /
+                                    seconds
+                              : 0.0,
+                  lastLoss);
+    say(buffer);
+    if (exec)
+      if (std::string memory = exec->memoryReport(); !memory.empty())
+        say(memory);
+  }
+  return 0;
+}
+
+int Trainer::interrupted(int64_t stepsDone, int64_t lastSaved) {
+  const int sig = int(gInterrupt);
+  drain();
+  std::string what = "no checkpoint written (no --checkpoint-dir)";
+  if (!opts.checkpointDir.empty()) {
+    if (lastSaved == stepsDone || saveCheckpoint(stepsDone))
+      what = "checkpoint written to " + opts.checkpointDir + "/" +
+             checkpointFileName(stepsDone);
+    else
+      what = "the checkpoint could not be written";
+  }
+  std::fprintf(stderr, "rondo: interrupted at step %lld; %s\n",
+               (long long)stepsDone, what.c_str());
+  std::fflush(stderr);
+  return 128 + sig;
+}
+
+void Trainer::drain() {
+  if (exec) {
+    exec->drainHost();
+    exec->checkError();
+  }
+  nan.throwIfStop();
+}
+
+void Trainer::drainAndLog() {
+  if (!log.hasPending())
+    return;
+  drain();
+  log.logPending(syncNorm);
+}
+
+void Trainer::evaluate(int64_t stepsDone) {
+  drain();
+  const int64_t batches = feed.eval()->rows() / feed.rowsPerStep();
+  const bool causal = model.loss == LossKind::CausalLM;
+  double lossSum = 0;
+  int64_t count = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    if (exec) {
+      exec->drainData();
+      exec->checkError();
+    }
+    feed.gatherEval(b);
+    const int64_t c = causal ? feed.countTargets() : 0;
+    count += c;
+    if (exec) {
+      double sum = issuePipelined(stepsDone, true,
+                                  feed.lossScaleFor(c, program->microbatches));
+      lossSum += causal ? sum : sum / double(program->microbatches);
+    } else {
+      lossSum += evaluateLocal(c);
+    }
+  }
+  drain();
+  double loss = causal ? (count > 0 ? lossSum / double(count)
+                                    : std::numeric_limits<double>::quiet_NaN())
+                       : lossSum / double(batches);
+  log.eval(stepsDone, loss, batches * feed.rowsPerStep() * model.seqLen);
+}
+
+void Trainer::checkReplicasAgree(int64_t stepsDone) {
+  if (!replicas.active())
+    return;
+  exec->drainHost();
+  exec->checkError();
+  replicas.checkAgree(store.checksum(), stepsDone);
+}
+
+bool Trainer::saveCheckpoint(int64_t stepsDone) {
+  drain();
+  // A checkpoint stands for every replica: written by rank 0 once all agree.
+  checkReplicasAgree(stepsDone);
+  std::vector<FloatBuffer> fullMoments;
+  std::vector<CheckpointTensor> tensors =
+      optimizer.checkpointTensors(fullMoments);
+  // Every replica's shards of the AdamW state, whole in the file: a run
+  // resumes with any number of replicas, sharded or not.
+  optimizer.gatherMoments(fullMoments);
+  if (replicas.rank() != 0)
+    return true;
+  CheckpointMeta meta;
+  meta.step = stepsDone;
+  meta.dataCursor = feed.firstRow(stepsDone);
+  meta.skippedSteps = optimizer.skippedSteps();
+  meta.rngState = rngStateOf(opts);
+  meta.program = program ? program->name : "single-process";
+  meta.model = model.modelPath ? model.modelPath : "";
+  try {
+    writeCheckpoint(opts.checkpointDir, meta, tensors);
+  } catch (const Error &e) {
+    if (opts.onCheckpointError == OnCheckpointError::Stop)
+      throw Error("cannot write the checkpoint of step " +
+                  std::to_string(stepsDone) + ": " + e.what() +
+                  "; the previous checkpoint is kept "
+                  "(--on-checkpoint-error=stop)");
+    // Losing the run over a full disk is worse than a missing checkpoint:
+    // the previous one stays valid, so warn and train on.
+    std::fprintf(stderr,
+                 "rondo: warning: cannot write the checkpoint of step %lld: "
+                 "%s; the previous checkpoint is kept, training goes on\n",
+                 (long long)stepsDone, e.what());
+    return false;
+  }
+  say("rondo: checkpoint of step " + std::to_string(stepsDone) + " in " +
+      opts.checkpointDir + "/" + checkpointFileName(stepsDone));
+  return true;
+}
+
+int64_t Trainer::resume() {
+  if (!hasCheckpoint(opts.checkpointDir)) {
+    say("rondo: no checkpoint in " + opts.checkpointDir +
+        "; starting from step 0");
+    return 0;
+  }
+  std::vector<FloatBuffer> fullMoments;
+  CheckpointMeta meta = readLatestCheckpoint(
+      opts.checkpointDir, optimizer.checkpointTensors(fullMoments));
+  optimizer.restore(fullMoments, meta.skippedSteps);
+  feed.resumeAt(meta.step, meta.dataCursor);
+  say("rondo: resuming from step " + std::to_string(meta.step) + " (" +
+      opts.checkpointDir + ", " + meta.program + ")");
+  return meta.step;
+}
+
+void Trainer::dumpGradients(double loss,
+                            const std::vector<const float *> &gradients) {
+  std::vector<TensorToWrite<float>> floats;
+  bool nameClash = false;
+  for (int i = 0; i < model.numParams; ++i) {
+    const ParamSpec &p = model.params[i];
+    nameClash |=
+        std::string(p.name) == "loss" || std::string(p.name) == model.inputName;
+    if (!p.trainable)
+      continue;
+    floats.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
+                      gradients[size_t(i)]});
+  }
+  // The references also carry the loss and the batch; add them unless a
+  // parameter already uses one of the names.
+  const float lossValue = float(loss);
+  std::vector<TensorToWrite<int64_t>> ints;
+  if (!nameClash) {
+    floats.push_back({"loss", {}, &lossValue});
+    ints.push_back({model.inputName ? model.inputName : "input_ids",
+                    {feed.rowsPerStep(), model.seqLen},
+                    feed.ids().data()});
+  }
+  writeInitializerModel(opts.dumpGradients, floats, ints);
+}
+
+} // namespace rondo::rt
