@@ -1,0 +1,120 @@
+//===- Memory.cpp - Worker and host memory of a plan ----------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The memory model: the stage-local worker peak the search prunes with, the
+// arena the executor really allocates, the host's checkpoints and staging,
+// and the budget check built on them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "PlannerInternal.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace rondo::planner {
+
+using namespace detail;
+
+namespace {
+
+/// The largest activation a hand-off moves: every staging buffer and arena
+/// hand-off slot is sized for it.
+double maxInputBytes(const PlanProblem &problem) {
+  double m = 0;
+  for (const LayerCost &l : problem.layers)
+    m = std::max(m, l.inputBytes);
+  return m;
+}
+
+} // namespace
+
+double detail::hostBaseBytes(const PlanProblem &problem) {
+  return problem.hostFixedBytes +
+         2.0 * problem.workers * maxInputBytes(problem);
+}
+
+double workerPeakBytes(const PlanProblem &problem, const Plan &plan) {
+  double running = 0, slot = 0;
+  for (const Stage &st : plan.jobs()) {
+    StageCost c = costStage(problem, st);
+    running = std::max(running, c.memoryBytes);
+    slot = std::max(slot, c.paramBytes);
+  }
+  return running + slot;
+}
+
+double workerArenaBytes(const PlanProblem &problem, const Plan &plan) {
+  const double boundary = maxInputBytes(problem);
+  const double m = problem.microbatches;
+  double maxParam = 0, maxGrad = 0, temporaries = 0;
+  size_t maxCheckpoints = 0;
+  for (const Stage &st : plan.jobs()) {
+    StageCost c = costStage(problem, st);
+    maxParam = std::max(maxParam, c.paramBytes);
+    maxGrad = std::max(maxGrad, c.gradBytes);
+    double sum = 0, largest = 0;
+    for (int l = std::max(st.first, 0);
+         l < std::min(st.end, int(problem.layers.size())); ++l) {
+      sum += problem.layers[l].workspaceBytes;
+      largest = std::max(largest, problem.layers[l].workspaceBytes);
+    }
+    temporaries =
+        std::max(temporaries, st.kind == StageKind::Forward ? largest : sum);
+    if (st.kind == StageKind::Forward) {
+      // The inputs of backward stages that start inside this stage (its own
+      // input is checkpointed as it arrives).
+      size_t checkpoints = 0;
+      for (const Stage &b : plan.backward)
+        checkpoints += b.first > st.first && b.first < st.end;
+      maxCheckpoints = std::max(maxCheckpoints, checkpoints);
+    }
+  }
+  // Activations and their gradients, in and out: the tail makes every plan
+  // one with a backward.
+  const double handoffs = 4 * m * boundary;
+  return 2 * maxParam + maxGrad + handoffs +
+         m * double(maxCheckpoints) * boundary + temporaries;
+}
+
+double hostPeakBytes(const PlanProblem &problem, const Plan &plan) {
+  double bytes = problem.hostFixedBytes;
+  for (const Stage &st : plan.backward)
+    bytes += checkpointBytes(problem, st.first);
+  return bytes + 2.0 * problem.workers * maxInputBytes(problem);
+}
+
+bool fitsBudgets(const PlanProblem &problem, const Plan &plan,
+                 std::string *why) {
+  if (!isValid(problem, plan, why))
+    return false;
+  double worker = workerPeakBytes(problem, plan);
+  if (problem.workerMemoryBytes > 0 && worker > problem.workerMemoryBytes) {
+    if (why) {
+      std::ostringstream os;
+      os << "worker memory: the plan needs " << worker
+         << " bytes (largest running stage + largest parameter slot), the "
+            "budget is "
+         << problem.workerMemoryBytes << " bytes";
+      *why = os.str();
+    }
+    return false;
+  }
+  double host = hostPeakBytes(problem, plan);
+  if (problem.hostMemoryBytes > 0 && host > problem.hostMemoryBytes) {
+    if (why) {
+      std::ostringstream os;
+      os << "host memory: the plan needs " << host << " bytes (fixed "
+         << problem.hostFixedBytes << " + checkpoints and staging), the "
+         << "budget is " << problem.hostMemoryBytes << " bytes";
+      *why = os.str();
+    }
+    return false;
+  }
+  return true;
+}
+
+} // namespace rondo::planner
