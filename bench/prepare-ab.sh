@@ -37,5 +37,6 @@ compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 -o build-g
 "$old/build/bin/rondo-compile" $models/qwen3-1.7b.onnx --target=cuda --device="$device" \
   --batch 16 --seq-len 4096 --workers 1 -o build-gpu/w1-old.trainer
 strip build-gpu/rondo-cuda-kernels-tests
+copy_gpu_libs build-gpu/rondo-cuda-kernels-tests
 pack_gpu
 du -sh build-gpu gpu-pack.tar.xz

@@ -198,7 +198,7 @@ struct OutSpec {
 /// Runs `fn` twice on fresh (re-initialised or NaN-poisoned) device outputs,
 /// checks that both runs give identical bits, returns the first run's
 /// outputs.
-std::vector<std::vector<float>>
+inline std::vector<std::vector<float>>
 runTwice(const std::vector<OutSpec> &outs,
          const std::function<void(const std::vector<FView> &)> &fn,
          const std::string &what) {

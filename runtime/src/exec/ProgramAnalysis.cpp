@@ -1,0 +1,148 @@
+//===- ProgramAnalysis.cpp - What the executor derives from a program -----===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Checks a compiled program's tables against the model (every index in
+// range, every byte range inside its buffer) before anything runs, and
+// derives what the executor needs of them (HostExec.h, ProgramInfo).
+//
+//===----------------------------------------------------------------------===//
+
+#include "exec/HostExec.h"
+
+#include "rondo/runtime/Error.h"
+
+#include <algorithm>
+#include <string>
+
+namespace rondo::rt {
+
+ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
+  const std::string name =
+      std::string("the compiled program '") + (p.name ? p.name : "?") + "'";
+  auto bad = [&](const std::string &why) { return Error(name + " " + why); };
+  if (p.workers < 1 || p.microbatches < 1 || p.rowsPerMicrobatch < 1 ||
+      p.numJobs < 1 || p.numStages < 1 || p.numEvents < 0 || !p.issue ||
+      !p.jobStages || !p.stages || (p.numBuffers > 0 && !p.buffers) ||
+      (p.numGradParts > 0 && !p.gradParts) || p.firstWorker < 0)
+    throw bad("is malformed (workers, microbatches, jobs, stages or issue)");
+  if (int64_t(p.microbatches) * p.rowsPerMicrobatch != model.batch)
+    throw bad("runs " + std::to_string(p.microbatches) + " microbatches of " +
+              std::to_string(p.rowsPerMicrobatch) + " rows, but the model's " +
+              "global batch is " + std::to_string(model.batch));
+  for (int32_t n = 0; n < p.numJobs; ++n)
+    if (p.jobStages[n] < 0 || p.jobStages[n] >= p.numStages)
+      throw bad("job " + std::to_string(n) + " names stage " +
+                std::to_string(p.jobStages[n]));
+  for (int32_t b = 0; b < p.numBuffers; ++b) {
+    const rondo_buffer_desc &d = p.buffers[b];
+    int64_t limit =
+        d.space == RONDO_SPACE_WORKER ? p.workerArenaBytes : p.hostPoolBytes;
+    if ((d.space != RONDO_SPACE_WORKER && d.space != RONDO_SPACE_HOST) ||
+        d.count < 0 || d.bytes < 0 || d.offset < 0 ||
+        d.offset + d.count * d.bytes > limit)
+      throw bad(std::string("buffer '") + (d.name ? d.name : "?") +
+                "' does not fit its arena or pool");
+  }
+  auto hostBuffer = [&](int32_t b, const char *what, int64_t minBytes) {
+    if (b < 0 || b >= p.numBuffers || p.buffers[b].space != RONDO_SPACE_HOST)
+      throw bad(std::string("has no host ") + what + " buffer");
+    if (p.buffers[b].count * p.buffers[b].bytes < minBytes)
+      throw bad(std::string("'s ") + what + " buffer holds " +
+                std::to_string(p.buffers[b].count * p.buffers[b].bytes) +
+                " bytes, it needs " + std::to_string(minBytes));
+  };
+  const int64_t tokenBytes = int64_t(p.microbatches) * p.rowsPerMicrobatch *
+                             model.seqLen * int64_t(sizeof(int64_t));
+  hostBuffer(p.idsBuffer, "ids", tokenBytes);
+  hostBuffer(p.labelsBuffer, "labels", tokenBytes);
+  hostBuffer(p.lossBuffer, "loss", int64_t(p.microbatches) * 4);
+  hostBuffer(p.hostGradsBuffer, "gradients", 0);
+  const rondo_buffer_desc &grads = p.buffers[p.hostGradsBuffer];
+  const int64_t gradsBytes = grads.count * grads.bytes;
+
+  ProgramInfo info;
+  const int numParams = model.numParams;
+  for (int32_t s = 0; s < p.numStages; ++s) {
+    const rondo_stage_desc &st = p.stages[s];
+    const std::string stageName =
+        std::string("stage '") + (st.name ? st.name : "?") + "'";
+    if (st.numPieces < 0 || (st.numPieces > 0 && !st.pieces) ||
+        st.paramBytes < 0 || st.gradBytes < 0 || st.gradOffset < 0 ||
+        (st.gradBytes > 0 && st.gradOffset + st.gradBytes > gradsBytes))
+      throw bad(stageName + " is malformed");
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (int32_t i = 0; i < st.numPieces; ++i) {
+      const rondo_param_piece &pc = st.pieces[i];
+      if (pc.param < 0 || pc.param >= numParams || pc.imageOffset < 0 ||
+          pc.bytes < 0 || pc.imageOffset + pc.bytes > st.paramBytes ||
+          pc.bytes > numElements(model.params[pc.param]) * int64_t(sizeof(float)))
+        throw bad(stageName + " piece " + std::to_string(i) +
+                  " lies outside the parameter or the image");
+      ranges.push_back({pc.imageOffset, pc.imageOffset + pc.bytes});
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      if (ranges[i].first < ranges[i - 1].second)
+        throw bad(stageName + " has overlapping parameter pieces");
+  }
+
+  info.partsOf.assign(size_t(numParams), {});
+  for (int32_t i = 0; i < p.numGradParts; ++i) {
+    const rondo_grad_part &g = p.gradParts[i];
+    if (g.param < 0 || g.param >= numParams || g.stage < 0 ||
+        g.stage >= p.numStages)
+      throw bad("gradient part " + std::to_string(i) + " is malformed");
+    const rondo_stage_desc &st = p.stages[g.stage];
+    int64_t bytes = numElements(model.params[g.param]) * int64_t(sizeof(float));
+    if (g.hostOffset < st.gradOffset ||
+        g.hostOffset + bytes > st.gradOffset + st.gradBytes ||
+        g.hostOffset % int64_t(sizeof(float)) != 0)
+      throw bad("gradient part " + std::to_string(i) + " of '" +
+                model.params[g.param].name +
+                "' lies outside the gradient image of stage '" + st.name + "'");
+    info.partsOf[size_t(g.param)].push_back(i);
+  }
+
+  // A stage's position in job order: its last job.
+  std::vector<int32_t> lastJob(size_t(p.numStages), -1);
+  for (int32_t n = 0; n < p.numJobs; ++n)
+    lastJob[size_t(p.jobStages[n])] = n;
+  const int32_t lastStage = p.jobStages[p.numJobs - 1];
+  info.finalStage.assign(size_t(numParams), -1);
+  info.finalises.assign(size_t(p.numStages), {});
+  info.readsGradsOf.assign(size_t(p.numStages), {});
+  info.updatedBy.assign(size_t(p.numStages), {});
+  auto addUnique = [](std::vector<int32_t> &v, int32_t x) {
+    if (std::find(v.begin(), v.end(), x) == v.end())
+      v.push_back(x);
+  };
+  for (int32_t q = 0; q < numParams; ++q) {
+    if (!model.params[q].trainable)
+      continue;
+    // A trainable parameter no stage differentiates still decays, so some
+    // stage must run its update: the last one.
+    const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
+    int32_t owner = parts.empty() ? lastStage : p.gradParts[parts[0]].stage;
+    for (int32_t part : parts) {
+      int32_t s = p.gradParts[part].stage;
+      if (lastJob[size_t(s)] > lastJob[size_t(owner)])
+        owner = s;
+    }
+    info.finalStage[size_t(q)] = owner;
+    info.finalises[size_t(owner)].push_back(q);
+    for (int32_t part : info.partsOf[size_t(q)])
+      addUnique(info.readsGradsOf[size_t(owner)], p.gradParts[part].stage);
+  }
+  for (int32_t s = 0; s < p.numStages; ++s)
+    for (int32_t i = 0; i < p.stages[s].numPieces; ++i) {
+      int32_t f = info.finalStage[size_t(p.stages[s].pieces[i].param)];
+      if (f >= 0)
+        addUnique(info.updatedBy[size_t(s)], f);
+    }
+  return info;
+}
+
+} // namespace rondo::rt
