@@ -18,46 +18,18 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CudaKernels.h"
-#include "Kernels.h"
-
-#include <cuda_runtime.h>
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <random>
-#include <stdexcept>
-#include <string>
-#include <vector>
-
-namespace cpu = rondo::cpu;
-namespace cu = rondo::cuda;
-using cpu::BinaryKind;
-using cpu::CFView;
-using cpu::FView;
-using cpu::Shape;
-using cpu::UnaryKind;
+#include "CudaKernelsTestUtil.h"
 
 namespace {
 
-constexpr double kTol = 1e-5;
-
-void ck(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using cuda_test::ck;
+using cuda_test::kTol;
 
 class CudaFastPath : public testing::Test {
 protected:
   void SetUp() override {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-      cudaGetLastError();
+    if (!cuda_test::gpuAvailable())
       GTEST_SKIP() << "no CUDA device";
-    }
     gen.seed(20261123);
   }
 

@@ -297,40 +297,49 @@ TEST_F(CudaKernels, GatherRowsBadIdGivesNaNAndFlag) {
 // Matmul
 //===----------------------------------------------------------------------===//
 
-TEST_F(CudaKernels, Matmul) {
-  struct Case {
-    Shape a, b, out;
-    bool ta, tb;
-  };
-  const Case cases[] = {
-      {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false},   // folded x.W
-      {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},    // transA, not folded
-      {{3, 5, 7}, {4, 7}, {3, 5, 4}, false, true},    // folded, transB
-      {{2, 1, 5, 6}, {1, 3, 6, 4}, {2, 3, 5, 4}, false, false},
-      {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
-      {{7}, {2, 7, 4}, {2, 4}, false, false},         // vector a
-      {{2, 5, 7}, {7}, {2, 5}, false, false},         // vector b
-      {{7}, {7}, {}, false, false},                   // dot
-      {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
-      {{2, 4, 37, 16}, {2, 4, 45, 16}, {2, 4, 37, 45}, false, true},
-      {{256, 384}, {256, 200}, {384, 200}, true, false},
-  };
-  for (const Case &c : cases)
+struct MatmulCase {
+  Shape a, b, out;
+  bool ta, tb;
+};
+
+/// cu::matmul against cpu::matmul on each case, writing a fresh output and
+/// accumulating into a random one; `label` starts each message.
+void checkMatmuls(std::initializer_list<MatmulCase> cases,
+                  const std::string &label, double tol) {
+  for (const MatmulCase &c : cases)
     for (int acc = 0; acc < 2; ++acc) {
       Tensor a = uniform(c.a), b = uniform(c.b), init = uniform(c.out);
       Tensor ref = init;
       cpu::matmul(a.cv(), b.cv(), ref.v(), c.ta, c.tb, acc != 0);
       Dev da(a), db(b);
-      std::string what = "matmul " + str(c.a) + "x" + str(c.b) +
-                         (acc ? " accumulate" : "");
+      std::string what =
+          label + " " + str(c.a) + "x" + str(c.b) + (acc ? " accumulate" : "");
       auto got = runTwice({{c.out, acc ? init.data : std::vector<float>{}}},
                           [&](const std::vector<FView> &o) {
                             cu::matmul(da.cv(), db.cv(), o[0], c.ta, c.tb,
                                        acc != 0);
                           },
                           what);
-      expectClose(got[0], ref, what);
+      expectClose(got[0], ref, what, tol);
     }
+}
+
+TEST_F(CudaKernels, Matmul) {
+  checkMatmuls(
+      {
+          {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false}, // folded x.W
+          {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},  // transA, not folded
+          {{3, 5, 7}, {4, 7}, {3, 5, 4}, false, true},  // folded, transB
+          {{2, 1, 5, 6}, {1, 3, 6, 4}, {2, 3, 5, 4}, false, false},
+          {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
+          {{7}, {2, 7, 4}, {2, 4}, false, false}, // vector a
+          {{2, 5, 7}, {7}, {2, 5}, false, false}, // vector b
+          {{7}, {7}, {}, false, false},           // dot
+          {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
+          {{2, 4, 37, 16}, {2, 4, 45, 16}, {2, 4, 37, 45}, false, true},
+          {{256, 384}, {256, 200}, {384, 200}, true, false},
+      },
+      "matmul", kTol);
 }
 
 TEST_F(CudaKernels, MatmulEmptyContraction) {
@@ -494,34 +503,16 @@ TEST_F(CudaKernels, Attention) {
 
 TEST_F(CudaKernels, MatmulBf16) {
   PrecisionGuard bf16(cu::Precision::Bf16);
-  struct Case {
-    Shape a, b, out;
-    bool ta, tb;
-  };
-  const Case cases[] = {
-      {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false},
-      {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},
-      {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
-      {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
-      {{256, 384}, {256, 200}, {384, 200}, true, false},
-      {{300, 1024}, {640, 1024}, {300, 640}, false, true},
-  };
-  for (const Case &c : cases)
-    for (int acc = 0; acc < 2; ++acc) {
-      Tensor a = uniform(c.a), b = uniform(c.b), init = uniform(c.out);
-      Tensor ref = init;
-      cpu::matmul(a.cv(), b.cv(), ref.v(), c.ta, c.tb, acc != 0);
-      Dev da(a), db(b);
-      std::string what = "bf16 matmul " + str(c.a) + "x" + str(c.b) +
-                         (acc ? " accumulate" : "");
-      auto got = runTwice({{c.out, acc ? init.data : std::vector<float>{}}},
-                          [&](const std::vector<FView> &o) {
-                            cu::matmul(da.cv(), db.cv(), o[0], c.ta, c.tb,
-                                       acc != 0);
-                          },
-                          what);
-      expectClose(got[0], ref, what, kBf16Tol);
-    }
+  checkMatmuls(
+      {
+          {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false},
+          {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},
+          {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
+          {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
+          {{256, 384}, {256, 200}, {384, 200}, true, false},
+          {{300, 1024}, {640, 1024}, {300, 640}, false, true},
+      },
+      "bf16 matmul", kBf16Tol);
 }
 
 struct AttnCase {

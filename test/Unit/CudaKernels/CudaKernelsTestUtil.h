@@ -5,7 +5,8 @@
 //===----------------------------------------------------------------------===//
 //
 // Device tensors, the error bookkeeping, the run-twice determinism check and
-// the fixture shared by CudaKernelsTest.cpp and CudaKernelsLossTest.cpp.
+// the fixture shared by CudaKernelsTest.cpp and CudaKernelsLossTest.cpp; the
+// names, the device probe and the error check of every CUDA kernel test.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +36,7 @@ using cpu::BinaryKind;
 using cpu::CFView;
 using cpu::FView;
 using cpu::IView;
+using cpu::MIView;
 using cpu::Shape;
 using cpu::UnaryKind;
 
@@ -198,7 +200,7 @@ struct OutSpec {
 /// Runs `fn` twice on fresh (re-initialised or NaN-poisoned) device outputs,
 /// checks that both runs give identical bits, returns the first run's
 /// outputs.
-std::vector<std::vector<float>>
+inline std::vector<std::vector<float>>
 runTwice(const std::vector<OutSpec> &outs,
          const std::function<void(const std::vector<FView> &)> &fn,
          const std::string &what) {
