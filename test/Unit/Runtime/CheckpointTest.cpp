@@ -25,10 +25,7 @@
 #include <vector>
 
 using namespace rondo::rt;
-using rondo::test::errorOf;
-using rondo::test::makeTempDir;
-using rondo::test::readText;
-using rondo::test::writeBytes;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {
@@ -108,6 +105,13 @@ CheckpointMeta makeMeta(int64_t step) {
 
 void write(const std::string &dir, int64_t step, State &state) {
   writeCheckpoint(dir, makeMeta(step), state.tensors());
+}
+
+/// The latest checkpoint in `dir` is that of `step` and reads back as `state`.
+void expectLatest(const std::string &dir, int64_t step, const State &state) {
+  State loaded = state.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, step);
+  EXPECT_TRUE(loaded.bitwiseEqual(state));
 }
 
 bool exists(const std::string &path) {
@@ -204,9 +208,7 @@ TEST(Checkpoint, LatestNamesNewestAndPreviousIsKept) {
   EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-200.ckpt",
                                                     "step-300.ckpt"}));
 
-  State loaded = s3.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 300);
-  EXPECT_TRUE(loaded.bitwiseEqual(s3));
+  expectLatest(dir, 300, s3);
   State previous = s2.zeroed();
   EXPECT_EQ(readCheckpoint(dir + "/step-200.ckpt", previous.tensors()).step,
             200);
@@ -228,9 +230,7 @@ TEST(Checkpoint, UnwritableDirectoryLeavesPreviousCheckpoint) {
   EXPECT_THAT(error, HasSubstr(std::strerror(EACCES)));
 
   EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectLatest(dir, 1, s1);
 }
 
 TEST(Checkpoint, FailedRenameRemovesTemporary) {
@@ -248,9 +248,7 @@ TEST(Checkpoint, FailedRenameRemovesTemporary) {
   EXPECT_EQ(listDir(dir),
             (std::vector<std::string>{"LATEST", "step-1.ckpt", "step-2.ckpt"}));
   EXPECT_EQ(readText(dir + "/LATEST"), "step-1.ckpt\n");
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectLatest(dir, 1, s1);
 }
 
 TEST(Checkpoint, FailedWriteRemovesTemporary) {
@@ -272,9 +270,7 @@ TEST(Checkpoint, FailedWriteRemovesTemporary) {
   EXPECT_THAT(error, HasSubstr(std::strerror(EFBIG)));
 
   EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectLatest(dir, 1, s1);
 }
 
 TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
@@ -430,17 +426,13 @@ TEST(Checkpoint, KilledWritersTemporariesDoNotBreakResumeAndAreRemoved) {
   writeBytes(dir + "/step-2.ckpt.tmp." + live, "RONDOCKP");
   writeBytes(dir + "/notes.tmp." + dead, "the user's own file");
 
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectLatest(dir, 1, s1);
 
   write(dir, 2, s2);
   EXPECT_EQ(listDir(dir), (std::vector<std::string>{
                               "LATEST", "notes.tmp." + dead, "step-1.ckpt",
                               "step-2.ckpt", "step-2.ckpt.tmp." + live}));
-  State again = s2.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, again.tensors()).step, 2);
-  EXPECT_TRUE(again.bitwiseEqual(s2));
+  expectLatest(dir, 2, s2);
 }
 
 TEST(Checkpoint, SkippedStepsRoundTripAndVersion1ReadsAsZero) {
