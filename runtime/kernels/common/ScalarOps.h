@@ -318,6 +318,55 @@ MatmulSizes matmulSizes(const Shape &as, const Shape &bs, const Shape &os,
   return s;
 }
 
+/// The strides by which transpose(x, perm) -> a rank `rank` output reads x
+/// (contiguous), by output dimension.
+inline void transposeStrides(const Shape &x, const int64_t *perm, int rank,
+                             int64_t *strides) {
+  int64_t xStrides[kMaxRank];
+  contiguousStrides(x, xStrides);
+  for (int i = 0; i < rank; ++i)
+    strides[i] = xStrides[perm[i]];
+}
+
+/// Where slice(x, starts, steps) reads x (contiguous): writes the stride of
+/// each dimension and returns the offset of the first element.
+inline int64_t sliceStrides(const Shape &x, const int64_t *starts,
+                            const int64_t *steps, int64_t *strides) {
+  int64_t xStrides[kMaxRank];
+  contiguousStrides(x, xStrides);
+  int64_t base = 0;
+  for (int d = 0; d < x.rank; ++d) {
+    base += starts[d] * xStrides[d];
+    strides[d] = steps[d] * xStrides[d];
+  }
+  return base;
+}
+
+/// concat's output along `axis`: `outer` rows of `outRow` elements, each row
+/// the inputs' chunks of (their extent along the axis) * `inner` in turn.
+/// Empty (outer 0) after a failure.
+struct ConcatRows {
+  int64_t outer = 0, inner = 1, outRow = 0;
+};
+template <typename Fail>
+ConcatRows concatRows(const Shape &out, int &axis, Fail &&fail) {
+  ConcatRows r;
+  int rank = out.rank;
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank) {
+    fail("axis %d out of range for rank %d", axis, rank);
+    return r;
+  }
+  r.outer = 1;
+  for (int d = 0; d < axis; ++d)
+    r.outer *= out.dims[d];
+  for (int d = axis + 1; d < rank; ++d)
+    r.inner *= out.dims[d];
+  r.outRow = out.dims[axis] * r.inner;
+  return r;
+}
+
 /// sumToShape's iteration plan for a contiguous x summed to shape `os`: each
 /// non-unit dimension of x is kept (as in `os`) or reduced (1 in `os`), and
 /// adjacent dimensions of one class merge into one run (contiguous, as x is).
