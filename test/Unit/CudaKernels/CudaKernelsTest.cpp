@@ -455,49 +455,63 @@ TEST_F(CudaKernels, Rotary) {
 // Attention
 //===----------------------------------------------------------------------===//
 
+struct AttnCase {
+  int64_t B, Hq, Hkv, T, S, D;
+  bool causal;
+};
+
+std::string attnName(const AttnCase &c) {
+  return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
+         std::to_string(c.Hkv) + " T" + std::to_string(c.T) + " S" +
+         std::to_string(c.S) + " D" + std::to_string(c.D) +
+         (c.causal ? " causal" : "");
+}
+
+/// The CPU's attention forward and backward on random inputs of `c` (the
+/// references) and the CUDA kernels' on the same inputs, run twice
+/// (runTwice): the forward, and the backward from the CPU's out/lse so that
+/// the two backward passes see the same inputs.
+struct AttnRun {
+  Tensor out, lse, dq, dk, dv;
+  std::vector<std::vector<float>> got; ///< out, lse, dQ, dK, dV
+};
+AttnRun runAttention(const AttnCase &c, const std::string &what) {
+  Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
+  Shape ls{c.B, c.Hq, c.T};
+  Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
+  Tensor v = uniform(ks), g = uniform(qs);
+  float scale = 1.0f / std::sqrt(float(c.D));
+  AttnRun r{Tensor(qs), Tensor(ls), Tensor(qs), Tensor(ks), Tensor(ks), {}};
+  cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, r.out.v(), r.lse.v());
+  cpu::attentionBackward(q.cv(), k.cv(), v.cv(), r.out.cv(), r.lse.cv(), g.cv(),
+                         c.causal, scale, r.dq.v(), r.dk.v(), r.dv.v());
+  Dev dQ(q), dK(k), dV(v), dG(g), dO(r.out), dL(r.lse);
+  r.got = runTwice(
+      {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
+      [&](const std::vector<FView> &o) {
+        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
+        cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
+                              dG.cv(), c.causal, scale, o[2], o[3], o[4]);
+      },
+      what);
+  return r;
+}
+
 TEST_F(CudaKernels, Attention) {
-  struct Case {
-    int64_t B, Hq, Hkv, T, S, D;
-    bool causal;
-  };
-  const Case cases[] = {
+  const AttnCase cases[] = {
       {2, 4, 2, 37, 37, 16, true},   {1, 6, 2, 70, 70, 64, true},
       {2, 4, 4, 20, 45, 32, true},   {1, 2, 1, 45, 20, 32, true},
       {2, 4, 2, 37, 50, 16, false},  {1, 2, 2, 33, 33, 128, true},
       {1, 2, 1, 17, 40, 256, false}, {1, 8, 1, 129, 129, 64, true},
   };
-  for (const Case &c : cases) {
-    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
-    Shape ls{c.B, c.Hq, c.T};
-    Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
-    Tensor v = uniform(ks), g = uniform(qs);
-    float scale = 1.0f / std::sqrt(float(c.D));
-    Tensor out(qs), lse(ls), dq(qs), dk(ks), dv(ks);
-    cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
-    cpu::attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), g.cv(),
-                           c.causal, scale, dq.v(), dk.v(), dv.v());
-    Dev dQ(q), dK(k), dV(v), dG(g), dO(out), dL(lse);
-    std::string what = "attention B" + std::to_string(c.B) + " Hq" +
-                       std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) +
-                       " T" + std::to_string(c.T) + " S" +
-                       std::to_string(c.S) + " D" + std::to_string(c.D) +
-                       (c.causal ? " causal" : "");
-    // Forward, and the backward from the CPU's out/lse (so that the two
-    // backward passes see the same inputs).
-    auto got = runTwice({{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
-                        [&](const std::vector<FView> &o) {
-                          cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal,
-                                        scale, o[0], o[1]);
-                          cu::attentionBackward(
-                              dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                              dG.cv(), c.causal, scale, o[2], o[3], o[4]);
-                        },
-                        what);
-    expectClose(got[0], out, what + " out");
-    expectClose(got[1], lse, what + " lse");
-    expectClose(got[2], dq, what + " dQ");
-    expectClose(got[3], dk, what + " dK");
-    expectClose(got[4], dv, what + " dV");
+  for (const AttnCase &c : cases) {
+    std::string what = "attention " + attnName(c);
+    AttnRun r = runAttention(c, what);
+    expectClose(r.got[0], r.out, what + " out");
+    expectClose(r.got[1], r.lse, what + " lse");
+    expectClose(r.got[2], r.dq, what + " dQ");
+    expectClose(r.got[3], r.dk, what + " dK");
+    expectClose(r.got[4], r.dv, what + " dV");
   }
 }
 
@@ -513,18 +527,6 @@ TEST_F(CudaKernels, MatmulBf16) {
           {{300, 1024}, {640, 1024}, {300, 640}, false, true},
       },
       "bf16 matmul", kBf16Tol);
-}
-
-struct AttnCase {
-  int64_t B, Hq, Hkv, T, S, D;
-  bool causal;
-};
-
-std::string attnName(const AttnCase &c) {
-  return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
-         std::to_string(c.Hkv) + " T" + std::to_string(c.T) + " S" +
-         std::to_string(c.S) + " D" + std::to_string(c.D) +
-         (c.causal ? " causal" : "");
 }
 
 /// Rows (over [B, Hq, T]) that see no key: causal with i + S - T < 0.
@@ -550,27 +552,11 @@ TEST_F(CudaKernels, AttentionBf16) {
       {1, 2, 1, 333, 333, 128, false}, {1, 2, 1, 300, 100, 64, true},
   };
   for (const AttnCase &c : cases) {
-    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
-    Shape ls{c.B, c.Hq, c.T};
-    Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
-    Tensor v = uniform(ks), g = uniform(qs);
-    float scale = 1.0f / std::sqrt(float(c.D));
-    Tensor out(qs), lse(ls), dq(qs), dk(ks), dv(ks);
-    cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
-    cpu::attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), g.cv(),
-                           c.causal, scale, dq.v(), dk.v(), dv.v());
-    Dev dQ(q), dK(k), dV(v), dG(g), dO(out), dL(lse);
     std::string what = "attention bf16 " + attnName(c);
-    auto got = runTwice(
-        {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
-        [&](const std::vector<FView> &o) {
-          cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
-          cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                                dG.cv(), c.causal, scale, o[2], o[3], o[4]);
-        },
-        what);
+    AttnRun r = runAttention(c, what);
+    const std::vector<std::vector<float>> &got = r.got;
     const char *names[] = {"out", "lse", "dQ", "dK", "dV"};
-    const Tensor *refs[] = {&out, &lse, &dq, &dk, &dv};
+    const Tensor *refs[] = {&r.out, &r.lse, &r.dq, &r.dk, &r.dv};
     std::string line;
     for (int i = 0; i < 5; ++i) {
       double e = normErr(got[i], refs[i]->data);
@@ -582,7 +568,7 @@ TEST_F(CudaKernels, AttentionBf16) {
         refMax = std::max(refMax, double(std::fabs(x)));
       for (float x : got[i])
         gotMax = std::max(gotMax, double(std::fabs(x)));
-      for (float x : dv.data)
+      for (float x : r.dv.data)
         dvMax = std::max(dvMax, double(std::fabs(x)));
       if (refMax < 1e-6 * dvMax)
         e = gotMax / dvMax;
