@@ -13,6 +13,7 @@
 #ifndef RONDO_TEST_UNIT_CUDAKERNELS_CUDAKERNELSTESTUTIL_H
 #define RONDO_TEST_UNIT_CUDAKERNELS_CUDAKERNELSTESTUTIL_H
 
+#include "../Common/KernelTestTensor.h"
 #include "CudaKernels.h"
 #include "Kernels.h"
 
@@ -65,17 +66,9 @@ inline void ck(cudaError_t e, const char *what) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-inline std::mt19937 &rng() {
-  static std::mt19937 gen;
-  static const testing::TestInfo *seededFor = nullptr;
-  const testing::TestInfo *current =
-      testing::UnitTest::GetInstance()->current_test_info();
-  if (current != seededFor) {
-    seededFor = current;
-    gen.seed(20261122);
-  }
-  return gen;
-}
+using rondo::cpu::test::Tensor;
+
+inline std::mt19937 &rng() { return rondo::cpu::test::seededRng(20261122); }
 
 inline std::string str(const Shape &s) {
   std::string r = "[";
@@ -84,22 +77,8 @@ inline std::string str(const Shape &s) {
   return r + "]";
 }
 
-struct Tensor {
-  Shape shape;
-  std::vector<float> data;
-  Tensor() = default;
-  explicit Tensor(Shape s, float value = 0.0f)
-      : shape(s), data(size_t(s.numel()), value) {}
-  FView v() { return FView{data.data(), shape}; }
-  CFView cv() const { return CFView{data.data(), shape}; }
-};
-
 inline Tensor uniform(Shape s, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t(s);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (float &x : t.data)
-    x = dist(rng());
-  return t;
+  return rondo::cpu::test::uniformFrom(rng(), s, lo, hi);
 }
 
 /// Uniform with |x| >= gap.
