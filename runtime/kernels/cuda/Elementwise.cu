@@ -194,15 +194,21 @@ __device__ inline int64_t globalThread() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
+/// The two operands' float4 at float4 item v of [rows, cols].
+__device__ inline void loadOperands4(const Mat2 &m, int64_t v, const float *a,
+                                     const float *b, float4 &x, float4 &y) {
+  int64_t r, c;
+  mat4Pos(m, v, r, c);
+  x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
+  y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
+}
+
 __global__ void binaryVecKernel(BinaryKind k, const float *a, const float *b,
                                 float *out, Mat2 m, int64_t nv,
                                 int64_t tail) {
   RONDO_GRID_STRIDE(v, nv) {
-    int64_t r, c;
-    mat4Pos(m, v, r, c);
-    float4 x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
-    float4 y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
-    float4 o;
+    float4 x, y, o;
+    loadOperands4(m, v, a, b, x, y);
     o.x = binaryFwd(k, x.x, y.x);
     o.y = binaryFwd(k, x.y, y.y);
     o.z = binaryFwd(k, x.z, y.z);
@@ -237,10 +243,8 @@ __global__ void binaryGradVecKernel(BinaryKind k, const float *a,
                                     float *gb, Mat2 m, int64_t nv,
                                     int64_t tail) {
   RONDO_GRID_STRIDE(v, nv) {
-    int64_t r, c;
-    mat4Pos(m, v, r, c);
-    float4 x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
-    float4 y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
+    float4 x, y;
+    loadOperands4(m, v, a, b, x, y);
     float4 gv = load4(g + v * 4);
     float4 da, db;
     binaryGrad(k, x.x, y.x, gv.x, da.x, db.x);

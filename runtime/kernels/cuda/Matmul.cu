@@ -39,6 +39,14 @@ __global__ void roundToBf16Kernel(const float *in, __nv_bfloat16 *out,
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
+/// cuBLAS takes 32-bit sizes and leading dimensions.
+void checkGemmSizes(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                    int64_t ldc, int64_t batch, const char *kernel) {
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
+      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
+    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+}
+
 } // namespace
 
 namespace detail {
@@ -57,9 +65,7 @@ void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
                       int64_t strideA, const void *b, int64_t ldb,
                       int64_t strideB, float beta, float *c, int64_t ldc,
                       int64_t strideC, int64_t batch, const char *kernel) {
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
-      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
-    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+  checkGemmSizes(M, N, K, lda, ldb, ldc, batch, kernel);
   cublasHandle_t h = cublas(kernel);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -87,9 +93,7 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                   const float *b, int64_t ldb, int64_t strideB, float beta,
                   float *c, int64_t ldc, int64_t strideC, int64_t batch,
                   const char *kernel) {
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
-      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
-    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+  checkGemmSizes(M, N, K, lda, ldb, ldc, batch, kernel);
   cublasHandle_t h = cublas(kernel);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
