@@ -12,9 +12,6 @@
 
 using namespace mlir;
 using namespace rondo::import;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
 
 ImportContext::~ImportContext() = default;
 

@@ -25,12 +25,10 @@
 
 namespace rondo::import::ops {
 
-// The family files' code lives in this namespace and names MLIR and these
-// LLVM types unqualified; declared here once for all of them.
+// The family files' code lives in this namespace and names MLIR's types, and
+// the LLVM ones MLIR re-exports (ArrayRef, SmallVector, StringRef),
+// unqualified: declared here once for all of them.
 using namespace mlir;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
 
 using Tensors = std::vector<HostTensor>;
 
