@@ -135,6 +135,19 @@ std::vector<std::string> listDir(const std::string &dir) {
   return names;
 }
 
+/// A write of step 2 after step 1 that failed with `error`: the error names
+/// the checkpoint and `reason`, `dir` then holds `listing`, and step 1 is still
+/// the latest and reads back as `s1`.
+void expectStep2Failed(const std::string &dir, const std::string &error,
+                       const std::string &reason,
+                       const std::vector<std::string> &listing,
+                       const State &s1) {
+  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
+  EXPECT_THAT(error, HasSubstr(reason));
+  EXPECT_EQ(listDir(dir), listing);
+  expectLatest(dir, 1, s1);
+}
+
 TEST(Checkpoint, RoundTripIsBitwise) {
   std::string dir = makeTempDir();
   State state = makeState(1);
@@ -226,11 +239,8 @@ TEST(Checkpoint, UnwritableDirectoryLeavesPreviousCheckpoint) {
   }
   std::string error = errorOf([&] { write(dir, 2, s2); });
   ::chmod(dir.c_str(), 0755);
-  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
-  EXPECT_THAT(error, HasSubstr(std::strerror(EACCES)));
-
-  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
-  expectLatest(dir, 1, s1);
+  expectStep2Failed(dir, error, std::strerror(EACCES),
+                    {"LATEST", "step-1.ckpt"}, s1);
 }
 
 TEST(Checkpoint, FailedRenameRemovesTemporary) {
@@ -242,13 +252,9 @@ TEST(Checkpoint, FailedRenameRemovesTemporary) {
   ASSERT_EQ(::mkdir((dir + "/step-2.ckpt").c_str(), 0755), 0);
   writeBytes(dir + "/step-2.ckpt/keep", "x");
   std::string error = errorOf([&] { write(dir, 2, s2); });
-  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
-  EXPECT_THAT(error, HasSubstr("rename"));
-
-  EXPECT_EQ(listDir(dir),
-            (std::vector<std::string>{"LATEST", "step-1.ckpt", "step-2.ckpt"}));
+  expectStep2Failed(dir, error, "rename",
+                    {"LATEST", "step-1.ckpt", "step-2.ckpt"}, s1);
   EXPECT_EQ(readText(dir + "/LATEST"), "step-1.ckpt\n");
-  expectLatest(dir, 1, s1);
 }
 
 TEST(Checkpoint, FailedWriteRemovesTemporary) {
@@ -266,11 +272,8 @@ TEST(Checkpoint, FailedWriteRemovesTemporary) {
   std::string error = errorOf([&] { write(dir, 2, s2); });
   ::setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, oldHandler);
-  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
-  EXPECT_THAT(error, HasSubstr(std::strerror(EFBIG)));
-
-  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
-  expectLatest(dir, 1, s1);
+  expectStep2Failed(dir, error, std::strerror(EFBIG), {"LATEST", "step-1.ckpt"},
+                    s1);
 }
 
 TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
