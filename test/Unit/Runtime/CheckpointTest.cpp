@@ -17,6 +17,7 @@
 #include <csignal>
 #include <cstring>
 #include <dirent.h>
+#include <functional>
 #include <random>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -133,6 +134,17 @@ std::vector<std::string> listDir(const std::string &dir) {
     ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+/// Writes `s1` and `s2` as steps 1 and 2 in `dir`, then replaces step 2's
+/// file by `damage` of its bytes; returns its path.
+std::string damageStep2(const std::string &dir, State &s1, State &s2,
+                        const std::function<std::string(std::string)> &damage) {
+  write(dir, 1, s1);
+  write(dir, 2, s2);
+  std::string path = dir + "/step-2.ckpt";
+  writeBytes(path, damage(readText(path)));
+  return path;
 }
 
 /// A write of step 2 after step 1 that failed with `error`: the error names
@@ -279,11 +291,9 @@ TEST(Checkpoint, FailedWriteRemovesTemporary) {
 TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
   std::string dir = makeTempDir();
   State s1 = makeState(1), s2 = makeState(2);
-  write(dir, 1, s1);
-  write(dir, 2, s2);
-  std::string path = dir + "/step-2.ckpt";
-  std::string bytes = readText(path);
-  writeBytes(path, bytes.substr(0, bytes.size() / 2));
+  std::string path = damageStep2(dir, s1, s2, [](std::string bytes) {
+    return bytes.substr(0, bytes.size() / 2);
+  });
 
   State loaded = s2.zeroed();
   std::string error = errorOf([&] { readCheckpoint(path, loaded.tensors()); });
@@ -302,12 +312,10 @@ TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
 TEST(Checkpoint, CorruptByteFailsChecksumAndFallsBack) {
   std::string dir = makeTempDir();
   State s1 = makeState(1), s2 = makeState(2);
-  write(dir, 1, s1);
-  write(dir, 2, s2);
-  std::string path = dir + "/step-2.ckpt";
-  std::string bytes = readText(path);
-  bytes[bytes.size() - 40] ^= 0x01; // Inside the data of 'b'.
-  writeBytes(path, bytes);
+  std::string path = damageStep2(dir, s1, s2, [](std::string bytes) {
+    bytes[bytes.size() - 40] ^= 0x01; // Inside the data of 'b'.
+    return bytes;
+  });
 
   State loaded = s2.zeroed();
   std::string error = errorOf([&] { readCheckpoint(path, loaded.tensors()); });
