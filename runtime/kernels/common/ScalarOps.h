@@ -249,11 +249,11 @@ void broadcastStrides(const Shape &in, const Shape &out, int64_t *strides,
   int shift = out.rank - in.rank;
   for (int d = 0; d < out.rank; ++d) {
     int64_t extent = d >= shift ? in.dims[d - shift] : 1;
-    if (extent == out.dims[d] && extent != 1)
+    if (extent == out.dims[d] && extent != 1) {
       strides[d] = inStrides[d - shift];
-    else if (extent == 1)
+    } else if (extent == 1) {
       strides[d] = 0;
-    else {
+    } else {
       fail("cannot broadcast extent %lld to %lld (dim %d)", (long long)extent,
            (long long)out.dims[d], d);
       return;
