@@ -19,8 +19,6 @@
 #include <algorithm>
 
 using namespace mlir;
-using llvm::SmallVector;
-using llvm::StringRef;
 
 namespace {
 /// Protobuf's parser's complaints go to the log, not to the caller; while a

@@ -58,9 +58,6 @@
 using namespace mlir;
 using namespace rondo;
 using namespace rondo::import;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
 
 namespace {
 

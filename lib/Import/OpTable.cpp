@@ -12,9 +12,6 @@
 
 using namespace mlir;
 using namespace rondo::import;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
 
 ImportContext::~ImportContext() = default;
 
@@ -41,13 +38,13 @@ const OpRow *OpTable::lookup(StringRef opType, int64_t opset) const {
 const OpTable &OpTable::get() {
   static const OpTable table = [] {
     OpTable t;
-    registerElementwiseOps(t);
-    registerShapeOps(t);
-    registerIndexingOps(t);
-    registerGeneratorOps(t);
-    registerMatMulOps(t);
-    registerReductionOps(t);
-    registerNormalizationOps(t);
+    ops::registerElementwiseOps(t);
+    ops::registerShapeOps(t);
+    ops::registerIndexingOps(t);
+    ops::registerGeneratorOps(t);
+    ops::registerMatMulOps(t);
+    ops::registerReductionOps(t);
+    ops::registerNormalizationOps(t);
     return t;
   }();
   return table;

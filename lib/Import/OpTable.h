@@ -110,6 +110,8 @@ private:
   llvm::StringMap<llvm::SmallVector<OpRow, 1>> rows;
 };
 
+/// The op families' rows, one function per file of lib/Import/Ops.
+namespace ops {
 void registerElementwiseOps(OpTable &table);
 void registerShapeOps(OpTable &table);
 void registerIndexingOps(OpTable &table);
@@ -117,6 +119,7 @@ void registerGeneratorOps(OpTable &table);
 void registerMatMulOps(OpTable &table);
 void registerReductionOps(OpTable &table);
 void registerNormalizationOps(OpTable &table);
+} // namespace ops
 
 /// Folds one ONNX node with its row's folding function and checks the
 /// results' shapes. Errors explain which input or attribute is wrong.

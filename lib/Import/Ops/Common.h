@@ -4,8 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Private to lib/Import/Ops: attribute access, broadcasting and element
-// arithmetic for folding functions, type access for conversion functions.
+// Private to lib/Import/Ops: the names its code uses, attribute access,
+// broadcasting and element arithmetic for folding functions, type access for
+// conversion functions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -23,6 +24,11 @@
 #include <optional>
 
 namespace rondo::import::ops {
+
+// The family files' code lives in this namespace and names MLIR's types, and
+// the LLVM ones MLIR re-exports (ArrayRef, SmallVector, StringRef),
+// unqualified: declared here once for all of them.
+using namespace mlir;
 
 using Tensors = std::vector<HostTensor>;
 

@@ -19,14 +19,7 @@
 #include <cmath>
 #include <type_traits>
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 //===----------------------------------------------------------------------===//
@@ -415,7 +408,7 @@ Converted convertCast(const Conversion &c) {
 
 } // namespace
 
-void rondo::import::registerElementwiseOps(OpTable &t) {
+void registerElementwiseOps(OpTable &t) {
   using tg::BinaryKind;
   using tg::UnaryKind;
   t.add("Add", foldBinary, binary(BinaryKind::add));
@@ -456,3 +449,5 @@ void rondo::import::registerElementwiseOps(OpTable &t) {
   t.add("Where", foldWhere, convertWhere);
   t.add("Cast", foldCast, convertCast);
 }
+
+} // namespace rondo::import::ops

@@ -12,14 +12,7 @@
 
 #include "Common.h"
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 Folded foldConstant(const Fold &f) {
@@ -194,10 +187,12 @@ Folded foldTrilu(const Fold &f) {
 
 } // namespace
 
-void rondo::import::registerGeneratorOps(OpTable &t) {
+void registerGeneratorOps(OpTable &t) {
   t.add("Constant", foldConstant, nullptr);
   t.add("ConstantOfShape", foldConstantOfShape, nullptr);
   t.add("Range", foldRange, nullptr);
   t.add("CumSum", foldCumSum, nullptr);
   t.add("Trilu", foldTrilu, nullptr);
 }
+
+} // namespace rondo::import::ops

@@ -11,14 +11,7 @@
 
 #include "Common.h"
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 Folded foldGather(const Fold &f) {
@@ -188,7 +181,7 @@ Converted rejectRouting(const Conversion &c) {
 
 } // namespace
 
-void rondo::import::registerIndexingOps(OpTable &t) {
+void registerIndexingOps(OpTable &t) {
   t.add("Gather", foldGather, convertGather);
   t.add("GatherND", foldGatherND, nullptr);
   t.add("TopK", nullptr, rejectRouting);
@@ -196,3 +189,5 @@ void rondo::import::registerIndexingOps(OpTable &t) {
   t.add("ScatterND", nullptr, rejectRouting);
   t.add("ScatterElements", nullptr, rejectRouting);
 }
+
+} // namespace rondo::import::ops

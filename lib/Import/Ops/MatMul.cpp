@@ -10,14 +10,7 @@
 
 #include "Common.h"
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 Folded foldMatMul(const Fold &f) {
@@ -148,7 +141,9 @@ Converted convertMatMul(const Conversion &c) {
 
 } // namespace
 
-void rondo::import::registerMatMulOps(OpTable &t) {
+void registerMatMulOps(OpTable &t) {
   t.add("MatMul", foldMatMul, convertMatMul);
   t.add("Gemm", nullptr, convertMatMul);
 }
+
+} // namespace rondo::import::ops

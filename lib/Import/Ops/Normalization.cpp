@@ -10,14 +10,7 @@
 
 #include "Common.h"
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 Converted convertSoftmax(const Conversion &c) {
@@ -80,7 +73,9 @@ Converted convertLayerNorm(const Conversion &c) {
 
 } // namespace
 
-void rondo::import::registerNormalizationOps(OpTable &t) {
+void registerNormalizationOps(OpTable &t) {
   t.add("Softmax", nullptr, convertSoftmax);
   t.add("LayerNormalization", nullptr, convertLayerNorm);
 }
+
+} // namespace rondo::import::ops

@@ -12,14 +12,7 @@
 
 #include "Common.h"
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 Converted convertReduce(const Conversion &c, tg::ReduceKind kind,
@@ -72,10 +65,12 @@ ConvertFn reduce(tg::ReduceKind kind, bool axesAsInput) {
 
 } // namespace
 
-void rondo::import::registerReductionOps(OpTable &t) {
+void registerReductionOps(OpTable &t) {
   using tg::ReduceKind;
   t.add("ReduceMean", nullptr, reduce(ReduceKind::mean, /*axesAsInput=*/false));
   t.add("ReduceMean", nullptr, reduce(ReduceKind::mean, /*axesAsInput=*/true),
         /*sinceOpset=*/18);
   t.add("ReduceSum", nullptr, reduce(ReduceKind::sum, /*axesAsInput=*/true));
 }
+
+} // namespace rondo::import::ops

@@ -14,14 +14,7 @@
 
 #include "Common.h"
 
-using namespace mlir;
-using namespace rondo;
-using namespace rondo::import;
-using namespace rondo::import::ops;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
-
+namespace rondo::import::ops {
 namespace {
 
 /// ONNX Slice (any opset) normalised against an input shape: in-range
@@ -261,12 +254,14 @@ Folded foldReshape(const Fold &f) {
   return Tensors{std::move(r)};
 }
 
-Converted convertReshape(const Conversion &c) {
+/// Converts an op whose result is input 0 laid out in its folded shape
+/// (reshapes and broadcasts): `OpT` of that type.
+template <typename OpT> Converted convertToFoldedShape(const Conversion &c) {
   auto x = c.need(0);
   auto shape = c.foldedShape();
   if (failed(x) || failed(shape))
     return failure();
-  return wrap(tg::ReshapeOp::create(
+  return wrap(OpT::create(
       c.builder, c.loc,
       RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
 }
@@ -295,16 +290,6 @@ Folded foldExpand(const Fold &f) {
                           r.i[k] = x.i[o[0]];
                       });
   return Tensors{std::move(r)};
-}
-
-Converted convertExpand(const Conversion &c) {
-  auto x = c.need(0);
-  auto shape = c.foldedShape();
-  if (failed(x) || failed(shape))
-    return failure();
-  return wrap(tg::BroadcastOp::create(
-      c.builder, c.loc,
-      RankedTensorType::get(*shape, typeOf(*x).getElementType()), *x));
 }
 
 Folded foldSlice(const Fold &f) {
@@ -557,18 +542,21 @@ Converted convertTranspose(const Conversion &c) {
 
 } // namespace
 
-void rondo::import::registerShapeOps(OpTable &t) {
+void registerShapeOps(OpTable &t) {
   t.add("Identity", foldIdentity, convertIdentity);
   t.add("Dropout", nullptr, convertIdentity);
   t.add("Shape", foldShape, nullptr);
   t.add("Size", foldSize, nullptr);
+  ConvertFn convertReshape = convertToFoldedShape<tg::ReshapeOp>;
   t.add("Reshape", foldReshape, convertReshape);
   t.add("Flatten", foldReshape, convertReshape);
   t.add("Squeeze", foldSqueeze, convertReshape);
   t.add("Unsqueeze", foldSqueeze, convertReshape);
-  t.add("Expand", foldExpand, convertExpand);
+  t.add("Expand", foldExpand, convertToFoldedShape<tg::BroadcastOp>);
   t.add("Slice", foldSlice, convertSlice);
   t.add("Split", nullptr, convertSplit);
   t.add("Concat", foldConcat, convertConcat);
   t.add("Transpose", foldTranspose, convertTranspose);
 }
+
+} // namespace rondo::import::ops

@@ -15,9 +15,6 @@
 using namespace mlir;
 using namespace rondo;
 using namespace rondo::import;
-using llvm::ArrayRef;
-using llvm::SmallVector;
-using llvm::StringRef;
 
 std::optional<RotarySource>
 rondo::import::rotarySourceOf(const onnx::NodeProto &node,

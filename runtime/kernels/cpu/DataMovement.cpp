@@ -155,48 +155,34 @@ void stridedCopy(const T *from, T *to, int64_t base, const int64_t *strides,
 
 template <typename T>
 void transposeImpl(View<const T> x, const int64_t *perm, View<T> out) {
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  detail::contiguousStrides(x.shape, xStrides);
-  for (int i = 0; i < out.shape.rank; ++i)
-    strides[i] = xStrides[perm[i]];
+  int64_t strides[kMaxRank];
+  kernels::transposeStrides(x.shape, perm, out.shape.rank, strides);
   stridedCopy<false>(x.data, out.data, 0, strides, out.shape);
 }
 
 template <typename T>
 void sliceImpl(View<const T> x, const int64_t *starts, const int64_t *steps,
                View<T> out) {
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  detail::contiguousStrides(x.shape, xStrides);
-  int64_t base = 0;
-  for (int d = 0; d < x.shape.rank; ++d) {
-    base += starts[d] * xStrides[d];
-    strides[d] = steps[d] * xStrides[d];
-  }
+  int64_t strides[kMaxRank];
+  int64_t base = kernels::sliceStrides(x.shape, starts, steps, strides);
   stridedCopy<false>(x.data, out.data, base, strides, out.shape);
 }
 
 template <typename T>
 void concatImpl(const View<const T> *inputs, int numInputs, int axis,
                 View<T> out) {
-  int rank = out.shape.rank;
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    detail::fatal("concat: axis %d out of range for rank %d", axis, rank);
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= out.shape.dims[d];
-  for (int d = axis + 1; d < rank; ++d)
-    inner *= out.shape.dims[d];
-  int64_t outRow = out.shape.dims[axis] * inner;
-  if (outer == 0 || outRow == 0)
+  kernels::ConcatRows r =
+      kernels::concatRows(out.shape, axis, [](auto... args) {
+        detail::contract("concat", args...);
+      });
+  if (r.outer == 0 || r.outRow == 0)
     return;
-  parallelBlocks(outer, std::max<int64_t>(1, 4096 / outRow), outRow,
+  parallelBlocks(r.outer, std::max<int64_t>(1, 4096 / r.outRow), r.outRow,
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t o = lo; o < hi; ++o) {
-                     T *dst = out.data + o * outRow;
+                     T *dst = out.data + o * r.outRow;
                      for (int i = 0; i < numInputs; ++i) {
-                       int64_t chunk = inputs[i].shape.dims[axis] * inner;
+                       int64_t chunk = inputs[i].shape.dims[axis] * r.inner;
                        std::memcpy(dst, inputs[i].data + o * chunk,
                                    size_t(chunk) * sizeof(T));
                        dst += chunk;
@@ -218,13 +204,8 @@ void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
 void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
                    FView dX) {
   fill(dX, 0.0f);
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  detail::contiguousStrides(dX.shape, xStrides);
-  int64_t base = 0;
-  for (int d = 0; d < dX.shape.rank; ++d) {
-    base += starts[d] * xStrides[d];
-    strides[d] = steps[d] * xStrides[d];
-  }
+  int64_t strides[kMaxRank];
+  int64_t base = kernels::sliceStrides(dX.shape, starts, steps, strides);
   stridedCopy<true>(dOut.data, dX.data, base, strides, dOut.shape);
 }
 

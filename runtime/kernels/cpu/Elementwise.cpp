@@ -43,29 +43,10 @@ constexpr int64_t kBlock = 4096;
 // Binary
 //===----------------------------------------------------------------------===//
 
-struct AddOp {
-  static float apply(float a, float b) { return a + b; }
-};
-struct SubOp {
-  static float apply(float a, float b) { return a - b; }
-};
-struct MulOp {
-  static float apply(float a, float b) { return a * b; }
-};
-struct DivOp {
-  static float apply(float a, float b) { return a / b; }
-};
-struct PowOp {
-  static float apply(float a, float b) { return std::pow(a, b); }
-};
-// NaN propagates from either side; a tie picks `a`.
-inline bool pickMax(float a, float b) { return a != a || a >= b; }
-inline bool pickMin(float a, float b) { return a != a || a <= b; }
-struct MaxOp {
-  static float apply(float a, float b) { return pickMax(a, b) ? a : b; }
-};
-struct MinOp {
-  static float apply(float a, float b) { return pickMin(a, b) ? a : b; }
+/// The formula of kind K (ScalarOps.h) as a functor: the switch on the kind
+/// resolves at compile time and the loops below stay vectorisable.
+template <BinaryKind K> struct BinaryOp {
+  static float apply(float a, float b) { return kernels::binaryFwd(K, a, b); }
 };
 
 template <typename Op>
@@ -125,45 +106,6 @@ template <typename Op> void runBinary(CFView a, CFView b, FView out) {
   });
 }
 
-/// Gradient of one element: writes the gradients w.r.t. a and b.
-template <BinaryKind K>
-inline void binaryGrad(float a, float b, float g, float &ga, float &gb) {
-  switch (K) {
-  case BinaryKind::Add:
-    ga = g;
-    gb = g;
-    break;
-  case BinaryKind::Sub:
-    ga = g;
-    gb = -g;
-    break;
-  case BinaryKind::Mul:
-    ga = g * b;
-    gb = g * a;
-    break;
-  case BinaryKind::Div:
-    ga = g / b;
-    gb = -g * a / (b * b);
-    break;
-  case BinaryKind::Pow:
-    ga = b == 0.0f ? 0.0f : g * b * std::pow(a, b - 1.0f);
-    gb = a > 0.0f ? g * std::pow(a, b) * std::log(a) : 0.0f;
-    break;
-  case BinaryKind::Max: {
-    bool toA = pickMax(a, b);
-    ga = toA ? g : 0.0f;
-    gb = toA ? 0.0f : g;
-    break;
-  }
-  case BinaryKind::Min: {
-    bool toA = pickMin(a, b);
-    ga = toA ? g : 0.0f;
-    gb = toA ? 0.0f : g;
-    break;
-  }
-  }
-}
-
 template <BinaryKind K>
 void runBinaryBackward(CFView a, CFView b, CFView dOut, FView dA, FView dB) {
   int64_t n = dOut.shape.numel();
@@ -192,7 +134,7 @@ void runBinaryBackward(CFView a, CFView b, CFView dOut, FView dA, FView dB) {
       const float *pg = dOut.data + off[0];
       for (int64_t i = 0; i < len; ++i) {
         float da, db;
-        binaryGrad<K>(pa[i * sa], pb[i * sb], pg[i], da, db);
+        kernels::binaryGrad(K, pa[i * sa], pb[i * sb], pg[i], da, db);
         if (ga)
           ga[off[0] + i] = da;
         if (gb)
@@ -210,112 +152,10 @@ void runBinaryBackward(CFView a, CFView b, CFView dOut, FView dA, FView dB) {
 // Unary
 //===----------------------------------------------------------------------===//
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f; // sqrt(2 / pi)
-constexpr float kGeluKappa = 0.044715f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f; // 1 / sqrt(2 pi)
-
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-template <UnaryKind K> inline float unaryFwd(float x) {
-  switch (K) {
-  case UnaryKind::Neg:
-    return -x;
-  case UnaryKind::Exp:
-    return std::exp(x);
-  case UnaryKind::Log:
-    return std::log(x);
-  case UnaryKind::Sqrt:
-    return std::sqrt(x);
-  case UnaryKind::Rsqrt:
-    return 1.0f / std::sqrt(x);
-  case UnaryKind::Reciprocal:
-    return 1.0f / x;
-  case UnaryKind::Sigmoid:
-    return sigmoid(x);
-  case UnaryKind::Tanh:
-    return std::tanh(x);
-  case UnaryKind::Relu:
-    return x > 0.0f ? x : 0.0f;
-  case UnaryKind::Silu:
-    return x * sigmoid(x);
-  case UnaryKind::GeluTanh:
-    return 0.5f * x *
-           (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluKappa * x * x * x)));
-  case UnaryKind::GeluErf:
-    return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
-  case UnaryKind::Abs:
-    return std::fabs(x);
-  case UnaryKind::Sin:
-    return std::sin(x);
-  case UnaryKind::Cos:
-    return std::cos(x);
-  }
-  return 0.0f;
-}
-
-/// dOut * f'(x).
-template <UnaryKind K> inline float unaryBwd(float x, float g) {
-  switch (K) {
-  case UnaryKind::Neg:
-    return -g;
-  case UnaryKind::Exp:
-    return g * std::exp(x);
-  case UnaryKind::Log:
-    return g / x;
-  case UnaryKind::Sqrt:
-    return g * 0.5f / std::sqrt(x);
-  case UnaryKind::Rsqrt: {
-    float r = 1.0f / std::sqrt(x);
-    return g * -0.5f * r / x;
-  }
-  case UnaryKind::Reciprocal:
-    return -g / (x * x);
-  case UnaryKind::Sigmoid: {
-    float s = sigmoid(x);
-    return g * s * (1.0f - s);
-  }
-  case UnaryKind::Tanh: {
-    float t = std::tanh(x);
-    return g * (1.0f - t * t);
-  }
-  case UnaryKind::Relu:
-    return x > 0.0f ? g : 0.0f;
-  case UnaryKind::Silu: {
-    float s = sigmoid(x);
-    return g * s * (1.0f + x * (1.0f - s));
-  }
-  case UnaryKind::GeluTanh: {
-    // PyTorch's GeluBackward for approximate='tanh'.
-    float xSq = x * x;
-    float inner = kSqrt2OverPi * (x + kGeluKappa * xSq * x);
-    float t = std::tanh(inner);
-    float left = 0.5f * x;
-    float right = 1.0f + t;
-    float leftDerivative = 0.5f * right;
-    float rightDerivative =
-        left * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluKappa * xSq);
-    return g * (leftDerivative + rightDerivative);
-  }
-  case UnaryKind::GeluErf: {
-    float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-    float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
-    return g * (cdf + x * pdf);
-  }
-  case UnaryKind::Abs:
-    return x > 0.0f ? g : (x < 0.0f ? -g : 0.0f);
-  case UnaryKind::Sin:
-    return g * std::cos(x);
-  case UnaryKind::Cos:
-    return -g * std::sin(x);
-  }
-  return 0.0f;
-}
-
 template <UnaryKind K> void runUnary(const float *x, float *out, int64_t n) {
   parallelBlocks(n, kBlock, 8, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
-      out[i] = unaryFwd<K>(x[i]);
+      out[i] = kernels::unaryFwd(K, x[i]);
   });
 }
 
@@ -323,7 +163,7 @@ template <UnaryKind K>
 void runUnaryBackward(const float *x, const float *g, float *dx, int64_t n) {
   parallelBlocks(n, kBlock, 8, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
-      dx[i] = unaryBwd<K>(x[i], g[i]);
+      dx[i] = kernels::unaryBwd(K, x[i], g[i]);
   });
 }
 
@@ -392,19 +232,19 @@ void binary(BinaryKind kind, CFView a, CFView b, FView out) {
     return;
   switch (kind) {
   case BinaryKind::Add:
-    return runBinary<AddOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Add>>(a, b, out);
   case BinaryKind::Sub:
-    return runBinary<SubOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Sub>>(a, b, out);
   case BinaryKind::Mul:
-    return runBinary<MulOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Mul>>(a, b, out);
   case BinaryKind::Div:
-    return runBinary<DivOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Div>>(a, b, out);
   case BinaryKind::Pow:
-    return runBinary<PowOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Pow>>(a, b, out);
   case BinaryKind::Max:
-    return runBinary<MaxOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Max>>(a, b, out);
   case BinaryKind::Min:
-    return runBinary<MinOp>(a, b, out);
+    return runBinary<BinaryOp<BinaryKind::Min>>(a, b, out);
   }
   detail::fatal("unknown binary kind %d", int(kind));
 }
@@ -526,42 +366,11 @@ void sumToShape(CFView x, FView out) {
     std::fill(out.data, out.data + outNumel, 0.0f);
     return;
   }
-  // Classify each non-unit input dimension as kept or reduced and merge
-  // adjacent dimensions of the same class (x is contiguous, so any such run
-  // is contiguous too).
-  int64_t xStrides[kMaxRank];
-  detail::contiguousStrides(xs, xStrides);
-  int shift = rank - out.shape.rank;
   Odometer kept, reduced;
-  int lastClass = -1; // 0 kept, 1 reduced
-  for (int d = 0; d < rank; ++d) {
-    int64_t o = d >= shift ? out.shape.dims[d - shift] : 1;
-    int64_t e = xs.dims[d];
-    if (e == 1) {
-      if (o != 1)
-        detail::fatal("sumToShape: cannot reduce extent 1 to %lld",
-                      (long long)o);
-      continue;
-    }
-    int cls;
-    if (o == e)
-      cls = 0;
-    else if (o == 1)
-      cls = 1;
-    else
-      detail::fatal("sumToShape: cannot reduce extent %lld to %lld",
-                    (long long)e, (long long)o);
-    Odometer &od = cls == 0 ? kept : reduced;
-    if (cls == lastClass) {
-      od.dims[od.rank - 1] *= e;
-      od.strides[od.rank - 1] = xStrides[d];
-    } else {
-      od.dims[od.rank] = e;
-      od.strides[od.rank] = xStrides[d];
-      ++od.rank;
-    }
-    lastClass = cls;
-  }
+  bool innermostKept =
+      kernels::splitSumDims(xs, out.shape, kept, reduced, [](auto... args) {
+        detail::contract("sumToShape", args...);
+      });
   if (reduced.rank == 0) {
     std::memcpy(out.data, x.data, size_t(outNumel) * sizeof(float));
     return;
@@ -570,7 +379,7 @@ void sumToShape(CFView x, FView out) {
   for (int d = 0; d < reduced.rank; ++d)
     reducedCount *= reduced.dims[d];
 
-  if (lastClass == 0) {
+  if (innermostKept) {
     // The innermost dimension is kept: accumulate whole contiguous stretches
     // of it at once, visiting the reduced indices in ascending order.
     int64_t width = kept.dims[kept.rank - 1];

@@ -18,6 +18,7 @@
 #define RONDO_RUNTIME_KERNELS_CPU_INTERNAL_H
 
 #include "Kernels.h"
+#include "ScalarOps.h"
 
 #include <cstdint>
 
@@ -27,8 +28,11 @@ namespace rondo::cpu::detail {
 /// that a void kernel cannot report (e.g. an out-of-range gather id).
 [[noreturn]] void fatal(const char *format, ...);
 
-/// Row-major strides of `shape`.
-void contiguousStrides(const Shape &shape, int64_t *strides);
+/// fatal("<kernel>: <message>"), the form the shared shape rules
+/// (ScalarOps.h) report a kernel's contract violations in.
+[[noreturn]] void contract(const char *kernel, const char *format, ...);
+
+using kernels::contiguousStrides;
 
 /// Calls fn(begin, end) for consecutive blocks [begin, end) of [0, n) of
 /// `block` iterations each (the last may be shorter), in parallel when the

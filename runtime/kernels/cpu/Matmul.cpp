@@ -27,41 +27,9 @@ namespace rondo::cpu {
 
 void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
             bool accumulate) {
-  const Shape &as = a.shape, &bs = b.shape, &os = out.shape;
-  int ra = as.rank, rb = bs.rank;
-  if (ra < 1 || rb < 1)
-    detail::fatal("matmul: operands must have rank >= 1");
-  int64_t M, K, N, Kb;
-  if (ra == 1) {
-    M = 1;
-    K = as.dims[0];
-    transA = false;
-  } else {
-    M = transA ? as.dims[ra - 1] : as.dims[ra - 2];
-    K = transA ? as.dims[ra - 2] : as.dims[ra - 1];
-  }
-  if (rb == 1) {
-    N = 1;
-    Kb = bs.dims[0];
-    transB = false;
-  } else {
-    Kb = transB ? bs.dims[rb - 1] : bs.dims[rb - 2];
-    N = transB ? bs.dims[rb - 2] : bs.dims[rb - 1];
-  }
-  if (K != Kb)
-    detail::fatal("matmul: contraction sizes differ (%lld vs %lld)",
-                  (long long)K, (long long)Kb);
-  int matDims = (ra > 1 ? 1 : 0) + (rb > 1 ? 1 : 0);
-  if (os.rank < matDims)
-    detail::fatal("matmul: output rank %d too small", os.rank);
-  if ((ra > 1 && rb > 1 &&
-       (os.dims[os.rank - 2] != M || os.dims[os.rank - 1] != N)) ||
-      (ra > 1 && rb == 1 && os.dims[os.rank - 1] != M) ||
-      (ra == 1 && rb > 1 && os.dims[os.rank - 1] != N))
-    detail::fatal("matmul: output shape does not match operands");
-  Shape outBatch(os.dims, os.rank - matDims);
-  Shape aBatch(as.dims, ra > 2 ? ra - 2 : 0);
-  Shape bBatch(bs.dims, rb > 2 ? rb - 2 : 0);
+  auto [M, K, N, outBatch, aBatch, bBatch] = kernels::matmulSizes(
+      a.shape, b.shape, out.shape, transA, transB,
+      [](auto... args) { detail::contract("matmul", args...); });
   int64_t batch = outBatch.numel();
   if (batch == 0 || M == 0 || N == 0)
     return;

@@ -54,23 +54,28 @@ bool Shape::operator==(const Shape &other) const {
 
 namespace detail {
 
-void fatal(const char *format, ...) {
+namespace {
+[[noreturn]] void vfatal(const char *kernel, const char *format, va_list args) {
   std::fprintf(stderr, "rondo kernels: ");
-  va_list args;
-  va_start(args, format);
+  if (kernel)
+    std::fprintf(stderr, "%s: ", kernel);
   std::vfprintf(stderr, format, args);
-  va_end(args);
   std::fprintf(stderr, "\n");
   std::fflush(stderr);
   std::abort();
 }
+} // namespace
 
-void contiguousStrides(const Shape &shape, int64_t *strides) {
-  int64_t s = 1;
-  for (int i = shape.rank - 1; i >= 0; --i) {
-    strides[i] = s;
-    s *= shape.dims[i];
-  }
+void fatal(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vfatal(nullptr, format, args);
+}
+
+void contract(const char *kernel, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vfatal(kernel, format, args);
 }
 
 BroadcastSpace::BroadcastSpace(const Shape &out, const Shape *inputs,
@@ -81,24 +86,9 @@ BroadcastSpace::BroadcastSpace(const Shape &out, const Shape *inputs,
   int outRank = out.rank;
   int64_t rawStrides[kMaxOperands][kMaxRank] = {};
   contiguousStrides(out, rawStrides[0]);
-  for (int op = 1; op < numOperands; ++op) {
-    const Shape &in = inputs[op - 1];
-    if (in.rank > outRank)
-      fatal("cannot broadcast rank %d to rank %d", in.rank, outRank);
-    int64_t inStrides[kMaxRank];
-    contiguousStrides(in, inStrides);
-    int shift = outRank - in.rank;
-    for (int d = 0; d < outRank; ++d) {
-      int64_t extent = d >= shift ? in.dims[d - shift] : 1;
-      if (extent == out.dims[d] && extent != 1)
-        rawStrides[op][d] = inStrides[d - shift];
-      else if (extent == 1)
-        rawStrides[op][d] = 0;
-      else
-        fatal("cannot broadcast extent %lld to %lld (dim %d)",
-              (long long)extent, (long long)out.dims[d], d);
-    }
-  }
+  for (int op = 1; op < numOperands; ++op)
+    kernels::broadcastStrides(inputs[op - 1], out, rawStrides[op],
+                              [](auto... args) { fatal(args...); });
   // Drop unit dimensions, then merge each dimension into the one inside it
   // when that is contiguous for every operand.
   rank = 0;

@@ -169,14 +169,6 @@ void Temp::release() {
   check(cudaFreeAsync(p, stream_), "cudaFreeAsync", kernel_);
 }
 
-void contiguousStrides(const Shape &shape, int64_t *strides) {
-  int64_t s = 1;
-  for (int i = shape.rank - 1; i >= 0; --i) {
-    strides[i] = s;
-    s *= shape.dims[i];
-  }
-}
-
 Bcast makeBcast(const Shape &out, const Shape *inputs, int numInputs,
                 const char *kernel) {
   if (numInputs > 2)
@@ -185,25 +177,10 @@ Bcast makeBcast(const Shape &out, const Shape *inputs, int numInputs,
   int64_t outStrides[kMaxRank];
   contiguousStrides(out, outStrides);
   int64_t raw[2][kMaxRank] = {};
-  for (int op = 0; op < numInputs; ++op) {
-    const Shape &in = inputs[op];
-    if (in.rank > outRank)
-      contract(kernel, "cannot broadcast rank %d to rank %d", in.rank,
-               outRank);
-    int64_t inStrides[kMaxRank];
-    contiguousStrides(in, inStrides);
-    int shift = outRank - in.rank;
-    for (int d = 0; d < outRank; ++d) {
-      int64_t extent = d >= shift ? in.dims[d - shift] : 1;
-      if (extent == out.dims[d] && extent != 1)
-        raw[op][d] = inStrides[d - shift];
-      else if (extent == 1)
-        raw[op][d] = 0;
-      else
-        contract(kernel, "cannot broadcast extent %lld to %lld (dim %d)",
-                 (long long)extent, (long long)out.dims[d], d);
-    }
-  }
+  for (int op = 0; op < numInputs; ++op)
+    kernels::broadcastStrides(
+        inputs[op], out, raw[op],
+        [kernel](auto... args) { contract(kernel, args...); });
   Bcast s;
   int64_t lastOut = 0;
   for (int d = 0; d < outRank; ++d) {

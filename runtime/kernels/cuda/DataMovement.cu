@@ -257,17 +257,8 @@ void gatherInts(const int64_t *from, int64_t *to, int64_t base,
 template <typename T>
 void concatImpl(const View<const T> *inputs, int numInputs, int axis,
                 View<T> out, const char *name) {
-  int rank = out.shape.rank;
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
-    contract(name, "axis %d out of range for rank %d", axis, rank);
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d)
-    outer *= out.shape.dims[d];
-  for (int d = axis + 1; d < rank; ++d)
-    inner *= out.shape.dims[d];
-  int64_t outRow = out.shape.dims[axis] * inner;
+  auto [outer, inner, outRow] = kernels::concatRows(
+      out.shape, axis, [name](auto... args) { contract(name, args...); });
   if (outer == 0 || outRow == 0)
     return;
   int64_t offset = 0;
@@ -304,24 +295,17 @@ void tableGeometry(const Shape &table, int64_t &rows, int64_t &width,
 
 void transpose(CFView x, const int64_t *perm, FView out) {
   ProfileScope profileScope("transpose");
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  contiguousStrides(x.shape, xStrides);
   if (out.shape.rank != x.shape.rank)
     contract("transpose", "rank mismatch");
-  for (int i = 0; i < out.shape.rank; ++i)
-    strides[i] = xStrides[perm[i]];
+  int64_t strides[kMaxRank];
+  kernels::transposeStrides(x.shape, perm, out.shape.rank, strides);
   stridedCopy(false, x.data, out.data, 0, strides, out.shape, "transpose");
 }
 
 void slice(CFView x, const int64_t *starts, const int64_t *steps, FView out) {
   ProfileScope profileScope("slice");
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  contiguousStrides(x.shape, xStrides);
-  int64_t base = 0;
-  for (int d = 0; d < x.shape.rank; ++d) {
-    base += starts[d] * xStrides[d];
-    strides[d] = steps[d] * xStrides[d];
-  }
+  int64_t strides[kMaxRank];
+  int64_t base = kernels::sliceStrides(x.shape, starts, steps, strides);
   stridedCopy(false, x.data, out.data, base, strides, out.shape, "slice");
 }
 
@@ -329,13 +313,8 @@ void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
                    FView dX) {
   ProfileScope profileScope("sliceBackward");
   fillDevice(dX.data, dX.shape.numel(), 0.0f, "sliceBackward");
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  contiguousStrides(dX.shape, xStrides);
-  int64_t base = 0;
-  for (int d = 0; d < dX.shape.rank; ++d) {
-    base += starts[d] * xStrides[d];
-    strides[d] = steps[d] * xStrides[d];
-  }
+  int64_t strides[kMaxRank];
+  int64_t base = kernels::sliceStrides(dX.shape, starts, steps, strides);
   stridedCopy(true, dOut.data, dX.data, base, strides, dOut.shape,
               "sliceBackward");
 }
@@ -347,25 +326,18 @@ void concat(const CFView *inputs, int numInputs, int axis, FView out) {
 
 void transposeInts(IView x, const int64_t *perm, MIView out) {
   ProfileScope profileScope("transposeInts");
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  contiguousStrides(x.shape, xStrides);
   if (out.shape.rank != x.shape.rank)
     contract("transposeInts", "rank mismatch");
-  for (int i = 0; i < out.shape.rank; ++i)
-    strides[i] = xStrides[perm[i]];
+  int64_t strides[kMaxRank];
+  kernels::transposeStrides(x.shape, perm, out.shape.rank, strides);
   gatherInts(x.data, out.data, 0, strides, out.shape, "transposeInts");
 }
 
 void sliceInts(IView x, const int64_t *starts, const int64_t *steps,
                MIView out) {
   ProfileScope profileScope("sliceInts");
-  int64_t xStrides[kMaxRank], strides[kMaxRank];
-  contiguousStrides(x.shape, xStrides);
-  int64_t base = 0;
-  for (int d = 0; d < x.shape.rank; ++d) {
-    base += starts[d] * xStrides[d];
-    strides[d] = steps[d] * xStrides[d];
-  }
+  int64_t strides[kMaxRank];
+  int64_t base = kernels::sliceStrides(x.shape, starts, steps, strides);
   gatherInts(x.data, out.data, base, strides, out.shape, "sliceInts");
 }
 

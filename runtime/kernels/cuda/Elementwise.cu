@@ -5,10 +5,10 @@
 //===----------------------------------------------------------------------===//
 //
 // Grid-stride loops over the output. Broadcasting uses the merged iteration
-// space of Internal.cuh; equal shapes take a flat path. The formulas are the
-// CPU's, evaluated in the same order; the library is compiled without FMA
-// contraction, so the arithmetic ops round exactly as on the CPU (the
-// transcendental functions may differ by an ulp).
+// space of Internal.cuh; equal shapes take a flat path. The per-element
+// formulas are the CPU's own (common/ScalarOps.h); the library is compiled
+// without FMA contraction, so the arithmetic ops round exactly as on the CPU
+// (the transcendental functions may differ by an ulp).
 //
 // Fast paths (bitwise identical to the general ones: the same per-element
 // formula on the same operands) for the memory-bound common cases, each
@@ -45,66 +45,8 @@ namespace {
 // Binary
 //===----------------------------------------------------------------------===//
 
-__device__ inline bool pickMax(float a, float b) { return a != a || a >= b; }
-__device__ inline bool pickMin(float a, float b) { return a != a || a <= b; }
-
-__device__ inline float binaryFwd(BinaryKind k, float a, float b) {
-  switch (k) {
-  case BinaryKind::Add:
-    return a + b;
-  case BinaryKind::Sub:
-    return a - b;
-  case BinaryKind::Mul:
-    return a * b;
-  case BinaryKind::Div:
-    return a / b;
-  case BinaryKind::Pow:
-    return powf(a, b);
-  case BinaryKind::Max:
-    return pickMax(a, b) ? a : b;
-  case BinaryKind::Min:
-    return pickMin(a, b) ? a : b;
-  }
-  return 0.0f;
-}
-
-__device__ inline void binaryGrad(BinaryKind k, float a, float b, float g,
-                                  float &ga, float &gb) {
-  switch (k) {
-  case BinaryKind::Add:
-    ga = g;
-    gb = g;
-    break;
-  case BinaryKind::Sub:
-    ga = g;
-    gb = -g;
-    break;
-  case BinaryKind::Mul:
-    ga = g * b;
-    gb = g * a;
-    break;
-  case BinaryKind::Div:
-    ga = g / b;
-    gb = -g * a / (b * b);
-    break;
-  case BinaryKind::Pow:
-    ga = b == 0.0f ? 0.0f : g * b * powf(a, b - 1.0f);
-    gb = a > 0.0f ? g * powf(a, b) * logf(a) : 0.0f;
-    break;
-  case BinaryKind::Max: {
-    bool toA = pickMax(a, b);
-    ga = toA ? g : 0.0f;
-    gb = toA ? 0.0f : g;
-    break;
-  }
-  case BinaryKind::Min: {
-    bool toA = pickMin(a, b);
-    ga = toA ? g : 0.0f;
-    gb = toA ? 0.0f : g;
-    break;
-  }
-  }
-}
+using kernels::binaryFwd;
+using kernels::binaryGrad;
 
 __global__ void binaryFlatKernel(BinaryKind k, const float *a, const float *b,
                                  float *out, int64_t n) {
@@ -137,105 +79,8 @@ __global__ void binaryGradKernel(BinaryKind k, const float *a, const float *b,
 // Unary
 //===----------------------------------------------------------------------===//
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluKappa = 0.044715f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-
-__device__ inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-__device__ inline float unaryFwd(UnaryKind k, float x) {
-  switch (k) {
-  case UnaryKind::Neg:
-    return -x;
-  case UnaryKind::Exp:
-    return expf(x);
-  case UnaryKind::Log:
-    return logf(x);
-  case UnaryKind::Sqrt:
-    return sqrtf(x);
-  case UnaryKind::Rsqrt:
-    return 1.0f / sqrtf(x);
-  case UnaryKind::Reciprocal:
-    return 1.0f / x;
-  case UnaryKind::Sigmoid:
-    return sigmoidf(x);
-  case UnaryKind::Tanh:
-    return tanhf(x);
-  case UnaryKind::Relu:
-    return x > 0.0f ? x : 0.0f;
-  case UnaryKind::Silu:
-    return x * sigmoidf(x);
-  case UnaryKind::GeluTanh:
-    return 0.5f * x *
-           (1.0f + tanhf(kSqrt2OverPi * (x + kGeluKappa * x * x * x)));
-  case UnaryKind::GeluErf:
-    return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
-  case UnaryKind::Abs:
-    return fabsf(x);
-  case UnaryKind::Sin:
-    return sinf(x);
-  case UnaryKind::Cos:
-    return cosf(x);
-  }
-  return 0.0f;
-}
-
-__device__ inline float unaryBwd(UnaryKind k, float x, float g) {
-  switch (k) {
-  case UnaryKind::Neg:
-    return -g;
-  case UnaryKind::Exp:
-    return g * expf(x);
-  case UnaryKind::Log:
-    return g / x;
-  case UnaryKind::Sqrt:
-    return g * 0.5f / sqrtf(x);
-  case UnaryKind::Rsqrt: {
-    float r = 1.0f / sqrtf(x);
-    return g * -0.5f * r / x;
-  }
-  case UnaryKind::Reciprocal:
-    return -g / (x * x);
-  case UnaryKind::Sigmoid: {
-    float s = sigmoidf(x);
-    return g * s * (1.0f - s);
-  }
-  case UnaryKind::Tanh: {
-    float t = tanhf(x);
-    return g * (1.0f - t * t);
-  }
-  case UnaryKind::Relu:
-    return x > 0.0f ? g : 0.0f;
-  case UnaryKind::Silu: {
-    float s = sigmoidf(x);
-    return g * s * (1.0f + x * (1.0f - s));
-  }
-  case UnaryKind::GeluTanh: {
-    float xSq = x * x;
-    float inner = kSqrt2OverPi * (x + kGeluKappa * xSq * x);
-    float t = tanhf(inner);
-    float left = 0.5f * x;
-    float right = 1.0f + t;
-    float leftDerivative = 0.5f * right;
-    float rightDerivative =
-        left * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluKappa * xSq);
-    return g * (leftDerivative + rightDerivative);
-  }
-  case UnaryKind::GeluErf: {
-    float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
-    float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
-    return g * (cdf + x * pdf);
-  }
-  case UnaryKind::Abs:
-    return x > 0.0f ? g : (x < 0.0f ? -g : 0.0f);
-  case UnaryKind::Sin:
-    return g * cosf(x);
-  case UnaryKind::Cos:
-    return -g * sinf(x);
-  }
-  return 0.0f;
-}
+using kernels::unaryBwd;
+using kernels::unaryFwd;
 
 __global__ void unaryKernel(UnaryKind k, const float *x, float *out,
                             int64_t n) {
@@ -349,15 +194,21 @@ __device__ inline int64_t globalThread() {
   return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
+/// The two operands' float4 at float4 item v of [rows, cols].
+__device__ inline void loadOperands4(const Mat2 &m, int64_t v, const float *a,
+                                     const float *b, float4 &x, float4 &y) {
+  int64_t r, c;
+  mat4Pos(m, v, r, c);
+  x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
+  y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
+}
+
 __global__ void binaryVecKernel(BinaryKind k, const float *a, const float *b,
                                 float *out, Mat2 m, int64_t nv,
                                 int64_t tail) {
   RONDO_GRID_STRIDE(v, nv) {
-    int64_t r, c;
-    mat4Pos(m, v, r, c);
-    float4 x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
-    float4 y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
-    float4 o;
+    float4 x, y, o;
+    loadOperands4(m, v, a, b, x, y);
     o.x = binaryFwd(k, x.x, y.x);
     o.y = binaryFwd(k, x.y, y.y);
     o.z = binaryFwd(k, x.z, y.z);
@@ -392,10 +243,8 @@ __global__ void binaryGradVecKernel(BinaryKind k, const float *a,
                                     float *gb, Mat2 m, int64_t nv,
                                     int64_t tail) {
   RONDO_GRID_STRIDE(v, nv) {
-    int64_t r, c;
-    mat4Pos(m, v, r, c);
-    float4 x = loadMat4(a, r, c, m.sr[0], m.sc[0]);
-    float4 y = loadMat4(b, r, c, m.sr[1], m.sc[1]);
+    float4 x, y;
+    loadOperands4(m, v, a, b, x, y);
     float4 gv = load4(g + v * 4);
     float4 da, db;
     binaryGrad(k, x.x, y.x, gv.x, da.x, db.x);

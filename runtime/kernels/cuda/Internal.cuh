@@ -15,6 +15,7 @@
 #define RONDO_RUNTIME_KERNELS_CUDA_INTERNAL_CUH
 
 #include "CudaKernels.h"
+#include "ScalarOps.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -143,8 +144,7 @@ __device__ inline int64_t stridedOffset(const Strided &s, int64_t i) {
   return off;
 }
 
-/// Row-major strides of a shape.
-void contiguousStrides(const Shape &shape, int64_t *strides);
+using kernels::contiguousStrides;
 
 //===----------------------------------------------------------------------===//
 // Reductions (fixed trees)

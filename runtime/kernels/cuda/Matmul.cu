@@ -39,6 +39,14 @@ __global__ void roundToBf16Kernel(const float *in, __nv_bfloat16 *out,
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
+/// cuBLAS takes 32-bit sizes and leading dimensions.
+void checkGemmSizes(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                    int64_t ldc, int64_t batch, const char *kernel) {
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
+      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
+    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+}
+
 } // namespace
 
 namespace detail {
@@ -57,9 +65,7 @@ void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
                       int64_t strideA, const void *b, int64_t ldb,
                       int64_t strideB, float beta, float *c, int64_t ldc,
                       int64_t strideC, int64_t batch, const char *kernel) {
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
-      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
-    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+  checkGemmSizes(M, N, K, lda, ldb, ldc, batch, kernel);
   cublasHandle_t h = cublas(kernel);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -87,9 +93,7 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                   const float *b, int64_t ldb, int64_t strideB, float beta,
                   float *c, int64_t ldc, int64_t strideC, int64_t batch,
                   const char *kernel) {
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX ||
-      ldb > INT_MAX || ldc > INT_MAX || batch > INT_MAX)
-    contract(kernel, "matrix dimensions exceed 32-bit cuBLAS limits");
+  checkGemmSizes(M, N, K, lda, ldb, ldc, batch, kernel);
   cublasHandle_t h = cublas(kernel);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -131,41 +135,9 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
 void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
             bool accumulate) {
   const char *name = "matmul";
-  const Shape &as = a.shape, &bs = b.shape, &os = out.shape;
-  int ra = as.rank, rb = bs.rank;
-  if (ra < 1 || rb < 1)
-    contract(name, "operands must have rank >= 1");
-  int64_t M, K, N, Kb;
-  if (ra == 1) {
-    M = 1;
-    K = as.dims[0];
-    transA = false;
-  } else {
-    M = transA ? as.dims[ra - 1] : as.dims[ra - 2];
-    K = transA ? as.dims[ra - 2] : as.dims[ra - 1];
-  }
-  if (rb == 1) {
-    N = 1;
-    Kb = bs.dims[0];
-    transB = false;
-  } else {
-    Kb = transB ? bs.dims[rb - 1] : bs.dims[rb - 2];
-    N = transB ? bs.dims[rb - 2] : bs.dims[rb - 1];
-  }
-  if (K != Kb)
-    contract(name, "contraction sizes differ (%lld vs %lld)", (long long)K,
-             (long long)Kb);
-  int matDims = (ra > 1 ? 1 : 0) + (rb > 1 ? 1 : 0);
-  if (os.rank < matDims)
-    contract(name, "output rank %d too small", os.rank);
-  if ((ra > 1 && rb > 1 &&
-       (os.dims[os.rank - 2] != M || os.dims[os.rank - 1] != N)) ||
-      (ra > 1 && rb == 1 && os.dims[os.rank - 1] != M) ||
-      (ra == 1 && rb > 1 && os.dims[os.rank - 1] != N))
-    contract(name, "output shape does not match operands");
-  Shape outBatch(os.dims, os.rank - matDims);
-  Shape aBatch(as.dims, ra > 2 ? ra - 2 : 0);
-  Shape bBatch(bs.dims, rb > 2 ? rb - 2 : 0);
+  auto [M, K, N, outBatch, aBatch, bBatch] = kernels::matmulSizes(
+      a.shape, b.shape, out.shape, transA, transB,
+      [name](auto... args) { contract(name, args...); });
   int64_t batch = outBatch.numel();
   if (batch == 0 || M == 0 || N == 0)
     return;

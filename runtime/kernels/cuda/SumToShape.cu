@@ -150,38 +150,9 @@ void sumToShape(CFView x, FView out) {
     fillDevice(out.data, O, 0.0f, name);
     return;
   }
-  int64_t xStrides[kMaxRank];
-  contiguousStrides(xs, xStrides);
-  int shift = rank - out.shape.rank;
   Odo kept, reduced;
-  int lastClass = -1;
-  for (int d = 0; d < rank; ++d) {
-    int64_t o = d >= shift ? out.shape.dims[d - shift] : 1;
-    int64_t e = xs.dims[d];
-    if (e == 1) {
-      if (o != 1)
-        contract(name, "cannot reduce extent 1 to %lld", (long long)o);
-      continue;
-    }
-    int cls;
-    if (o == e)
-      cls = 0;
-    else if (o == 1)
-      cls = 1;
-    else
-      contract(name, "cannot reduce extent %lld to %lld", (long long)e,
-               (long long)o);
-    Odo &od = cls == 0 ? kept : reduced;
-    if (cls == lastClass) {
-      od.dims[od.rank - 1] *= e;
-      od.strides[od.rank - 1] = xStrides[d];
-    } else {
-      od.dims[od.rank] = e;
-      od.strides[od.rank] = xStrides[d];
-      ++od.rank;
-    }
-    lastClass = cls;
-  }
+  kernels::splitSumDims(xs, out.shape, kept, reduced,
+                        [name](auto... args) { contract(name, args...); });
   cudaStream_t st = currentStream();
   if (reduced.rank == 0) {
     RONDO_CHECK(cudaMemcpyAsync(out.data, x.data, size_t(O) * sizeof(float),

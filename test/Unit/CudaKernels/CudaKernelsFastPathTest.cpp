@@ -18,46 +18,18 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CudaKernels.h"
-#include "Kernels.h"
-
-#include <cuda_runtime.h>
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <random>
-#include <stdexcept>
-#include <string>
-#include <vector>
-
-namespace cpu = rondo::cpu;
-namespace cu = rondo::cuda;
-using cpu::BinaryKind;
-using cpu::CFView;
-using cpu::FView;
-using cpu::Shape;
-using cpu::UnaryKind;
+#include "CudaKernelsTestUtil.h"
 
 namespace {
 
-constexpr double kTol = 1e-5;
-
-void ck(cudaError_t e, const char *what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using cuda_test::ck;
+using cuda_test::kTol;
 
 class CudaFastPath : public testing::Test {
 protected:
   void SetUp() override {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-      cudaGetLastError();
+    if (!cuda_test::gpuAvailable())
       GTEST_SKIP() << "no CUDA device";
-    }
     gen.seed(20261123);
   }
 
@@ -142,6 +114,26 @@ void expectClose(const std::vector<float> &got, const std::vector<float> &want,
   double err = maxErr / (maxRef > 0.0 ? maxRef : 1.0);
   EXPECT_LE(err, tol) << what << " (max-abs-normalised error)";
 }
+
+/// A kernel's forward and backward results against the CPU's, run on aligned
+/// (off 0: the fast path) and then misaligned buffers (off 1: the general
+/// kernels), whose results must equal the fast path's bitwise.
+struct FastVsGeneral {
+  std::vector<float> fastF, fastB;
+  void check(int off, const std::vector<float> &f, const std::vector<float> &b,
+             const std::vector<float> &ref, const std::vector<float> &refB,
+             const std::string &what) {
+    expectClose(f, ref, what);
+    expectClose(b, refB, what + " backward");
+    if (off == 0) {
+      fastF = f;
+      fastB = b;
+      return;
+    }
+    expectBitwise(f, fastF, what + " fast vs general");
+    expectBitwise(b, fastB, what + " backward fast vs general");
+  }
+};
 
 int64_t numel(const Shape &s) { return s.numel(); }
 
@@ -255,23 +247,14 @@ TEST_F(CudaFastPath, UnaryFamilyFlat) {
           refB(static_cast<size_t>(n));
       cpu::unary(k, hv(x, s), hm(ref, s));
       cpu::unaryBackward(k, hv(x, s), hv(g, s), hm(refB, s));
-      std::vector<float> fastF, fastB;
+      FastVsGeneral runs;
       for (int off : {0, 1}) {
         Dev dx(x, off), dg(g, off), out(n, off), outB(n, off);
         cu::unary(k, dx.cv(s), out.v(s));
         cu::unaryBackward(k, dx.cv(s), dg.cv(s), outB.v(s));
-        auto f = out.get(), b = outB.get();
-        std::string what =
-            "unary kind " + std::to_string(int(k)) + " n=" + std::to_string(n);
-        expectClose(f, ref, what);
-        expectClose(b, refB, what + " backward");
-        if (off == 0) {
-          fastF = f;
-          fastB = b;
-        } else {
-          expectBitwise(f, fastF, what + " fast vs general");
-          expectBitwise(b, fastB, what + " backward fast vs general");
-        }
+        runs.check(off, out.get(), outB.get(), ref, refB,
+                   "unary kind " + std::to_string(int(k)) +
+                       " n=" + std::to_string(n));
       }
     }
     // scale, accumulate, roundToBf16: bitwise equal to the CPU.
@@ -417,23 +400,14 @@ TEST_F(CudaFastPath, Rotary) {
         refB(static_cast<size_t>(numel(s)));
     cpu::rotary(hv(x, s), hv(c, cs), hv(sn, cs), hm(ref, s));
     cpu::rotaryBackward(hv(x, s), hv(c, cs), hv(sn, cs), hm(refB, s));
-    std::vector<float> fastF, fastB;
+    FastVsGeneral runs;
     for (int off : {0, 1}) {
       Dev dx(x, off), dc(c), ds(sn), y(numel(s), off), yb(numel(s), off);
       cu::rotary(dx.cv(s), dc.cv(cs), ds.cv(cs), y.v(s));
       cu::rotaryBackward(dx.cv(s), dc.cv(cs), ds.cv(cs), yb.v(s));
-      std::string what =
-          "rotary D=" + std::to_string(D) + " off=" + std::to_string(off);
-      auto f = y.get(), b = yb.get();
-      expectClose(f, ref, what);
-      expectClose(b, refB, what + " backward");
-      if (off == 0) {
-        fastF = f;
-        fastB = b;
-      } else {
-        expectBitwise(f, fastF, what + " fast vs general");
-        expectBitwise(b, fastB, what + " backward fast vs general");
-      }
+      runs.check(off, y.get(), yb.get(), ref, refB,
+                 "rotary D=" + std::to_string(D) +
+                     " off=" + std::to_string(off));
     }
   }
 }

@@ -286,6 +286,33 @@ struct DevBuf {
   CFView cv() const { return CFView{p, shape}; }
 };
 
+/// Causal attention forward and backward on random [B, H, T, D] buffers
+/// (Hq query heads, Hkv key/value heads): milliseconds per call over `reps`
+/// runs, and the forward's flops (causal: half the scores).
+struct AttnTimes {
+  double fwd, bwd, flops;
+};
+AttnTimes timeCausalAttention(int64_t B, int64_t Hq, int64_t Hkv, int64_t T,
+                              int64_t D, int reps) {
+  DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}), v(Shape{B, Hkv, T, D});
+  DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+  DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+      dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f), dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+  float scale = 1.0f / std::sqrt(float(D));
+  AttnTimes t;
+  t.fwd = timeMs(
+      [&] { cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v()); },
+      reps);
+  t.bwd = timeMs(
+      [&] {
+        cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
+                              true, scale, dq.v(), dk.v(), dv.v());
+      },
+      reps);
+  t.flops = 4.0 * B * Hq * T * T * D / 2;
+  return t;
+}
+
 // Not a correctness test: rough timings of this first (fp32, simple) version
 // at training sizes, for the record. Run with --gtest_also_run_disabled_tests.
 TEST_F(CudaKernels, DISABLED_Timing) {
@@ -298,29 +325,11 @@ TEST_F(CudaKernels, DISABLED_Timing) {
                 2.0 * n * n * n / ms / 1e9);
   }
   {
-    const int64_t B = 1, Hq = 16, Hkv = 8, T = 2048, D = 128;
-    DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
-        v(Shape{B, Hkv, T, D});
-    DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
-    DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
-        dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
-        dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
-    float scale = 1.0f / std::sqrt(float(D));
-    double f = timeMs(
-        [&] {
-          cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v());
-        },
-        5);
-    double bw = timeMs(
-        [&] {
-          cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
-                                true, scale, dq.v(), dk.v(), dv.v());
-        },
-        5);
-    double flops = 4.0 * B * Hq * T * T * D / 2; // causal: half the scores
+    AttnTimes t = timeCausalAttention(1, 16, 8, 2048, 128, 5);
     std::printf("[ timing ] attention causal B1 Hq16 Hkv8 T2048 D128: fwd "
                 "%.3f ms (%.2f TFLOP/s), bwd %.3f ms (%.2f TFLOP/s)\n",
-                f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+                t.fwd, t.flops / t.fwd / 1e9, t.bwd,
+                2.5 * t.flops / t.bwd / 1e9);
   }
   {
     const int64_t R = 16384, W = 2048;
@@ -383,25 +392,11 @@ TEST_F(CudaKernels, DISABLED_Timing) {
 TEST_F(CudaKernels, DISABLED_FlashTiming) {
   PrecisionGuard guard(cu::Precision::Bf16);
   for (int64_t D : {128, 64}) {
-    const int64_t B = 2, Hq = 16, Hkv = 8, T = 4096;
-    DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
-        v(Shape{B, Hkv, T, D});
-    DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
-    DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
-        dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
-        dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
-    float scale = 1.0f / std::sqrt(float(D));
-    double f = timeMs([&] {
-      cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v());
-    });
-    double bw = timeMs([&] {
-      cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
-                            true, scale, dq.v(), dk.v(), dv.v());
-    });
-    double flops = 4.0 * B * Hq * T * T * D / 2; // causal: half the scores
+    AttnTimes t = timeCausalAttention(2, 16, 8, 4096, D, 10);
     std::printf("[ timing ] attention bf16 causal B2 Hq16 Hkv8 T4096 D%lld: "
                 "fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s)\n",
-                (long long)D, f, flops / f / 1e9, bw, 2.5 * flops / bw / 1e9);
+                (long long)D, t.fwd, t.flops / t.fwd / 1e9, t.bwd,
+                2.5 * t.flops / t.bwd / 1e9);
   }
 }
 

@@ -297,40 +297,49 @@ TEST_F(CudaKernels, GatherRowsBadIdGivesNaNAndFlag) {
 // Matmul
 //===----------------------------------------------------------------------===//
 
-TEST_F(CudaKernels, Matmul) {
-  struct Case {
-    Shape a, b, out;
-    bool ta, tb;
-  };
-  const Case cases[] = {
-      {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false},   // folded x.W
-      {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},    // transA, not folded
-      {{3, 5, 7}, {4, 7}, {3, 5, 4}, false, true},    // folded, transB
-      {{2, 1, 5, 6}, {1, 3, 6, 4}, {2, 3, 5, 4}, false, false},
-      {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
-      {{7}, {2, 7, 4}, {2, 4}, false, false},         // vector a
-      {{2, 5, 7}, {7}, {2, 5}, false, false},         // vector b
-      {{7}, {7}, {}, false, false},                   // dot
-      {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
-      {{2, 4, 37, 16}, {2, 4, 45, 16}, {2, 4, 37, 45}, false, true},
-      {{256, 384}, {256, 200}, {384, 200}, true, false},
-  };
-  for (const Case &c : cases)
+struct MatmulCase {
+  Shape a, b, out;
+  bool ta, tb;
+};
+
+/// cu::matmul against cpu::matmul on each case, writing a fresh output and
+/// accumulating into a random one; `label` starts each message.
+void checkMatmuls(std::initializer_list<MatmulCase> cases,
+                  const std::string &label, double tol) {
+  for (const MatmulCase &c : cases)
     for (int acc = 0; acc < 2; ++acc) {
       Tensor a = uniform(c.a), b = uniform(c.b), init = uniform(c.out);
       Tensor ref = init;
       cpu::matmul(a.cv(), b.cv(), ref.v(), c.ta, c.tb, acc != 0);
       Dev da(a), db(b);
-      std::string what = "matmul " + str(c.a) + "x" + str(c.b) +
-                         (acc ? " accumulate" : "");
+      std::string what =
+          label + " " + str(c.a) + "x" + str(c.b) + (acc ? " accumulate" : "");
       auto got = runTwice({{c.out, acc ? init.data : std::vector<float>{}}},
                           [&](const std::vector<FView> &o) {
                             cu::matmul(da.cv(), db.cv(), o[0], c.ta, c.tb,
                                        acc != 0);
                           },
                           what);
-      expectClose(got[0], ref, what);
+      expectClose(got[0], ref, what, tol);
     }
+}
+
+TEST_F(CudaKernels, Matmul) {
+  checkMatmuls(
+      {
+          {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false}, // folded x.W
+          {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},  // transA, not folded
+          {{3, 5, 7}, {4, 7}, {3, 5, 4}, false, true},  // folded, transB
+          {{2, 1, 5, 6}, {1, 3, 6, 4}, {2, 3, 5, 4}, false, false},
+          {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
+          {{7}, {2, 7, 4}, {2, 4}, false, false}, // vector a
+          {{2, 5, 7}, {7}, {2, 5}, false, false}, // vector b
+          {{7}, {7}, {}, false, false},           // dot
+          {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
+          {{2, 4, 37, 16}, {2, 4, 45, 16}, {2, 4, 37, 45}, false, true},
+          {{256, 384}, {256, 200}, {384, 200}, true, false},
+      },
+      "matmul", kTol);
 }
 
 TEST_F(CudaKernels, MatmulEmptyContraction) {
@@ -446,84 +455,6 @@ TEST_F(CudaKernels, Rotary) {
 // Attention
 //===----------------------------------------------------------------------===//
 
-TEST_F(CudaKernels, Attention) {
-  struct Case {
-    int64_t B, Hq, Hkv, T, S, D;
-    bool causal;
-  };
-  const Case cases[] = {
-      {2, 4, 2, 37, 37, 16, true},   {1, 6, 2, 70, 70, 64, true},
-      {2, 4, 4, 20, 45, 32, true},   {1, 2, 1, 45, 20, 32, true},
-      {2, 4, 2, 37, 50, 16, false},  {1, 2, 2, 33, 33, 128, true},
-      {1, 2, 1, 17, 40, 256, false}, {1, 8, 1, 129, 129, 64, true},
-  };
-  for (const Case &c : cases) {
-    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
-    Shape ls{c.B, c.Hq, c.T};
-    Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
-    Tensor v = uniform(ks), g = uniform(qs);
-    float scale = 1.0f / std::sqrt(float(c.D));
-    Tensor out(qs), lse(ls), dq(qs), dk(ks), dv(ks);
-    cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
-    cpu::attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), g.cv(),
-                           c.causal, scale, dq.v(), dk.v(), dv.v());
-    Dev dQ(q), dK(k), dV(v), dG(g), dO(out), dL(lse);
-    std::string what = "attention B" + std::to_string(c.B) + " Hq" +
-                       std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) +
-                       " T" + std::to_string(c.T) + " S" +
-                       std::to_string(c.S) + " D" + std::to_string(c.D) +
-                       (c.causal ? " causal" : "");
-    // Forward, and the backward from the CPU's out/lse (so that the two
-    // backward passes see the same inputs).
-    auto got = runTwice({{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
-                        [&](const std::vector<FView> &o) {
-                          cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal,
-                                        scale, o[0], o[1]);
-                          cu::attentionBackward(
-                              dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                              dG.cv(), c.causal, scale, o[2], o[3], o[4]);
-                        },
-                        what);
-    expectClose(got[0], out, what + " out");
-    expectClose(got[1], lse, what + " lse");
-    expectClose(got[2], dq, what + " dQ");
-    expectClose(got[3], dk, what + " dK");
-    expectClose(got[4], dv, what + " dV");
-  }
-}
-
-TEST_F(CudaKernels, MatmulBf16) {
-  PrecisionGuard bf16(cu::Precision::Bf16);
-  struct Case {
-    Shape a, b, out;
-    bool ta, tb;
-  };
-  const Case cases[] = {
-      {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false},
-      {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},
-      {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
-      {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
-      {{256, 384}, {256, 200}, {384, 200}, true, false},
-      {{300, 1024}, {640, 1024}, {300, 640}, false, true},
-  };
-  for (const Case &c : cases)
-    for (int acc = 0; acc < 2; ++acc) {
-      Tensor a = uniform(c.a), b = uniform(c.b), init = uniform(c.out);
-      Tensor ref = init;
-      cpu::matmul(a.cv(), b.cv(), ref.v(), c.ta, c.tb, acc != 0);
-      Dev da(a), db(b);
-      std::string what = "bf16 matmul " + str(c.a) + "x" + str(c.b) +
-                         (acc ? " accumulate" : "");
-      auto got = runTwice({{c.out, acc ? init.data : std::vector<float>{}}},
-                          [&](const std::vector<FView> &o) {
-                            cu::matmul(da.cv(), db.cv(), o[0], c.ta, c.tb,
-                                       acc != 0);
-                          },
-                          what);
-      expectClose(got[0], ref, what, kBf16Tol);
-    }
-}
-
 struct AttnCase {
   int64_t B, Hq, Hkv, T, S, D;
   bool causal;
@@ -534,6 +465,68 @@ std::string attnName(const AttnCase &c) {
          std::to_string(c.Hkv) + " T" + std::to_string(c.T) + " S" +
          std::to_string(c.S) + " D" + std::to_string(c.D) +
          (c.causal ? " causal" : "");
+}
+
+/// The CPU's attention forward and backward on random inputs of `c` (the
+/// references) and the CUDA kernels' on the same inputs, run twice
+/// (runTwice): the forward, and the backward from the CPU's out/lse so that
+/// the two backward passes see the same inputs.
+struct AttnRun {
+  Tensor out, lse, dq, dk, dv;
+  std::vector<std::vector<float>> got; ///< out, lse, dQ, dK, dV
+};
+AttnRun runAttention(const AttnCase &c, const std::string &what) {
+  Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
+  Shape ls{c.B, c.Hq, c.T};
+  Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
+  Tensor v = uniform(ks), g = uniform(qs);
+  float scale = 1.0f / std::sqrt(float(c.D));
+  AttnRun r{Tensor(qs), Tensor(ls), Tensor(qs), Tensor(ks), Tensor(ks), {}};
+  cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, r.out.v(), r.lse.v());
+  cpu::attentionBackward(q.cv(), k.cv(), v.cv(), r.out.cv(), r.lse.cv(), g.cv(),
+                         c.causal, scale, r.dq.v(), r.dk.v(), r.dv.v());
+  Dev dQ(q), dK(k), dV(v), dG(g), dO(r.out), dL(r.lse);
+  r.got = runTwice(
+      {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
+      [&](const std::vector<FView> &o) {
+        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
+        cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
+                              dG.cv(), c.causal, scale, o[2], o[3], o[4]);
+      },
+      what);
+  return r;
+}
+
+TEST_F(CudaKernels, Attention) {
+  const AttnCase cases[] = {
+      {2, 4, 2, 37, 37, 16, true},   {1, 6, 2, 70, 70, 64, true},
+      {2, 4, 4, 20, 45, 32, true},   {1, 2, 1, 45, 20, 32, true},
+      {2, 4, 2, 37, 50, 16, false},  {1, 2, 2, 33, 33, 128, true},
+      {1, 2, 1, 17, 40, 256, false}, {1, 8, 1, 129, 129, 64, true},
+  };
+  for (const AttnCase &c : cases) {
+    std::string what = "attention " + attnName(c);
+    AttnRun r = runAttention(c, what);
+    expectClose(r.got[0], r.out, what + " out");
+    expectClose(r.got[1], r.lse, what + " lse");
+    expectClose(r.got[2], r.dq, what + " dQ");
+    expectClose(r.got[3], r.dk, what + " dK");
+    expectClose(r.got[4], r.dv, what + " dV");
+  }
+}
+
+TEST_F(CudaKernels, MatmulBf16) {
+  PrecisionGuard bf16(cu::Precision::Bf16);
+  checkMatmuls(
+      {
+          {{3, 5, 7}, {7, 4}, {3, 5, 4}, false, false},
+          {{3, 7, 5}, {7, 4}, {3, 5, 4}, true, false},
+          {{2, 3, 6, 5}, {3, 4, 6}, {2, 3, 5, 4}, true, true},
+          {{4, 64, 512}, {512, 96}, {4, 64, 96}, false, false},
+          {{256, 384}, {256, 200}, {384, 200}, true, false},
+          {{300, 1024}, {640, 1024}, {300, 640}, false, true},
+      },
+      "bf16 matmul", kBf16Tol);
 }
 
 /// Rows (over [B, Hq, T]) that see no key: causal with i + S - T < 0.
@@ -559,27 +552,11 @@ TEST_F(CudaKernels, AttentionBf16) {
       {1, 2, 1, 333, 333, 128, false}, {1, 2, 1, 300, 100, 64, true},
   };
   for (const AttnCase &c : cases) {
-    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
-    Shape ls{c.B, c.Hq, c.T};
-    Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
-    Tensor v = uniform(ks), g = uniform(qs);
-    float scale = 1.0f / std::sqrt(float(c.D));
-    Tensor out(qs), lse(ls), dq(qs), dk(ks), dv(ks);
-    cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
-    cpu::attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), g.cv(),
-                           c.causal, scale, dq.v(), dk.v(), dv.v());
-    Dev dQ(q), dK(k), dV(v), dG(g), dO(out), dL(lse);
     std::string what = "attention bf16 " + attnName(c);
-    auto got = runTwice(
-        {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
-        [&](const std::vector<FView> &o) {
-          cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
-          cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                                dG.cv(), c.causal, scale, o[2], o[3], o[4]);
-        },
-        what);
+    AttnRun r = runAttention(c, what);
+    const std::vector<std::vector<float>> &got = r.got;
     const char *names[] = {"out", "lse", "dQ", "dK", "dV"};
-    const Tensor *refs[] = {&out, &lse, &dq, &dk, &dv};
+    const Tensor *refs[] = {&r.out, &r.lse, &r.dq, &r.dk, &r.dv};
     std::string line;
     for (int i = 0; i < 5; ++i) {
       double e = normErr(got[i], refs[i]->data);
@@ -591,7 +568,7 @@ TEST_F(CudaKernels, AttentionBf16) {
         refMax = std::max(refMax, double(std::fabs(x)));
       for (float x : got[i])
         gotMax = std::max(gotMax, double(std::fabs(x)));
-      for (float x : dv.data)
+      for (float x : r.dv.data)
         dvMax = std::max(dvMax, double(std::fabs(x)));
       if (refMax < 1e-6 * dvMax)
         e = gotMax / dvMax;

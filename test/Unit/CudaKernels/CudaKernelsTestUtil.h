@@ -5,13 +5,15 @@
 //===----------------------------------------------------------------------===//
 //
 // Device tensors, the error bookkeeping, the run-twice determinism check and
-// the fixture shared by CudaKernelsTest.cpp and CudaKernelsLossTest.cpp.
+// the fixture shared by CudaKernelsTest.cpp and CudaKernelsLossTest.cpp; the
+// names, the device probe and the error check of every CUDA kernel test.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef RONDO_TEST_UNIT_CUDAKERNELS_CUDAKERNELSTESTUTIL_H
 #define RONDO_TEST_UNIT_CUDAKERNELS_CUDAKERNELSTESTUTIL_H
 
+#include "../Common/KernelTestTensor.h"
 #include "CudaKernels.h"
 #include "Kernels.h"
 
@@ -35,6 +37,7 @@ using cpu::BinaryKind;
 using cpu::CFView;
 using cpu::FView;
 using cpu::IView;
+using cpu::MIView;
 using cpu::Shape;
 using cpu::UnaryKind;
 
@@ -63,17 +66,9 @@ inline void ck(cudaError_t e, const char *what) {
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-inline std::mt19937 &rng() {
-  static std::mt19937 gen;
-  static const testing::TestInfo *seededFor = nullptr;
-  const testing::TestInfo *current =
-      testing::UnitTest::GetInstance()->current_test_info();
-  if (current != seededFor) {
-    seededFor = current;
-    gen.seed(20261122);
-  }
-  return gen;
-}
+using rondo::cpu::test::Tensor;
+
+inline std::mt19937 &rng() { return rondo::cpu::test::seededRng(20261122); }
 
 inline std::string str(const Shape &s) {
   std::string r = "[";
@@ -82,22 +77,8 @@ inline std::string str(const Shape &s) {
   return r + "]";
 }
 
-struct Tensor {
-  Shape shape;
-  std::vector<float> data;
-  Tensor() = default;
-  explicit Tensor(Shape s, float value = 0.0f)
-      : shape(s), data(size_t(s.numel()), value) {}
-  FView v() { return FView{data.data(), shape}; }
-  CFView cv() const { return CFView{data.data(), shape}; }
-};
-
 inline Tensor uniform(Shape s, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t(s);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (float &x : t.data)
-    x = dist(rng());
-  return t;
+  return rondo::cpu::test::uniformFrom(rng(), s, lo, hi);
 }
 
 /// Uniform with |x| >= gap.

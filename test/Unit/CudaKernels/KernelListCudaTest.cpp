@@ -11,35 +11,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "CudaKernels.h"
-#include "Kernels.h"
+#include "CudaKernelsTestUtil.h"
 
-#include <cuda_runtime.h>
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <cstring>
 #include <limits>
-#include <vector>
-
-namespace cpu = rondo::cpu;
-namespace cu = rondo::cuda;
-using cpu::CFView;
-using cpu::FView;
-using cpu::IView;
-using cpu::MIView;
-using cpu::Shape;
 
 namespace {
-
-bool gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
 
 /// A device copy of host data, copied back by `host()`.
 template <class T> struct Dev {
@@ -71,7 +47,7 @@ TEST(KernelListCuda, EveryListedKernelIsDefined) {
 }
 
 TEST(KernelListCuda, NewKernelsMatchTheCpuBitwise) {
-  if (!gpu())
+  if (!cuda_test::gpuAvailable())
     GTEST_SKIP() << "no GPU";
   Shape s{2, 3, 4};
   std::vector<int64_t> x(24);

@@ -17,6 +17,7 @@
 #include <csignal>
 #include <cstring>
 #include <dirent.h>
+#include <functional>
 #include <random>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -25,10 +26,7 @@
 #include <vector>
 
 using namespace rondo::rt;
-using rondo::test::errorOf;
-using rondo::test::makeTempDir;
-using rondo::test::readText;
-using rondo::test::writeBytes;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {
@@ -110,6 +108,13 @@ void write(const std::string &dir, int64_t step, State &state) {
   writeCheckpoint(dir, makeMeta(step), state.tensors());
 }
 
+/// The latest checkpoint in `dir` is that of `step` and reads back as `state`.
+void expectLatest(const std::string &dir, int64_t step, const State &state) {
+  State loaded = state.zeroed();
+  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, step);
+  EXPECT_TRUE(loaded.bitwiseEqual(state));
+}
+
 bool exists(const std::string &path) {
   return ::access(path.c_str(), F_OK) == 0;
 }
@@ -129,6 +134,30 @@ std::vector<std::string> listDir(const std::string &dir) {
     ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+/// Writes `s1` and `s2` as steps 1 and 2 in `dir`, then replaces step 2's
+/// file by `damage` of its bytes; returns its path.
+std::string damageStep2(const std::string &dir, State &s1, State &s2,
+                        const std::function<std::string(std::string)> &damage) {
+  write(dir, 1, s1);
+  write(dir, 2, s2);
+  std::string path = dir + "/step-2.ckpt";
+  writeBytes(path, damage(readText(path)));
+  return path;
+}
+
+/// A write of step 2 after step 1 that failed with `error`: the error names
+/// the checkpoint and `reason`, `dir` then holds `listing`, and step 1 is still
+/// the latest and reads back as `s1`.
+void expectStep2Failed(const std::string &dir, const std::string &error,
+                       const std::string &reason,
+                       const std::vector<std::string> &listing,
+                       const State &s1) {
+  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
+  EXPECT_THAT(error, HasSubstr(reason));
+  EXPECT_EQ(listDir(dir), listing);
+  expectLatest(dir, 1, s1);
 }
 
 TEST(Checkpoint, RoundTripIsBitwise) {
@@ -204,9 +233,7 @@ TEST(Checkpoint, LatestNamesNewestAndPreviousIsKept) {
   EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-200.ckpt",
                                                     "step-300.ckpt"}));
 
-  State loaded = s3.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 300);
-  EXPECT_TRUE(loaded.bitwiseEqual(s3));
+  expectLatest(dir, 300, s3);
   State previous = s2.zeroed();
   EXPECT_EQ(readCheckpoint(dir + "/step-200.ckpt", previous.tensors()).step,
             200);
@@ -224,13 +251,8 @@ TEST(Checkpoint, UnwritableDirectoryLeavesPreviousCheckpoint) {
   }
   std::string error = errorOf([&] { write(dir, 2, s2); });
   ::chmod(dir.c_str(), 0755);
-  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
-  EXPECT_THAT(error, HasSubstr(std::strerror(EACCES)));
-
-  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectStep2Failed(dir, error, std::strerror(EACCES),
+                    {"LATEST", "step-1.ckpt"}, s1);
 }
 
 TEST(Checkpoint, FailedRenameRemovesTemporary) {
@@ -242,15 +264,9 @@ TEST(Checkpoint, FailedRenameRemovesTemporary) {
   ASSERT_EQ(::mkdir((dir + "/step-2.ckpt").c_str(), 0755), 0);
   writeBytes(dir + "/step-2.ckpt/keep", "x");
   std::string error = errorOf([&] { write(dir, 2, s2); });
-  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
-  EXPECT_THAT(error, HasSubstr("rename"));
-
-  EXPECT_EQ(listDir(dir),
-            (std::vector<std::string>{"LATEST", "step-1.ckpt", "step-2.ckpt"}));
+  expectStep2Failed(dir, error, "rename",
+                    {"LATEST", "step-1.ckpt", "step-2.ckpt"}, s1);
   EXPECT_EQ(readText(dir + "/LATEST"), "step-1.ckpt\n");
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
 }
 
 TEST(Checkpoint, FailedWriteRemovesTemporary) {
@@ -268,23 +284,16 @@ TEST(Checkpoint, FailedWriteRemovesTemporary) {
   std::string error = errorOf([&] { write(dir, 2, s2); });
   ::setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, oldHandler);
-  EXPECT_THAT(error, HasSubstr(dir + "/step-2.ckpt"));
-  EXPECT_THAT(error, HasSubstr(std::strerror(EFBIG)));
-
-  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-1.ckpt"}));
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectStep2Failed(dir, error, std::strerror(EFBIG), {"LATEST", "step-1.ckpt"},
+                    s1);
 }
 
 TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
   std::string dir = makeTempDir();
   State s1 = makeState(1), s2 = makeState(2);
-  write(dir, 1, s1);
-  write(dir, 2, s2);
-  std::string path = dir + "/step-2.ckpt";
-  std::string bytes = readText(path);
-  writeBytes(path, bytes.substr(0, bytes.size() / 2));
+  std::string path = damageStep2(dir, s1, s2, [](std::string bytes) {
+    return bytes.substr(0, bytes.size() / 2);
+  });
 
   State loaded = s2.zeroed();
   std::string error = errorOf([&] { readCheckpoint(path, loaded.tensors()); });
@@ -303,12 +312,10 @@ TEST(Checkpoint, TruncatedLatestFallsBackToPrevious) {
 TEST(Checkpoint, CorruptByteFailsChecksumAndFallsBack) {
   std::string dir = makeTempDir();
   State s1 = makeState(1), s2 = makeState(2);
-  write(dir, 1, s1);
-  write(dir, 2, s2);
-  std::string path = dir + "/step-2.ckpt";
-  std::string bytes = readText(path);
-  bytes[bytes.size() - 40] ^= 0x01; // Inside the data of 'b'.
-  writeBytes(path, bytes);
+  std::string path = damageStep2(dir, s1, s2, [](std::string bytes) {
+    bytes[bytes.size() - 40] ^= 0x01; // Inside the data of 'b'.
+    return bytes;
+  });
 
   State loaded = s2.zeroed();
   std::string error = errorOf([&] { readCheckpoint(path, loaded.tensors()); });
@@ -430,17 +437,13 @@ TEST(Checkpoint, KilledWritersTemporariesDoNotBreakResumeAndAreRemoved) {
   writeBytes(dir + "/step-2.ckpt.tmp." + live, "RONDOCKP");
   writeBytes(dir + "/notes.tmp." + dead, "the user's own file");
 
-  State loaded = s1.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, loaded.tensors()).step, 1);
-  EXPECT_TRUE(loaded.bitwiseEqual(s1));
+  expectLatest(dir, 1, s1);
 
   write(dir, 2, s2);
   EXPECT_EQ(listDir(dir), (std::vector<std::string>{
                               "LATEST", "notes.tmp." + dead, "step-1.ckpt",
                               "step-2.ckpt", "step-2.ckpt.tmp." + live}));
-  State again = s2.zeroed();
-  EXPECT_EQ(readLatestCheckpoint(dir, again.tensors()).step, 2);
-  EXPECT_TRUE(again.bitwiseEqual(s2));
+  expectLatest(dir, 2, s2);
 }
 
 TEST(Checkpoint, SkippedStepsRoundTripAndVersion1ReadsAsZero) {

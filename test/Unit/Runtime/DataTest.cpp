@@ -15,9 +15,7 @@
 #include <vector>
 
 using namespace rondo::rt;
-using rondo::test::errorOf;
-using rondo::test::makeTempDir;
-using rondo::test::writeBytes;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {

@@ -417,28 +417,26 @@ TEST(KernelBroadcast, SumToShapeOrderIsAscending) {
   EXPECT_EQ(out[1], 2.0f);
 }
 
+/// Checks `fn` (from -> to) by finite differences with `gradFn` (to ->
+/// from), its gradient, giving the analytic one.
+void checkAdjoint(const char *what, const Shape &from, const Shape &to,
+                  void (*fn)(CFView, FView), void (*gradFn)(CFView, FView)) {
+  Tensor x = uniform(from);
+  Tensor dOut = uniform(to);
+  Tensor dX(from);
+  gradFn(dOut.cv(), dX.v());
+  Tensor out(to);
+  checkGradient(what, x, dX.data, [&] {
+    fn(x.cv(), out.v());
+    return dotObjective(dOut, out);
+  });
+}
+
 TEST(KernelBroadcast, BackwardFiniteDifferences) {
   // broadcastTo and sumToShape are each other's gradient.
   for (const ReduceCase &c : kReduceCases) {
-    Tensor x = uniform(c.small);
-    Tensor dBig = uniform(c.big);
-    Tensor dX(c.small);
-    sumToShape(dBig.cv(), dX.v());
-    Tensor big(c.big);
-    checkGradient("broadcastTo", x, dX.data, [&] {
-      broadcastTo(x.cv(), big.v());
-      return dotObjective(dBig, big);
-    });
-
-    Tensor y = uniform(c.big);
-    Tensor dSmall = uniform(c.small);
-    Tensor dY(c.big);
-    broadcastTo(dSmall.cv(), dY.v());
-    Tensor small(c.small);
-    checkGradient("sumToShape", y, dY.data, [&] {
-      sumToShape(y.cv(), small.v());
-      return dotObjective(dSmall, small);
-    });
+    checkAdjoint("broadcastTo", c.small, c.big, broadcastTo, sumToShape);
+    checkAdjoint("sumToShape", c.big, c.small, sumToShape, broadcastTo);
   }
 }
 

@@ -13,6 +13,7 @@
 #ifndef RONDO_TEST_UNIT_RUNTIME_KERNELSTESTUTIL_H
 #define RONDO_TEST_UNIT_RUNTIME_KERNELSTESTUTIL_H
 
+#include "../Common/KernelTestTensor.h"
 #include "Kernels.h"
 
 #include <gtest/gtest.h>
@@ -33,47 +34,16 @@ namespace rondo::cpu::test {
 // Test helpers
 //===----------------------------------------------------------------------===//
 
-struct Tensor {
-  Shape shape;
-  std::vector<float> data;
-
-  Tensor() = default;
-  explicit Tensor(Shape s, float value = 0.0f)
-      : shape(s), data(size_t(s.numel()), value) {}
-  FView v() { return FView{data.data(), shape}; }
-  CFView cv() const { return CFView{data.data(), shape}; }
-  float &operator[](int64_t i) { return data[size_t(i)]; }
-  float operator[](int64_t i) const { return data[size_t(i)]; }
-  int64_t size() const { return int64_t(data.size()); }
-};
-
 struct Ids {
   Shape shape;
   std::vector<int64_t> data;
   IView v() const { return IView{data.data(), shape}; }
 };
 
-/// The random generator, reseeded at the start of every test so that a
-/// test sees the same values whether it runs alone (as under ctest) or in
-/// the full suite.
-inline std::mt19937 &rng() {
-  static std::mt19937 gen;
-  static const testing::TestInfo *seededFor = nullptr;
-  const testing::TestInfo *current =
-      testing::UnitTest::GetInstance()->current_test_info();
-  if (current != seededFor) {
-    seededFor = current;
-    gen.seed(12345);
-  }
-  return gen;
-}
+inline std::mt19937 &rng() { return seededRng(12345); }
 
 inline Tensor uniform(Shape s, float lo = -1.0f, float hi = 1.0f) {
-  Tensor t(s);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  for (float &x : t.data)
-    x = dist(rng());
-  return t;
+  return uniformFrom(rng(), s, lo, hi);
 }
 
 /// Uniform in [lo, hi] with |x| >= gap (values near 0 are pushed out).

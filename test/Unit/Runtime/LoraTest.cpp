@@ -20,10 +20,7 @@
 #include <sys/stat.h>
 
 using namespace rondo::rt;
-using rondo::test::errorOf;
-using rondo::test::makeTempDir;
-using rondo::test::readText;
-using rondo::test::writeBytes;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {
