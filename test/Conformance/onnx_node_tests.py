@@ -80,7 +80,7 @@ CLAIMED = BINARY + UNARY + [
     "Gelu", "Identity", "Dropout", "Cast", "MatMul", "Gemm", "Reshape",
     "Squeeze", "Unsqueeze", "Flatten", "Expand", "Transpose", "Slice", "Split",
     "Concat", "Gather", "Softmax", "ReduceMean", "ReduceSum",
-    "LayerNormalization", "Where", "IsNaN"]
+    "LayerNormalization", "Where", "IsNaN", "Clip"]
 # Ops the op table converts only to reject them with a specific message.
 RECOGNISED_UNSUPPORTED = {"TopK", "NonZero", "ScatterND", "ScatterElements"}
 
@@ -88,7 +88,7 @@ RECOGNISED_UNSUPPORTED = {"TopK", "NonZero", "ScatterND", "ScatterElements"}
 CONST_OPERANDS = {
     "Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Expand": {1},
     "Slice": {1, 2, 3, 4}, "Split": {1}, "ReduceSum": {1}, "ReduceMean": {1},
-    "Where": {0}, "Dropout": {1, 2}, "Gather": {1},
+    "Where": {0}, "Dropout": {1, 2}, "Gather": {1}, "Clip": {1, 2},
 }
 # Optional outputs the importer does not produce (checked without them).
 UNCLAIMED_OUTPUTS = {"LayerNormalization": {1, 2}, "Dropout": {1}}
@@ -386,7 +386,10 @@ def plan_case(case):
                 return "%s operand '%s'" % (type_name(t), name)
             plan.baked.add(name)
             continue
-        if 0 in inputs0[k].shape:
+        # Data sets are indexed by graph input: an optional node input left
+        # empty (Clip's min) shifts the node's positions.
+        data = inputs0[[v.name for v in graph.input].index(name)]
+        if 0 in data.shape:
             return ("zero-sized input '%s': the importer specialises every "
                     "dimension to a positive size" % name)
         if op == "Gather" and k == 1:
@@ -526,8 +529,10 @@ def permissive_plan(case):
             len(inputs0[0].shape) == 2 and \
             attrs_of(node).get("axis", 0) in (0, -2):
         const_ops = set()
+    graph_inputs = [v.name for v in case.model.graph.input]
     for k, name in enumerate(node.input):
-        if name and k in const_ops and inputs0[k] is not None:
+        if name and k in const_ops and \
+                inputs0[graph_inputs.index(name)] is not None:
             plan.baked.add(name)
     for k, name in enumerate(node.output):
         if name and k in UNCLAIMED_OUTPUTS.get(case.op, set()):

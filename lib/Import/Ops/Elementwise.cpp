@@ -269,6 +269,69 @@ ConvertFn unary(tg::UnaryKind kind) {
   };
 }
 
+/// A Clip bound: input `k` (one element, data-independent), or `absent`
+/// when the optional input is left empty.
+llvm::Expected<double> clipBound(ArrayRef<const HostTensor *> in, size_t k,
+                                 double absent) {
+  const HostTensor *t = k < in.size() ? in[k] : nullptr;
+  if (!t)
+    return absent;
+  if (!t->hasData || t->numel() != 1)
+    return err(llvm::formatv("Clip's {0} must be a one-element constant",
+                             k == 1 ? "min" : "max"));
+  return t->getF(0);
+}
+
+/// ONNX Clip: x < min ? min : (x > max ? max : x), so a NaN stays NaN.
+Folded foldClip(const Fold &f) {
+  NEED(x, 0);
+  auto lo = clipBound(f.in, 1, -INFINITY), hi = clipBound(f.in, 2, INFINITY);
+  if (!lo)
+    return lo.takeError();
+  if (!hi)
+    return hi.takeError();
+  if (!x.hasData)
+    return Tensors{HostTensor::shapeOnly(x.dtype, x.shape)};
+  HostTensor r = withData(x.dtype, x.shape);
+  for (int64_t k = 0, n = x.numel(); k < n; ++k) {
+    double v = x.getF(k), c = v < *lo ? *lo : (v > *hi ? *hi : v);
+    if (isFloat(x.dtype))
+      r.f[k] = roundTo(x.dtype, c);
+    else
+      r.i[k] = toI64(c);
+  }
+  return Tensors{std::move(r)};
+}
+
+Converted convertClip(const Conversion &c) {
+  auto x = c.need(0);
+  if (failed(x) || failed(c.requireFloat(*x)))
+    return failure();
+  // The folded bounds, indexed as the node's inputs.
+  const HostTensor *in[3] = {nullptr, nullptr, nullptr};
+  for (size_t k : {1, 2}) {
+    const Val *v = k < c.in.size() ? c.in[k] : nullptr;
+    if (v && !v->isConst)
+      return c.error() << "Clip's " << (k == 1 ? "min" : "max")
+                       << " must be data-independent",
+             failure();
+    in[k] = v ? &v->host : nullptr;
+  }
+  llvm::Expected<double> lo = clipBound(in, 1, -INFINITY);
+  if (!lo)
+    return c.error() << llvm::toString(lo.takeError()), failure();
+  llvm::Expected<double> hi = clipBound(in, 2, INFINITY);
+  if (!hi)
+    return c.error() << llvm::toString(hi.takeError()), failure();
+  if (std::isnan(*lo) || std::isnan(*hi) || *hi < *lo)
+    return c.error() << "Clip's bounds [" << *lo << ", " << *hi
+                     << "] are not ordered",
+           failure();
+  return wrap(tg::ClampOp::create(c.builder, c.loc, *x,
+                                  c.builder.getF32FloatAttr(float(*lo)),
+                                  c.builder.getF32FloatAttr(float(*hi))));
+}
+
 Converted convertGelu(const Conversion &c) {
   auto x = c.need(0);
   if (failed(x) || failed(c.requireFloat(*x)))
@@ -445,6 +508,7 @@ void registerElementwiseOps(OpTable &t) {
   t.add("Ceil", foldUnary, nullptr);
   t.add("Sign", foldUnary, nullptr);
   t.add("Gelu", nullptr, convertGelu);
+  t.add("Clip", foldClip, convertClip);
 
   t.add("Where", foldWhere, convertWhere);
   t.add("Cast", foldCast, convertCast);
