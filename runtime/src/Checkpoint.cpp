@@ -23,6 +23,7 @@
 #include <set>
 #include <signal.h>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -477,6 +478,48 @@ readLatestCheckpoint(const std::string &dir,
 
 bool hasCheckpoint(const std::string &dir) {
   return ::access((dir + "/" + kLatest).c_str(), F_OK) == 0;
+}
+
+CheckpointDirLock::CheckpointDirLock(const std::string &dir) {
+  makeDirectories(dir);
+  const std::string path = dir + "/LOCK";
+  fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0)
+    throw Error(path + ": cannot open the lock file: " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[512] = {};
+    ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    fd = -1;
+    if (err != EWOULDBLOCK)
+      throw Error(path + ": cannot lock: " + std::strerror(err));
+    std::string who(holder, size_t(std::max<ssize_t>(n, 0)));
+    while (!who.empty() && std::isspace((unsigned char)who.back()))
+      who.pop_back();
+    // The holder writes its name just after taking the lock.
+    if (who.empty())
+      who = "a process that has only just started";
+    throw Error(dir + " is in use by another trainer (" + who +
+                "); two runs in one directory would delete and resume each "
+                "other's checkpoints: wait for that run to end or choose "
+                "another directory");
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0)
+    std::strcpy(host, "?");
+  const std::string who =
+      "pid " + std::to_string(::getpid()) + " on host " + host + "\n";
+  // Best effort: the lock is held either way; the name only helps the
+  // message of a second trainer.
+  if (::ftruncate(fd, 0) == 0 &&
+      ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size()))
+    ::ftruncate(fd, 0);
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd >= 0)
+    ::close(fd);
 }
 
 } // namespace rondo::rt

@@ -246,6 +246,7 @@ void Trainer::describeRun() const {
 int Trainer::runLoop() {
   validateModel(model);
   checkOutputs();
+  lockCheckpointDir();
   const int64_t firstStep = setUp();
   describeRun();
 
@@ -272,6 +273,16 @@ int Trainer::runLoop() {
   drain();
   log.logPending(syncNorm);
   return finish(firstStep, lastSaved, start, lastLoss);
+}
+
+void Trainer::lockCheckpointDir() {
+  if (opts.checkpointDir.empty() || replicas.rank() != 0)
+    return;
+  try {
+    checkpointDirLock.emplace(opts.checkpointDir);
+  } catch (const Error &e) {
+    throw Error(std::string("--checkpoint-dir ") + e.what());
+  }
 }
 
 bool Trainer::stopRequested() {
