@@ -61,13 +61,20 @@ struct CheckpointMeta {
 /// The file name ("step-<step>.ckpt") a checkpoint of `step` is written to.
 std::string checkpointFileName(int64_t step);
 
+/// How many checkpoints a directory keeps unless told otherwise: the newest
+/// and the one before it, the fallback when the newest is damaged.
+constexpr int64_t kDefaultKeepCheckpoints = 2;
+
 /// Writes <dir>/step-<meta.step>.ckpt and points <dir>/LATEST at it, creating
-/// `dir` when it does not exist. Then deletes the checkpoints older than the
-/// previous one. Throws rt::Error naming the file and the system's reason on
-/// any failure, in which case the temporary file is gone and the previous
-/// checkpoint and LATEST are untouched.
+/// `dir` when it does not exist. Then deletes older checkpoints but the
+/// `keep` - 1 newest (and, with `keep` >= 2, the one LATEST named before);
+/// checkpoints of later steps (a run restarted over) are left alone. Throws
+/// rt::Error naming the file and the system's reason on any failure, in
+/// which case the temporary file is gone and the previous checkpoint and
+/// LATEST are untouched.
 void writeCheckpoint(const std::string &dir, const CheckpointMeta &meta,
-                     const std::vector<CheckpointTensor> &tensors);
+                     const std::vector<CheckpointTensor> &tensors,
+                     int64_t keep = kDefaultKeepCheckpoints);
 
 /// Reads the checkpoint file `path` into `tensors` and returns its meta.
 /// The file must hold exactly the tensors listed, by name and numel.

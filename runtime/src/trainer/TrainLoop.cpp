@@ -440,7 +440,7 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
   try {
-    writeCheckpoint(opts.checkpointDir, meta, tensors);
+    writeCheckpoint(opts.checkpointDir, meta, tensors, opts.keepCheckpoints);
   } catch (const Error &e) {
     if (opts.onCheckpointError == OnCheckpointError::Stop)
       throw Error("cannot write the checkpoint of step " +

@@ -496,3 +496,18 @@ TEST(Checkpoint, LockOnARegularFileNamesIt) {
   EXPECT_THAT(errorOf([&] { CheckpointDirLock lock(file); }),
               HasSubstr(file + ": not a directory"));
 }
+
+TEST(Checkpoint, KeepCheckpointsKeepsTheNewestN) {
+  std::string dir = makeTempDir();
+  State s = makeState(4);
+  for (int64_t step = 1; step <= 5; ++step)
+    writeCheckpoint(dir, makeMeta(step), s.tensors(), /*keep=*/3);
+  EXPECT_EQ(listDir(dir),
+            (std::vector<std::string>{"LATEST", "step-3.ckpt", "step-4.ckpt",
+                                      "step-5.ckpt"}));
+  writeCheckpoint(dir, makeMeta(6), s.tensors(), /*keep=*/1);
+  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-6.ckpt"}));
+  EXPECT_THAT(
+      errorOf([&] { writeCheckpoint(dir, makeMeta(7), s.tensors(), 0); }),
+      HasSubstr("cannot keep 0 checkpoints"));
+}
