@@ -30,6 +30,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -149,6 +151,31 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
   return success();
 }
 
+/// Why `path` cannot be written, or "" when it can. Checked before the model
+/// is read, so a typo in -o costs no compile and never surfaces as a linker
+/// error: every output is created beside `path` (a temporary file renamed
+/// over it), so its directory must take a new file; outputs other than the
+/// executable are opened in place, so an existing file must be writable.
+static std::string whyNotWritable(StringRef path, bool renamedIntoPlace) {
+  namespace fs = llvm::sys::fs;
+  if (fs::is_directory(path))
+    return std::make_error_code(std::errc::is_a_directory).message();
+  llvm::SmallString<256> probe(path);
+  llvm::sys::path::remove_filename(probe);
+  if (probe.empty())
+    probe = ".";
+  llvm::sys::path::append(probe, ".rondo-write-test-%%%%%%%%");
+  int fd;
+  if (std::error_code ec = fs::createUniqueFile(probe, fd, probe))
+    return ec.message();
+  llvm::sys::Process::SafelyCloseFileDescriptor(fd);
+  fs::remove(probe);
+  if (!renamedIntoPlace && fs::exists(path))
+    if (std::error_code ec = fs::access(path, fs::AccessMode::Write))
+      return ec.message();
+  return "";
+}
+
 /// --emit=exe: generates C++ into a temporary file and compiles it to a
 /// temporary executable, then moves it into place.
 static int emitExecutable(ModuleOp module, const CompileOptions &options,
@@ -240,6 +267,13 @@ int rondo::compile(CompileOptions options) {
   Emit emit = options.emit;
   if (options.outputFile.empty())
     options.outputFile = emit == Emit::Exe ? "trainer" : "-";
+  if (options.outputFile != "-")
+    if (std::string why = whyNotWritable(options.outputFile, emit == Emit::Exe);
+        !why.empty()) {
+      llvm::errs() << "error: cannot write '" << options.outputFile
+                   << "': " << why << "\n";
+      return 1;
+    }
   TrainPipelineOptions trainOpts;
   trainOpts.loss = options.loss;
   trainOpts.trainable = options.trainable;

@@ -6,6 +6,9 @@
 
 #include "rondo/Driver/Options.h"
 
+#include <cmath>
+#include <cstdio>
+
 using namespace rondo;
 namespace cl = llvm::cl;
 
@@ -169,7 +172,27 @@ CompileFlags::CompileFlags(CompileOptions &options,
 
 CompileFlags::~CompileFlags() = default;
 
-void CompileFlags::finish() {
+bool CompileFlags::finish() {
+  // These flags' unset value is a sentinel (0 or -1): a given value that is
+  // not positive would read as "not given" and silently take the default.
+  auto positive = [](const cl::Option &flag, double value) {
+    if (!flag.getNumOccurrences() || (std::isfinite(value) && value > 0))
+      return true;
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", value);
+    llvm::errs() << "error: --" << flag.ArgStr << "=" << text
+                 << " must be positive; leave the flag out for its default\n";
+    return false;
+  };
+  bool valid = positive(impl->batch, impl->batch) &&
+               positive(impl->seqLen, impl->seqLen) &&
+               positive(impl->chunkRows, impl->chunkRows) &&
+               positive(impl->microbatches, impl->microbatches) &&
+               positive(impl->workerMemoryGB, impl->workerMemoryGB) &&
+               positive(impl->hostMemoryGB, impl->hostMemoryGB);
+  for (int64_t n : impl->options.plan.workers)
+    valid = valid && positive(impl->workers, double(n));
+
   // --target=host and no --target differ: without it a GPU --device picks
   // the cuda backend (rondo/Driver/Target.h).
   if (impl->target.getNumOccurrences())
@@ -178,4 +201,5 @@ void CompileFlags::finish() {
     impl->options.lora = impl->lora;
   if (impl->explain.getNumOccurrences())
     impl->options.explain = impl->explain;
+  return valid;
 }

@@ -23,6 +23,7 @@
 #include <set>
 #include <signal.h>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -318,22 +319,26 @@ CheckpointMeta loadInto(const std::string &path, const ParsedCheckpoint &ckpt,
   return ckpt.meta;
 }
 
-/// Deletes the checkpoints older than the one LATEST named before `keep`
-/// was written. Best effort: the new checkpoint is already safe, so a file
-/// that cannot be deleted only costs disk space.
+/// Deletes the checkpoints older than `keepStep`, the one just written, but
+/// the `keep` - 1 newest of them and, with `keep` >= 2, the one LATEST named
+/// before (`previousName`). Best effort: the new checkpoint is already safe,
+/// so a file that cannot be deleted only costs disk space.
 void pruneCheckpoints(const std::string &dir, int64_t keepStep,
-                      const std::string &previousName) {
+                      const std::string &previousName, int64_t keep) {
   std::map<int64_t, std::string> files = listCheckpoints(dir);
   int64_t previousStep = -1;
-  parseCheckpointFileName(previousName, previousStep);
-  // Without a usable LATEST before, the newest older file is the fallback.
-  auto below = files.lower_bound(keepStep);
-  int64_t newestOlder = below == files.begin() ? -1 : std::prev(below)->first;
+  if (keep >= 2)
+    parseCheckpointFileName(previousName, previousStep);
   // Newer files than `keepStep` belong to a run this one restarted over;
-  // they are not ours to judge, so they are left alone.
-  for (const auto &[step, name] : files)
-    if (step < keepStep && step != previousStep && step != newestOlder)
-      ::unlink((dir + "/" + name).c_str());
+  // they are not ours to judge, so they are left alone. Of the older ones,
+  // the newest stay: without a usable LATEST before, the newest older file
+  // is the fallback.
+  int64_t older = 0;
+  for (auto it = files.lower_bound(keepStep); it != files.begin();) {
+    --it;
+    if (++older >= keep && it->first != previousStep)
+      ::unlink((dir + "/" + it->second).c_str());
+  }
 }
 
 } // namespace
@@ -380,7 +385,11 @@ std::string checkpointFileName(int64_t step) {
 }
 
 void writeCheckpoint(const std::string &dir, const CheckpointMeta &meta,
-                     const std::vector<CheckpointTensor> &tensors) {
+                     const std::vector<CheckpointTensor> &tensors,
+                     int64_t keep) {
+  if (keep < 1)
+    throw Error(dir + ": cannot keep " + std::to_string(keep) +
+                " checkpoints; at least the one written is kept");
   if (meta.step < 0)
     throw Error(dir + ": cannot checkpoint negative step " +
                 std::to_string(meta.step));
@@ -426,7 +435,7 @@ void writeCheckpoint(const std::string &dir, const CheckpointMeta &meta,
   std::string latest = name + "\n";
   writeFileAtomically(dir + "/" + kLatest, latest.data(), latest.size());
   fsyncDirectory(dir);
-  pruneCheckpoints(dir, meta.step, previousName);
+  pruneCheckpoints(dir, meta.step, previousName, keep);
 }
 
 CheckpointMeta readCheckpoint(const std::string &path,
@@ -477,6 +486,48 @@ readLatestCheckpoint(const std::string &dir,
 
 bool hasCheckpoint(const std::string &dir) {
   return ::access((dir + "/" + kLatest).c_str(), F_OK) == 0;
+}
+
+CheckpointDirLock::CheckpointDirLock(const std::string &dir) {
+  makeDirectories(dir);
+  const std::string path = dir + "/LOCK";
+  fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0)
+    throw Error(path + ": cannot open the lock file: " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[512] = {};
+    ssize_t n = ::pread(fd, holder, sizeof(holder) - 1, 0);
+    ::close(fd);
+    fd = -1;
+    if (err != EWOULDBLOCK)
+      throw Error(path + ": cannot lock: " + std::strerror(err));
+    std::string who(holder, size_t(std::max<ssize_t>(n, 0)));
+    while (!who.empty() && std::isspace((unsigned char)who.back()))
+      who.pop_back();
+    // The holder writes its name just after taking the lock.
+    if (who.empty())
+      who = "a process that has only just started";
+    throw Error(dir + " is in use by another trainer (" + who +
+                "); two runs in one directory would delete and resume each "
+                "other's checkpoints: wait for that run to end or choose "
+                "another directory");
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0)
+    std::strcpy(host, "?");
+  const std::string who =
+      "pid " + std::to_string(::getpid()) + " on host " + host + "\n";
+  // Best effort: the lock is held either way; the name only helps the
+  // message of a second trainer.
+  if (::ftruncate(fd, 0) == 0 &&
+      ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size()))
+    ::ftruncate(fd, 0);
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd >= 0)
+    ::close(fd);
 }
 
 } // namespace rondo::rt

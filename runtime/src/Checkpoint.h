@@ -11,7 +11,8 @@
 //
 //   <dir>/step-<step>.ckpt   written to a temporary file, fsynced, renamed
 //                            into place, and the directory fsynced;
-//   <dir>/LATEST             then replaced the same way to name it.
+//   <dir>/LATEST             then replaced the same way to name it;
+//   <dir>/LOCK               flock-ed by the one trainer using <dir>.
 //
 // The checkpoint LATEST named before stays on disk, so a file damaged after
 // the fact (a truncated copy, a bad sector) still leaves one to resume from.
@@ -60,13 +61,20 @@ struct CheckpointMeta {
 /// The file name ("step-<step>.ckpt") a checkpoint of `step` is written to.
 std::string checkpointFileName(int64_t step);
 
+/// How many checkpoints a directory keeps unless told otherwise: the newest
+/// and the one before it, the fallback when the newest is damaged.
+constexpr int64_t kDefaultKeepCheckpoints = 2;
+
 /// Writes <dir>/step-<meta.step>.ckpt and points <dir>/LATEST at it, creating
-/// `dir` when it does not exist. Then deletes the checkpoints older than the
-/// previous one. Throws rt::Error naming the file and the system's reason on
-/// any failure, in which case the temporary file is gone and the previous
-/// checkpoint and LATEST are untouched.
+/// `dir` when it does not exist. Then deletes older checkpoints but the
+/// `keep` - 1 newest (and, with `keep` >= 2, the one LATEST named before);
+/// checkpoints of later steps (a run restarted over) are left alone. Throws
+/// rt::Error naming the file and the system's reason on any failure, in
+/// which case the temporary file is gone and the previous checkpoint and
+/// LATEST are untouched.
 void writeCheckpoint(const std::string &dir, const CheckpointMeta &meta,
-                     const std::vector<CheckpointTensor> &tensors);
+                     const std::vector<CheckpointTensor> &tensors,
+                     int64_t keep = kDefaultKeepCheckpoints);
 
 /// Reads the checkpoint file `path` into `tensors` and returns its meta.
 /// The file must hold exactly the tensors listed, by name and numel.
@@ -87,6 +95,25 @@ readLatestCheckpoint(const std::string &dir,
 
 /// Whether `dir` has a LATEST file, i.e. a run can resume from it.
 bool hasCheckpoint(const std::string &dir);
+
+/// An exclusive advisory lock (flock) on <dir>/LOCK, held while the object
+/// lives and released by the kernel when the process dies however it dies.
+/// Two trainers on one directory would delete each other's checkpoints and
+/// resume from each other's weights, so the second one is refused. Creates
+/// `dir`; writes the holder's pid and host into LOCK for the refusal.
+class CheckpointDirLock {
+public:
+  /// Throws rt::Error naming `dir` and, when it holds the lock, the other
+  /// process's pid and host; or naming `dir` and the system's reason when
+  /// it cannot be created or locked.
+  explicit CheckpointDirLock(const std::string &dir);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock &) = delete;
+  CheckpointDirLock &operator=(const CheckpointDirLock &) = delete;
+
+private:
+  int fd = -1;
+};
 
 /// The checksum of the format: four interleaved multiply-rotate lanes with
 /// the FNV-1a prime over 8-byte words (so multi-GB checkpoints hash at memory

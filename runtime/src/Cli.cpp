@@ -373,6 +373,13 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        text(o.checkpointDir)},
       {"save-every", "K", "Also write a checkpoint every K steps.",
        integer(o.saveEvery, 1)},
+      {"keep-checkpoints", "N",
+       "Checkpoints kept in --checkpoint-dir: after each write the older "
+       "ones but the newest N are deleted (default 2: the newest and the "
+       "one before it, which --resume falls back to when the newest is "
+       "damaged; 1 keeps no fallback). Checkpoints of later steps, from a "
+       "run this one restarted over, are left alone.",
+       integer(o.keepCheckpoints, 1)},
       {"resume", nullptr,
        "Continue from the latest checkpoint in --checkpoint-dir (bitwise as "
        "if uninterrupted); start from scratch when there is none.",

@@ -18,6 +18,8 @@
 #include "rondo/runtime/Model.h"
 #include "rondo/runtime/Schedule.h"
 
+#include "Checkpoint.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -74,6 +76,8 @@ struct TrainerOptions {
   std::string trace;
   std::string gpus;      ///< GPU trainers: the GPUs workers run on.
   int64_t saveEvery = 0; ///< 0: only at the end (with --checkpoint-dir).
+  /// Checkpoints kept in --checkpoint-dir (writeCheckpoint's `keep`).
+  int64_t keepCheckpoints = kDefaultKeepCheckpoints;
   std::string checkpointDir;
   bool resume = false;
   std::string evalData;

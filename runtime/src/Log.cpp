@@ -13,6 +13,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <unistd.h>
 
 namespace rondo::rt {
 
@@ -73,8 +75,46 @@ std::string progressLine(const StepRecord &r, int64_t totalSteps,
   return buffer;
 }
 
-JsonStepLog::JsonStepLog(const std::string &path) : path(path) {
-  file = std::fopen(path.c_str(), "w");
+namespace {
+/// The value of a record's first key `key` ("step", "eval_step"), as the
+/// log writes it; false for any other line.
+bool firstKeyValue(const std::string &line, const std::string &key,
+                   int64_t &value) {
+  const std::string prefix = "{\"" + key + "\": ";
+  if (line.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  const char *begin = line.data() + prefix.size();
+  const char *end = line.data() + line.size();
+  auto [stop, err] = std::from_chars(begin, end, value);
+  return err == std::errc() && stop != begin && stop < end && *stop == ',';
+}
+
+/// The bytes of the log at `path` to keep for a run resumed at `firstStep`:
+/// its leading whole lines that record earlier steps. The records after
+/// them are of steps the resumed run does again (the interrupted run went
+/// on past its last checkpoint), or a line cut short by a kill.
+std::size_t resumedPrefix(const std::string &path, int64_t firstStep) {
+  std::ifstream in(path, std::ios::binary);
+  std::size_t kept = 0;
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line) && !in.eof()) {
+    if (!(firstKeyValue(line, "step", n) && n < firstStep) &&
+        !(firstKeyValue(line, "eval_step", n) && n <= firstStep))
+      break;
+    kept += line.size() + 1;
+  }
+  return kept;
+}
+} // namespace
+
+JsonStepLog::JsonStepLog(const std::string &path, int64_t firstStep)
+    : path(path) {
+  if (firstStep > 0 && ::access(path.c_str(), F_OK) == 0 &&
+      ::truncate(path.c_str(), off_t(resumedPrefix(path, firstStep))) != 0)
+    throw Error(path + ": cannot keep the JSON log of the resumed run: " +
+                std::strerror(errno));
+  file = std::fopen(path.c_str(), firstStep > 0 ? "a" : "w");
   if (!file)
     throw Error(path + ": cannot create the JSON log: " + std::strerror(errno));
 }

@@ -41,8 +41,12 @@ std::string progressLine(const StepRecord &record, int64_t totalSteps,
 /// a running job.
 class JsonStepLog {
 public:
-  /// Truncates `path`; throws rt::Error when it cannot be created.
-  explicit JsonStepLog(const std::string &path);
+  /// Opens `path` for a run whose first step is `firstStep`: a run from
+  /// step 0 truncates it; a resumed run keeps the records of the steps
+  /// before `firstStep` (and of the evaluations after at most `firstStep`
+  /// steps) and appends, so the log of an interrupted and resumed run holds
+  /// every step once. Throws rt::Error when it cannot be opened.
+  JsonStepLog(const std::string &path, int64_t firstStep);
   ~JsonStepLog();
   JsonStepLog(const JsonStepLog &) = delete;
   JsonStepLog &operator=(const JsonStepLog &) = delete;

@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
   llvm::cl::HideUnrelatedOptions(category);
   llvm::cl::ParseCommandLineOptions(
       argc, argv, "Rondo: ONNX to a standalone training program\n");
-  flags.finish();
+  if (!flags.finish())
+    return 2;
   return rondo::compile(std::move(options));
 }

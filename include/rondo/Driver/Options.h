@@ -70,8 +70,10 @@ public:
   CompileFlags(CompileOptions &options, llvm::cl::OptionCategory &category);
   ~CompileFlags();
   /// Fills what depends on whether a flag was given at all (--target,
-  /// --lora, --explain).
-  void finish();
+  /// --lora, --explain). Returns false, after an error on stderr naming the
+  /// flag and the value, when a numeric flag was given a value that is not
+  /// positive.
+  [[nodiscard]] bool finish();
 
 private:
   struct Impl;

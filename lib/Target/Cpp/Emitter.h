@@ -40,6 +40,11 @@ std::string shapeList(ArrayRef<int64_t> shape);
 std::string floatLiteral(float f);
 /// A C identifier for a symbol name.
 std::string cIdent(StringRef name);
+/// `text` as a C++ string literal, quotes included. Every string the
+/// emitter prints (file, parameter, symbol names) goes through it: a name
+/// can then neither end the literal, nor form an escape of its own (`\x41`),
+/// nor start a new line, so it reaches the trainer as the same bytes.
+std::string cString(StringRef text);
 
 class Emitter {
 public:

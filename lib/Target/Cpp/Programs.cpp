@@ -58,6 +58,26 @@ std::string cIdent(StringRef name) {
   return out;
 }
 
+std::string cString(StringRef text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (llvm::isPrint(c)) {
+      out += char(c);
+    } else {
+      // Octal, not hex: an octal escape ends after three digits, a hex one
+      // would swallow the hex digits that follow it.
+      out += '\\';
+      out += char('0' + (c >> 6));
+      out += char('0' + ((c >> 3) & 7));
+      out += char('0' + (c & 7));
+    }
+  }
+  return out + '"';
+}
+
 LogicalResult
 Emitter::emitProgram(exec::ProgramOp program,
                      const llvm::StringMap<unsigned> &paramIndex) {
@@ -75,7 +95,7 @@ Emitter::emitProgram(exec::ProgramOp program,
     }
     bufferIndex[buf.getSymName()] = numBuffers++;
     bos << llvm::formatv(
-        "    {{\"{0}\", {1}, {2}, {3}, {4}},\n", buf.getSymName(),
+        "    {{{0}, {1}, {2}, {3}, {4}},\n", cString(buf.getSymName()),
         buf.getSpace() == exec::Space::worker ? "RONDO_SPACE_WORKER"
                                               : "RONDO_SPACE_HOST",
         buf.getSlots(), buf.getBytes(), buf.getOffset());
@@ -114,9 +134,9 @@ Emitter::emitProgram(exec::ProgramOp program,
   tablesOs << "const rondo_stage_desc " << id << "_stages[] = {\n";
   for (auto [k, st] : llvm::enumerate(stages))
     tablesOs << llvm::formatv(
-        "    {{\"{0}\", {1}, {2}, {3}, {4}_pieces{5}, {6}, {7}, {8}, {9}, "
+        "    {{{0}, {1}, {2}, {3}, {4}_pieces{5}, {6}, {7}, {8}, {9}, "
         "{10}},\n",
-        st.getSymName(),
+        cString(st.getSymName()),
         st.getKind() == exec::StageKind::forward ? "RONDO_STAGE_FORWARD"
         : st.getKind() == exec::StageKind::tail  ? "RONDO_STAGE_TAIL"
                                                  : "RONDO_STAGE_BACKWARD",
@@ -167,7 +187,8 @@ Emitter::emitProgram(exec::ProgramOp program,
                          r.getJob(), r.getSlot(), r.getOffset())
         .str();
   };
-  issueOs << "// " << program.getSymName() << ": one call per exec op.\n"
+  issueOs << "// " << cString(program.getSymName())
+          << ": one call per exec op.\n"
           << "void " << id << "_issue(rondo_exec *x) {\n";
   for (Operation &op : block) {
     if (auto c = dyn_cast<exec::CopyOp>(op)) {
@@ -223,13 +244,13 @@ Emitter::emitProgram(exec::ProgramOp program,
     return it == bufferIndex.end() ? -1 : it->second;
   };
   programsOs << llvm::formatv(
-      "    {{\"{0}\", \"{1}\", {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
+      "    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
       "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
       "{16}, {17}, {18}, {19}, {7}_issue},\n",
-      program.getSymName(), program.getOptimizer(), program.getWorkers(),
-      program.getMicrobatches(), program.getRowsPerMicrobatch(),
-      program.getFirstWorker(), program.getNumJobs(), id, stages.size(),
-      numBuffers,
+      cString(program.getSymName()), cString(program.getOptimizer()),
+      program.getWorkers(), program.getMicrobatches(),
+      program.getRowsPerMicrobatch(), program.getFirstWorker(),
+      program.getNumJobs(), id, stages.size(), numBuffers,
       program->getAttrOfType<IntegerAttr>("worker_arena_bytes").getInt(),
       program->getAttrOfType<IntegerAttr>("host_pool_bytes").getInt(),
       parts.size(), bufferOr(exec::kHostIdsBuffer),

@@ -21,7 +21,7 @@ void StepLog::say(const std::string &line) const {
 void StepLog::open(int64_t first) {
   firstStep = first;
   if (!opts.logJson.empty())
-    json = std::make_unique<JsonStepLog>(opts.logJson);
+    json = std::make_unique<JsonStepLog>(opts.logJson, first);
 }
 
 void StepLog::step(const StepRecord &record, double elapsed) {

@@ -32,7 +32,8 @@ public:
   /// A line on stderr, unless --quiet.
   void say(const std::string &line) const;
   /// Opens --log-json (if given) for a run whose first step is
-  /// `firstStep`, for the ETA.
+  /// `firstStep`: a resumed run appends to it (JsonStepLog). `firstStep`
+  /// also serves the ETA.
   void open(int64_t firstStep);
   /// Writes a step's progress line and JSON record.
   void step(const StepRecord &record, double elapsed);

@@ -246,6 +246,7 @@ void Trainer::describeRun() const {
 int Trainer::runLoop() {
   validateModel(model);
   checkOutputs();
+  lockCheckpointDir();
   const int64_t firstStep = setUp();
   describeRun();
 
@@ -272,6 +273,16 @@ int Trainer::runLoop() {
   drain();
   log.logPending(syncNorm);
   return finish(firstStep, lastSaved, start, lastLoss);
+}
+
+void Trainer::lockCheckpointDir() {
+  if (opts.checkpointDir.empty() || replicas.rank() != 0)
+    return;
+  try {
+    checkpointDirLock.emplace(opts.checkpointDir);
+  } catch (const Error &e) {
+    throw Error(std::string("--checkpoint-dir ") + e.what());
+  }
 }
 
 bool Trainer::stopRequested() {
@@ -429,7 +440,7 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
   try {
-    writeCheckpoint(opts.checkpointDir, meta, tensors);
+    writeCheckpoint(opts.checkpointDir, meta, tensors, opts.keepCheckpoints);
   } catch (const Error &e) {
     if (opts.onCheckpointError == OnCheckpointError::Stop)
       throw Error("cannot write the checkpoint of step " +

@@ -53,6 +53,7 @@
 
 #include "rondo/runtime/Trainer.h"
 
+#include "Checkpoint.h"
 #include "Cli.h"
 #include "Log.h"
 #include "exec/HostExec.h"
@@ -67,6 +68,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,9 @@ private:
   /// Waits for every issued op and stops on a recorded error.
   void drain();
   void say(const std::string &line) const { log.say(line); }
+  /// Takes --checkpoint-dir's lock (rank 0, which writes the checkpoints)
+  /// before any expensive set-up, so a second trainer fails fast.
+  void lockCheckpointDir();
 
   // ProgramStep.cpp: one step of a program.
   void setUpProgram(int64_t firstStep);
@@ -161,6 +166,8 @@ private:
   DeviceOpsFactory deviceFactory;
 
   ReplicaSync replicas;
+  /// Held for the whole run (rank 0, with --checkpoint-dir).
+  std::optional<CheckpointDirLock> checkpointDirLock;
   StepLog log;
   NanGuard nan;
   DataFeed feed;

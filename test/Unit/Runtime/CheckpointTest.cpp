@@ -473,3 +473,44 @@ TEST(Checkpoint, SkippedStepsRoundTripAndVersion1ReadsAsZero) {
   EXPECT_EQ(v1.dataCursor, meta.dataCursor);
   EXPECT_TRUE(old.bitwiseEqual(s));
 }
+
+TEST(Checkpoint, LockedDirectoryIsRefusedNamingTheHolderUntilReleased) {
+  std::string dir = makeTempDir() + "/run";
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  {
+    CheckpointDirLock held(dir);
+    // flock conflicts between two opens of the file, in one process too.
+    std::string error = errorOf([&] { CheckpointDirLock second(dir); });
+    EXPECT_THAT(error, HasSubstr(dir + " is in use by another trainer (pid " +
+                                 std::to_string(::getpid()) + " on host " +
+                                 host + ")"));
+    // The holder is unharmed: it can still write its checkpoints.
+    State s = makeState(3);
+    write(dir, 1, s);
+  }
+  CheckpointDirLock again(dir);
+  EXPECT_TRUE(hasCheckpoint(dir));
+}
+
+TEST(Checkpoint, LockOnARegularFileNamesIt) {
+  std::string file = makeTempDir() + "/plain";
+  writeBytes(file, "x");
+  EXPECT_THAT(errorOf([&] { CheckpointDirLock lock(file); }),
+              HasSubstr(file + ": not a directory"));
+}
+
+TEST(Checkpoint, KeepCheckpointsKeepsTheNewestN) {
+  std::string dir = makeTempDir();
+  State s = makeState(4);
+  for (int64_t step = 1; step <= 5; ++step)
+    writeCheckpoint(dir, makeMeta(step), s.tensors(), /*keep=*/3);
+  EXPECT_EQ(listDir(dir),
+            (std::vector<std::string>{"LATEST", "step-3.ckpt", "step-4.ckpt",
+                                      "step-5.ckpt"}));
+  writeCheckpoint(dir, makeMeta(6), s.tensors(), /*keep=*/1);
+  EXPECT_EQ(listDir(dir), (std::vector<std::string>{"LATEST", "step-6.ckpt"}));
+  EXPECT_THAT(
+      errorOf([&] { writeCheckpoint(dir, makeMeta(7), s.tensors(), 0); }),
+      HasSubstr("cannot keep 0 checkpoints"));
+}
