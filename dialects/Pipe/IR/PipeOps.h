@@ -19,6 +19,9 @@
 #include "Pipe/IR/PipeDialect.h.inc"
 #include "Pipe/IR/PipeEnums.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "Pipe/IR/PipeAttrs.h.inc"
+
 namespace rondo::pipe {
 /// The layer an op of the training function belongs to (an i64 attribute
 /// on `tg` ops, set by pipe-layerize and kept by tg-autodiff on the
