@@ -69,9 +69,10 @@ LogicalResult ExecDialect::verifyRegionArgAttribute(Operation *op, unsigned,
   if (attr.getName() == kRoleAttr)
     return verifyRole(op, attr, kArgumentRoles, "argument");
   if (attr.getName() == kLayerAttr || attr.getName() == kStageAttr)
-    return op->emitError() << "'" << attr.getName()
+    return op->emitError() << "'" << attr.getName().strref()
                            << "' does not belong on a function argument";
-  return op->emitError() << "unknown attribute '" << attr.getName() << "'";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
 }
 
 LogicalResult ExecDialect::verifyRegionResultAttribute(Operation *op, unsigned,
@@ -89,7 +90,8 @@ LogicalResult ExecDialect::verifyRegionResultAttribute(Operation *op, unsigned,
   if (attr.getName() == kStageAttr)
     return op->emitError() << "'" << kStageAttr
                            << "' does not belong on a function result";
-  return op->emitError() << "unknown attribute '" << attr.getName() << "'";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
 }
 
 LogicalResult ExecDialect::verifyOperationAttribute(Operation *op,
@@ -104,9 +106,10 @@ LogicalResult ExecDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (attr.getName() == kRoleAttr || attr.getName() == kLayerAttr)
-    return op->emitError() << "'" << attr.getName()
+    return op->emitError() << "'" << attr.getName().strref()
                            << "' belongs on a function argument or result";
-  return op->emitError() << "unknown attribute '" << attr.getName() << "'";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
 }
 
 #define GET_OP_CLASSES

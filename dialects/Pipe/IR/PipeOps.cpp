@@ -46,14 +46,14 @@ void PipeDialect::initialize() {
 LogicalResult PipeDialect::verifyRegionArgAttribute(Operation *op, unsigned,
                                                     unsigned,
                                                     NamedAttribute attr) {
-  return op->emitError() << "'" << attr.getName()
+  return op->emitError() << "'" << attr.getName().strref()
                          << "' does not belong on a function argument";
 }
 
 LogicalResult PipeDialect::verifyRegionResultAttribute(Operation *op, unsigned,
                                                        unsigned,
                                                        NamedAttribute attr) {
-  return op->emitError() << "'" << attr.getName()
+  return op->emitError() << "'" << attr.getName().strref()
                          << "' does not belong on a function result";
 }
 
@@ -83,7 +83,8 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
              << "'" << kLayerKindsAttr << "' belongs on a function";
     return success();
   }
-  return op->emitError() << "unknown attribute '" << attr.getName() << "'";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
 }
 
 #define GET_OP_CLASSES

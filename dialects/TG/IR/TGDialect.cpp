@@ -120,13 +120,14 @@ LogicalResult verifyAttr(Operation *op, NamedAttribute attr, Place place) {
   const Rule *rule = llvm::find_if(
       kRules, [&](const Rule &r) { return r.name == attr.getName(); });
   if (rule == std::end(kRules))
-    return op->emitError() << "unknown attribute '" << attr.getName() << "'";
+    return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                           << "'";
   if (rule->place != place)
-    return op->emitError() << "'" << attr.getName() << "' belongs on "
+    return op->emitError() << "'" << attr.getName().strref() << "' belongs on "
                            << describe(rule->place) << ", not on "
                            << describe(place);
   if (!rule->accepts(attr.getValue()))
-    return op->emitError() << "'" << attr.getName() << "' must be "
+    return op->emitError() << "'" << attr.getName().strref() << "' must be "
                            << rule->expected;
   return success();
 }

@@ -181,3 +181,43 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
     pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
 }
 
+
+// -----
+
+// The dialect verifies its discardable attributes (PipeOps.h).
+
+func.func @layer_negative(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'pipe.layer' must be a non-negative i64}}
+  %0 = tg.unary neg %x {pipe.layer = -1 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer' belongs on an op of a function body}}
+func.func private @layer_on_func() attributes {pipe.layer = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer_kinds' must be an array of "prefix", "block" or "tail"}}
+func.func private @layer_kinds() attributes {pipe.layer_kinds = ["prefix", "body"]}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer_kinds' belongs on a function}}
+module attributes {pipe.layer_kinds = ["tail"]} {}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer' does not belong on a function argument}}
+func.func private @layer_on_arg(tensor<f32> {pipe.layer = 0 : i64})
+
+// -----
+
+// expected-error @+1 {{'pipe.layer' does not belong on a function result}}
+func.func private @layer_on_result() -> (tensor<f32> {pipe.layer = 0 : i64})
+
+// -----
+
+// expected-error @+1 {{unknown attribute 'pipe.stage'}}
+func.func private @unknown() attributes {pipe.stage = 0 : i64}
