@@ -19,12 +19,30 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdlib>
 
 using namespace mlir;
 using namespace rondo::pipe;
 
 #include "Pipe/IR/PipeDialect.cpp.inc"
 #include "Pipe/IR/PipeEnums.cpp.inc"
+std::string rondo::pipe::formatExact(double value) {
+  // 17 significant digits always read back exactly; most values need fewer.
+  std::string out;
+  for (int digits = 6; digits <= 17; ++digits) {
+    out = llvm::formatv("{0}", llvm::format("%.*g", digits, value)).str();
+    if (std::strtod(out.c_str(), nullptr) == value)
+      break;
+  }
+  // The parser reads a float literal only with a point: 8e+10 -> 8.0e+10.
+  if (out.find_first_of(".ni") == std::string::npos)
+    out.insert(std::min(out.find('e'), out.size()), ".0");
+  return out;
+}
+
 #define GET_ATTRDEF_CLASSES
 #include "Pipe/IR/PipeAttrs.cpp.inc"
 

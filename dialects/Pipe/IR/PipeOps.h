@@ -32,6 +32,11 @@ inline constexpr llvm::StringLiteral kLayerAttr = "pipe.layer";
 /// (an array of strings "prefix" | "block" | "tail").
 inline constexpr llvm::StringLiteral kLayerKindsAttr = "pipe.layer_kinds";
 
+/// The shortest decimal that reads back as `value` exactly (the printer of
+/// #pipe.bound's numbers: MLIR's float printer falls back to hexadecimal
+/// bits for large byte counts).
+std::string formatExact(double value);
+
 /// The layer `op` belongs to, or nullopt for side data (and for no op).
 inline std::optional<int64_t> getLayer(mlir::Operation *op) {
   if (auto tag = op ? op->getAttrOfType<mlir::IntegerAttr>(kLayerAttr)

@@ -19,6 +19,9 @@ include "mlir/IR/AttrTypeBase.td"
 /// ones.
 class Pipe_Exact<string desc> : APFloatParameter<desc> {
   let defaultValue = "::llvm::APFloat(0.0)";
+  let printer = [{
+    $_printer.getStream() << ::rondo::pipe::formatExact($_self.convertToDouble());
+  }];
   let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
     double value;
     if ($_parser.parseFloat(value))
