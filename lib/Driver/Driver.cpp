@@ -141,7 +141,7 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
     SmallVector<Operation *> moved;
     for (Operation &op : micro->getBody()->getOperations())
       if (isa<exec::ProgramOp>(op) ||
-          (isa<func::FuncOp>(op) && op.hasAttr("exec.stage")))
+          (isa<func::FuncOp>(op) && op.hasAttr(exec::kStageAttr)))
         moved.push_back(&op);
     for (Operation *op : moved) {
       op->remove();

@@ -38,6 +38,124 @@ static std::string ms(double seconds) {
   return llvm::formatv("{0:f3}", seconds * 1e3);
 }
 
+// The "Why:" paragraph has always printed two decimals.
+static std::string gb2(double bytes) {
+  return llvm::formatv("{0:f2} GB", bytes / 1e9);
+}
+static std::string ms2(double seconds) {
+  return llvm::formatv("{0:f2} ms", seconds * 1e3);
+}
+
+/// Which constraint limited the plan (#pipe.bound), in words.
+static void explainBound(PlanOp plan, const planner::Plan &partition,
+                         llvm::raw_ostream &os) {
+  BoundAttr bound = plan.getBound();
+  int64_t workers = plan.getWorkers();
+  auto num = [](const APFloat &v) { return v.convertToDouble(); };
+  StringRef name = bound.getStage();
+  double slowest = num(bound.getSlowestSeconds());
+  double compute = num(bound.getComputeSeconds());
+  switch (bound.getKind()) {
+  case BoundKind::upload:
+    os << "the host link: uploading " << name << "'s parameters ("
+       << gb2(num(bound.getParamBytes())) << ") takes "
+       << ms2(num(bound.getUploadSeconds())) << " at "
+       << llvm::formatv("{0:f1}", num(bound.getLinkBandwidth()) / 1e9)
+       << " GB/s per worker, longer than its compute (" << ms2(compute) << ")";
+    break;
+  case BoundKind::download:
+    os << "the host link: downloading " << name << "'s gradients takes "
+       << ms2(num(bound.getDownloadSeconds())) << ", longer than its compute";
+    break;
+  case BoundKind::single_layer:
+    os << "the heaviest single layer: " << name << " (" << bound.getLayer()
+       << ") takes " << ms2(slowest)
+       << " per stage-job and cannot be split; the other stages are packed "
+          "up to it";
+    break;
+  case BoundKind::balance:
+    os << "stage balance: the slowest stage-job is " << name << " ("
+       << ms2(slowest) << ")";
+    break;
+  }
+  int64_t k = partition.numJobs();
+  if (k < workers)
+    os << "; only " << k << " stage-jobs per step for " << workers
+       << " workers";
+  double worker = num(bound.getWorkerArenaBytes());
+  double budget = num(bound.getWorkerBudgetBytes());
+  if (budget > 0 && worker > 0.9 * budget)
+    os << "; worker memory is nearly full (" << gb2(worker) << " of "
+       << gb2(budget) << ")";
+  double step = num(bound.getStepSeconds());
+  double optimizer = num(bound.getOptimizerSeconds());
+  if (optimizer > 0.7 * step)
+    os << "; the host optimizer is nearly saturated (" << ms2(optimizer)
+       << " of AdamW per " << ms2(step)
+       << " step): a faster host or fewer trainable parameters is the next "
+          "limit";
+  os << ". Bubble " << llvm::formatv("{0:f1}", 100 * num(bound.getBubble()))
+     << "% with the overlapped optimizer: stage-jobs range from "
+     << ms2(num(bound.getFastestSeconds())) << " to " << ms2(slowest)
+     << ", and a stage waits for its predecessor's microbatches";
+  double exposed = num(bound.getExposedUpdateSeconds());
+  if (exposed > 0.1 * step)
+    os << " and for the update of the stage-job that finishes the "
+          "gradients of its weights ("
+       << ms2(exposed) << " per step; --optimizer-mode=stale hides it, "
+       << "one step late)";
+  os << "; " << llvm::formatv("{0:f1}", 100 * num(bound.getSyncBubble()))
+     << "% with the synchronous optimizer, which also drains the pipeline "
+        "and waits for the update every step.";
+
+  // Fewer forward stages than workers: what N balanced ones would cost.
+  DenseI64ArrayAttr balanced = bound.getBalancedForward();
+  if (!balanced && bound.getBalancedUnfit().empty())
+    return;
+  os << " Forward stages: " << partition.forward.size() << " for " << workers
+     << " workers, because forward stage-jobs are cheap (no recompute, no "
+        "gradients) and splitting them adds stage-jobs without shortening "
+        "the slowest one";
+  if (!balanced) {
+    os << "; " << workers << " forward stages would not fit ("
+       << bound.getBalancedUnfit() << ").";
+    return;
+  }
+  os << ": the same plan with " << workers
+     << " balanced forward stages (--stages=fwd:";
+  llvm::interleave(balanced.asArrayRef(), os, "+");
+  os << ",tail:" << partition.tail.end - partition.tail.first << ",bwd:";
+  for (auto [i, st] : llvm::enumerate(partition.backward))
+    os << (i ? "+" : "") << st.end - st.first;
+  os << ") is predicted at " << ms2(num(bound.getBalancedStepSeconds()))
+     << " per step against " << ms2(step) << ".";
+}
+
+/// How the partitioner chose the plan (#pipe.search), in words.
+static void explainSearch(PlanOp plan, llvm::raw_ostream &os) {
+  SearchAttr search = plan.getSearch();
+  ArrayRef<int64_t> counts = search.getMicrobatchCounts().asArrayRef();
+  int64_t n = plan.getWorkers(), m = plan.getMicrobatches();
+  os << " Searched " << search.getCandidates() << " candidate plan(s) over "
+     << (counts.size() == 1 ? "M = " : "M in {");
+  llvm::interleaveComma(counts, os);
+  os << (counts.size() == 1 ? "" : "}")
+     << "; kept the shortest simulated step with the update hidden (the "
+        "one-step-stale prediction)";
+  if (m < n + 1 && search.getAutoMicrobatches())
+    os << " (M = " << m << " < N + 1 = " << n + 1
+       << " because a microbatch is a whole number of rows and the batch "
+          "has "
+       << plan.getBatch() << "; workers wait for hand-offs)";
+  if (plan.getStrategy() == "exact")
+    os << (search.getExactOptimum()
+               ? ", which is also the exact optimum of max(K, N) * slowest "
+                 "stage-job"
+               : ", finer than the exact optimum of max(K, N) * slowest "
+                 "stage-job (better balance outweighs the extra jobs)");
+  os << ".";
+}
+
 static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   planner::PlanProblem problem = plan.buildProblem();
   planner::Plan partition = plan.buildPlan();
@@ -228,8 +346,10 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
       }
     }
   }
-  os << "\nWhy: " << plan.getBound() << "\n\n";
-  (void)partition;
+  os << "\nWhy: ";
+  explainBound(plan, partition, os);
+  explainSearch(plan, os);
+  os << "\n\n";
 }
 
 void rondo::printExplanation(ModuleOp module, llvm::raw_ostream &os) {

@@ -49,13 +49,13 @@ void rondo::printParameterLine(ModuleOp module, llvm::raw_ostream &os) {
     auto rank = lora.getAs<IntegerAttr>("rank");
     auto alpha = lora.getAs<FloatAttr>("alpha");
     auto targets = lora.getAs<StringAttr>("targets");
-    if (rank && alpha && targets)
-      os << llvm::formatv("; LoRA rank {0}, alpha ", rank.getInt())
-         << llvm::format("%g", alpha.getValueAsDouble())
-         << llvm::formatv(", targets {0}: {1} adapters on {2} linear weights, "
-                          "every other parameter frozen (no gradient, no "
-                          "optimizer state)",
-                          targets.getValue(), adapters, adapters / 2);
+    // The tg dialect's verifier guarantees the entries and their types.
+    os << llvm::formatv("; LoRA rank {0}, alpha ", rank.getInt())
+       << llvm::format("%g", alpha.getValueAsDouble())
+       << llvm::formatv(", targets {0}: {1} adapters on {2} linear weights, "
+                        "every other parameter frozen (no gradient, no "
+                        "optimizer state)",
+                        targets.getValue(), adapters, adapters / 2);
   }
   os << "\n\n";
 }

@@ -746,7 +746,7 @@ OwningOpRef<ModuleOp> Importer::run() {
   for (auto [k, out] : llvm::enumerate(graph.output()))
     func.setResultAttr(k, tg::kResultNameAttr,
                        builder.getStringAttr(out.name()));
-  module->getOperation()->setAttr("tg.source",
+  module->getOperation()->setAttr(tg::kSourceAttr,
                                   builder.getStringAttr(bufferName));
   return module;
 }

@@ -128,7 +128,7 @@ std::string rondo::resultName(func::FuncOp func, unsigned index) {
   if (auto name =
           func.getResultAttrOfType<StringAttr>(index, tg::kResultNameAttr))
     return name.str();
-  if (auto of = func.getResultAttrOfType<StringAttr>(index, "tg.grad_of"))
+  if (auto of = func.getResultAttrOfType<StringAttr>(index, tg::kGradOfAttr))
     return of.str() + ".grad";
   return "result" + std::to_string(index);
 }

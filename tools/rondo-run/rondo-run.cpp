@@ -501,7 +501,7 @@ FailureOr<std::vector<HostBuffer>> buildArguments(ModuleOp module,
     if (weightsPath.empty()) {
       weightsPath = inputFile;
       if (StringRef(inputFile).ends_with(".mlir")) {
-        auto source = module->getAttrOfType<StringAttr>("tg.source");
+        auto source = module->getAttrOfType<StringAttr>(tg::kSourceAttr);
         if (!source)
           return fail("--weights-from-model: '" + inputFile +
                       "' does not record its ONNX model (tg.source); give "
@@ -587,7 +587,7 @@ FailureOr<std::vector<HostBuffer>> buildArguments(ModuleOp module,
     args[labelsArg] = args[tokenArg];
   }
   if (defaultLossScale) {
-    auto kind = module->getAttrOfType<StringAttr>("tg.loss");
+    auto kind = module->getAttrOfType<StringAttr>(tg::kLossAttr);
     double count = 1;
     if ((!kind || kind.getValue() == "causal-lm") && labelsArg >= 0) {
       const HostBuffer &labels = args[labelsArg];

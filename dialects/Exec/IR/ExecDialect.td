@@ -38,6 +38,10 @@ def Exec_Dialect : Dialect {
   }];
   let useDefaultTypePrinterParser = 1;
   let useDefaultAttributePrinterParser = 1;
+  // The `exec.` discardable attributes of stage functions (ExecOps.h).
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
 }
 
 def Exec_Space : I32EnumAttr<"Space", "where a buffer lives", [

@@ -17,6 +17,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -45,6 +46,70 @@ void ExecDialect::initialize() {
 #define GET_ATTRDEF_LIST
 #include "Exec/IR/ExecAttrs.cpp.inc"
       >();
+}
+
+/// An `exec.role` among `roles`, and else the error that names them.
+static LogicalResult verifyRole(Operation *op, NamedAttribute attr,
+                                ArrayRef<llvm::StringLiteral> roles,
+                                StringRef place) {
+  auto role = dyn_cast<StringAttr>(attr.getValue());
+  if (role && llvm::is_contained(roles, role.getValue()))
+    return success();
+  InFlightDiagnostic diag = op->emitError()
+                            << "'" << kRoleAttr << "' of a function " << place
+                            << " must be one of ";
+  llvm::interleaveComma(roles, diag,
+                        [&](StringRef r) { diag << "\"" << r << "\""; });
+  return diag;
+}
+
+LogicalResult ExecDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                    unsigned,
+                                                    NamedAttribute attr) {
+  if (attr.getName() == kRoleAttr)
+    return verifyRole(op, attr, kArgumentRoles, "argument");
+  if (attr.getName() == kLayerAttr || attr.getName() == kStageAttr)
+    return op->emitError() << "'" << attr.getName().strref()
+                           << "' does not belong on a function argument";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
+}
+
+LogicalResult ExecDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                       unsigned,
+                                                       NamedAttribute attr) {
+  if (attr.getName() == kRoleAttr)
+    return verifyRole(op, attr, kResultRoles, "result");
+  if (attr.getName() == kLayerAttr) {
+    auto layer = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!layer || !layer.getType().isSignlessInteger(64) || layer.getInt() < 0)
+      return op->emitError()
+             << "'" << kLayerAttr << "' must be a non-negative i64";
+    return success();
+  }
+  if (attr.getName() == kStageAttr)
+    return op->emitError() << "'" << kStageAttr
+                           << "' does not belong on a function result";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
+}
+
+LogicalResult ExecDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() == kStageAttr) {
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << kStageAttr << "' belongs on a function";
+    if (!isa<SymbolRefAttr, UnitAttr>(attr.getValue()))
+      return op->emitError()
+             << "'" << kStageAttr
+             << "' must be a symbol reference (@plan::@stage) or unit";
+    return success();
+  }
+  if (attr.getName() == kRoleAttr || attr.getName() == kLayerAttr)
+    return op->emitError() << "'" << attr.getName().strref()
+                           << "' belongs on a function argument or result";
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
 }
 
 #define GET_OP_CLASSES

@@ -23,6 +23,21 @@
 #include "Exec/IR/ExecAttrs.h.inc"
 
 namespace rondo::exec {
+/// Discardable attributes of the stage functions pipe-outline-stages builds,
+/// verified by the dialect (ExecOps.cpp): `exec.role` on each argument and
+/// result says what it carries (kArgumentRoles, kResultRoles), `exec.layer`
+/// on a checkpoint result the layer whose input it is, and `exec.stage`
+/// marks the function as a stage function (the symbol of its `pipe.stage`,
+/// or a unit attribute where no plan exists, as in kernel-lowering tests).
+inline constexpr llvm::StringLiteral kRoleAttr = "exec.role";
+inline constexpr llvm::StringLiteral kLayerAttr = "exec.layer";
+inline constexpr llvm::StringLiteral kStageAttr = "exec.stage";
+inline constexpr llvm::StringLiteral kArgumentRoles[] = {
+    "activation", "gradient",   "param", "input_ids",
+    "labels",     "loss_scale", "data"};
+inline constexpr llvm::StringLiteral kResultRoles[] = {
+    "activation", "checkpoint", "loss_sum", "gradient", "param_grad"};
+
 class StageOp;
 class BufferOp;
 } // namespace rondo::exec

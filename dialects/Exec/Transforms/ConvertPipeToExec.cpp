@@ -20,6 +20,7 @@
 #include "Exec/IR/ExecOps.h"
 #include "Exec/Transforms/Passes.h"
 #include "Pipe/IR/PipeOps.h"
+#include "TG/IR/TGDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -49,7 +50,7 @@ int64_t byteSize(Type t) {
 StringRef roleOf(DictionaryAttr attrs) {
   if (!attrs)
     return "";
-  if (auto role = attrs.getAs<StringAttr>("exec.role"))
+  if (auto role = attrs.getAs<StringAttr>(kRoleAttr))
     return role.getValue();
   return "";
 }
@@ -269,7 +270,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       info.argRoles.push_back(role);
       Type t = fn.getArgumentTypes()[i];
       if (role == "param") {
-        info.params.push_back(fn.getArgAttr(i, "tg.param"));
+        info.params.push_back(fn.getArgAttr(i, tg::kParamAttr));
         info.paramOffsets.push_back(info.paramBytes);
         info.paramSizes.push_back(byteSize(t));
         info.paramBytes = alignUp(info.paramBytes + byteSize(t));
@@ -286,13 +287,13 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       info.resultRoles.push_back(role);
       Type t = fn.getResultTypes()[i];
       if (role == "param_grad") {
-        info.grads.push_back(fn.getResultAttr(i, "tg.grad_of"));
+        info.grads.push_back(fn.getResultAttr(i, tg::kGradOfAttr));
         info.gradOffsets.push_back(info.gradBytes);
         info.gradSizes.push_back(byteSize(t));
         info.gradBytes = alignUp(info.gradBytes + byteSize(t));
       } else if (role == "checkpoint") {
         info.checkpointLayers.push_back(
-            cast<IntegerAttr>(fn.getResultAttr(i, "exec.layer")).getInt());
+            cast<IntegerAttr>(fn.getResultAttr(i, kLayerAttr)).getInt());
         boundaryBytes = std::max(boundaryBytes, byteSize(t));
       } else if (role == "activation" || role == "gradient") {
         boundaryBytes = std::max(boundaryBytes, byteSize(t));

@@ -30,6 +30,12 @@ def Pipe_Dialect : Dialect {
     across steps. Workers are stateless: a stage-job uploads its parameters,
     downloads its gradients, and keeps nothing.
   }];
+  let useDefaultAttributePrinterParser = 1;
+  // `pipe.layer` and `pipe.layer_kinds` (PipeOps.h) are checked where they
+  // sit; no `pipe.` key belongs on a function argument or result.
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
 }
 
 def Pipe_LayerKind : I32EnumAttr<"LayerKind", "role of a layer", [
@@ -42,6 +48,14 @@ def Pipe_StageKind : I32EnumAttr<"StageKind", "kind of a pipeline stage", [
     I32EnumAttrCase<"forward", 0>, I32EnumAttrCase<"tail", 1>,
     I32EnumAttrCase<"backward", 2>]> {
   let cppNamespace = "::rondo::pipe";
+}
+
+def Pipe_BoundKind : I32EnumAttr<"BoundKind",
+    "the constraint that limited a plan", [
+    I32EnumAttrCase<"upload", 0>, I32EnumAttrCase<"download", 1>,
+    I32EnumAttrCase<"single_layer", 2>, I32EnumAttrCase<"balance", 3>]> {
+  let cppNamespace = "::rondo::pipe";
+  let genSpecializedAttr = 0;
 }
 
 #endif // RONDO_PIPE_DIALECT

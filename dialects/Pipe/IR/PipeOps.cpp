@@ -13,21 +13,96 @@
 #include "Pipe/IR/PipeOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstdlib>
 
 using namespace mlir;
 using namespace rondo::pipe;
 
 #include "Pipe/IR/PipeDialect.cpp.inc"
 #include "Pipe/IR/PipeEnums.cpp.inc"
+std::string rondo::pipe::formatExact(double value) {
+  // 17 significant digits always read back exactly; most values need fewer.
+  std::string out;
+  for (int digits = 6; digits <= 17; ++digits) {
+    out = llvm::formatv("{0}", llvm::format("%.*g", digits, value)).str();
+    if (std::strtod(out.c_str(), nullptr) == value)
+      break;
+  }
+  // The parser reads a float literal only with a point: 8e+10 -> 8.0e+10.
+  if (out.find_first_of(".ni") == std::string::npos)
+    out.insert(std::min(out.find('e'), out.size()), ".0");
+  return out;
+}
+
+#define GET_ATTRDEF_CLASSES
+#include "Pipe/IR/PipeAttrs.cpp.inc"
 
 void PipeDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "Pipe/IR/PipeOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "Pipe/IR/PipeAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes
+//===----------------------------------------------------------------------===//
+
+LogicalResult PipeDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                    unsigned,
+                                                    NamedAttribute attr) {
+  return op->emitError() << "'" << attr.getName().strref()
+                         << "' does not belong on a function argument";
+}
+
+LogicalResult PipeDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                       unsigned,
+                                                       NamedAttribute attr) {
+  return op->emitError() << "'" << attr.getName().strref()
+                         << "' does not belong on a function result";
+}
+
+LogicalResult PipeDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() == kLayerAttr) {
+    auto layer = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!layer || !layer.getType().isSignlessInteger(64) || layer.getInt() < 0)
+      return op->emitError()
+             << "'" << kLayerAttr << "' must be a non-negative i64";
+    if (isa<FunctionOpInterface, ModuleOp>(op))
+      return op->emitError()
+             << "'" << kLayerAttr << "' belongs on an op of a function body";
+    return success();
+  }
+  if (attr.getName() == kLayerKindsAttr) {
+    auto kinds = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!kinds || !llvm::all_of(kinds, [](Attribute kind) {
+          auto name = dyn_cast<StringAttr>(kind);
+          return name && symbolizeLayerKind(name.getValue());
+        }))
+      return op->emitError() << "'" << kLayerKindsAttr
+                             << "' must be an array of \"prefix\", "
+                                "\"block\" or \"tail\"";
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitError()
+             << "'" << kLayerKindsAttr << "' belongs on a function";
+    return success();
+  }
+  return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                         << "'";
 }
 
 #define GET_OP_CLASSES

@@ -19,6 +19,9 @@
 #include "Pipe/IR/PipeDialect.h.inc"
 #include "Pipe/IR/PipeEnums.h.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "Pipe/IR/PipeAttrs.h.inc"
+
 namespace rondo::pipe {
 /// The layer an op of the training function belongs to (an i64 attribute
 /// on `tg` ops, set by pipe-layerize and kept by tg-autodiff on the
@@ -28,6 +31,11 @@ inline constexpr llvm::StringLiteral kLayerAttr = "pipe.layer";
 /// On the training function: the kinds of its layers, in order
 /// (an array of strings "prefix" | "block" | "tail").
 inline constexpr llvm::StringLiteral kLayerKindsAttr = "pipe.layer_kinds";
+
+/// The shortest decimal that reads back as `value` exactly (the printer of
+/// #pipe.bound's numbers: MLIR's float printer falls back to hexadecimal
+/// bits for large byte counts).
+std::string formatExact(double value);
 
 /// The layer `op` belongs to, or nullopt for side data (and for no op).
 inline std::optional<int64_t> getLayer(mlir::Operation *op) {

@@ -12,6 +12,85 @@ include "mlir/IR/OpBase.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 
+include "mlir/IR/AttrTypeBase.td"
+
+/// An f64 kept exactly (the printer round-trips it), 0 when left out:
+/// --explain prints these with more digits than the plan's six significant
+/// ones.
+class Pipe_Exact<string desc> : APFloatParameter<desc> {
+  let defaultValue = "::llvm::APFloat(0.0)";
+  let printer = [{
+    $_printer.getStream() << ::rondo::pipe::formatExact($_self.convertToDouble());
+  }];
+  let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
+    double value;
+    if ($_parser.parseFloat(value))
+      return ::mlir::failure();
+    return ::llvm::APFloat(value);
+  }() }];
+}
+
+class Pipe_Flag<string desc> : DefaultValuedParameter<"bool", "false", desc> {
+  let parser = [{ [&]() -> ::mlir::FailureOr<bool> {
+    if (succeeded($_parser.parseOptionalKeyword("true")))
+      return true;
+    if ($_parser.parseKeyword("false"))
+      return ::mlir::failure();
+    return false;
+  }() }];
+}
+
+def Pipe_BoundAttr : AttrDef<Pipe_Dialect, "Bound"> {
+  let mnemonic = "bound";
+  let summary = "Which constraint limited a plan, and its numbers";
+  let description = [{
+    What `--explain` says under "Why:", as facts: `kind` is what the
+    slowest stage-job `stage` waits for: uploading its `param_bytes` at
+    `link_bandwidth` (`upload_seconds`), downloading its gradients
+    (`download_seconds`), both longer than its compute (`compute_seconds`
+    for all microbatches), the single layer `layer` it holds
+    (`single_layer`), or the balance of the stages (`balance`). Stage-jobs
+    take `fastest_seconds` to `slowest_seconds`; `worker_arena_bytes` of
+    `worker_budget_bytes` are used; AdamW takes `optimizer_seconds` per
+    overlapped step of `step_seconds` with bubble `bubble`, of which
+    `exposed_update_seconds` wait for the last update (what the stale mode
+    hides); `sync_bubble` is the synchronous optimizer's bubble. With fewer
+    forward stages than workers, `balanced_forward` gives the layer counts
+    of N balanced forward stages and `balanced_step_seconds` their
+    simulated step, or `balanced_unfit` why they do not fit.
+  }];
+  let parameters = (ins EnumParameter<Pipe_BoundKind>:$kind,
+      StringRefParameter<"slowest stage-job">:$stage,
+      StringRefParameter<"its one layer (single_layer)", "\"\"">:$layer,
+      Pipe_Exact<"">:$slowest_seconds, Pipe_Exact<"">:$fastest_seconds,
+      Pipe_Exact<"">:$compute_seconds, Pipe_Exact<"">:$upload_seconds,
+      Pipe_Exact<"">:$download_seconds, Pipe_Exact<"">:$param_bytes,
+      Pipe_Exact<"">:$link_bandwidth, Pipe_Exact<"">:$worker_arena_bytes,
+      Pipe_Exact<"">:$worker_budget_bytes,
+      Pipe_Exact<"">:$optimizer_seconds, Pipe_Exact<"">:$step_seconds,
+      Pipe_Exact<"">:$bubble, Pipe_Exact<"">:$exposed_update_seconds,
+      Pipe_Exact<"">:$sync_bubble,
+      OptionalParameter<"::mlir::DenseI64ArrayAttr">:$balanced_forward,
+      Pipe_Exact<"">:$balanced_step_seconds,
+      StringRefParameter<"the planner's reason", "\"\"">:$balanced_unfit);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Pipe_SearchAttr : AttrDef<Pipe_Dialect, "Search"> {
+  let mnemonic = "search";
+  let summary = "How the partitioner chose the plan";
+  let description = [{
+    `candidates` plans simulated over the microbatch counts
+    `microbatch_counts`; `auto_microbatches` when the pass chose M (no
+    --microbatches); `exact_optimum` when the kept plan is also the exact
+    optimum of max(K, N) * slowest stage-job (strategy exact).
+  }];
+  let parameters = (ins "int64_t":$candidates,
+      "::mlir::DenseI64ArrayAttr":$microbatch_counts,
+      Pipe_Flag<"">:$auto_microbatches, Pipe_Flag<"">:$exact_optimum);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
 class Pipe_Op<string mnemonic, list<Trait> traits = []>
     : Op<Pipe_Dialect, mnemonic, traits>;
 
@@ -31,8 +110,9 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     computed for, the budgets, the predicted peaks, the predicted step time
     and bubble fraction (the trainer's default `--optimizer-mode=overlap`,
     steady state; `sync_*` for `sync`, `stale_step_seconds` for RoundPipe's
-    one-step-stale `stale`), and `bound`, the constraint that limited the
-    plan, in words. `max_seq_len` is the longest sequence (tokens of one
+    one-step-stale `stale`), `bound`, the constraint that limited the plan
+    with its numbers (`#pipe.bound`), and `search`, how it was chosen
+    (`#pipe.search`); `--explain` words them. `max_seq_len` is the longest sequence (tokens of one
     row, one row per microbatch) that a plan of these workers holds within
     the same budgets: long-context planning, with the table scaled to that
     length and one layer per stage, so that one layer's activations at a
@@ -77,7 +157,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        F64Attr:$peer_bandwidth,
                        F64Attr:$optimizer_params_per_second,
                        F64Attr:$host_fixed_bytes,
-                       StrAttr:$bound,
+                       Pipe_BoundAttr:$bound,
+                       Pipe_SearchAttr:$search,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas,
                        OptionalAttr<F64Attr>:$replica_link_bandwidth,
                        OptionalAttr<DenseF64ArrayAttr>:$replica_scaling,

@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Exec/IR/ExecOps.h"
 #include "Pipe/IR/PipeOps.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/IR/TGOps.h"
@@ -99,9 +100,9 @@ FailureOr<TrainFunction> analyse(func::FuncOp func) {
   tf.func = func;
   for (BlockArgument arg : func.getArguments()) {
     unsigned bits = 0;
-    if (func.getArgAttr(arg.getArgNumber(), "tg.param"))
+    if (func.getArgAttr(arg.getArgNumber(), tg::kParamAttr))
       bits = kParam;
-    else if (func.getArgAttr(arg.getArgNumber(), "tg.loss_scale"))
+    else if (func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
       bits = kLossScale;
     else
       bits = kData;
@@ -216,7 +217,7 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
   auto addOutput = [&](Value v, StringRef role) {
     outputs.push_back(v);
     NamedAttrList attrs;
-    attrs.set("exec.role", builder.getStringAttr(role));
+    attrs.set(exec::kRoleAttr, builder.getStringAttr(role));
     outputAttrs.push_back(attrs);
     return &outputAttrs.back();
   };
@@ -275,7 +276,7 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
       if (!found)
         return stage.emitOpError("has no activation entering layer ") << c;
       addOutput(found, "checkpoint")
-          ->set("exec.layer", builder.getI64IntegerAttr(c));
+          ->set(exec::kLayerAttr, builder.getI64IntegerAttr(c));
     }
   } else {
     if (kind == StageKind::tail)
@@ -315,7 +316,7 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
         if (!def || !ops.count(def))
           continue;
         addOutput(part, "param_grad")
-            ->set("tg.grad_of", main.getResultAttr(k, "tg.grad_of"));
+            ->set(tg::kGradOfAttr, main.getResultAttr(k, tg::kGradOfAttr));
       }
   }
 
@@ -326,7 +327,7 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
   auto addInput = [&](Value v, StringRef role, DictionaryAttr extra = {}) {
     inputs.push_back(v);
     NamedAttrList attrs(extra);
-    attrs.set("exec.role", builder.getStringAttr(role));
+    attrs.set(exec::kRoleAttr, builder.getStringAttr(role));
     inputAttrs.push_back(attrs);
   };
   if (activationIn)
@@ -337,11 +338,11 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
     if (!argsUsed.count(arg))
       continue;
     unsigned i = arg.getArgNumber();
-    StringRef role = main.getArgAttr(i, "tg.param")        ? "param"
-                     : main.getArgAttr(i, "tg.input")      ? "input_ids"
-                     : main.getArgAttr(i, "tg.labels")     ? "labels"
-                     : main.getArgAttr(i, "tg.loss_scale") ? "loss_scale"
-                                                           : "data";
+    StringRef role = main.getArgAttr(i, tg::kParamAttr)       ? "param"
+                     : main.getArgAttr(i, tg::kInputAttr)     ? "input_ids"
+                     : main.getArgAttr(i, tg::kLabelsAttr)    ? "labels"
+                     : main.getArgAttr(i, tg::kLossScaleAttr) ? "loss_scale"
+                                                              : "data";
     addInput(arg, role, main.getArgAttrDict(i));
   }
 
@@ -354,7 +355,7 @@ LogicalResult outlineStage(TrainFunction &tf, PlanOp plan, StageOp stage,
   auto fn = func::FuncOp::create(builder, stage.getLoc(), name,
                                  builder.getFunctionType(inTypes, outTypes));
   fn->setAttr(
-      "exec.stage",
+      exec::kStageAttr,
       SymbolRefAttr::get(plan.getSymNameAttr(),
                          {FlatSymbolRefAttr::get(stage.getSymNameAttr())}));
   for (auto [i, attrs] : llvm::enumerate(inputAttrs))
@@ -404,7 +405,7 @@ struct PipeOutlineStagesPass
       return signalPassFailure();
     int64_t rows = -1;
     for (BlockArgument arg : main.getArguments())
-      if (main.getArgAttr(arg.getArgNumber(), "tg.input"))
+      if (main.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
         rows = cast<ShapedType>(arg.getType()).getDimSize(0);
     OpBuilder builder(module.getBodyRegion());
     builder.setInsertionPointToEnd(module.getBody());

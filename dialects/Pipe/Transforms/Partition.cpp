@@ -37,9 +37,6 @@ using namespace rondo::pipe;
 namespace {
 
 std::string gb(double bytes) { return llvm::formatv("{0:f2} GB", bytes / 1e9); }
-std::string ms(double seconds) {
-  return llvm::formatv("{0:f2} ms", seconds * 1e3);
-}
 
 /// Whether the executor's arena for `plan` (planner::workerArenaBytes) fits
 /// the worker budget.
@@ -446,26 +443,10 @@ struct PipePartitionPass
     if (!best)
       return reportNoFit(func, spec, bf16, n, batch, counts, lastFailure,
                          smallestWorkerPeak, smallestWorkerPeakM);
-    std::string searched;
-    llvm::raw_string_ostream os(searched);
-    os << " Searched " << tried << " candidate plan(s) over "
-       << (counts.size() == 1 ? "M = " : "M in {");
-    llvm::interleaveComma(counts, os);
-    os << (counts.size() == 1 ? "" : "}")
-       << "; kept the shortest simulated step with the update hidden (the "
-          "one-step-stale prediction)";
-    if (best->microbatches < n + 1 && microbatches == 0)
-      os << " (M = " << best->microbatches << " < N + 1 = " << n + 1
-         << " because a microbatch is a whole number of rows and the batch "
-            "has "
-         << batch << "; workers wait for hand-offs)";
-    if (strategy == "exact" && stages.empty())
-      os << (best->objectiveOptimal
-                 ? ", which is also the exact optimum of max(K, N) * slowest "
-                   "stage-job"
-                 : ", finer than the exact optimum of max(K, N) * slowest "
-                   "stage-job (better balance outweighs the extra jobs)");
-    os << ".";
+    auto searched = SearchAttr::get(
+        &getContext(), tried, DenseI64ArrayAttr::get(&getContext(), counts),
+        microbatches == 0,
+        strategy == "exact" && stages.empty() && best->objectiveOptimal);
     buildPlanOp(b, func, spec, bf16, n, batch, tokens, *best, searched);
     return success();
   }
@@ -517,62 +498,11 @@ struct PipePartitionPass
     return diag;
   }
 
-  /// With fewer forward stages than workers, the compiler says what N
-  /// forward stages would cost: the same plan with its forward range split
-  /// into N stages of balanced time, simulated.
-  void explainForwardStages(const Candidate &c, llvm::raw_ostream &os) {
-    const planner::PlanProblem &p = c.problem;
-    int numForward = static_cast<int>(c.plan.forward.size());
-    int b = c.plan.tail.first;
-    if (numForward >= p.workers || b < p.workers)
-      return;
-    // Min-max split of [0, b) into N parts by forward time (DP over cuts).
-    int parts = p.workers;
-    std::vector<std::vector<double>> best(parts + 1,
-                                          std::vector<double>(b + 1, 1e300));
-    std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(b + 1, 0));
-    best[0][0] = 0;
-    for (int k = 1; k <= parts; ++k)
-      for (int e = k; e <= b; ++e)
-        for (int a = k - 1; a < e; ++a) {
-          double t = 0;
-          for (int l = a; l < e; ++l)
-            t += p.layers[l].forwardSeconds;
-          double v = std::max(best[k - 1][a], t);
-          if (v < best[k][e]) {
-            best[k][e] = v;
-            cut[k][e] = a;
-          }
-        }
-    planner::Plan alt = c.plan;
-    alt.forward.clear();
-    for (int k = parts, e = b; k > 0; e = cut[k][e], --k)
-      alt.forward.insert(alt.forward.begin(),
-                         {planner::StageKind::Forward, cut[k][e], e});
-    std::string why;
-    os << " Forward stages: " << numForward << " for " << p.workers
-       << " workers, because forward stage-jobs are cheap (no recompute, no "
-          "gradients) and splitting them adds stage-jobs without shortening "
-          "the slowest one";
-    if (!planner::fitsBudgets(p, alt, &why)) {
-      os << "; " << p.workers << " forward stages would not fit (" << why
-         << ").";
-      return;
-    }
-    planner::SimResult sim = planner::simulate(p, alt, {});
-    os << ": the same plan with " << p.workers
-       << " balanced forward stages (--stages=fwd:";
-    for (auto [i, st] : llvm::enumerate(alt.forward))
-      os << (i ? "+" : "") << st.end - st.first;
-    os << ",tail:" << alt.tail.end - alt.tail.first << ",bwd:";
-    for (auto [i, st] : llvm::enumerate(alt.backward))
-      os << (i ? "+" : "") << st.end - st.first;
-    os << ") is predicted at " << ms(sim.stepSeconds) << " per step against "
-       << ms(c.overlap.stepSeconds) << ".";
-  }
-
-  /// Which constraint limited the plan, in words.
-  std::string explainBound(const Candidate &c) {
+  /// Which constraint limited the plan, with the numbers --explain words
+  /// (lib/Explain). With fewer forward stages than workers it also records
+  /// what N forward stages would cost: the same plan with its forward range
+  /// split into N stages of balanced time, simulated.
+  BoundAttr buildBound(const Candidate &c) {
     const planner::PlanProblem &p = c.problem;
     std::vector<planner::Stage> jobs = c.plan.jobs();
     int slowest = 0;
@@ -586,68 +516,78 @@ struct PipePartitionPass
       fastestTime = std::min(fastestTime, sc.jobSeconds);
     }
     planner::StageCost sc = planner::costStage(p, jobs[slowest]);
-    std::string name = planner::stageName(c.plan, slowest);
-    std::string out;
-    llvm::raw_string_ostream os(out);
     double compute = p.microbatches * sc.computeSeconds + sc.hopSeconds;
-    if (sc.uploadSeconds >= compute)
-      os << "the host link: uploading " << name << "'s parameters ("
-         << gb(sc.paramBytes) << ") takes " << ms(sc.uploadSeconds) << " at "
-         << llvm::formatv("{0:f1}", p.linkBytesPerSecond / 1e9)
-         << " GB/s per worker, longer than its compute (" << ms(compute) << ")";
-    else if (sc.downloadSeconds >= compute)
-      os << "the host link: downloading " << name << "'s gradients takes "
-         << ms(sc.downloadSeconds) << ", longer than its compute";
-    else if (jobs[slowest].end - jobs[slowest].first == 1)
-      os << "the heaviest single layer: " << name << " ("
-         << p.layers[jobs[slowest].first].name << ") takes " << ms(slowestTime)
-         << " per stage-job and cannot be split; the other stages are packed "
-            "up to it";
-    else
-      os << "stage balance: the slowest stage-job is " << name << " ("
-         << ms(slowestTime) << ")";
-    int k = c.plan.numJobs();
-    if (k < p.workers)
-      os << "; only " << k << " stage-jobs per step for " << p.workers
-         << " workers";
-    double worker = planner::workerArenaBytes(p, c.plan);
-    if (p.workerMemoryBytes > 0 && worker > 0.9 * p.workerMemoryBytes)
-      os << "; worker memory is nearly full (" << gb(worker) << " of "
-         << gb(p.workerMemoryBytes) << ")";
+    BoundKind kind = sc.uploadSeconds >= compute     ? BoundKind::upload
+                     : sc.downloadSeconds >= compute ? BoundKind::download
+                     : jobs[slowest].end - jobs[slowest].first == 1
+                         ? BoundKind::single_layer
+                         : BoundKind::balance;
+    std::string layer = kind == BoundKind::single_layer
+                            ? p.layers[jobs[slowest].first].name
+                            : std::string();
     double trainable = 0;
     for (double t : p.trainableParams)
       trainable += t;
     double optimizer = p.optimizerParamsPerSecond > 0
                            ? trainable / p.optimizerParamsPerSecond
                            : 0;
-    if (optimizer > 0.7 * c.overlap.stepSeconds)
-      os << "; the host optimizer is nearly saturated (" << ms(optimizer)
-         << " of AdamW per " << ms(c.overlap.stepSeconds)
-         << " step): a faster host or fewer trainable parameters is the next "
-            "limit";
-    os << ". Bubble " << llvm::formatv("{0:f1}", 100 * c.overlap.bubbleFraction)
-       << "% with the overlapped optimizer: stage-jobs range from "
-       << ms(fastestTime) << " to " << ms(slowestTime)
-       << ", and a stage waits for its predecessor's microbatches";
     // The update of the last backward stage, which the next step's first
     // upload waits for, is what overlap cannot hide.
     double exposed = c.overlap.stepSeconds - c.stale.stepSeconds;
-    if (exposed > 0.1 * c.overlap.stepSeconds)
-      os << " and for the update of the stage-job that finishes the "
-            "gradients of its weights ("
-         << ms(exposed) << " per step; --optimizer-mode=stale hides it, "
-         << "one step late)";
-    os << "; " << llvm::formatv("{0:f1}", 100 * c.sync.bubbleFraction)
-       << "% with the synchronous optimizer, which also drains the pipeline "
-          "and waits for the update every step.";
-    explainForwardStages(c, os);
-    return out;
+
+    DenseI64ArrayAttr balanced;
+    double balancedStep = 0;
+    std::string unfit;
+    int numForward = static_cast<int>(c.plan.forward.size());
+    int b = c.plan.tail.first;
+    if (numForward < p.workers && b >= p.workers) {
+      // Min-max split of [0, b) into N parts by forward time (DP over cuts).
+      int parts = p.workers;
+      std::vector<std::vector<double>> best(parts + 1,
+                                            std::vector<double>(b + 1, 1e300));
+      std::vector<std::vector<int>> cut(parts + 1, std::vector<int>(b + 1, 0));
+      best[0][0] = 0;
+      for (int k = 1; k <= parts; ++k)
+        for (int e = k; e <= b; ++e)
+          for (int a = k - 1; a < e; ++a) {
+            double t = 0;
+            for (int l = a; l < e; ++l)
+              t += p.layers[l].forwardSeconds;
+            double v = std::max(best[k - 1][a], t);
+            if (v < best[k][e]) {
+              best[k][e] = v;
+              cut[k][e] = a;
+            }
+          }
+      planner::Plan alt = c.plan;
+      alt.forward.clear();
+      for (int k = parts, e = b; k > 0; e = cut[k][e], --k)
+        alt.forward.insert(alt.forward.begin(),
+                           {planner::StageKind::Forward, cut[k][e], e});
+      if (planner::fitsBudgets(p, alt, &unfit)) {
+        SmallVector<int64_t> sizes;
+        for (const planner::Stage &st : alt.forward)
+          sizes.push_back(st.end - st.first);
+        balanced = DenseI64ArrayAttr::get(&getContext(), sizes);
+        balancedStep = planner::simulate(p, alt, {}).stepSeconds;
+      }
+    }
+    auto exact = [](double v) { return APFloat(v); };
+    return BoundAttr::get(
+        &getContext(), kind, planner::stageName(c.plan, slowest), layer,
+        exact(slowestTime), exact(fastestTime), exact(compute),
+        exact(sc.uploadSeconds), exact(sc.downloadSeconds),
+        exact(sc.paramBytes), exact(p.linkBytesPerSecond),
+        exact(planner::workerArenaBytes(p, c.plan)), exact(p.workerMemoryBytes),
+        exact(optimizer), exact(c.overlap.stepSeconds),
+        exact(c.overlap.bubbleFraction), exact(exposed),
+        exact(c.sync.bubbleFraction), balanced, exact(balancedStep), unfit);
   }
 
   void buildPlanOp(OpBuilder &b, func::FuncOp func,
                    const cost::DeviceSpec &spec, bool bf16, int64_t n,
                    int64_t batch, int64_t tokens, const Candidate &c,
-                   StringRef searched) {
+                   SearchAttr searched) {
     MLIRContext *ctx = &getContext();
     Location loc = func.getLoc();
     // Six significant digits: the plan stays readable (and exact in
@@ -671,7 +611,7 @@ struct PipePartitionPass
         f64(c.overlap.bubbleFraction), f64(c.sync.stepSeconds),
         f64(c.sync.bubbleFraction), f64(p.linkBytesPerSecond),
         f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
-        f64(p.hostFixedBytes), str(explainBound(c) + searched.str()),
+        f64(p.hostFixedBytes), buildBound(c), searched,
         /*replicas=*/nullptr, /*replica_link_bandwidth=*/nullptr,
         /*replica_scaling=*/nullptr, /*replica_scaling_other_mode=*/nullptr,
         /*shard_optimizer=*/nullptr, /*replicas_per_host=*/nullptr,

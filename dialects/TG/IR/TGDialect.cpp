@@ -8,6 +8,7 @@
 #include "TG/IR/TGOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -30,4 +31,121 @@ Operation *TGDialect::materializeConstant(OpBuilder &builder, Attribute value,
   if (!elements || elements.getType() != type)
     return nullptr;
   return ConstantOp::create(builder, loc, elements);
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Where a `tg.` attribute may sit (no key belongs on an operation other
+/// than the module).
+enum class Place { Argument, Result, Module, Op };
+
+StringRef describe(Place place) {
+  switch (place) {
+  case Place::Argument:
+    return "a function argument";
+  case Place::Result:
+    return "a function result";
+  case Place::Module:
+    return "the module";
+  case Place::Op:
+    return "an operation";
+  }
+  llvm_unreachable("unknown place");
+}
+
+bool isName(Attribute a) {
+  auto s = dyn_cast<StringAttr>(a);
+  return s && !s.getValue().empty();
+}
+bool isUnit(Attribute a) { return isa<UnitAttr>(a); }
+bool isNameList(Attribute a) {
+  auto names = dyn_cast<ArrayAttr>(a);
+  return names && llvm::all_of(names, isName);
+}
+bool isLoraFactor(Attribute a) {
+  auto s = dyn_cast<StringAttr>(a);
+  return s && (s.getValue() == "A" || s.getValue() == "B");
+}
+bool isLossKind(Attribute a) {
+  auto s = dyn_cast<StringAttr>(a);
+  return s && (s.getValue() == "output" || s.getValue() == "causal-lm");
+}
+bool isLoraConfig(Attribute a) {
+  auto dict = dyn_cast<DictionaryAttr>(a);
+  if (!dict || dict.size() != 4)
+    return false;
+  auto rank = dict.getAs<IntegerAttr>("rank");
+  return rank && rank.getType().isSignlessInteger(64) && rank.getInt() > 0 &&
+         dict.getAs<FloatAttr>("alpha") && dict.getAs<FloatAttr>("dropout") &&
+         isName(dict.get("targets"));
+}
+
+/// One key: where it sits and what its value must be (in words, for the
+/// diagnostic, and as a predicate).
+struct Rule {
+  StringRef name;
+  Place place;
+  StringRef expected;
+  bool (*accepts)(Attribute);
+};
+
+const Rule kRules[] = {
+    {kParamAttr, Place::Argument, "a non-empty string", isName},
+    {kTrainableAttr, Place::Argument, "a unit attribute", isUnit},
+    {kExternalF32Attr, Place::Argument, "a unit attribute", isUnit},
+    {kTorchNameAttr, Place::Argument, "a non-empty string", isName},
+    {kTorchAliasesAttr, Place::Argument, "an array of non-empty strings",
+     isNameList},
+    {kTorchTransposedAttr, Place::Argument, "a unit attribute", isUnit},
+    {kInputAttr, Place::Argument, "a non-empty string", isName},
+    {kLabelsAttr, Place::Argument, "a unit attribute", isUnit},
+    {kLossScaleAttr, Place::Argument, "a unit attribute", isUnit},
+    {kLoraOfAttr, Place::Argument, "a non-empty string", isName},
+    {kLoraFactorAttr, Place::Argument, "\"A\" or \"B\"", isLoraFactor},
+    {kLoraBaseTransposedAttr, Place::Argument, "a unit attribute", isUnit},
+    {kResultNameAttr, Place::Result, "a non-empty string", isName},
+    {kGradOfAttr, Place::Result, "a non-empty string", isName},
+    {kLoraConfigAttr, Place::Module,
+     "a dictionary of exactly rank (a positive i64), alpha (a float), "
+     "dropout (a float) and targets (a non-empty string)",
+     isLoraConfig},
+    {kLossAttr, Place::Module, "\"output\" or \"causal-lm\"", isLossKind},
+    {kSourceAttr, Place::Module, "a non-empty string", isName},
+};
+
+LogicalResult verifyAttr(Operation *op, NamedAttribute attr, Place place) {
+  const Rule *rule = llvm::find_if(
+      kRules, [&](const Rule &r) { return r.name == attr.getName(); });
+  if (rule == std::end(kRules))
+    return op->emitError() << "unknown attribute '" << attr.getName().strref()
+                           << "'";
+  if (rule->place != place)
+    return op->emitError() << "'" << attr.getName().strref() << "' belongs on "
+                           << describe(rule->place) << ", not on "
+                           << describe(place);
+  if (!rule->accepts(attr.getValue()))
+    return op->emitError() << "'" << attr.getName().strref() << "' must be "
+                           << rule->expected;
+  return success();
+}
+} // namespace
+
+LogicalResult TGDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                  unsigned,
+                                                  NamedAttribute attr) {
+  return verifyAttr(op, attr, Place::Argument);
+}
+
+LogicalResult TGDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                     unsigned,
+                                                     NamedAttribute attr) {
+  return verifyAttr(op, attr, Place::Result);
+}
+
+LogicalResult TGDialect::verifyOperationAttribute(Operation *op,
+                                                  NamedAttribute attr) {
+  return verifyAttr(op, attr, isa<ModuleOp>(op) ? Place::Module : Place::Op);
 }

@@ -17,7 +17,9 @@
 #include "TG/IR/TGEnums.h.inc"
 
 namespace rondo::tg {
-/// Attribute names shared by the importer, passes and emitter.
+/// Attribute names shared by the importer, passes and emitter. The dialect
+/// verifies each one's type and placement (TGDialect.cpp), so readers may
+/// rely on them; any other `tg.` key is an error.
 inline constexpr llvm::StringLiteral kParamAttr = "tg.param";
 inline constexpr llvm::StringLiteral kTrainableAttr = "tg.trainable";
 /// A parameter stored as fp32 ONNX external data: frozen, the trainer can
@@ -37,6 +39,13 @@ inline constexpr llvm::StringLiteral kInputAttr = "tg.input";
 inline constexpr llvm::StringLiteral kLabelsAttr = "tg.labels";
 inline constexpr llvm::StringLiteral kLossScaleAttr = "tg.loss_scale";
 inline constexpr llvm::StringLiteral kResultNameAttr = "tg.result";
+/// On a result of the training function (and of a stage function): the
+/// `tg.param` name of the parameter whose gradient it is (tg-autodiff).
+inline constexpr llvm::StringLiteral kGradOfAttr = "tg.grad_of";
+/// On the module: the loss tg-attach-loss built ("output", the model's own,
+/// or "causal-lm") and the model file the importer read.
+inline constexpr llvm::StringLiteral kLossAttr = "tg.loss";
+inline constexpr llvm::StringLiteral kSourceAttr = "tg.source";
 /// LoRA adapters (tg-insert-lora): on an adapter argument, the `tg.param`
 /// name of the weight it adapts and which factor it is ("A" or "B"); the
 /// unit attribute marks a base weight stored [out, in] (its uses transpose

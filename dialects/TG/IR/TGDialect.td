@@ -37,6 +37,11 @@ def TG_Dialect : Dialect {
     `tg` ops.
   }];
   let hasConstantMaterializer = 1;
+  // The `tg.` discardable attributes (TGDialect.h) are checked where they
+  // sit: on function arguments, on function results, on the module.
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
 }
 
 def TG_UnaryKind : I32EnumAttr<"UnaryKind", "elementwise unary function", [

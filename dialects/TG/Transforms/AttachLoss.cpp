@@ -64,7 +64,7 @@ struct TGAttachLossPass
       func.setAllResultAttrs(SmallVector<DictionaryAttr>(
           func.getNumResults(), DictionaryAttr::get(&getContext())));
       func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss"));
-      getOperation()->setAttr("tg.loss", b.getStringAttr("output"));
+      getOperation()->setAttr(kLossAttr, b.getStringAttr("output"));
       return success();
     }
     return func.emitError("--loss=output:")
@@ -151,7 +151,7 @@ struct TGAttachLossPass
     func.setAllResultAttrs(SmallVector<DictionaryAttr>(
         func.getNumResults(), DictionaryAttr::get(&getContext())));
     func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss_sum"));
-    getOperation()->setAttr("tg.loss", b.getStringAttr("causal-lm"));
+    getOperation()->setAttr(kLossAttr, b.getStringAttr("causal-lm"));
     return success();
   }
 };

@@ -160,7 +160,7 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
     func.setResultAttr(0, kResultNameAttr, b.getStringAttr("loss_sum"));
     for (auto [k, argIdx] : llvm::enumerate(trainable)) {
       auto name = func.getArgAttrOfType<StringAttr>(argIdx, kParamAttr);
-      func.setResultAttr(k + 1, "tg.grad_of", name);
+      func.setResultAttr(k + 1, kGradOfAttr, name);
     }
     (void)newRet;
   }

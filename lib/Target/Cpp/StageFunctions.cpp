@@ -201,7 +201,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   unsigned slot = 0;
   for (unsigned k = 0; k < fn.getNumArguments(); ++k) {
     Value arg = fn.getArgument(k);
-    auto role = fn.getArgAttrOfType<StringAttr>(k, "exec.role");
+    auto role = fn.getArgAttrOfType<StringAttr>(k, exec::kRoleAttr);
     if (role && role.getValue() == "loss_scale") {
       exprs[arg] = "lossScaleValue";
       continue;
@@ -246,7 +246,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   }
   SmallVector<unsigned> plain, grads;
   for (unsigned k = 0; k < fn.getNumResults(); ++k) {
-    auto role = fn.getResultAttrOfType<StringAttr>(k, "exec.role");
+    auto role = fn.getResultAttrOfType<StringAttr>(k, exec::kRoleAttr);
     (role && role.getValue() == "param_grad" ? grads : plain).push_back(k);
   }
   for (unsigned k : plain) {

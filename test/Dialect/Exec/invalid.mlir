@@ -128,3 +128,51 @@ exec.program @carried_state plan @plan_w2 workers 1 microbatches 1 first_worker 
   exec.barrier
   exec.yield %7
 }
+
+// -----
+
+// The dialect verifies the discardable attributes of stage functions
+// (ExecOps.h).
+
+// expected-error @+1 {{'exec.role' of a function argument must be one of "activation", "gradient", "param", "input_ids", "labels", "loss_scale", "data"}}
+func.func private @arg_role(tensor<f32> {exec.role = "checkpoint"})
+
+// -----
+
+// expected-error @+1 {{'exec.role' of a function result must be one of "activation", "checkpoint", "loss_sum", "gradient", "param_grad"}}
+func.func private @result_role() -> (tensor<f32> {exec.role = "param"})
+
+// -----
+
+// expected-error @+1 {{'exec.layer' must be a non-negative i64}}
+func.func private @layer() -> (tensor<f32> {exec.role = "checkpoint", exec.layer = "2"})
+
+// -----
+
+// expected-error @+1 {{'exec.layer' does not belong on a function argument}}
+func.func private @layer_on_arg(tensor<f32> {exec.layer = 2 : i64})
+
+// -----
+
+// expected-error @+1 {{'exec.stage' must be a symbol reference (@plan::@stage) or unit}}
+func.func private @stage() attributes {exec.stage = "F0"}
+
+// -----
+
+// expected-error @+1 {{'exec.stage' belongs on a function}}
+module attributes {exec.stage} {}
+
+// -----
+
+// expected-error @+1 {{'exec.stage' does not belong on a function result}}
+func.func private @stage_on_result() -> (tensor<f32> {exec.stage})
+
+// -----
+
+// expected-error @+1 {{'exec.role' belongs on a function argument or result}}
+func.func private @role_on_func() attributes {exec.role = "param"}
+
+// -----
+
+// expected-error @+1 {{unknown attribute 'exec.roles'}}
+func.func private @unknown(tensor<f32> {exec.roles = "param"})

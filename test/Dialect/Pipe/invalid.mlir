@@ -6,7 +6,7 @@
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -24,7 +24,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -42,7 +42,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -60,7 +60,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -78,7 +78,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -96,7 +96,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -115,7 +115,7 @@ func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "t
   return
 }
 // expected-error@+1 {{splits a batch of 8 rows into 3 microbatches of 2 rows}}
-pipe.plan @plan_w2 for @main workers 2 microbatches 3 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 3 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -132,7 +132,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 3 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -150,7 +150,7 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
 func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "tail"]} {
   return
 }
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     // expected-error@+1 {{bwd_flops must be a non-negative number}}
     pipe.layer 1 block {bwd_flops = -2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -169,7 +169,7 @@ func.func @main() attributes {pipe.layer_kinds = ["prefix", "block", "block", "t
   return
 }
 // expected-error@+1 {{'pipe.plan' op shared_params entry 0 names fewer than two layers}}
-pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = "test", bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, shared_params = [{grad_bytes = 4.0e+06 : f64, layers = array<i64: 0>, param_bytes = 2.0e+06 : f64}], tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
+pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i64, bound = #pipe.bound<kind = balance, stage = "F0">, search = #pipe.search<candidates = 1, microbatch_counts = [4]>, bubble_fraction = 0.1 : f64, device = "host", host_fixed_bytes = 1.0e+08 : f64, host_memory_budget = 1.0e+10 : f64, host_peak_bytes = 1.2e+08 : f64, link_bandwidth = 1.0e+10 : f64, optimizer_params_per_second = 1.0e+09 : f64, peer_bandwidth = 0.0 : f64, precision = "fp32", predicted_step_seconds = 1.0e-02 : f64, rows_per_microbatch = 2 : i64, strategy = "exact", sync_bubble_fraction = 0.2 : f64, sync_step_seconds = 1.2e-02 : f64, shared_params = [{grad_bytes = 4.0e+06 : f64, layers = array<i64: 0>, param_bytes = 2.0e+06 : f64}], tokens_per_step = 64 : i64, worker_memory_budget = 1.0e+10 : f64, worker_peak_bytes = 1.3e+07 : f64} {
     pipe.layer 0 prefix {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 1 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
     pipe.layer 2 block {bwd_flops = 2.0e+09 : f64, bwd_seconds = 2.0e-03 : f64, fwd_flops = 1.0e+09 : f64, fwd_seconds = 1.0e-03 : f64, grad_bytes = 4.0e+06 : f64, input_bytes = 1.0e+06 : f64, param_bytes = 2.0e+06 : f64, trainable_params = 1.0e+06 : f64, workspace_bytes = 3.0e+06 : f64}
@@ -181,3 +181,43 @@ pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 8 : i6
     pipe.schedule first_worker 0 jobs [@F0, @T, @B1, @B2]
 }
 
+
+// -----
+
+// The dialect verifies its discardable attributes (PipeOps.h).
+
+func.func @layer_negative(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'pipe.layer' must be a non-negative i64}}
+  %0 = tg.unary neg %x {pipe.layer = -1 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer' belongs on an op of a function body}}
+func.func private @layer_on_func() attributes {pipe.layer = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer_kinds' must be an array of "prefix", "block" or "tail"}}
+func.func private @layer_kinds() attributes {pipe.layer_kinds = ["prefix", "body"]}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer_kinds' belongs on a function}}
+module attributes {pipe.layer_kinds = ["tail"]} {}
+
+// -----
+
+// expected-error @+1 {{'pipe.layer' does not belong on a function argument}}
+func.func private @layer_on_arg(tensor<f32> {pipe.layer = 0 : i64})
+
+// -----
+
+// expected-error @+1 {{'pipe.layer' does not belong on a function result}}
+func.func private @layer_on_result() -> (tensor<f32> {pipe.layer = 0 : i64})
+
+// -----
+
+// expected-error @+1 {{unknown attribute 'pipe.stage'}}
+func.func private @unknown() attributes {pipe.stage = 0 : i64}

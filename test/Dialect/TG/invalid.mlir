@@ -215,3 +215,136 @@ func.func @clamp_grad_nan(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = tg.clamp_grad %x, %x {min = 0x7FC00000 : f32, max = 1.0 : f32} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// The dialect verifies its discardable attributes (TGDialect.h): each key's
+// type and where it sits; any other tg. key is an error.
+
+// expected-error @+1 {{'tg.param' must be a non-empty string}}
+func.func private @arg_param(tensor<4xf32> {tg.param = ""})
+
+// -----
+
+// expected-error @+1 {{'tg.trainable' must be a unit attribute}}
+func.func private @arg_trainable(tensor<4xf32> {tg.trainable = true})
+
+// -----
+
+// expected-error @+1 {{'tg.external_f32' must be a unit attribute}}
+func.func private @arg_external_f32(tensor<4xf32> {tg.external_f32 = 1 : i64})
+
+// -----
+
+// expected-error @+1 {{'tg.torch_name' must be a non-empty string}}
+func.func private @arg_torch_name(tensor<4xf32> {tg.torch_name = 3 : i64})
+
+// -----
+
+// expected-error @+1 {{'tg.torch_aliases' must be an array of non-empty strings}}
+func.func private @arg_torch_aliases(tensor<4xf32> {tg.torch_aliases = ["a", 1 : i64]})
+
+// -----
+
+// expected-error @+1 {{'tg.torch_transposed' must be a unit attribute}}
+func.func private @arg_torch_transposed(tensor<4xf32> {tg.torch_transposed = "yes"})
+
+// -----
+
+// expected-error @+1 {{'tg.input' must be a non-empty string}}
+func.func private @arg_input(tensor<4xf32> {tg.input})
+
+// -----
+
+// expected-error @+1 {{'tg.labels' must be a unit attribute}}
+func.func private @arg_labels(tensor<4xf32> {tg.labels = "labels"})
+
+// -----
+
+// expected-error @+1 {{'tg.loss_scale' must be a unit attribute}}
+func.func private @arg_loss_scale(tensor<4xf32> {tg.loss_scale = 1.0 : f32})
+
+// -----
+
+// expected-error @+1 {{'tg.lora_of' must be a non-empty string}}
+func.func private @arg_lora_of(tensor<4xf32> {tg.lora_of = ""})
+
+// -----
+
+// expected-error @+1 {{'tg.lora_factor' must be "A" or "B"}}
+func.func private @arg_lora_factor(tensor<4xf32> {tg.lora_factor = "C"})
+
+// -----
+
+// expected-error @+1 {{'tg.lora_base_transposed' must be a unit attribute}}
+func.func private @arg_lora_base_transposed(tensor<4xf32> {tg.lora_base_transposed = 0 : i64})
+
+// -----
+
+// expected-error @+1 {{'tg.result' must be a non-empty string}}
+func.func private @result_name() -> (tensor<f32> {tg.result = 1 : i64})
+
+// -----
+
+// expected-error @+1 {{'tg.grad_of' must be a non-empty string}}
+func.func private @grad_of() -> (tensor<f32> {tg.grad_of})
+
+// -----
+
+// expected-error @+1 {{'tg.param' belongs on a function argument, not on a function result}}
+func.func private @param_on_result() -> (tensor<f32> {tg.param = "w"})
+
+// -----
+
+// expected-error @+1 {{'tg.grad_of' belongs on a function result, not on a function argument}}
+func.func private @grad_of_on_arg(tensor<f32> {tg.grad_of = "w"})
+
+// -----
+
+// expected-error @+1 {{unknown attribute 'tg.parameter'}}
+func.func private @unknown_arg(tensor<f32> {tg.parameter = "w"})
+
+// -----
+
+// expected-error @+1 {{unknown attribute 'tg.results'}}
+func.func private @unknown_result() -> (tensor<f32> {tg.results = "loss"})
+
+// -----
+
+// expected-error @+1 {{'tg.lora' must be a dictionary of exactly rank (a positive i64), alpha (a float), dropout (a float) and targets (a non-empty string)}}
+module attributes {tg.lora = {rank = 2 : i64, alpha = 4.0 : f64, targets = "all-linear"}} {}
+
+// -----
+
+// expected-error @+1 {{'tg.lora' must be a dictionary}}
+module attributes {tg.lora = {rank = 0 : i64, alpha = 4.0 : f64, dropout = 0.0 : f64, targets = "all-linear"}} {}
+
+// -----
+
+// expected-error @+1 {{'tg.lora' must be a dictionary}}
+module attributes {tg.lora = {rank = 2 : i64, alpha = 4 : i64, dropout = 0.0 : f64, targets = "all-linear"}} {}
+
+// -----
+
+// expected-error @+1 {{'tg.loss' must be "output" or "causal-lm"}}
+module attributes {tg.loss = "mse"} {}
+
+// -----
+
+// expected-error @+1 {{'tg.source' must be a non-empty string}}
+module attributes {tg.source = ["model.onnx"]} {}
+
+// -----
+
+// expected-error @+1 {{'tg.loss' belongs on the module, not on an operation}}
+func.func private @loss_on_func() attributes {tg.loss = "output"}
+
+// -----
+
+// expected-error @+1 {{'tg.trainable' belongs on a function argument, not on the module}}
+module attributes {tg.trainable} {}
+
+// -----
+
+// expected-error @+1 {{unknown attribute 'tg.frozen'}}
+module attributes {tg.frozen} {}

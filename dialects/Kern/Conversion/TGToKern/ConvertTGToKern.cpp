@@ -12,6 +12,8 @@
 
 #include "Patterns.h"
 
+#include "Exec/IR/ExecOps.h"
+
 #include "mlir/Transforms/WalkPatternRewriteDriver.h"
 
 using namespace mlir;
@@ -60,7 +62,7 @@ struct ConvertTGToKernPass
     : kern::impl::ConvertTGToKernPassBase<ConvertTGToKernPass> {
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (func->hasAttr("exec.stage") && failed(convertToKernelCalls(func)))
+      if (func->hasAttr(exec::kStageAttr) && failed(convertToKernelCalls(func)))
         return signalPassFailure();
   }
 };
