@@ -12,6 +12,7 @@
 #include "FileUtil.h"
 #include "HfExport.h"
 #include "Lora.h"
+#include "ThreadPools.h"
 #include "exec/Trace.h"
 
 #include <algorithm>
@@ -172,6 +173,9 @@ int64_t Trainer::setUp() {
   if (!program && opts.workers > 0)
     omp_set_num_threads(opts.workers);
 #endif
+  // BLAS's pool is process-wide: left at every core, each worker's GEMM
+  // fans out to all of them (ThreadPools.h).
+  runGemmsOnCallingThread();
   feed.open(opts);
   store.initialise(opts, /*stepGradients=*/!program, log);
   optimizer.setUp(store.data(), store.gradients());
@@ -184,6 +188,16 @@ int64_t Trainer::setUp() {
                 std::to_string(firstStep));
   log.open(firstStep);
   return firstStep;
+}
+
+int Trainer::computeThreads() const {
+  if (program)
+    return threadsPerWorker(program->workers);
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
 }
 
 void Trainer::describeRun() const {
@@ -202,12 +216,9 @@ void Trainer::describeRun() const {
         model.precision ? model.precision : "fp32",
         exec ? exec->backendName() : "host", replicas.describe().c_str());
   } else {
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
     std::snprintf(how, sizeof(how), "%lld x %lld rows; %d threads",
-                  (long long)opts.gradAccum, (long long)model.batch, threads);
+                  (long long)opts.gradAccum, (long long)model.batch,
+                  computeThreads());
   }
   char buffer[768];
   std::snprintf(buffer, sizeof(buffer),
@@ -216,6 +227,13 @@ void Trainer::describeRun() const {
                 (long long)trainable, (long long)frozen, opts.data.c_str(),
                 (long long)feed.train().rows(), (long long)feed.train().cols(),
                 (long long)(feed.rowsPerStep() * replicas.count()), how);
+  say(buffer);
+  // What the pools are, not what they were asked to be
+  // (test/E2E/thread-pools.test).
+  std::snprintf(buffer, sizeof(buffer),
+                "rondo: threads per worker: %d OpenMP, %d BLAS (GEMMs run on "
+                "the worker's thread: the same bits for any worker count)",
+                computeThreads(), blasThreads());
   say(buffer);
   if (model.lora) {
     int adapters = 0;

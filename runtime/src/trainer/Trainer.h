@@ -100,7 +100,10 @@ private:
   /// Data, weights, optimizer, checkpoint and executor; returns the first
   /// step.
   int64_t setUp();
-  /// The start-up lines: parameters, data, plan, LoRA.
+  /// The OpenMP threads each computing thread uses: a plan's share of the
+  /// cores per worker, or a StepFn's team.
+  int computeThreads() const;
+  /// The start-up lines: parameters, data, plan, thread pools, LoRA.
   void describeRun() const;
   /// Whether this replica or any other was asked to stop (SIGINT/SIGTERM).
   bool stopRequested();
