@@ -6,6 +6,7 @@
 
 #include "rondo/runtime/Error.h"
 #include "rondo/runtime/OnnxWeights.h"
+#include "trainer/Interrupts.h"
 #include "trainer/Trainer.h"
 
 #include "Checkpoint.h"
@@ -19,7 +20,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <unistd.h>
 
@@ -30,44 +30,6 @@
 namespace rondo::rt {
 
 namespace {
-
-/// The first SIGINT/SIGTERM (its number), 0 while none came. The handler
-/// only sets it; the step loop finishes the step and stops (see run()).
-volatile std::sig_atomic_t gInterrupt = 0;
-
-extern "C" void onInterruptSignal(int sig) {
-  // A second signal: the user does not want to wait for the step. _exit
-  // is async-signal-safe.
-  if (gInterrupt)
-    ::_exit(128 + sig);
-  gInterrupt = sig;
-}
-
-/// Installs onInterruptSignal for SIGINT and SIGTERM for the lifetime of
-/// the object and restores the previous handlers after.
-class InterruptHandlers {
-public:
-  InterruptHandlers() {
-    gInterrupt = 0;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = onInterruptSignal;
-    // Restart interrupted system calls: a checkpoint being written when
-    // the signal comes must not fail with EINTR.
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &oldInt);
-    ::sigaction(SIGTERM, &sa, &oldTerm);
-  }
-  ~InterruptHandlers() {
-    ::sigaction(SIGINT, &oldInt, nullptr);
-    ::sigaction(SIGTERM, &oldTerm, nullptr);
-    gInterrupt = 0;
-  }
-
-private:
-  struct sigaction oldInt, oldTerm;
-};
 
 void validateModel(const ModelSpec &model) {
   if (model.batch < 1 || model.seqLen < 1)
@@ -304,13 +266,13 @@ void Trainer::lockCheckpointDir() {
 }
 
 bool Trainer::stopRequested() {
-  bool stop = gInterrupt != 0;
+  bool stop = interruptSignal() != 0;
   if (replicas.active()) {
     // mpirun forwards a signal to every replica, but not at the same
     // instant: all stop at the first step boundary any of them saw it.
     stop = replicas.anyOf(stop);
-    if (stop && !gInterrupt)
-      gInterrupt = SIGTERM;
+    if (stop)
+      requestInterrupt(SIGTERM);
   }
   return stop;
 }
@@ -337,7 +299,7 @@ void Trainer::afterStep(int64_t done, int64_t &lastSaved) {
 int Trainer::finish(int64_t firstStep, int64_t lastSaved,
                     Clock::time_point start, double lastLoss) {
   const int64_t stepsDone = std::max(firstStep, opts.steps);
-  if (gInterrupt)
+  if (interruptSignal())
     return interrupted(stepsDone, lastSaved);
   if (!opts.checkpointDir.empty() && lastSaved != stepsDone)
     saveCheckpoint(stepsDone);
@@ -370,7 +332,7 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
 }
 
 int Trainer::interrupted(int64_t stepsDone, int64_t lastSaved) {
-  const int sig = int(gInterrupt);
+  const int sig = interruptSignal();
   drain();
   std::string what = "no checkpoint written (no --checkpoint-dir)";
   if (!opts.checkpointDir.empty()) {
