@@ -20,7 +20,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <limits>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -105,22 +108,57 @@ void Trainer::checkOutputs() const {
       throw Error("--optimizer-mode=stale delays the updates of a pipelined "
                   "trainer; this trainer runs a single-process step");
   }
-  if (!opts.logJson.empty())
+  // Every destination, as its writer will write it, before step 1: a
+  // destination that fails at the end loses the run's exports.
+  auto check = [](const char *flag, const std::function<void()> &probe) {
+    try {
+      probe();
+    } catch (const Error &e) {
+      throw Error(std::string(flag) + ": " + e.what());
+    }
+  };
+  if (!opts.logJson.empty()) {
     checkWritableDirectory(opts.logJson, "--log-json");
-  if (!opts.trace.empty())
+    check("--log-json", [&] { checkCanWriteFile(opts.logJson); });
+  }
+  if (!opts.trace.empty()) {
     checkWritableDirectory(opts.trace, "--trace");
-  if (!opts.dumpGradients.empty())
+    check("--trace", [&] { checkCanWriteFile(opts.trace); });
+  }
+  if (!opts.dumpGradients.empty()) {
     checkWritableDirectory(opts.dumpGradients, "--dump-gradients");
+    check("--dump-gradients", [&] { checkCanWriteFile(opts.dumpGradients); });
+  }
   if (!opts.exportOnnx.empty()) {
     checkWritableDirectory(opts.exportOnnx, "--export-onnx");
+    check("--export-onnx", [&] {
+      checkCanWriteFile(opts.exportOnnx);
+      checkCanWriteFile(opts.exportOnnx + ".data"); // large models' weights
+    });
     if (::access(model.modelPath, R_OK) != 0)
       throw Error(std::string("--export-onnx needs the model ") +
                   model.modelPath + " as a template, and it cannot be read");
   }
-  if (!opts.exportLora.empty())
+  if (!opts.exportLora.empty()) {
     checkWritableDirectory(opts.exportLora, "--export-lora");
+    check("--export-lora", [&] {
+      checkCanWriteFile(opts.exportLora);
+      checkCanWriteFile(parentDirectory(opts.exportLora) +
+                        "/adapter_config.json");
+    });
+  }
   if (!opts.exportSafetensors.empty()) {
     checkWritableDirectory(opts.exportSafetensors, "--export-safetensors");
+    struct stat st;
+    if (::stat(opts.exportSafetensors.c_str(), &st) == 0 &&
+        !S_ISDIR(st.st_mode))
+      throw Error("--export-safetensors " + opts.exportSafetensors +
+                  ": exists and is not a directory (the flag names the "
+                  "directory that gets model.safetensors)");
+    check("--export-safetensors", [&] {
+      checkCanWriteInDirectory(opts.exportSafetensors,
+                               {"model.safetensors", "config.json"});
+    });
     checkHuggingFaceNames(model);
     if (!opts.hfConfig.empty() && ::access(opts.hfConfig.c_str(), R_OK) != 0)
       throw Error("--hf-config " + opts.hfConfig + ": cannot be read");
@@ -301,17 +339,29 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
   const int64_t stepsDone = std::max(firstStep, opts.steps);
   if (interruptSignal())
     return interrupted(stepsDone, lastSaved);
-  if (!opts.checkpointDir.empty() && lastSaved != stepsDone)
-    saveCheckpoint(stepsDone);
+  bool saved = lastSaved == stepsDone && !opts.checkpointDir.empty();
+  if (!opts.checkpointDir.empty() && !saved)
+    saved = saveCheckpoint(stepsDone);
   if (feed.eval())
     evaluate(stepsDone);
   const double seconds = secondsBetween(start, Clock::now());
-  if (exec && !opts.trace.empty()) {
-    std::vector<TraceRecord> records = exec->takeTrace();
-    writeChromeTrace(opts.trace, *program, records, staleMode);
-    say("rondo: wrote the trace to " + opts.trace);
+  try {
+    if (exec && !opts.trace.empty()) {
+      std::vector<TraceRecord> records = exec->takeTrace();
+      try {
+        writeChromeTrace(opts.trace, *program, records, staleMode);
+      } catch (const Error &e) {
+        throw Error(std::string("--trace: ") + e.what());
+      }
+      say("rondo: wrote the trace to " + opts.trace);
+    }
+    store.exportWeights(opts, log);
+  } catch (const Error &e) {
+    // The destinations were checked before step 1, so this is a disk that
+    // filled up or a directory removed since: keep the training.
+    throw Error(std::string(e.what()) + "; " +
+                keepFinalWeights(stepsDone, saved));
   }
-  store.exportWeights(opts, log);
   const int64_t ran = opts.steps - firstStep;
   if (ran > 0) {
     char buffer[256];
@@ -400,7 +450,7 @@ void Trainer::checkReplicasAgree(int64_t stepsDone) {
   replicas.checkAgree(store.checksum(), stepsDone);
 }
 
-bool Trainer::saveCheckpoint(int64_t stepsDone) {
+bool Trainer::writeCheckpointTo(const std::string &dir, int64_t stepsDone) {
   drain();
   // A checkpoint stands for every replica: written by rank 0 once all agree.
   checkReplicasAgree(stepsDone);
@@ -411,7 +461,7 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   // resumes with any number of replicas, sharded or not.
   optimizer.gatherMoments(fullMoments);
   if (replicas.rank() != 0)
-    return true;
+    return false;
   CheckpointMeta meta;
   meta.step = stepsDone;
   meta.dataCursor = feed.firstRow(stepsDone);
@@ -419,8 +469,14 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   meta.rngState = rngStateOf(opts);
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
+  writeCheckpoint(dir, meta, tensors, opts.keepCheckpoints);
+  return true;
+}
+
+bool Trainer::saveCheckpoint(int64_t stepsDone) {
   try {
-    writeCheckpoint(opts.checkpointDir, meta, tensors, opts.keepCheckpoints);
+    if (!writeCheckpointTo(opts.checkpointDir, stepsDone))
+      return true;
   } catch (const Error &e) {
     if (opts.onCheckpointError == OnCheckpointError::Stop)
       throw Error("cannot write the checkpoint of step " +
@@ -438,6 +494,38 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   say("rondo: checkpoint of step " + std::to_string(stepsDone) + " in " +
       opts.checkpointDir + "/" + checkpointFileName(stepsDone));
   return true;
+}
+
+std::string Trainer::keepFinalWeights(int64_t stepsDone,
+                                      bool savedInCheckpointDir) {
+  auto kept = [&](const std::string &dir) {
+    const std::string n = std::to_string(stepsDone);
+    return "the trained weights of step " + n + " are kept in " + dir + "/" +
+           checkpointFileName(stepsDone) +
+           ": export them with --resume --checkpoint-dir " + dir + " --steps " +
+           n + " and the export flags";
+  };
+  if (savedInCheckpointDir)
+    return kept(opts.checkpointDir);
+  // Only rank 0 exports; a checkpoint now would wait for the others.
+  if (replicas.active())
+    return "the trained weights are lost (with --replicas, --checkpoint-dir "
+           "keeps them)";
+  // Beside the run, else in the temporary directory, which is often on
+  // another disk.
+  const std::string name = "rondo-final-weights-" + std::to_string(::getpid());
+  const char *tmp = std::getenv("TMPDIR");
+  std::string why;
+  for (const std::string &dir :
+       {name, std::string(tmp && *tmp ? tmp : "/tmp") + "/" + name}) {
+    try {
+      writeCheckpointTo(dir, stepsDone);
+      return kept(dir);
+    } catch (const Error &e) {
+      why += std::string(why.empty() ? "" : "; ") + e.what();
+    }
+  }
+  return "the trained weights could not be kept in a checkpoint either: " + why;
 }
 
 int64_t Trainer::resume() {

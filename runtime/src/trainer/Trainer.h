@@ -124,6 +124,13 @@ private:
   /// Writes the checkpoint of `stepsDone`; returns false when it failed
   /// and --on-checkpoint-error=continue (stop throws).
   bool saveCheckpoint(int64_t stepsDone);
+  /// Writes the checkpoint of `stepsDone` into `dir`, throwing on failure;
+  /// false on replicas other than rank 0, which only take part.
+  bool writeCheckpointTo(const std::string &dir, int64_t stepsDone);
+  /// After an export failed at the end (a full disk): where the final
+  /// weights are kept, as a checkpoint of `stepsDone` (--checkpoint-dir's
+  /// if written, else one written now), and how to export them again.
+  std::string keepFinalWeights(int64_t stepsDone, bool savedInCheckpointDir);
   int64_t resume();
   /// Stops with an error when the replicas' weights differ.
   void checkReplicasAgree(int64_t stepsDone);
