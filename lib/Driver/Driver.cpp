@@ -148,6 +148,19 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
       module.getBody()->push_back(op);
     }
   }
+  // Grouping by rows per microbatch reorders the programs; put them back in
+  // their plans' order, which is --workers' order: the trainer runs the
+  // first program's worker count when none is given ("the first compiled
+  // worker count"), so `--workers 1,2,4` must not default to 4.
+  llvm::StringMap<size_t> planIndex;
+  for (pipe::PlanOp plan : module.getOps<pipe::PlanOp>())
+    planIndex.try_emplace(plan.getSymName(), planIndex.size());
+  SmallVector<exec::ProgramOp> programs(module.getOps<exec::ProgramOp>());
+  llvm::stable_sort(programs, [&](exec::ProgramOp a, exec::ProgramOp b) {
+    return planIndex.lookup(a.getPlan()) < planIndex.lookup(b.getPlan());
+  });
+  for (exec::ProgramOp program : programs)
+    program->moveBefore(module.getBody(), module.getBody()->end());
   return success();
 }
 

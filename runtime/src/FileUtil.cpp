@@ -50,9 +50,22 @@ MappedFile mapFile(const std::string &path) {
   return file;
 }
 
+namespace {
+
+/// The temporary an AtomicFile of `path` writes: next to the destination so
+/// that rename() is atomic.
+std::string temporaryPathFor(const std::string &path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
+
+Error cannotWrite(const std::string &path, int err) {
+  return Error("cannot write '" + path + "': " + std::strerror(err));
+}
+
+} // namespace
+
 AtomicFile::AtomicFile(std::string destination) : path(std::move(destination)) {
-  // The temporary lives next to the destination so rename() is atomic.
-  tmpPath = path + ".tmp." + std::to_string(::getpid());
+  tmpPath = temporaryPathFor(path);
   handle =
       ::open(tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (handle < 0)
@@ -101,6 +114,44 @@ void writeFileAtomically(const std::string &path, const void *data,
   AtomicFile file(path);
   file.write(data, size);
   file.commit();
+}
+
+void checkCanWriteFile(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw cannotWrite(path, EISDIR);
+  // Creating the very temporary the writer will create checks the
+  // directory, the permissions and the length of the longest name.
+  const std::string tmp = temporaryPathFor(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw cannotWrite(path, errno);
+  ::close(fd);
+  ::unlink(tmp.c_str());
+}
+
+void checkCanWriteInDirectory(const std::string &dir,
+                              const std::vector<std::string> &names) {
+  struct stat st;
+  bool created = false;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      throw cannotWrite(dir, ENOTDIR);
+  } else if (::mkdir(dir.c_str(), 0777) == 0) {
+    created = true;
+  } else {
+    throw cannotWrite(dir, errno);
+  }
+  try {
+    for (const std::string &name : names)
+      checkCanWriteFile(dir + "/" + name);
+  } catch (const Error &) {
+    if (created)
+      ::rmdir(dir.c_str());
+    throw;
+  }
+  if (created)
+    ::rmdir(dir.c_str());
 }
 
 std::string parentDirectory(const std::string &path) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace rondo::rt {
 
@@ -56,6 +57,19 @@ private:
 
 void writeFileAtomically(const std::string &path, const void *data,
                          size_t size);
+
+/// Fails now, not after hours of training, where writing `path` through an
+/// AtomicFile would fail at its creation or rename: a missing or read-only
+/// directory, a name too long once the temporary's suffix is added, a
+/// directory in the way. Throws rt::Error "cannot write 'PATH': REASON";
+/// leaves nothing behind. A disk that fills up later cannot be foreseen.
+void checkCanWriteFile(const std::string &path);
+
+/// The same for the files `names` in the directory `dir`, which the writer
+/// creates if it is missing (one level, as the exports do): `dir` must be a
+/// directory or creatable. Removes `dir` again if it created it.
+void checkCanWriteInDirectory(const std::string &dir,
+                              const std::vector<std::string> &names);
 
 /// The directory part of `path` ("." when it has none).
 std::string parentDirectory(const std::string &path);

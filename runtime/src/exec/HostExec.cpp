@@ -6,6 +6,7 @@
 
 #include "exec/HostExec.h"
 
+#include "ThreadPools.h"
 #include "rondo/runtime/Error.h"
 
 #include <algorithm>
@@ -498,11 +499,10 @@ bool HostExec::ready(const Op &op) const {
 void HostExec::run(Stream &s) {
 #ifdef _OPENMP
   // Workers share the cores; kernels give the same bits for any count.
-  int hw = omp_get_num_procs();
-  omp_set_num_threads(
-      s.worker >= 0 && s.role != RONDO_STREAM_COMPUTE
-          ? 1
-          : std::max(1, hw / std::max<int32_t>(1, program.workers)));
+  // The trainer sized BLAS's pool to the same share (ThreadPools.h).
+  omp_set_num_threads(s.worker >= 0 && s.role != RONDO_STREAM_COMPUTE
+                          ? 1
+                          : threadsPerWorker(program.workers));
 #endif
   try {
     device->bindThread(s.worker, s.worker >= 0 ? s.role : RONDO_STREAM_HOST);

@@ -14,6 +14,7 @@
 #include "Lora.h"
 
 #include <cstdio>
+#include <functional>
 #include <unistd.h>
 
 namespace rondo::rt {
@@ -157,6 +158,14 @@ uint64_t ParamStore::checksum() const {
 
 void ParamStore::exportWeights(const TrainerOptions &opts,
                                const StepLog &log) const {
+  // A failure names the flag whose destination failed.
+  auto naming = [](const char *flag, const std::function<void()> &write) {
+    try {
+      write();
+    } catch (const Error &e) {
+      throw Error(std::string(flag) + ": " + e.what());
+    }
+  };
   std::vector<std::vector<float>> merged;
   if (opts.mergeLora)
     merged = mergeLoraWeights(model, ptrs.data());
@@ -182,8 +191,10 @@ void ParamStore::exportWeights(const TrainerOptions &opts,
     for (int i = 0; i < model.numParams; ++i)
       if (!isLoraAdapter(model.params[i]))
         data.push_back(baseWeights(i));
-    exportOnnxWeights(model.modelPath, opts.exportOnnx, toWrite.data(),
-                      int(toWrite.size()), data.data());
+    naming("--export-onnx", [&] {
+      exportOnnxWeights(model.modelPath, opts.exportOnnx, toWrite.data(),
+                        int(toWrite.size()), data.data());
+    });
     log.say("rondo: wrote " + whatWeights + " to " + opts.exportOnnx +
             withoutAdapters);
   }
@@ -191,8 +202,10 @@ void ParamStore::exportWeights(const TrainerOptions &opts,
     std::vector<const float *> data;
     for (int i = 0; i < model.numParams; ++i)
       data.push_back(baseWeights(i));
-    exportHuggingFace(opts.exportSafetensors, opts.hfConfig, model,
-                      data.data());
+    naming("--export-safetensors", [&] {
+      exportHuggingFace(opts.exportSafetensors, opts.hfConfig, model,
+                        data.data());
+    });
     log.say("rondo: wrote " + whatWeights + " in Hugging Face's layout to " +
             opts.exportSafetensors + "/model.safetensors" +
             (opts.hfConfig.empty()
@@ -201,7 +214,8 @@ void ParamStore::exportWeights(const TrainerOptions &opts,
             withoutAdapters);
   }
   if (!opts.exportLora.empty()) {
-    exportLoraAdapters(opts.exportLora, model, ptrs.data());
+    naming("--export-lora",
+           [&] { exportLoraAdapters(opts.exportLora, model, ptrs.data()); });
     log.say("rondo: wrote the LoRA adapters to " + opts.exportLora + " and " +
             parentDirectory(opts.exportLora) + "/adapter_config.json");
   }

@@ -6,20 +6,24 @@
 
 #include "rondo/runtime/Error.h"
 #include "rondo/runtime/OnnxWeights.h"
+#include "trainer/Interrupts.h"
 #include "trainer/Trainer.h"
 
 #include "Checkpoint.h"
 #include "FileUtil.h"
 #include "HfExport.h"
 #include "Lora.h"
+#include "ThreadPools.h"
 #include "exec/Trace.h"
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
+#include <functional>
 #include <limits>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -29,44 +33,6 @@
 namespace rondo::rt {
 
 namespace {
-
-/// The first SIGINT/SIGTERM (its number), 0 while none came. The handler
-/// only sets it; the step loop finishes the step and stops (see run()).
-volatile std::sig_atomic_t gInterrupt = 0;
-
-extern "C" void onInterruptSignal(int sig) {
-  // A second signal: the user does not want to wait for the step. _exit
-  // is async-signal-safe.
-  if (gInterrupt)
-    ::_exit(128 + sig);
-  gInterrupt = sig;
-}
-
-/// Installs onInterruptSignal for SIGINT and SIGTERM for the lifetime of
-/// the object and restores the previous handlers after.
-class InterruptHandlers {
-public:
-  InterruptHandlers() {
-    gInterrupt = 0;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = onInterruptSignal;
-    // Restart interrupted system calls: a checkpoint being written when
-    // the signal comes must not fail with EINTR.
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &oldInt);
-    ::sigaction(SIGTERM, &sa, &oldTerm);
-  }
-  ~InterruptHandlers() {
-    ::sigaction(SIGINT, &oldInt, nullptr);
-    ::sigaction(SIGTERM, &oldTerm, nullptr);
-    gInterrupt = 0;
-  }
-
-private:
-  struct sigaction oldInt, oldTerm;
-};
 
 void validateModel(const ModelSpec &model) {
   if (model.batch < 1 || model.seqLen < 1)
@@ -142,22 +108,57 @@ void Trainer::checkOutputs() const {
       throw Error("--optimizer-mode=stale delays the updates of a pipelined "
                   "trainer; this trainer runs a single-process step");
   }
-  if (!opts.logJson.empty())
+  // Every destination, as its writer will write it, before step 1: a
+  // destination that fails at the end loses the run's exports.
+  auto check = [](const char *flag, const std::function<void()> &probe) {
+    try {
+      probe();
+    } catch (const Error &e) {
+      throw Error(std::string(flag) + ": " + e.what());
+    }
+  };
+  if (!opts.logJson.empty()) {
     checkWritableDirectory(opts.logJson, "--log-json");
-  if (!opts.trace.empty())
+    check("--log-json", [&] { checkCanWriteFile(opts.logJson); });
+  }
+  if (!opts.trace.empty()) {
     checkWritableDirectory(opts.trace, "--trace");
-  if (!opts.dumpGradients.empty())
+    check("--trace", [&] { checkCanWriteFile(opts.trace); });
+  }
+  if (!opts.dumpGradients.empty()) {
     checkWritableDirectory(opts.dumpGradients, "--dump-gradients");
+    check("--dump-gradients", [&] { checkCanWriteFile(opts.dumpGradients); });
+  }
   if (!opts.exportOnnx.empty()) {
     checkWritableDirectory(opts.exportOnnx, "--export-onnx");
+    check("--export-onnx", [&] {
+      checkCanWriteFile(opts.exportOnnx);
+      checkCanWriteFile(opts.exportOnnx + ".data"); // large models' weights
+    });
     if (::access(model.modelPath, R_OK) != 0)
       throw Error(std::string("--export-onnx needs the model ") +
                   model.modelPath + " as a template, and it cannot be read");
   }
-  if (!opts.exportLora.empty())
+  if (!opts.exportLora.empty()) {
     checkWritableDirectory(opts.exportLora, "--export-lora");
+    check("--export-lora", [&] {
+      checkCanWriteFile(opts.exportLora);
+      checkCanWriteFile(parentDirectory(opts.exportLora) +
+                        "/adapter_config.json");
+    });
+  }
   if (!opts.exportSafetensors.empty()) {
     checkWritableDirectory(opts.exportSafetensors, "--export-safetensors");
+    struct stat st;
+    if (::stat(opts.exportSafetensors.c_str(), &st) == 0 &&
+        !S_ISDIR(st.st_mode))
+      throw Error("--export-safetensors " + opts.exportSafetensors +
+                  ": exists and is not a directory (the flag names the "
+                  "directory that gets model.safetensors)");
+    check("--export-safetensors", [&] {
+      checkCanWriteInDirectory(opts.exportSafetensors,
+                               {"model.safetensors", "config.json"});
+    });
     checkHuggingFaceNames(model);
     if (!opts.hfConfig.empty() && ::access(opts.hfConfig.c_str(), R_OK) != 0)
       throw Error("--hf-config " + opts.hfConfig + ": cannot be read");
@@ -172,6 +173,9 @@ int64_t Trainer::setUp() {
   if (!program && opts.workers > 0)
     omp_set_num_threads(opts.workers);
 #endif
+  // BLAS's pool is process-wide: left at every core, each worker's GEMM
+  // fans out to all of them (ThreadPools.h).
+  runGemmsOnCallingThread();
   feed.open(opts);
   store.initialise(opts, /*stepGradients=*/!program, log);
   optimizer.setUp(store.data(), store.gradients());
@@ -184,6 +188,16 @@ int64_t Trainer::setUp() {
                 std::to_string(firstStep));
   log.open(firstStep);
   return firstStep;
+}
+
+int Trainer::computeThreads() const {
+  if (program)
+    return threadsPerWorker(program->workers);
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
 }
 
 void Trainer::describeRun() const {
@@ -202,12 +216,9 @@ void Trainer::describeRun() const {
         model.precision ? model.precision : "fp32",
         exec ? exec->backendName() : "host", replicas.describe().c_str());
   } else {
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
     std::snprintf(how, sizeof(how), "%lld x %lld rows; %d threads",
-                  (long long)opts.gradAccum, (long long)model.batch, threads);
+                  (long long)opts.gradAccum, (long long)model.batch,
+                  computeThreads());
   }
   char buffer[768];
   std::snprintf(buffer, sizeof(buffer),
@@ -216,6 +227,13 @@ void Trainer::describeRun() const {
                 (long long)trainable, (long long)frozen, opts.data.c_str(),
                 (long long)feed.train().rows(), (long long)feed.train().cols(),
                 (long long)(feed.rowsPerStep() * replicas.count()), how);
+  say(buffer);
+  // What the pools are, not what they were asked to be
+  // (test/E2E/thread-pools.test).
+  std::snprintf(buffer, sizeof(buffer),
+                "rondo: threads per worker: %d OpenMP, %d BLAS (GEMMs run on "
+                "the worker's thread: the same bits for any worker count)",
+                computeThreads(), blasThreads());
   say(buffer);
   if (model.lora) {
     int adapters = 0;
@@ -286,13 +304,13 @@ void Trainer::lockCheckpointDir() {
 }
 
 bool Trainer::stopRequested() {
-  bool stop = gInterrupt != 0;
+  bool stop = interruptSignal() != 0;
   if (replicas.active()) {
     // mpirun forwards a signal to every replica, but not at the same
     // instant: all stop at the first step boundary any of them saw it.
     stop = replicas.anyOf(stop);
-    if (stop && !gInterrupt)
-      gInterrupt = SIGTERM;
+    if (stop)
+      requestInterrupt(SIGTERM);
   }
   return stop;
 }
@@ -319,19 +337,31 @@ void Trainer::afterStep(int64_t done, int64_t &lastSaved) {
 int Trainer::finish(int64_t firstStep, int64_t lastSaved,
                     Clock::time_point start, double lastLoss) {
   const int64_t stepsDone = std::max(firstStep, opts.steps);
-  if (gInterrupt)
+  if (interruptSignal())
     return interrupted(stepsDone, lastSaved);
-  if (!opts.checkpointDir.empty() && lastSaved != stepsDone)
-    saveCheckpoint(stepsDone);
+  bool saved = lastSaved == stepsDone && !opts.checkpointDir.empty();
+  if (!opts.checkpointDir.empty() && !saved)
+    saved = saveCheckpoint(stepsDone);
   if (feed.eval())
     evaluate(stepsDone);
   const double seconds = secondsBetween(start, Clock::now());
-  if (exec && !opts.trace.empty()) {
-    std::vector<TraceRecord> records = exec->takeTrace();
-    writeChromeTrace(opts.trace, *program, records, staleMode);
-    say("rondo: wrote the trace to " + opts.trace);
+  try {
+    if (exec && !opts.trace.empty()) {
+      std::vector<TraceRecord> records = exec->takeTrace();
+      try {
+        writeChromeTrace(opts.trace, *program, records, staleMode);
+      } catch (const Error &e) {
+        throw Error(std::string("--trace: ") + e.what());
+      }
+      say("rondo: wrote the trace to " + opts.trace);
+    }
+    store.exportWeights(opts, log);
+  } catch (const Error &e) {
+    // The destinations were checked before step 1, so this is a disk that
+    // filled up or a directory removed since: keep the training.
+    throw Error(std::string(e.what()) + "; " +
+                keepFinalWeights(stepsDone, saved));
   }
-  store.exportWeights(opts, log);
   const int64_t ran = opts.steps - firstStep;
   if (ran > 0) {
     char buffer[256];
@@ -352,7 +382,7 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
 }
 
 int Trainer::interrupted(int64_t stepsDone, int64_t lastSaved) {
-  const int sig = int(gInterrupt);
+  const int sig = interruptSignal();
   drain();
   std::string what = "no checkpoint written (no --checkpoint-dir)";
   if (!opts.checkpointDir.empty()) {
@@ -420,7 +450,7 @@ void Trainer::checkReplicasAgree(int64_t stepsDone) {
   replicas.checkAgree(store.checksum(), stepsDone);
 }
 
-bool Trainer::saveCheckpoint(int64_t stepsDone) {
+bool Trainer::writeCheckpointTo(const std::string &dir, int64_t stepsDone) {
   drain();
   // A checkpoint stands for every replica: written by rank 0 once all agree.
   checkReplicasAgree(stepsDone);
@@ -431,7 +461,7 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   // resumes with any number of replicas, sharded or not.
   optimizer.gatherMoments(fullMoments);
   if (replicas.rank() != 0)
-    return true;
+    return false;
   CheckpointMeta meta;
   meta.step = stepsDone;
   meta.dataCursor = feed.firstRow(stepsDone);
@@ -439,8 +469,14 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   meta.rngState = rngStateOf(opts);
   meta.program = program ? program->name : "single-process";
   meta.model = model.modelPath ? model.modelPath : "";
+  writeCheckpoint(dir, meta, tensors, opts.keepCheckpoints);
+  return true;
+}
+
+bool Trainer::saveCheckpoint(int64_t stepsDone) {
   try {
-    writeCheckpoint(opts.checkpointDir, meta, tensors, opts.keepCheckpoints);
+    if (!writeCheckpointTo(opts.checkpointDir, stepsDone))
+      return true;
   } catch (const Error &e) {
     if (opts.onCheckpointError == OnCheckpointError::Stop)
       throw Error("cannot write the checkpoint of step " +
@@ -458,6 +494,38 @@ bool Trainer::saveCheckpoint(int64_t stepsDone) {
   say("rondo: checkpoint of step " + std::to_string(stepsDone) + " in " +
       opts.checkpointDir + "/" + checkpointFileName(stepsDone));
   return true;
+}
+
+std::string Trainer::keepFinalWeights(int64_t stepsDone,
+                                      bool savedInCheckpointDir) {
+  auto kept = [&](const std::string &dir) {
+    const std::string n = std::to_string(stepsDone);
+    return "the trained weights of step " + n + " are kept in " + dir + "/" +
+           checkpointFileName(stepsDone) +
+           ": export them with --resume --checkpoint-dir " + dir + " --steps " +
+           n + " and the export flags";
+  };
+  if (savedInCheckpointDir)
+    return kept(opts.checkpointDir);
+  // Only rank 0 exports; a checkpoint now would wait for the others.
+  if (replicas.active())
+    return "the trained weights are lost (with --replicas, --checkpoint-dir "
+           "keeps them)";
+  // Beside the run, else in the temporary directory, which is often on
+  // another disk.
+  const std::string name = "rondo-final-weights-" + std::to_string(::getpid());
+  const char *tmp = std::getenv("TMPDIR");
+  std::string why;
+  for (const std::string &dir :
+       {name, std::string(tmp && *tmp ? tmp : "/tmp") + "/" + name}) {
+    try {
+      writeCheckpointTo(dir, stepsDone);
+      return kept(dir);
+    } catch (const Error &e) {
+      why += std::string(why.empty() ? "" : "; ") + e.what();
+    }
+  }
+  return "the trained weights could not be kept in a checkpoint either: " + why;
 }
 
 int64_t Trainer::resume() {

@@ -100,7 +100,10 @@ private:
   /// Data, weights, optimizer, checkpoint and executor; returns the first
   /// step.
   int64_t setUp();
-  /// The start-up lines: parameters, data, plan, LoRA.
+  /// The OpenMP threads each computing thread uses: a plan's share of the
+  /// cores per worker, or a StepFn's team.
+  int computeThreads() const;
+  /// The start-up lines: parameters, data, plan, thread pools, LoRA.
   void describeRun() const;
   /// Whether this replica or any other was asked to stop (SIGINT/SIGTERM).
   bool stopRequested();
@@ -121,6 +124,13 @@ private:
   /// Writes the checkpoint of `stepsDone`; returns false when it failed
   /// and --on-checkpoint-error=continue (stop throws).
   bool saveCheckpoint(int64_t stepsDone);
+  /// Writes the checkpoint of `stepsDone` into `dir`, throwing on failure;
+  /// false on replicas other than rank 0, which only take part.
+  bool writeCheckpointTo(const std::string &dir, int64_t stepsDone);
+  /// After an export failed at the end (a full disk): where the final
+  /// weights are kept, as a checkpoint of `stepsDone` (--checkpoint-dir's
+  /// if written, else one written now), and how to export them again.
+  std::string keepFinalWeights(int64_t stepsDone, bool savedInCheckpointDir);
   int64_t resume();
   /// Stops with an error when the replicas' weights differ.
   void checkReplicasAgree(int64_t stepsDone);
