@@ -66,8 +66,9 @@ def parse_args():
                    "with 128 + the signal's number; the next run must resume "
                    "from that step")
     p.add_argument("--twice", action="store_true",
-                   help="send INT/TERM twice: the trainer must exit at once "
-                   "with 128 + the signal's number")
+                   help="send INT/TERM twice, 2 ms apart, as a process "
+                   "manager signalling the trainer and its group does: one "
+                   "request, the trainer exits with 128 + the signal's number")
     p.add_argument("--workers", default="2", help="workers of the reference run")
     p.add_argument("--resume-workers", default="1,2",
                    help="workers of the killed runs, cycled (default 1,2)")
