@@ -227,16 +227,9 @@ void concatInts(const IView *inputs, int numInputs, int axis, MIView out) {
 }
 
 void broadcastInts(IView x, MIView out) {
-  // x's strides read as if broadcast to out (right-aligned): 0 along the
-  // broadcast dimensions.
-  int64_t xStrides[kMaxRank], strides[kMaxRank] = {};
-  detail::contiguousStrides(x.shape, xStrides);
-  int shift = out.shape.rank - x.shape.rank;
-  if (shift < 0)
-    detail::fatal("broadcastInts: input rank %d exceeds output rank %d",
-                  x.shape.rank, out.shape.rank);
-  for (int d = 0; d < x.shape.rank; ++d)
-    strides[d + shift] = x.shape.dims[d] == 1 ? 0 : xStrides[d];
+  int64_t strides[kMaxRank] = {};
+  kernels::broadcastStrides(x.shape, out.shape, strides,
+                            [](auto... args) { detail::fatal(args...); });
   stridedCopy<false>(x.data, out.data, 0, strides, out.shape);
 }
 

@@ -343,14 +343,10 @@ void sliceInts(IView x, const int64_t *starts, const int64_t *steps,
 
 void broadcastInts(IView x, MIView out) {
   ProfileScope profileScope("broadcastInts");
-  int64_t xStrides[kMaxRank], strides[kMaxRank] = {};
-  contiguousStrides(x.shape, xStrides);
-  int shift = out.shape.rank - x.shape.rank;
-  if (shift < 0)
-    contract("broadcastInts", "input rank %d exceeds output rank %d",
-             x.shape.rank, out.shape.rank);
-  for (int d = 0; d < x.shape.rank; ++d)
-    strides[d + shift] = x.shape.dims[d] == 1 ? 0 : xStrides[d];
+  int64_t strides[kMaxRank] = {};
+  kernels::broadcastStrides(
+      x.shape, out.shape, strides,
+      [](auto... args) { contract("broadcastInts", args...); });
   gatherInts(x.data, out.data, 0, strides, out.shape, "broadcastInts");
 }
 

@@ -34,13 +34,9 @@ __global__ void isNanKernel(const float *x, int64_t *out, int64_t n) {
 /// The walk of an input broadcast to `out` (NumPy rules): strides 0 along
 /// the broadcast dimensions.
 Strided broadcastWalk(const Shape &in, const Shape &out, const char *name) {
-  int64_t own[kMaxRank], strides[kMaxRank] = {};
-  contiguousStrides(in, own);
-  int shift = out.rank - in.rank;
-  if (shift < 0)
-    contract(name, "input rank %d exceeds output rank %d", in.rank, out.rank);
-  for (int d = 0; d < in.rank; ++d)
-    strides[d + shift] = in.dims[d] == 1 ? 0 : own[d];
+  int64_t strides[kMaxRank] = {};
+  kernels::broadcastStrides(in, out, strides,
+                            [name](auto... args) { contract(name, args...); });
   return makeStrided(out, strides, 0);
 }
 } // namespace
