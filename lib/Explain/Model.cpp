@@ -45,17 +45,13 @@ void rondo::printParameterLine(ModuleOp module, llvm::raw_ostream &os) {
                       "{2} elements in {3} tensors ({4:f2}%)",
                       elements, tensors, trainableElements, trainableTensors,
                       elements ? 100.0 * trainableElements / elements : 0.0);
-  if (auto lora = module->getAttrOfType<DictionaryAttr>(tg::kLoraConfigAttr)) {
-    auto rank = lora.getAs<IntegerAttr>("rank");
-    auto alpha = lora.getAs<FloatAttr>("alpha");
-    auto targets = lora.getAs<StringAttr>("targets");
-    // The tg dialect's verifier guarantees the entries and their types.
-    os << llvm::formatv("; LoRA rank {0}, alpha ", rank.getInt())
-       << llvm::format("%g", alpha.getValueAsDouble())
+  if (auto lora = module->getAttrOfType<tg::LoraAttr>(tg::kLoraConfigAttr)) {
+    os << llvm::formatv("; LoRA rank {0}, alpha ", lora.getRank())
+       << llvm::format("%g", lora.getAlpha().getValueAsDouble())
        << llvm::formatv(", targets {0}: {1} adapters on {2} linear weights, "
                         "every other parameter frozen (no gradient, no "
                         "optimizer state)",
-                        targets.getValue(), adapters, adapters / 2);
+                        lora.getTargets(), adapters, adapters / 2);
   }
   os << "\n\n";
 }

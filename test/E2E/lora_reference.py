@@ -46,11 +46,11 @@ from onnx import numpy_helper
 def adapters(train_mlir):
     """[(name, factor, base, shape, base_transposed)] and (rank, alpha)."""
     text = open(train_mlir).read()
-    config = re.search(r'tg\.lora = \{alpha = ([^ ,]+) : f64, dropout = [^,]+, '
-                       r'rank = (\d+) : i64', text)
+    config = re.search(r'tg\.lora = #tg\.lora<rank = (\d+), alpha = ([^ ,]+) : f64',
+                       text)
     if not config:
         sys.exit("%s: no tg.lora configuration" % train_mlir)
-    alpha, rank = float(config.group(1)), int(config.group(2))
+    rank, alpha = int(config.group(1)), float(config.group(2))
     found = []
     for m in re.finditer(r'tensor<(\d+)x(\d+)xf32> \{([^}]*tg\.lora_of[^}]*)\}', text):
         attrs = m.group(3)

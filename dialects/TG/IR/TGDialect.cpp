@@ -17,12 +17,31 @@ using namespace rondo::tg;
 
 #include "TG/IR/TGDialect.cpp.inc"
 #include "TG/IR/TGEnums.cpp.inc"
+#define GET_ATTRDEF_CLASSES
+#include "TG/IR/TGAttrs.cpp.inc"
 
 void TGDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "TG/IR/TGOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "TG/IR/TGAttrs.cpp.inc"
+      >();
+}
+
+LogicalResult
+LoraAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                 int64_t rank, FloatAttr alpha, FloatAttr dropout,
+                 StringRef targets) {
+  if (rank <= 0)
+    return emitError() << "LoRA rank must be positive, got " << rank;
+  if (!alpha || !dropout)
+    return emitError() << "LoRA alpha and dropout must be floats";
+  if (targets.empty())
+    return emitError() << "LoRA targets must not be empty";
+  return success();
 }
 
 Operation *TGDialect::materializeConstant(OpBuilder &builder, Attribute value,
@@ -73,15 +92,7 @@ bool isLossKind(Attribute a) {
   auto s = dyn_cast<StringAttr>(a);
   return s && (s.getValue() == "output" || s.getValue() == "causal-lm");
 }
-bool isLoraConfig(Attribute a) {
-  auto dict = dyn_cast<DictionaryAttr>(a);
-  if (!dict || dict.size() != 4)
-    return false;
-  auto rank = dict.getAs<IntegerAttr>("rank");
-  return rank && rank.getType().isSignlessInteger(64) && rank.getInt() > 0 &&
-         dict.getAs<FloatAttr>("alpha") && dict.getAs<FloatAttr>("dropout") &&
-         isName(dict.get("targets"));
-}
+bool isLoraConfig(Attribute a) { return isa<LoraAttr>(a); }
 
 /// One key: where it sits and what its value must be (in words, for the
 /// diagnostic, and as a predicate).
@@ -108,10 +119,7 @@ const Rule kRules[] = {
     {kLoraBaseTransposedAttr, Place::Argument, "a unit attribute", isUnit},
     {kResultNameAttr, Place::Result, "a non-empty string", isName},
     {kGradOfAttr, Place::Result, "a non-empty string", isName},
-    {kLoraConfigAttr, Place::Module,
-     "a dictionary of exactly rank (a positive i64), alpha (a float), "
-     "dropout (a float) and targets (a non-empty string)",
-     isLoraConfig},
+    {kLoraConfigAttr, Place::Module, "a #tg.lora attribute", isLoraConfig},
     {kLossAttr, Place::Module, "\"output\" or \"causal-lm\"", isLossKind},
     {kSourceAttr, Place::Module, "a non-empty string", isName},
 };

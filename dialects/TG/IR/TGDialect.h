@@ -15,6 +15,8 @@
 
 #include "TG/IR/TGDialect.h.inc"
 #include "TG/IR/TGEnums.h.inc"
+#define GET_ATTRDEF_CLASSES
+#include "TG/IR/TGAttrs.h.inc"
 
 namespace rondo::tg {
 /// Attribute names shared by the importer, passes and emitter. The dialect

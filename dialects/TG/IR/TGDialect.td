@@ -42,6 +42,30 @@ def TG_Dialect : Dialect {
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
   let hasOperationAttrVerify = 1;
+  let useDefaultAttributePrinterParser = 1;
+}
+
+def TG_LoraAttr : AttrDef<TG_Dialect, "Lora"> {
+  let mnemonic = "lora";
+  let summary = "A module's LoRA configuration (tg-insert-lora)";
+  let description = [{
+    The adapters `tg-insert-lora` added: their rank, the scale numerator
+    alpha (adapters add `(alpha / rank) * (x A) B`), the dropout (0: the
+    trainer supports no other) and the targets as the user gave them (roles
+    joined by `+`, or a regular expression on weight names). The trainer's
+    initialisation, messages and PEFT's adapter_config.json read it.
+
+    ```mlir
+    module attributes {tg.lora = #tg.lora<rank = 8, alpha = 1.6e+01 : f64,
+                                          dropout = 0.0 : f64,
+                                          targets = "all-linear">}
+    ```
+  }];
+  let parameters = (ins "int64_t":$rank, "::mlir::FloatAttr":$alpha,
+                        "::mlir::FloatAttr":$dropout,
+                        StringRefParameter<"the targets">:$targets);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
 }
 
 def TG_UnaryKind : I32EnumAttr<"UnaryKind", "elementwise unary function", [

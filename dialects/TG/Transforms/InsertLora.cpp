@@ -408,13 +408,10 @@ struct TGInsertLoraPass
       for (const LinearUse &use : t.uses)
         rewrite(func, use, a, b);
     }
-    module->setAttr(
-        kLoraConfigAttr,
-        attrs.getDictionaryAttr(
-            {attrs.getNamedAttr("rank", attrs.getI64IntegerAttr(rank)),
-             attrs.getNamedAttr("alpha", attrs.getF64FloatAttr(alpha)),
-             attrs.getNamedAttr("dropout", attrs.getF64FloatAttr(dropout)),
-             attrs.getNamedAttr("targets", attrs.getStringAttr(targets))}));
+    module->setAttr(kLoraConfigAttr,
+                    LoraAttr::get(module.getContext(), rank,
+                                  attrs.getF64FloatAttr(alpha),
+                                  attrs.getF64FloatAttr(dropout), targets));
   }
 
   /// The scalar alpha / r of element type `elem`, one per function.

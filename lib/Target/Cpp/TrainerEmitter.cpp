@@ -171,17 +171,12 @@ LogicalResult Emitter::run() {
   // The adapter configuration, for the trainer's initialisation, messages
   // and PEFT's adapter_config.json.
   std::string loraSpec = "nullptr";
-  if (auto lora = module->getAttrOfType<DictionaryAttr>(kLoraConfigAttr)) {
-    // The tg dialect's verifier guarantees the four entries and their types.
-    auto rank = lora.getAs<IntegerAttr>("rank");
-    auto alpha = lora.getAs<FloatAttr>("alpha");
-    auto dropout = lora.getAs<FloatAttr>("dropout");
-    auto targets = lora.getAs<StringAttr>("targets");
+  if (auto lora = module->getAttrOfType<LoraAttr>(kLoraConfigAttr)) {
     os << llvm::formatv("const rondo::rt::LoraSpec kLora = {{{0}, {1:e17}, "
                         "{2:e17}, {3}};\n\n",
-                        rank.getInt(), alpha.getValueAsDouble(),
-                        dropout.getValueAsDouble(),
-                        cString(targets.getValue()));
+                        lora.getRank(), lora.getAlpha().getValueAsDouble(),
+                        lora.getDropout().getValueAsDouble(),
+                        cString(lora.getTargets()));
     loraSpec = "&kLora";
   }
   // The resolved target the plans were costed for decides (rondo.target,

@@ -15,7 +15,7 @@
 // module, and y = x·W + (alpha/r)·((x·A)·B). The LM head and the embedding
 // have no role.
 
-// CHECK: module attributes {tg.lora = {alpha = 4.000000e+00 : f64, dropout = 0.000000e+00 : f64, rank = 2 : i64, targets = "all-linear"}}
+// CHECK: module attributes {tg.lora = #tg.lora<rank = 2, alpha = 4.000000e+00 : f64, dropout = 0.000000e+00 : f64, targets = "all-linear">}
 // CHECK-LABEL: func.func @main(
 // CHECK-SAME: %arg0: tensor<16x8xf32> {tg.param = "model.embed_tokens.weight"},
 // CHECK-SAME: %arg1: tensor<8x8xf32> {tg.param = "val_1", tg.torch_name = "model.layers.0.self_attn.q_proj.weight"},

@@ -311,18 +311,18 @@ func.func private @unknown_result() -> (tensor<f32> {tg.results = "loss"})
 
 // -----
 
-// expected-error @+1 {{'tg.lora' must be a dictionary of exactly rank (a positive i64), alpha (a float), dropout (a float) and targets (a non-empty string)}}
-module attributes {tg.lora = {rank = 2 : i64, alpha = 4.0 : f64, targets = "all-linear"}} {}
+// expected-error @+1 {{'tg.lora' must be a #tg.lora attribute}}
+module attributes {tg.lora = {rank = 2 : i64, alpha = 4.0 : f64, dropout = 0.0 : f64, targets = "all-linear"}} {}
 
 // -----
 
-// expected-error @+1 {{'tg.lora' must be a dictionary}}
-module attributes {tg.lora = {rank = 0 : i64, alpha = 4.0 : f64, dropout = 0.0 : f64, targets = "all-linear"}} {}
+// expected-error @+1 {{LoRA rank must be positive, got 0}}
+module attributes {tg.lora = #tg.lora<rank = 0, alpha = 4.0 : f64, dropout = 0.0 : f64, targets = "all-linear">} {}
 
 // -----
 
-// expected-error @+1 {{'tg.lora' must be a dictionary}}
-module attributes {tg.lora = {rank = 2 : i64, alpha = 4 : i64, dropout = 0.0 : f64, targets = "all-linear"}} {}
+// expected-error @+1 {{LoRA targets must not be empty}}
+module attributes {tg.lora = #tg.lora<rank = 2, alpha = 4.0 : f64, dropout = 0.0 : f64, targets = "">} {}
 
 // -----
 
