@@ -140,11 +140,12 @@ void Trainer::checkOutputs() const {
                   model.modelPath + " as a template, and it cannot be read");
   }
   if (!opts.exportLora.empty()) {
-    checkWritableDirectory(opts.exportLora, "--export-lora");
+    // Its directory is created if missing (one level), as
+    // --export-safetensors's is.
     check("--export-lora", [&] {
-      checkCanWriteFile(opts.exportLora);
-      checkCanWriteFile(parentDirectory(opts.exportLora) +
-                        "/adapter_config.json");
+      checkCanWriteInDirectory(
+          parentDirectory(opts.exportLora),
+          {baseName(opts.exportLora), "adapter_config.json"});
     });
   }
   if (!opts.exportSafetensors.empty()) {
