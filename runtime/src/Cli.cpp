@@ -187,8 +187,10 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          o.beta2 = b2;
          return std::string();
        }},
-      {"eps", "X", "AdamW epsilon (default 1e-8).",
-       real(o.eps, 0, false, inf, false)},
+      // 0 divides by a zero second moment in the first update (NaN weights
+      // before anything looks at them).
+      {"eps", "X", "AdamW epsilon (default 1e-8; must be positive).",
+       real(o.eps, 0, true, inf, false)},
       {"weight-decay", "X", "Decoupled weight decay (default 0.01).",
        real(o.weightDecay, 0, false, inf, false)},
       {"no-decay", "REGEX",
@@ -400,6 +402,10 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "update with it (default), or skip the whole step (no update, the "
        "data moves on) with a warning; skip needs --optimizer-mode=sync.",
        oneOf(o.onNan, {{"stop", OnNan::Stop}, {"skip", OnNan::Skip}})},
+      {"max-skipped-fraction", "F",
+       "--on-nan=skip: stop with status 1 once more than F of --steps were "
+       "skipped, counted over the whole run (default 0.1; 1: never).",
+       real(o.maxSkippedFraction, 0, false, 1, false)},
       {"watchdog-seconds", "S",
        "Pipelined trainers: stop, naming the op that hangs, when no op "
        "completes for S seconds (default 300; 0: off).",

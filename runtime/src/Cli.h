@@ -84,6 +84,9 @@ struct TrainerOptions {
   int64_t evalEvery = 0; ///< 0: only after the last step.
   OnCheckpointError onCheckpointError = OnCheckpointError::Continue;
   OnNan onNan = OnNan::Stop;
+  /// --on-nan=skip: more skipped steps than this fraction of --steps fail
+  /// the run.
+  double maxSkippedFraction = 0.1;
   /// Pipelined trainers: stop when no op completes for this long (0: off).
   double watchdogSeconds = 300;
   /// Data-parallel replicas of the pipeline (one process each, under MPI).

@@ -187,7 +187,8 @@ HostExec::Stream &HostExec::streamOf(int32_t worker, int32_t role) {
 
 std::string HostExec::describe(const char *op, int32_t job,
                                int32_t microbatch) const {
-  std::string s = std::string(op) + " of step " + std::to_string(tag.step);
+  // Numbered from 1, as the trainer's progress lines and messages are.
+  std::string s = std::string(op) + " of step " + std::to_string(tag.step + 1);
   if (job >= 0 && job < program.numJobs)
     s += ", job " + std::to_string(job) + " (stage " +
          program.stages[program.jobStages[job]].name + ")";
@@ -655,7 +656,8 @@ std::string HostExec::describeOp(const Op &op) const {
                                                   : "optimizer task")
       : op.op == TraceRecord::Fill ? "fill_zero"
                                    : copyKindName(op.copyKind);
-  std::string s = std::string(kind) + " of step " + std::to_string(op.tag.step);
+  std::string s =
+      std::string(kind) + " of step " + std::to_string(op.tag.step + 1);
   if (op.job >= 0)
     s += ", job " + std::to_string(op.job);
   if (op.stage >= 0)

@@ -48,7 +48,7 @@ double Trainer::runStepLocal(int64_t step, StepRecord &record) {
   if (causal) {
     if (lossCount != count)
       throw Error("the compiled step counted " + std::to_string(lossCount) +
-                  " non-ignored targets in step " + std::to_string(step) +
+                  " non-ignored targets in " + stepName(step) +
                   ", the trainer " + std::to_string(count) +
                   "; the step and the runtime disagree on the loss");
     loss = count > 0 ? lossSum / double(count)
@@ -67,8 +67,7 @@ double Trainer::runStepLocal(int64_t step, StepRecord &record) {
   if (!std::isfinite(norm)) {
     for (const OptParam &o : optimizer.tensors()) {
       if (!allFinite(o.grad, o.numel)) {
-        bad = "step " + std::to_string(step) +
-              ": non-finite gradient of parameter " +
+        bad = stepName(step) + ": non-finite gradient of parameter " +
               model.params[o.index].name + " (first in table order)";
         break;
       }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace rondo::rt {
@@ -31,11 +32,29 @@ bool allFinite(const void *data, int64_t n) {
   return largest != 0x7f800000u;
 }
 
+NonFiniteParam firstNonFiniteParam(const ModelSpec &model,
+                                   const float *const *data) {
+  for (int i = 0; i < model.numParams; ++i) {
+    const int64_t n = numElements(model.params[i]);
+    if (allFinite(data[i], n))
+      continue;
+    int64_t e = 0;
+    while (e < n && std::isfinite(data[i][e]))
+      ++e;
+    return {i, e};
+  }
+  return {};
+}
+
+std::string stepName(int64_t step) {
+  return "step " + std::to_string(step + 1);
+}
+
 std::string nonFiniteLoss(const std::vector<double> &losses, int64_t step) {
   for (size_t m = 0; m < losses.size(); ++m)
     if (!std::isfinite(losses[m]))
-      return "non-finite loss in microbatch " + std::to_string(m) +
-             " of step " + std::to_string(step);
+      return "non-finite loss in microbatch " + std::to_string(m) + " of " +
+             stepName(step);
   return "";
 }
 
@@ -55,15 +74,15 @@ bool NanGuard::foundIn(int64_t inStep) {
 void NanGuard::throwIfStop() {
   std::lock_guard<std::mutex> lock(mu);
   if (step >= 0 && policy == OnNan::Stop)
-    throw Error("step " + std::to_string(step) + ": non-finite gradient in " +
-                what + "; no update was applied with it");
+    throw Error(stepName(step) + ": non-finite gradient in " + what +
+                "; no update was applied with it");
 }
 
 std::string NanGuard::take(int64_t inStep) {
   std::lock_guard<std::mutex> lock(mu);
   std::string bad;
   if (step == inStep)
-    bad = "step " + std::to_string(inStep) + ": non-finite gradient in " + what;
+    bad = stepName(inStep) + ": non-finite gradient in " + what;
   step = -1;
   return bad;
 }
@@ -71,6 +90,20 @@ std::string NanGuard::take(int64_t inStep) {
 void NanGuard::stopIfStop(const std::string &why) const {
   if (policy == OnNan::Stop)
     throw Error(why + "; no update was applied with it");
+}
+
+void NanGuard::stopIfMostlySkipped(int64_t skipped, int64_t step) const {
+  if (policy != OnNan::Skip ||
+      double(skipped) <= maxSkippedFraction * double(totalSteps))
+    return;
+  char fraction[32];
+  std::snprintf(fraction, sizeof(fraction), "%g", maxSkippedFraction);
+  throw Error(std::to_string(skipped) + (skipped == 1 ? " step" : " steps") +
+              " skipped (--on-nan=skip), " + stepName(step) +
+              " the last: more than --max-skipped-fraction " + fraction +
+              " of --steps " + std::to_string(totalSteps) +
+              " allows; the run is diverging, not meeting a bad batch "
+              "(lower --lr, or raise --max-skipped-fraction)");
 }
 
 } // namespace rondo::rt

@@ -6,6 +6,7 @@
 
 #include "trainer/OptimizerState.h"
 #include "rondo/runtime/Schedule.h"
+#include "trainer/NanGuard.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -91,9 +92,9 @@ void OptimizerState::clipAndUpdate(int64_t step, double norm) {
 void OptimizerState::skip(int64_t step, const std::string &why) {
   ++skipped;
   std::fprintf(stderr,
-               "rondo: warning: %s; step %lld skipped (--on-nan=skip): no "
+               "rondo: warning: %s; %s skipped (--on-nan=skip): no "
                "parameter or optimizer state changed\n",
-               why.c_str(), (long long)step);
+               why.c_str(), stepName(step).c_str());
 }
 
 std::vector<CheckpointTensor>

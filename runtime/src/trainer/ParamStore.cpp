@@ -13,8 +13,11 @@
 #include "Init.h"
 #include "Lora.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace rondo::rt {
@@ -209,13 +212,21 @@ void ParamStore::exportWeights(const TrainerOptions &opts,
     log.say("rondo: wrote " + whatWeights + " in Hugging Face's layout to " +
             opts.exportSafetensors + "/model.safetensors" +
             (opts.hfConfig.empty()
-                 ? ""
+                 ? " without config.json, which transformers' "
+                   "from_pretrained needs: give --hf-config FILE (the "
+                   "model's config.json) to copy it there"
                  : " with " + opts.hfConfig + " as config.json") +
             withoutAdapters);
   }
   if (!opts.exportLora.empty()) {
-    naming("--export-lora",
-           [&] { exportLoraAdapters(opts.exportLora, model, ptrs.data()); });
+    naming("--export-lora", [&] {
+      // Its directory is created, one level, as --export-safetensors's is.
+      const std::string dir = parentDirectory(opts.exportLora);
+      if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+        throw Error("cannot create directory '" + dir +
+                    "': " + std::strerror(errno));
+      exportLoraAdapters(opts.exportLora, model, ptrs.data());
+    });
     log.say("rondo: wrote the LoRA adapters to " + opts.exportLora + " and " +
             parentDirectory(opts.exportLora) + "/adapter_config.json");
   }

@@ -206,8 +206,7 @@ double Trainer::stepLoss(int64_t step, int64_t count, double lossSum,
     lossSum = both[0];
     loss = lossOf(program->microbatches * replicas.count());
     if (badLoss.empty() && both[1] > 0)
-      badLoss =
-          "non-finite loss on another replica in step " + std::to_string(step);
+      badLoss = "non-finite loss on another replica in " + stepName(step);
   }
   return loss;
 }

@@ -79,7 +79,7 @@ Trainer::Trainer(const ModelSpec &model, const TrainerOptions &options,
                  DeviceOpsFactory device, ReplicaGroup *replicaGroup)
     : model(model), opts(options), stepFn(step), program(program), argv0(argv0),
       deviceFactory(device), replicas(replicaGroup, options.shardOptimizer),
-      log(options), nan(options.onNan), feed(model, replicas), store(model),
+      log(options), nan(options), feed(model, replicas), store(model),
       optimizer(model, options, replicas) {}
 
 int Trainer::run() {
@@ -140,11 +140,12 @@ void Trainer::checkOutputs() const {
                   model.modelPath + " as a template, and it cannot be read");
   }
   if (!opts.exportLora.empty()) {
-    checkWritableDirectory(opts.exportLora, "--export-lora");
+    // Its directory is created if missing (one level), as
+    // --export-safetensors's is.
     check("--export-lora", [&] {
-      checkCanWriteFile(opts.exportLora);
-      checkCanWriteFile(parentDirectory(opts.exportLora) +
-                        "/adapter_config.json");
+      checkCanWriteInDirectory(
+          parentDirectory(opts.exportLora),
+          {baseName(opts.exportLora), "adapter_config.json"});
     });
   }
   if (!opts.exportSafetensors.empty()) {
@@ -180,6 +181,7 @@ int64_t Trainer::setUp() {
   store.initialise(opts, /*stepGradients=*/!program, log);
   optimizer.setUp(store.data(), store.gradients());
   const int64_t firstStep = opts.resume ? resume() : 0;
+  checkInitialWeights(firstStep);
   if (program)
     setUpProgram(firstStep);
   if (firstStep > 0 && !opts.dumpGradients.empty())
@@ -188,6 +190,28 @@ int64_t Trainer::setUp() {
                 std::to_string(firstStep));
   log.open(firstStep);
   return firstStep;
+}
+
+void Trainer::checkInitialWeights(int64_t firstStep) const {
+  const NonFiniteParam bad = firstNonFiniteParam(model, store.data());
+  if (bad.param < 0)
+    return;
+  const ParamSpec &p = model.params[bad.param];
+  std::string from;
+  if (firstStep > 0)
+    from = "the checkpoint of step " + std::to_string(firstStep) + " in " +
+           opts.checkpointDir;
+  else if (isLoraAdapter(p))
+    from = opts.loadLora.empty() ? "LoRA's initialisation"
+                                 : "--load-lora " + opts.loadLora;
+  else if (opts.init == InitKind::Random)
+    from = "--init=random";
+  else
+    from = opts.weights.empty() ? std::string("the model ") + model.modelPath
+                                : "--weights " + opts.weights;
+  throw Error(std::string("the initial weights are not finite: parameter ") +
+              p.name + ", element " + std::to_string(bad.element) + " (from " +
+              from + "); found before step 1, so no step ran");
 }
 
 int Trainer::computeThreads() const {
@@ -286,6 +310,7 @@ int Trainer::runLoop() {
     else
       log.step(record, secondsBetween(start, stepEnd));
     nan.throwIfStop();
+    nan.stopIfMostlySkipped(optimizer.skippedSteps(), s);
     afterStep(s + 1, lastSaved);
   }
   drain();

@@ -100,6 +100,10 @@ private:
   /// Data, weights, optimizer, checkpoint and executor; returns the first
   /// step.
   int64_t setUp();
+  /// Stops naming the parameter when a weight the run starts from (loaded,
+  /// initialised or resumed) is not finite: its first gradient would be
+  /// blamed, and the NaN spreads to every weight in one update.
+  void checkInitialWeights(int64_t firstStep) const;
   /// The OpenMP threads each computing thread uses: a plan's share of the
   /// cores per worker, or a StepFn's team.
   int computeThreads() const;

@@ -477,7 +477,8 @@ TEST_F(PipelineTest, StageExceptionIsReportedNotAHang) {
   RunResult r = run({"--data", dataPath, "--steps", "4", "--workers", "3"});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("toy stage F0 failed on purpose"));
-  EXPECT_THAT(r.err, HasSubstr("launch of step 1, job 0 (stage F0), "
+  // Messages number steps from 1, as the progress lines do.
+  EXPECT_THAT(r.err, HasSubstr("launch of step 2, job 0 (stage F0), "
                                "microbatch 1"));
 }
 
@@ -485,7 +486,7 @@ TEST_F(PipelineTest, OutOfBoundsRefNamesTheBufferAndOp) {
   badCopyStep = 1;
   RunResult r = run({"--data", dataPath, "--steps", "3", "--workers", "2"});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_THAT(r.err, HasSubstr("checkpoint of step 1, job 0 (stage F0), "
+  EXPECT_THAT(r.err, HasSubstr("checkpoint of step 2, job 0 (stage F0), "
                                "microbatch 3"));
   EXPECT_THAT(r.err, HasSubstr("buffer 'ckpt'"));
   EXPECT_THAT(r.err, HasSubstr("is outside the buffer"));
@@ -496,7 +497,7 @@ TEST_F(PipelineTest, AwaitThatNothingCompletesIsReportedNotAHang) {
   RunResult r = run({"--data", dataPath, "--steps", "3", "--workers", "3",
                      "--optimizer-mode=overlap"});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_THAT(r.err, HasSubstr("exec: deadlock: the launch of step 1, job 2 "
+  EXPECT_THAT(r.err, HasSubstr("exec: deadlock: the launch of step 2, job 2 "
                                "(stage B1), microbatch 0"));
   EXPECT_THAT(r.err, HasSubstr("which no issued op completes"));
 }
@@ -638,7 +639,7 @@ TEST_F(PipelineTest, NonFiniteGradientStopsNamingTheFirstStageInJobOrder) {
     EXPECT_EQ(r.rc, 1) << mode;
     // T (job 1) comes before B1 (job 2): its NaN is named, not B1's inf.
     EXPECT_THAT(r.err,
-                HasSubstr("toy-pipeline: error: step 2: non-finite gradient "
+                HasSubstr("toy-pipeline: error: step 3: non-finite gradient "
                           "in stage T (first in job order), parameter "
                           "proj.weight; no update was applied with it"))
         << mode << ": " << r.err;
@@ -663,7 +664,7 @@ TEST_F(PipelineTest, NonFiniteLossStopsNamingTheMicrobatch) {
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(rc, 1);
   EXPECT_THAT(err, HasSubstr("toy-pipeline: error: non-finite loss in "
-                             "microbatch 1 of step 1"));
+                             "microbatch 1 of step 2"));
 }
 
 /// Trains the toy `steps` steps with a non-finite gradient or loss in step
@@ -682,9 +683,17 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
     toy::toyPipelineNonFiniteAtStep(nanStep, where);
     std::string onnx = dir + "/" + tag + ".onnx";
     std::vector<std::string> args = {
-        "toy-pipeline",        "--data", dataPath, "--steps",
-        std::to_string(steps), "--lr",   "0.05",   "--on-nan=skip",
-        "--export-onnx",       onnx};
+        "toy-pipeline",
+        "--data",
+        dataPath,
+        "--steps",
+        std::to_string(steps),
+        "--lr",
+        "0.05",
+        "--on-nan=skip",
+        "--max-skipped-fraction=1", // one skip in a few steps
+        "--export-onnx",
+        onnx};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char *> argv;
     for (std::string &a : args)
@@ -699,14 +708,14 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
         r.weights.push_back(x.data);
     return r;
   };
-  // Steps 0 and 1, then step 2 skipped: the weights of two clean steps.
+  // Steps 1 and 2, then step 3 skipped: the weights of two clean steps.
   Trained two = train("two", {"--workers=2"}, false, 2);
   for (int where :
        {int(toy::kNanProjGrad), int(toy::kInfEmbGrad), int(toy::kNanLoss)}) {
     SkipRun r =
         skipRun("skip" + std::to_string(where), 3, 2, where, {"--workers=2"});
     ASSERT_EQ(r.rc, 0) << r.err;
-    EXPECT_THAT(r.err, HasSubstr("step 2 skipped (--on-nan=skip): no "
+    EXPECT_THAT(r.err, HasSubstr("step 3 skipped (--on-nan=skip): no "
                                  "parameter or optimizer state changed"));
     EXPECT_EQ(r.weights, two.weights) << where;
   }
@@ -801,7 +810,7 @@ TEST_F(PipelineTest, WatchdogNamesTheStageJobThatStoppedAdvancing) {
   EXPECT_EXIT(
       child(), ::testing::ExitedWithCode(1),
       "toy-pipeline: error: exec: watchdog: no op of program exec_w2_overlap "
-      "completed for 1 s \\(--watchdog-seconds\\): the launch of step 1, job "
+      "completed for 1 s \\(--watchdog-seconds\\): the launch of step 2, job "
       "0 \\(stage F0\\), microbatch 1, worker [01] has not finished");
   // Slow but advancing is fine, and 0 turns the watchdog off.
   const toy::ToyPipeline &p =

@@ -675,8 +675,9 @@ TEST_F(TrainerTest, OutOfRangeIdsAndLabelsNameFileRowAndValue) {
                                "outside [0, 16)"));
 }
 
-TEST_F(TrainerTest, NonFiniteGradientStopsOrSkips) {
-  // A NaN weight: every step's loss and gradients are NaN.
+TEST_F(TrainerTest, NonFiniteInitialWeightIsNamedBeforeStep1) {
+  // A NaN weight is named as such before step 1, not blamed on the first
+  // step's gradients.
   Weights w = initial;
   w[toy::kProj][5] = std::nanf("");
   const ModelSpec &spec = toy::toyModel(2, kSeq, LossKind::CausalLM, modelPath);
@@ -688,29 +689,68 @@ TEST_F(TrainerTest, NonFiniteGradientStopsOrSkips) {
   }
   writeInitializerModel(dir + "/nan.onnx", tensors);
   std::string ckpt = dir + "/ckpt";
-  RunResult r = run({"--data", dataPath, "--steps", "3", "--weights",
-                     dir + "/nan.onnx", "--checkpoint-dir", ckpt});
+  for (const char *onNan : {"--on-nan=stop", "--on-nan=skip"}) {
+    RunResult r = run({"--data", dataPath, "--steps", "3", "--weights",
+                       dir + "/nan.onnx", "--checkpoint-dir", ckpt, onNan});
+    EXPECT_EQ(r.rc, 1) << onNan;
+    EXPECT_THAT(r.err, HasSubstr("toy-trainer: error: the initial weights are "
+                                 "not finite: parameter proj.weight, element "
+                                 "5 (from --weights " +
+                                 dir + "/nan.onnx); found before step 1"));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("gradient")));
+    EXPECT_NE(::access((ckpt + "/LATEST").c_str(), F_OK), 0);
+  }
+}
+
+TEST_F(TrainerTest, NonFiniteGradientStopsOrSkips) {
+  // --lr 1e30: steps 1 and 2 overflow the weights, every later step's
+  // gradients are not finite.
+  std::string ckpt = dir + "/ckpt";
+  RunResult r = run({"--data", dataPath, "--steps", "3", "--lr", "1e30",
+                     "--checkpoint-dir", ckpt, "--save-every", "1"});
   EXPECT_EQ(r.rc, 1);
-  EXPECT_THAT(r.err, HasSubstr("toy-trainer: error: step 0: non-finite "
+  // Steps are numbered from 1, as in the progress lines.
+  EXPECT_THAT(r.err, HasSubstr("toy-trainer: error: step 3: non-finite "
                                "gradient of parameter "));
   EXPECT_THAT(r.err, HasSubstr("(first in table order); no update was "
                                "applied with it"));
-  EXPECT_NE(::access((ckpt + "/LATEST").c_str(), F_OK), 0);
+  std::ifstream latest(ckpt + "/LATEST");
+  std::string latestName;
+  latest >> latestName;
+  EXPECT_EQ(latestName, "step-2.ckpt");
 
-  r = run({"--data", dataPath, "--steps", "2", "--weights", dir + "/nan.onnx",
-           "--on-nan=skip", "--export-onnx", dir + "/skipped.onnx"});
+  r = run({"--data", dataPath, "--steps", "2", "--lr", "1e30", "--export-onnx",
+           dir + "/two.onnx"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run({"--data", dataPath, "--steps", "4", "--lr", "1e30", "--on-nan=skip",
+           "--max-skipped-fraction", "1", "--export-onnx",
+           dir + "/skipped.onnx"});
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("step 0 skipped (--on-nan=skip)"));
-  EXPECT_THAT(r.err, HasSubstr("step 1 skipped (--on-nan=skip)"));
-  // Nothing changed: the exported weights are the initial ones, bit for bit.
-  std::vector<FloatTensor> exported =
+  EXPECT_THAT(r.err, HasSubstr("step 3 skipped (--on-nan=skip)"));
+  EXPECT_THAT(r.err, HasSubstr("step 4 skipped (--on-nan=skip)"));
+  // Nothing changed after step 2: the weights of two steps, bit for bit
+  // (non-finite ones included, so compared as bytes).
+  std::vector<FloatTensor> two = readOnnxFloatInitializers(dir + "/two.onnx");
+  std::vector<FloatTensor> skipped =
       readOnnxFloatInitializers(dir + "/skipped.onnx");
-  ASSERT_EQ(exported.size(), w.size());
-  for (size_t i = 0; i < w.size(); ++i)
-    EXPECT_EQ(std::memcmp(exported[i].data.data(), w[i].data(),
-                          w[i].size() * sizeof(float)),
+  ASSERT_EQ(skipped.size(), two.size());
+  for (size_t i = 0; i < two.size(); ++i) {
+    ASSERT_EQ(skipped[i].data.size(), two[i].data.size()) << i;
+    EXPECT_EQ(std::memcmp(skipped[i].data.data(), two[i].data.data(),
+                          two[i].data.size() * sizeof(float)),
               0)
         << i;
+  }
+
+  // One of four skipped is more than the default --max-skipped-fraction
+  // (0.1): the run fails at the skip that crosses it, not with status 0.
+  r = run(
+      {"--data", dataPath, "--steps", "4", "--lr", "1e30", "--on-nan=skip"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_THAT(r.err, HasSubstr("toy-trainer: error: 1 step skipped "
+                               "(--on-nan=skip), step 3 the last: more than "
+                               "--max-skipped-fraction 0.1 of --steps 4"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("step 4/4")));
 }
 
 } // namespace
