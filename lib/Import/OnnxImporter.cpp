@@ -146,8 +146,9 @@ private:
   /// grow linearly with the sequence (rotary cos/sin: T x head_dim) must
   /// fold at the lengths trained, masks that grow with its square
   /// ([B, 1, T, T]) must not: the limit grows with the sequence, by 512 per
-  /// position, up to kMaxFoldElements. Folding holds each element as 8 bytes, so without
-  /// that cap an absurd --seq-len folds tables until memory runs out.
+  /// position, up to kMaxFoldElements. Folding holds each element as 8 bytes,
+  /// so without that cap an absurd --seq-len folds tables until memory runs
+  /// out.
   int64_t foldLimit() const {
     const int64_t seq = std::clamp<int64_t>(opts.seqLen, 0, int64_t(1) << 40);
     return std::min(std::max(opts.maxFoldElements, 512 * seq),
@@ -816,79 +817,10 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
   return importer.run();
 }
 
-/// Reads a model that is a pipe (/dev/stdin, <(...)) up to one
-/// byte past kMaxProtobufBytes: its size is unknown until it ends, and it
-/// may never end.
-static llvm::ErrorOr<std::string> readStream(StringRef path) {
-  llvm::Expected<llvm::sys::fs::file_t> file =
-      llvm::sys::fs::openNativeFileForRead(path);
-  if (!file)
-    return llvm::errorToErrorCode(file.takeError());
-  std::string contents;
-  std::error_code ec;
-  while (contents.size() <= kMaxProtobufBytes) {
-    size_t old = contents.size();
-    contents.resize(old + std::min<uint64_t>(1 << 20, kMaxProtobufBytes + 1 -
-                                                          old));
-    llvm::Expected<size_t> got = llvm::sys::fs::readNativeFile(
-        *file, llvm::MutableArrayRef(contents.data() + old,
-                                     contents.size() - old));
-    if (!got) {
-      ec = llvm::errorToErrorCode(got.takeError());
-      break;
-    }
-    contents.resize(old + *got);
-    if (*got == 0)
-      break;
-  }
-  llvm::sys::fs::closeFile(*file);
-  if (ec)
-    return ec;
-  return contents;
-}
-
 OwningOpRef<ModuleOp> rondo::importOnnxFile(MLIRContext *ctx, StringRef path,
                                             const ImportOptions &opts) {
-  auto tooLarge = [&](StringRef size) {
-    emitError(FileLineColLoc::get(ctx, path, 0, 0))
-        << "the model is " << size << " bytes, over protobuf's 2 GB limit ("
-        << kMaxProtobufBytes << " bytes); store the weights as external data";
+  std::unique_ptr<llvm::MemoryBuffer> contents = readModelFile(ctx, path);
+  if (!contents)
     return nullptr;
-  };
-  using llvm::sys::fs::file_type;
-  auto unreadable = [&](std::error_code ec) {
-    emitError(UnknownLoc::get(ctx))
-        << "cannot read '" << path << "': " << ec.message();
-    return nullptr;
-  };
-  llvm::sys::fs::file_status status;
-  if (std::error_code ec = llvm::sys::fs::status(path, status))
-    return unreadable(ec);
-  if (status.type() == file_type::directory_file)
-    return unreadable(std::make_error_code(std::errc::is_a_directory));
-  // A device (/dev/zero, a terminal) is no model and may never end.
-  if (status.type() == file_type::character_file ||
-      status.type() == file_type::block_file) {
-    emitError(FileLineColLoc::get(ctx, path, 0, 0))
-        << "the model is a device, not a file; give a model file or a pipe";
-    return nullptr;
-  }
-  // A regular file's size is known before it is read; a pipe is read only
-  // up to the limit.
-  if (status.type() != file_type::regular_file) {
-    llvm::ErrorOr<std::string> contents = readStream(path);
-    if (!contents)
-      return unreadable(contents.getError());
-    if (contents->size() > kMaxProtobufBytes)
-      return tooLarge("a pipe of more than " +
-                      std::to_string(kMaxProtobufBytes));
-    return importOnnxBuffer(ctx, *contents, path, opts);
-  }
-  if (status.getSize() > kMaxProtobufBytes)
-    return tooLarge(std::to_string(status.getSize()));
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return unreadable(buffer.getError());
-  return importOnnxBuffer(ctx, (*buffer)->getBuffer(), path, opts);
+  return importOnnxBuffer(ctx, contents->getBuffer(), path, opts);
 }
