@@ -12,6 +12,11 @@
 using namespace rondo;
 namespace cl = llvm::cl;
 
+/// Rows per step and workers far past any real run (docs and tests use at
+/// most 32 rows; the documented workloads run 4 to 8 workers).
+constexpr int64_t kMaxBatch = int64_t(1) << 16;
+constexpr int64_t kMaxWorkers = 64;
+
 struct CompileFlags::Impl {
   Impl(CompileOptions &o, cl::OptionCategory &category)
       : options(o),
@@ -192,6 +197,22 @@ bool CompileFlags::finish() {
                positive(impl->hostMemoryGB, impl->hostMemoryGB);
   for (int64_t n : impl->options.plan.workers)
     valid = valid && positive(impl->workers, double(n));
+
+  // Limits far above any real run, checked before the model is read: the
+  // planner tries every microbatch count dividing --batch (1e12 rows spun
+  // for minutes) and each worker count gets its own stage functions and
+  // exec program (--workers 1000 grew past a gigabyte).
+  auto atMost = [](const cl::Option &flag, int64_t value, int64_t limit,
+                   llvm::StringRef unit) {
+    if (value <= limit)
+      return true;
+    llvm::errs() << "error: --" << flag.ArgStr << "=" << value
+                 << " is over the limit of " << limit << " " << unit << "\n";
+    return false;
+  };
+  valid = valid && atMost(impl->batch, impl->batch, kMaxBatch, "rows per step");
+  for (int64_t n : impl->options.plan.workers)
+    valid = valid && atMost(impl->workers, n, kMaxWorkers, "workers");
 
   // --target=host and no --target differ: without it a GPU --device picks
   // the cuda backend (rondo/Driver/Target.h).
