@@ -213,6 +213,22 @@ bool CompileFlags::finish() {
   valid = valid && atMost(impl->batch, impl->batch, kMaxBatch, "rows per step");
   for (int64_t n : impl->options.plan.workers)
     valid = valid && atMost(impl->workers, n, kMaxWorkers, "workers");
+  // Each worker count is one plan, named by it (plan_wN).
+  llvm::SmallVector<int64_t> seen;
+  for (int64_t n : impl->options.plan.workers) {
+    if (valid && llvm::is_contained(seen, n)) {
+      llvm::errs() << "error: --workers lists " << n
+                   << " twice; give each worker count once\n";
+      valid = false;
+    }
+    seen.push_back(n);
+  }
+  const std::string &strategy = impl->options.plan.strategy;
+  if (valid && strategy != "exact" && strategy != "greedy") {
+    llvm::errs() << "error: --plan-strategy=" << strategy
+                 << " is not one of exact, greedy\n";
+    valid = false;
+  }
 
   // --target=host and no --target differ: without it a GPU --device picks
   // the cuda backend (rondo/Driver/Target.h).
