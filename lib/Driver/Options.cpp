@@ -12,6 +12,11 @@
 using namespace rondo;
 namespace cl = llvm::cl;
 
+/// Rows per step and workers far past any real run (docs and tests use at
+/// most 32 rows; the documented workloads run 4 to 8 workers).
+constexpr int64_t kMaxBatch = int64_t(1) << 16;
+constexpr int64_t kMaxWorkers = 64;
+
 struct CompileFlags::Impl {
   Impl(CompileOptions &o, cl::OptionCategory &category)
       : options(o),
@@ -192,6 +197,38 @@ bool CompileFlags::finish() {
                positive(impl->hostMemoryGB, impl->hostMemoryGB);
   for (int64_t n : impl->options.plan.workers)
     valid = valid && positive(impl->workers, double(n));
+
+  // Limits far above any real run, checked before the model is read: the
+  // planner tries every microbatch count dividing --batch (1e12 rows spun
+  // for minutes) and each worker count gets its own stage functions and
+  // exec program (--workers 1000 grew past a gigabyte).
+  auto atMost = [](const cl::Option &flag, int64_t value, int64_t limit,
+                   llvm::StringRef unit) {
+    if (value <= limit)
+      return true;
+    llvm::errs() << "error: --" << flag.ArgStr << "=" << value
+                 << " is over the limit of " << limit << " " << unit << "\n";
+    return false;
+  };
+  valid = valid && atMost(impl->batch, impl->batch, kMaxBatch, "rows per step");
+  for (int64_t n : impl->options.plan.workers)
+    valid = valid && atMost(impl->workers, n, kMaxWorkers, "workers");
+  // Each worker count is one plan, named by it (plan_wN).
+  llvm::SmallVector<int64_t> seen;
+  for (int64_t n : impl->options.plan.workers) {
+    if (valid && llvm::is_contained(seen, n)) {
+      llvm::errs() << "error: --workers lists " << n
+                   << " twice; give each worker count once\n";
+      valid = false;
+    }
+    seen.push_back(n);
+  }
+  const std::string &strategy = impl->options.plan.strategy;
+  if (valid && strategy != "exact" && strategy != "greedy") {
+    llvm::errs() << "error: --plan-strategy=" << strategy
+                 << " is not one of exact, greedy\n";
+    valid = false;
+  }
 
   // --target=host and no --target differ: without it a GPU --device picks
   // the cuda backend (rondo/Driver/Target.h).

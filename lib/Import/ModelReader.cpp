@@ -14,11 +14,13 @@
 #include "google/protobuf/stubs/logging.h"
 
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 
 using namespace mlir;
+using rondo::import::kMaxProtobufBytes;
 
 namespace {
 /// Protobuf's parser's complaints go to the log, not to the caller; while a
@@ -116,7 +118,85 @@ int textNesting(StringRef text) {
   }
   return deepest;
 }
+/// Reads a pipe (/dev/stdin, <(...)) up to one byte past
+/// kMaxProtobufBytes: its size is unknown until it ends, and it may never
+/// end.
+llvm::ErrorOr<std::string> readPipe(StringRef path) {
+  llvm::Expected<llvm::sys::fs::file_t> file =
+      llvm::sys::fs::openNativeFileForRead(path);
+  if (!file)
+    return llvm::errorToErrorCode(file.takeError());
+  std::string contents;
+  std::error_code ec;
+  while (contents.size() <= kMaxProtobufBytes) {
+    size_t old = contents.size();
+    contents.resize(old +
+                    std::min<uint64_t>(1 << 20, kMaxProtobufBytes + 1 - old));
+    llvm::Expected<size_t> got = llvm::sys::fs::readNativeFile(
+        *file,
+        llvm::MutableArrayRef(contents.data() + old, contents.size() - old));
+    if (!got) {
+      ec = llvm::errorToErrorCode(got.takeError());
+      break;
+    }
+    contents.resize(old + *got);
+    if (*got == 0)
+      break;
+  }
+  llvm::sys::fs::closeFile(*file);
+  if (ec)
+    return ec;
+  return contents;
+}
 } // namespace
+
+std::unique_ptr<llvm::MemoryBuffer>
+rondo::import::readModelFile(MLIRContext *ctx, StringRef path) {
+  using llvm::sys::fs::file_type;
+  Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
+  auto tooLarge = [&](StringRef size) {
+    emitError(fileLoc) << "the model is " << size
+                       << " bytes, over protobuf's 2 GB limit ("
+                       << kMaxProtobufBytes
+                       << " bytes); store the weights as external data";
+    return nullptr;
+  };
+  auto unreadable = [&](std::error_code ec) {
+    emitError(UnknownLoc::get(ctx))
+        << "cannot read '" << path << "': " << ec.message();
+    return nullptr;
+  };
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(path, status))
+    return unreadable(ec);
+  if (status.type() == file_type::directory_file)
+    return unreadable(std::make_error_code(std::errc::is_a_directory));
+  // A device (/dev/zero, a terminal) is no model and may never end.
+  if (status.type() == file_type::character_file ||
+      status.type() == file_type::block_file) {
+    emitError(fileLoc)
+        << "the model is a device, not a file; give a model file or a pipe";
+    return nullptr;
+  }
+  // A regular file's size is known before it is read; a pipe is read only
+  // up to the limit.
+  if (status.type() != file_type::regular_file) {
+    llvm::ErrorOr<std::string> contents = readPipe(path);
+    if (!contents)
+      return unreadable(contents.getError());
+    if (contents->size() > kMaxProtobufBytes)
+      return tooLarge("a pipe of more than " +
+                      std::to_string(kMaxProtobufBytes));
+    return llvm::MemoryBuffer::getMemBufferCopy(*contents, path);
+  }
+  if (status.getSize() > kMaxProtobufBytes)
+    return tooLarge(std::to_string(status.getSize()));
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer)
+    return unreadable(buffer.getError());
+  return std::move(*buffer);
+}
 
 LogicalResult rondo::import::readOnnxModel(Location fileLoc, StringRef contents,
                                            onnx::ModelProto &model) {

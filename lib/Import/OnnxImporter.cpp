@@ -45,7 +45,6 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -60,6 +59,13 @@ using namespace rondo;
 using namespace rondo::import;
 
 namespace {
+
+/// The most elements any data-independent value folds to, whatever
+/// --seq-len is: 512 MiB as folded (8 bytes an element), so an absurd
+/// --seq-len fails at the first table instead of exhausting memory. Rotary
+/// tables (128 per position) fit up to 524288 positions, past the longest
+/// rows trained (287K tokens, docs/Performance.md).
+constexpr int64_t kMaxFoldElements = int64_t(1) << 26;
 
 /// Per-node PyTorch provenance from the exporter's metadata_props (field 9,
 /// which libonnx 1.12 does not know and keeps as an unknown field).
@@ -137,11 +143,28 @@ private:
   void recoverTorchNames();
   /// The largest data-independent tensor folded to a constant. Tables that
   /// grow linearly with the sequence (rotary cos/sin: T x head_dim) must
-  /// fold at any length, masks that grow with its square ([B, 1, T, T])
-  /// must not: the limit grows with the sequence, by 512 per position.
+  /// fold at the lengths trained, masks that grow with its square
+  /// ([B, 1, T, T]) must not: the limit grows with the sequence, by 512 per
+  /// position, up to kMaxFoldElements. Folding holds each element as 8 bytes,
+  /// so without that cap an absurd --seq-len folds tables until memory runs
+  /// out.
   int64_t foldLimit() const {
     const int64_t seq = std::clamp<int64_t>(opts.seqLen, 0, int64_t(1) << 40);
-    return std::max(opts.maxFoldElements, 512 * seq);
+    return std::min(std::max(opts.maxFoldElements, 512 * seq),
+                    kMaxFoldElements);
+  }
+  /// How foldLimit() came about, naming the flag that sets it.
+  std::string foldLimitReason() const {
+    if (foldLimit() == kMaxFoldElements && opts.seqLen > 0)
+      return llvm::formatv("the cap, reached at --seq-len {0} and above; "
+                           "--seq-len is {1}",
+                           kMaxFoldElements / 512, opts.seqLen)
+          .str();
+    if (foldLimit() > opts.maxFoldElements)
+      return llvm::formatv("512 per position of --seq-len {0}", opts.seqLen)
+          .str();
+    return "the importer's limit for values that do not grow with the "
+           "sequence";
   }
 
   // Diagnostics.
@@ -558,8 +581,10 @@ FailureOr<Value> Importer::materialize(const Val &v,
                << "a data-independent tensor of shape ["
                << llvm::make_range(v.host.shape.begin(), v.host.shape.end())
                << "] (" << v.host.numel()
-               << " elements) meets the data flow here, and it is too large to "
-                  "build and not a recognised structure (causal mask)",
+               << " elements) meets the data flow here, and it is over the "
+                  "folding limit of "
+               << foldLimit() << " elements (" << foldLimitReason()
+               << ") and not a recognised structure (causal mask)",
            failure();
   if (Value table = rotaryTable(builder, loc, v, rotaryChecked))
     return table;
@@ -793,19 +818,8 @@ OwningOpRef<ModuleOp> rondo::importOnnxBuffer(MLIRContext *ctx,
 
 OwningOpRef<ModuleOp> rondo::importOnnxFile(MLIRContext *ctx, StringRef path,
                                             const ImportOptions &opts) {
-  uint64_t size;
-  if (!llvm::sys::fs::file_size(path, size) && size > kMaxProtobufBytes) {
-    emitError(FileLineColLoc::get(ctx, path, 0, 0))
-        << "the model is " << size << " bytes, over protobuf's 2 GB limit ("
-        << kMaxProtobufBytes << " bytes); store the weights as external data";
+  std::unique_ptr<llvm::MemoryBuffer> contents = readModelFile(ctx, path);
+  if (!contents)
     return nullptr;
-  }
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer) {
-    emitError(UnknownLoc::get(ctx))
-        << "cannot read '" << path << "': " << buffer.getError().message();
-    return nullptr;
-  }
-  return importOnnxBuffer(ctx, (*buffer)->getBuffer(), path, opts);
+  return importOnnxBuffer(ctx, contents->getBuffer(), path, opts);
 }

@@ -23,6 +23,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace rondo::pipe {
@@ -36,7 +37,13 @@ using namespace rondo::pipe;
 
 namespace {
 
-std::string gb(double bytes) { return llvm::formatv("{0:f2} GB", bytes / 1e9); }
+/// Two decimals of GB, or the bytes where those would round a small
+/// budget or need to 0.00 GB.
+std::string gb(double bytes) {
+  if (bytes < 1e7)
+    return llvm::formatv("{0} bytes", int64_t(std::llround(bytes)));
+  return llvm::formatv("{0:f2} GB", bytes / 1e9);
+}
 
 /// Whether the executor's arena for `plan` (planner::workerArenaBytes) fits
 /// the worker budget.

@@ -43,10 +43,16 @@ struct TGSelectTrainablePass
         llvm::any_of(llvm::seq(func.getNumArguments()), [&](unsigned k) {
           return func.getArgAttr(k, kLoraOfAttr) != nullptr;
         });
+    // A selection that trains nothing compiles into a trainer that fails
+    // at run time; it is the regex's mistake, so it is reported here.
+    bool any = false;
+    StringRef example;
     for (unsigned k = 0; k < func.getNumArguments(); ++k) {
       auto name = func.getArgAttrOfType<StringAttr>(k, kParamAttr);
       if (!name)
         continue;
+      if (example.empty())
+        example = name.getValue();
       auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
       auto matches = [&](llvm::Regex &re) {
         return re.match(name.getValue()) ||
@@ -60,11 +66,24 @@ struct TGSelectTrainablePass
         on = on && matches(keep);
       if (!freeze.empty() && matches(freezeRe))
         on = false;
+      any |= on;
       if (on)
         func.setArgAttr(k, kTrainableAttr, UnitAttr::get(&getContext()));
       else
         func.removeArgAttr(k, kTrainableAttr);
     }
+    if (any || example.empty())
+      return;
+    InFlightDiagnostic diag = getOperation().emitError();
+    if (!trainable.empty())
+      diag << "--trainable '" << trainable << "'";
+    if (!trainable.empty() && !freeze.empty())
+      diag << " with ";
+    if (!freeze.empty())
+      diag << "--freeze '" << freeze << "'";
+    diag << " leaves no parameter to train (parameters are named like '"
+         << example << "' or by their PyTorch names)";
+    signalPassFailure();
   }
 };
 } // namespace
