@@ -177,8 +177,8 @@ private:
   Value constant(const HostTensor &t);
   /// Whether a folded value is the causal mask; a shape-only one is checked
   /// at small probe shapes, once per name.
-  MaskKind classifyMask(StringRef name, const HostTensor &t) override;
-  Value causalMask(ArrayRef<int64_t> shape) override;
+  MaskClass classifyMask(StringRef name, const HostTensor &t) override;
+  Value causalMask(ArrayRef<int64_t> shape, int64_t window) override;
 
   MLIRContext *ctx;
   const onnx::ModelProto &model;
@@ -196,7 +196,7 @@ private:
   llvm::StringMap<SmallVector<std::string, 1>> torchAliases;
   llvm::StringSet<> torchTransposed;
   llvm::StringSet<> lookupTies; ///< Names an embedding lookup ties in.
-  llvm::StringMap<MaskKind> maskCache;
+  llvm::StringMap<MaskClass> maskCache;
   RotaryChecks rotaryChecked;
   Operation *funcOp = nullptr;
 };
@@ -591,16 +591,16 @@ FailureOr<Value> Importer::materialize(const Val &v,
   return constant(v.host);
 }
 
-MaskKind Importer::classifyMask(StringRef name, const HostTensor &t) {
+MaskClass Importer::classifyMask(StringRef name, const HostTensor &t) {
   if (!t.hasData) {
     if (probe)
-      return MaskKind::None;
+      return {};
     auto cached = maskCache.find(name);
     if (cached != maskCache.end())
       return cached->second;
   }
   // Import the graph again at small shapes and take the value there.
-  MaskKind kind = import::classifyMask(
+  MaskClass kind = import::classifyMask(
       t, [&](int64_t batch, int64_t seq) -> std::optional<HostTensor> {
         ImportOptions probeOpts;
         probeOpts.batch = batch;
@@ -623,12 +623,13 @@ MaskKind Importer::classifyMask(StringRef name, const HostTensor &t) {
   return kind;
 }
 
-Value Importer::causalMask(ArrayRef<int64_t> shape) {
+Value Importer::causalMask(ArrayRef<int64_t> shape, int64_t window) {
   SmallVector<int64_t> s(shape.size(), 1);
   s[s.size() - 2] = shape[shape.size() - 2];
   s.back() = shape.back();
   return tg::CausalMaskOp::create(
-      builder, loc, RankedTensorType::get(s, builder.getF32Type()));
+      builder, loc, RankedTensorType::get(s, builder.getF32Type()),
+      window ? builder.getI64IntegerAttr(window) : IntegerAttr());
 }
 
 LogicalResult Importer::convertNode(const onnx::NodeProto &node) {

@@ -55,10 +55,12 @@ public:
   /// constant or a recognised table (an error if it is too large for both).
   virtual mlir::FailureOr<mlir::Value>
   materialize(const Val &v, const onnx::NodeProto &node) = 0;
-  /// Whether the folded value `name` is the causal mask.
-  virtual MaskKind classifyMask(llvm::StringRef name, const HostTensor &t) = 0;
-  /// tg.causal_mask for a mask of `shape`.
-  virtual mlir::Value causalMask(llvm::ArrayRef<int64_t> shape) = 0;
+  /// Whether the folded value `name` is the causal mask, and its window.
+  virtual MaskClass classifyMask(llvm::StringRef name,
+                                 const HostTensor &t) = 0;
+  /// tg.causal_mask for a mask of `shape` with a sliding `window` (0: none).
+  virtual mlir::Value causalMask(llvm::ArrayRef<int64_t> shape,
+                                 int64_t window) = 0;
 };
 
 /// One node to convert: an input is dynamic or folded (null when absent).

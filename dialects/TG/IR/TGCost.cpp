@@ -14,6 +14,8 @@
 
 #include "TG/IR/TGOps.h"
 
+#include <algorithm>
+
 using namespace mlir;
 using namespace rondo::tg;
 
@@ -31,13 +33,24 @@ static double bytes(std::initializer_list<Value> vs) {
 }
 
 /// FLOPs of q·kᵀ and p·v for [B, H, T, D] x [B, H, S, D], halved when causal.
-static double attentionCoreFlops(Value q, Value k, bool causal) {
+/// Two GEMM-sized products over the score pairs attended: all T x S, the
+/// causal triangle (T*S/2, as flash-attention counts it), or with a window
+/// the band, whose rows see min(window, visible keys) keys each.
+static double attentionCoreFlops(Value q, Value k, bool causal,
+                                 int64_t window) {
   auto qt = cast<RankedTensorType>(q.getType());
   auto kt = cast<RankedTensorType>(k.getType());
   double b = qt.getDimSize(0), h = qt.getDimSize(1), t = qt.getDimSize(2),
          d = qt.getDimSize(3), s = kt.getDimSize(2);
-  double f = 4.0 * b * h * t * s * d;
-  return causal ? f / 2 : f;
+  if (!causal)
+    return 4.0 * b * h * t * s * d;
+  if (window <= 0 || window >= s)
+    return 4.0 * b * h * t * s * d / 2;
+  // Row i sees min(window, i + s - t + 1) keys (clamped at 0).
+  double pairs = 0;
+  for (int64_t i = 0, n = qt.getDimSize(2); i < n; ++i)
+    pairs += double(std::clamp<int64_t>(i + int64_t(s) - n + 1, 0, window));
+  return 4.0 * b * h * pairs * d;
 }
 
 static double linearCEFlops(Value h, Value w, bool transW) {
@@ -138,7 +151,7 @@ double RotaryGradOp::getFlops() { return 3 * numel(getDy()); }
 double RotaryGradOp::getActivationBytes() { return 0; }
 
 double AttentionOp::getFlops() {
-  return attentionCoreFlops(getQ(), getK(), getCausal());
+  return attentionCoreFlops(getQ(), getK(), getCausal(), getWindowSize());
 }
 double AttentionOp::getActivationBytes() {
   return bytes({getQ(), getK(), getV(), getOut(), getLse()});
@@ -146,7 +159,7 @@ double AttentionOp::getActivationBytes() {
 // The backward recomputes the scores (1x) and forms dV, dP, dQ, dK (4 more
 // GEMM-sized products, i.e. 2.5x the forward's two).
 double AttentionGradOp::getFlops() {
-  return 2.5 * attentionCoreFlops(getQ(), getK(), getCausal());
+  return 2.5 * attentionCoreFlops(getQ(), getK(), getCausal(), getWindowSize());
 }
 double AttentionGradOp::getActivationBytes() { return 0; }
 

@@ -337,7 +337,7 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b,
       b, getLoc(),
       TypeRange{getQ().getType(), getK().getType(), getV().getType()}, getQ(),
       getK(), getV(), getOut(), getLse(), resultGrads[0], getCausalAttr(),
-      getScaleAttr());
+      getScaleAttr(), getWindowAttr());
   grads.push_back(needs[0] ? g.getDq() : Value());
   grads.push_back(needs[1] ? g.getDk() : Value());
   grads.push_back(needs[2] ? g.getDv() : Value());

@@ -661,10 +661,23 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
 // Structures
 //===----------------------------------------------------------------------===//
 
+/// A sliding window is positive; it narrows causal attention only.
+static LogicalResult verifyWindow(Operation *op, IntegerAttr window,
+                                  bool causal) {
+  if (!window)
+    return success();
+  if (window.getInt() < 0)
+    return op->emitOpError("window must be non-negative, got ")
+           << window.getInt();
+  if (window.getInt() > 0 && !causal)
+    return op->emitOpError("a window needs causal attention");
+  return success();
+}
+
 LogicalResult CausalMaskOp::verify() {
   if (tensorType(getResult()).getRank() < 2)
     return emitOpError("mask must have rank >= 2");
-  return success();
+  return verifyWindow(*this, getWindowAttr(), /*causal=*/true);
 }
 
 LogicalResult RotaryTableOp::verify() {
@@ -754,7 +767,11 @@ LogicalResult AttentionOp::verify() {
   auto lse = tensorType(getLse());
   if (lse.getShape() != q.getShape().drop_back())
     return emitOpError("lse must be [B, Hq, T]");
-  return success();
+  return verifyWindow(*this, getWindowAttr(), getCausal());
+}
+
+LogicalResult AttentionGradOp::verify() {
+  return verifyWindow(*this, getWindowAttr(), getCausal());
 }
 
 LogicalResult CrossEntropyOp::verify() {

@@ -356,18 +356,29 @@ def TG_ClampGradOp : TG_Op<"clamp_grad", [SameOperandsAndResultType]> {
 def TG_CausalMaskOp : TG_Op<"causal_mask"> {
   let summary = "The additive causal mask, symbolically";
   let description = [{
-    `[..., T, S]` with 0 where key `j <= i + S - T` and `-inf` elsewhere. The
-    importer produces it when it recognises the exporter's mask subgraph, so
-    that the `[B, 1, T, T]` tensor is never built; attention recognition
-    absorbs it into `tg.attention {causal}`.
+    `[..., T, S]` with 0 where key `j <= i + S - T` and `-inf` elsewhere;
+    with a positive `window` (sliding-window attention) also `-inf` where
+    `j <= i + S - T - window`, so that each query sees its last `window`
+    keys. Absent or 0 is the full causal mask. The importer produces it
+    when it recognises the exporter's mask subgraph, so that the
+    `[B, 1, T, T]` tensor is never built; attention recognition absorbs it
+    into `tg.attention {causal}` (with the same `window`).
 
     ```mlir
     %m = tg.causal_mask : tensor<1x1x32x32xf32>
+    %l = tg.causal_mask {window = 8 : i64} : tensor<1x1x32x32xf32>
     ```
   }];
+  let arguments = (ins OptionalAttr<I64Attr>:$window);
   let results = (outs TG_FloatTensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The sliding window: 0 (the attribute absent) for full causal.
+    int64_t getWindowSize() {
+      return getWindowAttr() ? getWindowAttr().getInt() : 0;
+    }
+  }];
 }
 
 def TG_RotaryTableOp : TG_Op<"rotary_table"> {
@@ -452,7 +463,10 @@ def TG_AttentionOp : TG_DiffOp<"attention"> {
   let description = [{
     `q : [B, Hq, T, D]`, `k, v : [B, Hkv, S, D]`, `Hq % Hkv == 0`. Returns the
     output and the per-row log-sum-exp of the scores, which the backward
-    reuses.
+    reuses. A positive `window` (only with `causal`) restricts query `i` to
+    the keys `i + S - T - window < j <= i + S - T`: sliding-window
+    attention, the band of `tg.causal_mask {window}`. Absent or 0 is full
+    causal attention.
 
     ```mlir
     %o, %lse = tg.attention %q, %k, %v {causal, scale = 2.500000e-01 : f32}
@@ -461,19 +475,34 @@ def TG_AttentionOp : TG_DiffOp<"attention"> {
     ```
   }];
   let arguments = (ins TG_FloatTensor:$q, TG_FloatTensor:$k, TG_FloatTensor:$v,
-                   UnitAttr:$causal, F32Attr:$scale);
+                   UnitAttr:$causal, F32Attr:$scale,
+                   OptionalAttr<I64Attr>:$window);
   let results = (outs TG_FloatTensor:$out, TG_FloatTensor:$lse);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The sliding window: 0 (the attribute absent) for full causal.
+    int64_t getWindowSize() {
+      return getWindowAttr() ? getWindowAttr().getInt() : 0;
+    }
+  }];
 }
 
 def TG_AttentionGradOp : TG_Op<"attention_grad"> {
   let summary = "Adjoint of tg.attention";
   let arguments = (ins TG_FloatTensor:$q, TG_FloatTensor:$k, TG_FloatTensor:$v,
                    TG_FloatTensor:$out, TG_FloatTensor:$lse, TG_FloatTensor:$dout,
-                   UnitAttr:$causal, F32Attr:$scale);
+                   UnitAttr:$causal, F32Attr:$scale,
+                   OptionalAttr<I64Attr>:$window);
   let results = (outs TG_FloatTensor:$dq, TG_FloatTensor:$dk, TG_FloatTensor:$dv);
   let assemblyFormat = "$q `,` $k `,` $v `,` $out `,` $lse `,` $dout attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The sliding window: 0 (the attribute absent) for full causal.
+    int64_t getWindowSize() {
+      return getWindowAttr() ? getWindowAttr().getInt() : 0;
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//

@@ -19,8 +19,9 @@ using namespace mlir;
 using namespace rondo::tg;
 
 namespace {
-/// softmax(scores + causal_mask): the row softmax of a causal score matrix.
-SoftmaxOp causalSoftmax(Value p, Value &scores) {
+/// softmax(scores + causal_mask): the row softmax of a causal score matrix,
+/// banded when the mask has a window (returned in `window`, 0 for none).
+SoftmaxOp causalSoftmax(Value p, Value &scores, int64_t &window) {
   auto sm = p.getDefiningOp<SoftmaxOp>();
   if (!sm)
     return nullptr;
@@ -30,20 +31,23 @@ SoftmaxOp causalSoftmax(Value p, Value &scores) {
                      return r.getDefiningOp<CausalMaskOp>() != nullptr;
                    }))
     return nullptr;
+  window = mask.getDefiningOp<CausalMaskOp>().getWindowSize();
   return sm;
 }
 
 /// select(is_nan(p), 0, p) -> p when p is a causal softmax: the diagonal is
-/// never masked, so no row is all -inf and p has no NaN.
+/// never masked (a window keeps at least the diagonal), so no row is all
+/// -inf and p has no NaN.
 struct DropNanGuard : OpRewritePattern<SelectOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(SelectOp op,
                                 PatternRewriter &rewriter) const override {
     auto isNan = op.getCond().getDefiningOp<IsNanOp>();
     Value scores;
+    int64_t window;
     if (!isNan || isNan.getX() != op.getB() ||
         !isScalarConstant(op.getA(), 0.0) ||
-        !causalSoftmax(op.getB(), scores) ||
+        !causalSoftmax(op.getB(), scores, window) ||
         op.getB().getType() != op.getType())
       return failure();
     rewriter.replaceOp(op, op.getB());
@@ -149,7 +153,8 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
     if (op.getTransposeA() || op.getTransposeB())
       return failure();
     Value scores;
-    if (!causalSoftmax(op.getA(), scores))
+    int64_t window;
+    if (!causalSoftmax(op.getA(), scores, window))
       return failure();
     double scale = 1.0;
     Value raw = peelScale(scores, scale);
@@ -190,7 +195,8 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
         RankedTensorType::get(qt.getShape().drop_back(), qt.getElementType());
     auto attn = AttentionOp::create(
         rewriter, op.getLoc(), TypeRange{qt, lseType}, q, k, v,
-        rewriter.getUnitAttr(), rewriter.getF32FloatAttr(float(scale)));
+        rewriter.getUnitAttr(), rewriter.getF32FloatAttr(float(scale)),
+        window ? rewriter.getI64IntegerAttr(window) : IntegerAttr());
     rewriter.replaceOp(op, attn.getOut());
     return success();
   }

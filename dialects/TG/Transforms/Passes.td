@@ -59,8 +59,10 @@ def TGFuseAttentionPass : Pass<"tg-fuse-attention", "mlir::func::FuncOp"> {
     Rewrites `softmax(q k^T * scale + causal_mask) v`, with the exporter's
     key/value head repetition (`reshape(broadcast(...))`), its split scaling
     of q and k, and its `select(is_nan(p), 0, p)` guard, into one
-    `tg.attention {causal}` on the unrepeated key/value heads. The guard is
-    dead for causal masks: every row attends to at least its own position.
+    `tg.attention {causal}` on the unrepeated key/value heads; a windowed
+    `tg.causal_mask {window}` (sliding-window attention) gives
+    `tg.attention {causal, window}`. The guard is dead for causal masks,
+    windowed or not: every row attends to at least its own position.
   }];
   let dependentDialects = ["rondo::tg::TGDialect"];
 }

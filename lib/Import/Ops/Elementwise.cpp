@@ -168,14 +168,15 @@ Converted convertBinary(const Conversion &c, tg::BinaryKind kind) {
     return c.error() << "expects exactly two inputs", failure();
   // A data-independent operand that is the causal mask stays symbolic.
   if (kind == tg::BinaryKind::add)
-    for (int k = 0; k < 2; ++k)
-      if (in[k]->isConst && !in[1 - k]->isConst &&
-          c.importer.classifyMask(node.input(k), in[k]->host) ==
-              MaskKind::Additive) {
+    for (int k = 0; k < 2; ++k) {
+      if (!in[k]->isConst || in[1 - k]->isConst)
+        continue;
+      MaskClass mask = c.importer.classifyMask(node.input(k), in[k]->host);
+      if (mask.kind == MaskKind::Additive) {
         Value x = in[1 - k]->value;
         if (failed(c.requireFloat(x)))
           return failure();
-        Value m = c.importer.causalMask(in[k]->host.shape);
+        Value m = c.importer.causalMask(in[k]->host.shape, mask.window);
         if (failed(tg::broadcastShapes(typeOf(x).getShape(),
                                        typeOf(m).getShape())))
           return c.error() << "the causal mask " << m.getType()
@@ -184,6 +185,7 @@ Converted convertBinary(const Conversion &c, tg::BinaryKind kind) {
         return wrap(
             tg::BinaryOp::create(c.builder, c.loc, tg::BinaryKind::add, x, m));
       }
+    }
   auto a = c.need(0), b = c.need(1);
   if (failed(a) || failed(b) || failed(c.requireFloat(*a)) ||
       failed(c.requireFloat(*b)))
@@ -389,14 +391,15 @@ Folded foldWhere(const Fold &f) {
 
 Converted convertWhere(const Conversion &c) {
   ArrayRef<const Val *> in = c.in;
-  // The exporter's masked attention: Where(causal, scores, -inf).
-  if (in.size() == 3 && in[0] && in[0]->isConst &&
-      c.importer.classifyMask(c.node.input(0), in[0]->host) ==
-          MaskKind::Boolean &&
-      in[1] && !in[1]->isConst && in[2] && in[2]->isConst &&
-      in[2]->host.hasData && in[2]->host.numel() == 1 &&
-      in[2]->host.getF(0) <= -1e30) {
-    Value m = c.importer.causalMask(in[0]->host.shape);
+  // The exporter's masked attention: Where(causal, scores, -inf), the
+  // causal mask possibly banded by a sliding window.
+  MaskClass mask;
+  if (in.size() == 3 && in[0] && in[0]->isConst && in[1] && !in[1]->isConst &&
+      in[2] && in[2]->isConst && in[2]->host.hasData &&
+      in[2]->host.numel() == 1 && in[2]->host.getF(0) <= -1e30)
+    mask = c.importer.classifyMask(c.node.input(0), in[0]->host);
+  if (mask.kind == MaskKind::Boolean) {
+    Value m = c.importer.causalMask(in[0]->host.shape, mask.window);
     if (failed(c.requireFloat(in[1]->value)))
       return failure();
     if (failed(tg::broadcastShapes(typeOf(in[1]->value).getShape(),

@@ -9,7 +9,10 @@
 // the row-wise softmax work is done here. For a causal block the products
 // stop at the last key visible to any row of the block, and each row's
 // probabilities beyond its own last visible key are set to exactly 0 (exp is
-// never evaluated there), so masked positions contribute exactly 0.
+// never evaluated there), so masked positions contribute exactly 0. With a
+// sliding window the products also start at the first key visible to any
+// row of the block (keys before it are never read), and each row's
+// probabilities before its own first visible key are exactly 0 too.
 //
 // Forward keeps the numerically stable form: scores are shifted by the row
 // max before exp, the row sum is carried in double, P is normalised before
@@ -46,13 +49,19 @@ namespace {
 
 struct AttnDims {
   int64_t B, Hq, Hkv, T, S, D, group;
+  bool causal;
+  int64_t window; // > 0: sliding window (causal only)
 };
 
-AttnDims attnDims(const Shape &q, const Shape &k, const Shape &v) {
+AttnDims attnDims(const Shape &q, const Shape &k, const Shape &v, bool causal,
+                  int64_t window) {
   if (q.rank != 4 || k.rank != 4 || v.rank != 4)
     detail::fatal("attention: q, k and v must be rank 4");
-  AttnDims d{q.dims[0], q.dims[1], k.dims[1], q.dims[2],
-             k.dims[2], q.dims[3], 1};
+  if (window < 0 || (window > 0 && !causal))
+    detail::fatal("attention: window %lld needs causal attention",
+                  (long long)window);
+  AttnDims d{q.dims[0], q.dims[1], k.dims[1], q.dims[2], k.dims[2],
+             q.dims[3], 1,         causal,    window};
   if (d.Hkv <= 0 || d.Hq % d.Hkv != 0)
     detail::fatal("attention: %lld query heads not a multiple of %lld kv heads",
                   (long long)d.Hq, (long long)d.Hkv);
@@ -70,11 +79,16 @@ constexpr int64_t kRowBlock = 256;
 /// parallelised over heads instead.
 constexpr int64_t kSmallHead = 65536 * 4;
 
-/// Number of keys visible to query row i.
-inline int64_t visibleKeys(const AttnDims &d, bool causal, int64_t i) {
-  if (!causal)
+/// Number of keys visible to query row i: it sees [firstKey, visibleKeys).
+inline int64_t visibleKeys(const AttnDims &d, int64_t i) {
+  if (!d.causal)
     return d.S;
   return std::clamp<int64_t>(i + d.S - d.T + 1, 0, d.S);
+}
+
+/// The first key visible to query row i (non-decreasing in i).
+inline int64_t firstKey(const AttnDims &d, int64_t i) {
+  return d.window > 0 ? std::max<int64_t>(visibleKeys(d, i) - d.window, 0) : 0;
 }
 
 /// Runs fn(r) for r in [0, n), on OpenMP threads when `parallel`.
@@ -112,57 +126,61 @@ void gemmTN(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
 }
 
 /// Forward for one query head. `scratch` holds kRowBlock * S floats.
-void attentionHead(const AttnDims &d, bool causal, float scale, const float *q,
+void attentionHead(const AttnDims &d, float scale, const float *q,
                    const float *k, const float *v, float *out, float *lse,
                    float *scratch, bool parallelRows) {
   for (int64_t i0 = 0; i0 < d.T; i0 += kRowBlock) {
     int64_t rows = std::min(kRowBlock, d.T - i0);
-    int64_t nMax = visibleKeys(d, causal, i0 + rows - 1);
-    if (nMax == 0) {
+    // The block reads keys [j0, j0 + nMax).
+    int64_t j0 = firstKey(d, i0);
+    int64_t nMax = visibleKeys(d, i0 + rows - 1) - j0;
+    if (nMax <= 0) {
       std::fill(out + i0 * d.D, out + (i0 + rows) * d.D, 0.0f);
       if (lse)
         std::fill(lse + i0, lse + i0 + rows,
                   -std::numeric_limits<float>::infinity());
       continue;
     }
-    // scores[r, j] = scale * q_r . k_j for j < nMax.
-    gemmNT(rows, nMax, d.D, scale, q + i0 * d.D, d.D, k, d.D, 0.0f, scratch,
-           nMax);
+    // scores[r, j] = scale * q_r . k_{j0 + j} for j < nMax.
+    gemmNT(rows, nMax, d.D, scale, q + i0 * d.D, d.D, k + j0 * d.D, d.D, 0.0f,
+           scratch, nMax);
     forRows(parallelRows, rows, nMax * 4, [&](int64_t r) {
       float *p = scratch + r * nMax;
-      int64_t n = visibleKeys(d, causal, i0 + r);
-      if (n == 0) {
+      int64_t lo = firstKey(d, i0 + r) - j0;
+      int64_t n = visibleKeys(d, i0 + r) - j0;
+      if (n <= lo) {
         std::fill(p, p + nMax, 0.0f);
         if (lse)
           lse[i0 + r] = -std::numeric_limits<float>::infinity();
         return;
       }
-      float m = p[0];
-      for (int64_t j = 1; j < n; ++j)
+      float m = p[lo];
+      for (int64_t j = lo + 1; j < n; ++j)
         m = std::max(m, p[j]);
       double sum = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
+      for (int64_t j = lo; j < n; ++j) {
         float e = std::exp(p[j] - m);
         p[j] = e;
         sum += e;
       }
       double inv = 1.0 / sum;
-      for (int64_t j = 0; j < n; ++j)
+      for (int64_t j = lo; j < n; ++j)
         p[j] = float(p[j] * inv);
+      std::fill(p, p + lo, 0.0f);
       std::fill(p + n, p + nMax, 0.0f);
       if (lse)
         lse[i0 + r] = float(double(m) + std::log(sum));
     });
     // out = P . V
-    gemmNN(rows, d.D, nMax, 1.0f, scratch, nMax, v, d.D, 0.0f, out + i0 * d.D,
-           d.D);
+    gemmNN(rows, d.D, nMax, 1.0f, scratch, nMax, v + j0 * d.D, d.D, 0.0f,
+           out + i0 * d.D, d.D);
   }
 }
 
 /// Backward for one kv group (the query heads hq0 .. hq0 + group - 1 of one
 /// batch entry and their kv head). dK/dV of the group must be zero on entry.
 /// `p` and `ds` hold kRowBlock * S floats each.
-void attentionGroupBackward(const AttnDims &d, bool causal, float scale,
+void attentionGroupBackward(const AttnDims &d, float scale,
                             CFView q, CFView k, CFView v, CFView out,
                             CFView lse, CFView dOut, int64_t b, int64_t hk,
                             FView dQ, FView dK, FView dV, float *p, float *ds,
@@ -175,20 +193,24 @@ void attentionGroupBackward(const AttnDims &d, bool causal, float scale,
     for (int64_t i0 = 0; i0 < T; i0 += kRowBlock) {
       int64_t rows = std::min(kRowBlock, T - i0);
       int64_t row0 = head * T + i0; // flat index of the block's first row
-      int64_t nMax = visibleKeys(d, causal, i0 + rows - 1);
-      if (nMax == 0) {
+      // The block reads keys [j0, j0 + nMax).
+      int64_t j0 = firstKey(d, i0);
+      int64_t nMax = visibleKeys(d, i0 + rows - 1) - j0;
+      if (nMax <= 0) {
         if (dQ.data)
           std::fill(dQ.data + row0 * D, dQ.data + (row0 + rows) * D, 0.0f);
         continue;
       }
       const float *qb = q.data + row0 * D, *gb = dOut.data + row0 * D;
-      gemmNT(rows, nMax, D, scale, qb, D, kh, D, 0.0f, p, nMax); // scores
-      gemmNT(rows, nMax, D, 1.0f, gb, D, vh, D, 0.0f, ds, nMax); // dP
+      const float *kb = kh + j0 * D, *vb = vh + j0 * D;
+      gemmNT(rows, nMax, D, scale, qb, D, kb, D, 0.0f, p, nMax); // scores
+      gemmNT(rows, nMax, D, 1.0f, gb, D, vb, D, 0.0f, ds, nMax); // dP
       forRows(parallelRows, rows, nMax * 4, [&](int64_t r) {
         float *pr = p + r * nMax, *dsr = ds + r * nMax;
-        int64_t n = visibleKeys(d, causal, i0 + r);
+        int64_t lo = firstKey(d, i0 + r) - j0;
+        int64_t n = visibleKeys(d, i0 + r) - j0;
         float l = lse.data[row0 + r];
-        if (n == 0 || std::isinf(l)) {
+        if (n <= lo || std::isinf(l)) {
           std::fill(pr, pr + nMax, 0.0f);
           std::fill(dsr, dsr + nMax, 0.0f);
           return;
@@ -198,21 +220,25 @@ void attentionGroupBackward(const AttnDims &d, bool causal, float scale,
         for (int64_t e = 0; e < D; ++e)
           delta += double(gr[e]) * orow[e];
         float dl = float(delta);
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = lo; j < n; ++j) {
           float pj = std::exp(pr[j] - l);
           pr[j] = pj;
           dsr[j] = pj * (dsr[j] - dl);
         }
+        std::fill(pr, pr + lo, 0.0f);
+        std::fill(dsr, dsr + lo, 0.0f);
         std::fill(pr + n, pr + nMax, 0.0f);
         std::fill(dsr + n, dsr + nMax, 0.0f);
       });
       if (dQ.data) // dQ = scale * dS . K
-        gemmNN(rows, D, nMax, scale, ds, nMax, kh, D, 0.0f, dQ.data + row0 * D,
+        gemmNN(rows, D, nMax, scale, ds, nMax, kb, D, 0.0f, dQ.data + row0 * D,
                D);
+      int64_t kvBlock = kvOff + j0 * D;
       if (dK.data) // dK += scale * dS^T . Q
-        gemmTN(nMax, D, rows, scale, ds, nMax, qb, D, 1.0f, dK.data + kvOff, D);
+        gemmTN(nMax, D, rows, scale, ds, nMax, qb, D, 1.0f, dK.data + kvBlock,
+               D);
       if (dV.data) // dV += P^T . dO
-        gemmTN(nMax, D, rows, 1.0f, p, nMax, gb, D, 1.0f, dV.data + kvOff, D);
+        gemmTN(nMax, D, rows, 1.0f, p, nMax, gb, D, 1.0f, dV.data + kvBlock, D);
     }
   }
 }
@@ -221,9 +247,9 @@ bool smallHeads(const AttnDims &d) { return d.T * d.S * d.D <= kSmallHead; }
 
 } // namespace
 
-void attention(CFView q, CFView k, CFView v, bool causal, float scale,
-               FView out, FView lse) {
-  AttnDims d = attnDims(q.shape, k.shape, v.shape);
+void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
+               float scale, FView out, FView lse) {
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, causal, window);
   int64_t heads = d.B * d.Hq;
   if (heads == 0 || d.T == 0)
     return;
@@ -231,7 +257,7 @@ void attention(CFView q, CFView k, CFView v, bool causal, float scale,
   auto run = [&](int64_t head, float *scratch, bool parallelRows) {
     int64_t b = head / d.Hq, h = head % d.Hq;
     int64_t kvOff = (b * d.Hkv + h / d.group) * d.S * d.D;
-    attentionHead(d, causal, scale, q.data + head * d.T * d.D, k.data + kvOff,
+    attentionHead(d, scale, q.data + head * d.T * d.D, k.data + kvOff,
                   v.data + kvOff, out.data + head * d.T * d.D,
                   lse.data ? lse.data + head * d.T : nullptr, scratch,
                   parallelRows);
@@ -249,9 +275,9 @@ void attention(CFView q, CFView k, CFView v, bool causal, float scale,
 }
 
 void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
-                       CFView dOut, bool causal, float scale, FView dQ,
-                       FView dK, FView dV) {
-  AttnDims d = attnDims(q.shape, k.shape, v.shape);
+                       CFView dOut, bool causal, int64_t window, float scale,
+                       FView dQ, FView dK, FView dV) {
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, causal, window);
   if (dK.data)
     fill(dK, 0.0f);
   if (dV.data)
@@ -264,7 +290,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   }
   size_t bufSize = size_t(std::min(kRowBlock, d.T) * std::max<int64_t>(d.S, 1));
   auto run = [&](int64_t g, float *p, float *ds, bool parallelRows) {
-    attentionGroupBackward(d, causal, scale, q, k, v, out, lse, dOut, g / d.Hkv,
+    attentionGroupBackward(d, scale, q, k, v, out, lse, dOut, g / d.Hkv,
                            g % d.Hkv, dQ, dK, dV, p, ds, parallelRows);
   };
   if (smallHeads(d)) {

@@ -233,18 +233,22 @@ void broadcastInts(IView x, MIView out) {
   stridedCopy<false>(x.data, out.data, 0, strides, out.shape);
 }
 
-void causalMask(FView out) {
+void causalMask(FView out, int64_t window) {
   int rank = out.shape.rank;
   if (rank < 2)
     detail::fatal("causalMask: rank %d < 2", rank);
+  if (window < 0)
+    detail::fatal("causalMask: window %lld < 0", (long long)window);
   int64_t rows = out.shape.dims[rank - 2], cols = out.shape.dims[rank - 1];
   int64_t outer = rows * cols != 0 ? out.shape.numel() / (rows * cols) : 0;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t last = i + (cols - rows); // the last key row i sees
+        bool attend = j <= last && (window == 0 || j > last - window);
         out.data[(o * rows + i) * cols + j] =
-            j <= i + (cols - rows) ? 0.0f
-                                   : -std::numeric_limits<float>::infinity();
+            attend ? 0.0f : -std::numeric_limits<float>::infinity();
+      }
 }
 
 namespace {

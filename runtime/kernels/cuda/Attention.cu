@@ -65,6 +65,7 @@ struct AttnArgs {
   float *out, *lseOut, *dq, *dk, *dv;
   int64_t Hq, Hkv, T, S, D, group;
   bool causal;
+  int64_t window; // > 0: sliding window (causal only)
   float scale;
   int BM, BN;
 };
@@ -74,6 +75,19 @@ __device__ inline int64_t visibleKeys(const AttnArgs &a, int64_t i) {
     return a.S;
   int64_t n = i + a.S - a.T + 1;
   return n < 0 ? 0 : (n > a.S ? a.S : n);
+}
+
+/// The first key visible to query row i (non-decreasing in i).
+__device__ inline int64_t firstKey(const AttnArgs &a, int64_t i) {
+  if (a.window <= 0)
+    return 0;
+  int64_t n = visibleKeys(a, i) - a.window;
+  return n < 0 ? 0 : n;
+}
+
+/// Whether query row i sees key j.
+__device__ inline bool sees(const AttnArgs &a, int64_t i, int64_t j) {
+  return j < visibleKeys(a, i) && j >= firstKey(a, i);
 }
 
 /// Copies `rows` rows of D floats (starting at row `row0` of a [limit, D]
@@ -150,7 +164,8 @@ __global__ void __launch_bounds__(kAttnThreads) attnFwdKernel(AttnArgs a) {
   const int64_t nMax = visibleKeys(a, i0 + rowsHere - 1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int warps = blockDim.x >> 5;
-  for (int64_t j0 = 0; j0 < nMax; j0 += BN) {
+  // Key tiles wholly before the band of the block's first row are skipped.
+  for (int64_t j0 = firstKey(a, i0) / BN * BN; j0 < nMax; j0 += BN) {
     __syncthreads();
     loadTile(Ks, ld, kh, j0, BN, a.S, D);
     loadTile(Vs, ld, vh, j0, BN, a.S, D);
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(kAttnThreads) attnFwdKernel(AttnArgs a) {
     for (int idx = threadIdx.x; idx < BM * BN; idx += blockDim.x) {
       int r = idx / BN, c = idx % BN;
       float s = -INFINITY;
-      if (r < rowsHere && j0 + c < visibleKeys(a, i0 + r))
+      if (r < rowsHere && sees(a, i0 + r, j0 + c))
         s = dotRows(Qs + r * ld, Ks + c * ld, D) * a.scale;
       Ss[r * lds + c] = s;
     }
@@ -281,7 +296,8 @@ __global__ void __launch_bounds__(kAttnThreads) attnDqKernel(AttnArgs a) {
   for (int64_t idx = threadIdx.x; idx < int64_t(BM) * D; idx += blockDim.x)
     acc[idx] = 0.0f;
   const int64_t nMax = visibleKeys(a, i0 + rowsHere - 1);
-  for (int64_t j0 = 0; j0 < nMax; j0 += BN) {
+  // Key tiles wholly before the band of the block's first row are skipped.
+  for (int64_t j0 = firstKey(a, i0) / BN * BN; j0 < nMax; j0 += BN) {
     __syncthreads();
     loadTile(Ks, ld, kh, j0, BN, a.S, D);
     loadTile(Vs, ld, vh, j0, BN, a.S, D);
@@ -289,7 +305,7 @@ __global__ void __launch_bounds__(kAttnThreads) attnDqKernel(AttnArgs a) {
     for (int idx = threadIdx.x; idx < BM * BN; idx += blockDim.x) {
       int r = idx / BN, c = idx % BN;
       float p = 0.0f, ds = 0.0f;
-      if (r < rowsHere && j0 + c < visibleKeys(a, i0 + r))
+      if (r < rowsHere && sees(a, i0 + r, j0 + c))
         if (!gradScore(a, Qs + r * ld, dOs + r * ld, Ks + c * ld, Vs + c * ld,
                        lseS[r], deltaS[r], p, ds))
           ds = 0.0f;
@@ -344,10 +360,17 @@ __global__ void __launch_bounds__(kAttnThreads) attnDkvKernel(AttnArgs a) {
   if (first < 0)
     first = 0;
   const int64_t iStart = (first / BM) * BM;
+  // With a window, queries after the last that sees the tile's last key
+  // are skipped.
+  int64_t iEnd = a.T;
+  if (a.window > 0) {
+    int64_t last = j0 + colsHere - 1 - (a.S - a.T) + a.window;
+    iEnd = last < 0 ? 0 : (last < a.T ? last : a.T);
+  }
   for (int64_t hl = 0; hl < a.group; ++hl) {
     const int64_t hq = hk * a.group + hl;
     const int64_t rowBase = (b * a.Hq + hq) * a.T;
-    for (int64_t i0 = iStart; i0 < a.T; i0 += BM) {
+    for (int64_t i0 = iStart; i0 < iEnd; i0 += BM) {
       const int rowsHere = int(a.T - i0 < BM ? a.T - i0 : BM);
       __syncthreads();
       loadTile(Qs, ld, a.q + rowBase * D, i0, BM, a.T, D);
@@ -360,7 +383,7 @@ __global__ void __launch_bounds__(kAttnThreads) attnDkvKernel(AttnArgs a) {
       for (int idx = threadIdx.x; idx < BM * BN; idx += blockDim.x) {
         int r = idx / BN, c = idx % BN;
         float p = 0.0f, ds = 0.0f;
-        if (r < rowsHere && c < colsHere && j0 + c < visibleKeys(a, i0 + r))
+        if (r < rowsHere && c < colsHere && sees(a, i0 + r, j0 + c))
           if (!gradScore(a, Qs + r * ld, dOs + r * ld, Ks + c * ld,
                          Vs + c * ld, lseS[r], deltaS[r], p, ds)) {
             p = 0.0f;
@@ -423,7 +446,8 @@ void launchAttn(Kernel kernel, dim3 grid, size_t smem, const AttnArgs &args,
   checkLaunch(name);
 }
 
-AttnArgs baseArgs(const AttnDims &d, bool causal, float scale) {
+AttnArgs baseArgs(const AttnDims &d, bool causal, int64_t window,
+                  float scale) {
   AttnArgs a{};
   a.Hq = d.Hq;
   a.Hkv = d.Hkv;
@@ -432,35 +456,54 @@ AttnArgs baseArgs(const AttnDims &d, bool causal, float scale) {
   a.D = d.D;
   a.group = d.group;
   a.causal = causal;
+  a.window = window;
   a.scale = scale;
   return a;
 }
 
-FlashDims flashDims(const AttnDims &d) {
-  return FlashDims{d.B, d.Hq, d.Hkv, d.T, d.S, d.D};
+FlashDims flashDims(const AttnDims &d, int64_t window) {
+  return FlashDims{d.B, d.Hq, d.Hkv, d.T, d.S, d.D, window};
+}
+
+/// The share of the T x S score pairs attended (for the profile's FLOPs):
+/// all, the causal triangle (counted as half), or the band of a window.
+double attendedShare(const AttnDims &d, bool causal, int64_t window,
+                     const char *name) {
+  if (window < 0 || (window > 0 && !causal))
+    contract(name, "window %lld needs causal attention", (long long)window);
+  if (!causal || d.T * d.S == 0)
+    return 1.0;
+  if (window == 0 || window >= d.S)
+    return 0.5;
+  double pairs = 0;
+  for (int64_t i = 0; i < d.T; ++i) {
+    int64_t n = i + d.S - d.T + 1;
+    pairs += double(n < 0 ? 0 : (n < window ? n : window));
+  }
+  return pairs / (double(d.T) * double(d.S));
 }
 
 } // namespace
 
-void attention(CFView q, CFView k, CFView v, bool causal, float scale,
-               FView out, FView lse) {
+void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
+               float scale, FView out, FView lse) {
   const char *name = "attention";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
-  // Causal attention does about half the products of full attention.
+  double share = attendedShare(d, causal, window, name);
   ProfileScope profileScope(
       std::string("attention") +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
                ? " flash bf16"
                : " fp32"),
-      2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * (causal ? 0.5 : 1.0));
+      2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
   if (d.B * d.Hq == 0 || d.T == 0)
     return;
   if (precision() == Precision::Bf16 && flashAttentionSupports(d.D)) {
-    flashAttentionForward(flashDims(d), q.data, k.data, v.data, causal, scale,
-                          out.data, lse.data, name);
+    flashAttentionForward(flashDims(d, window), q.data, k.data, v.data, causal,
+                          scale, out.data, lse.data, name);
     return;
   }
-  AttnArgs a = baseArgs(d, causal, scale);
+  AttnArgs a = baseArgs(d, causal, window, scale);
   a.q = q.data;
   a.k = k.data;
   a.v = v.data;
@@ -475,16 +518,17 @@ void attention(CFView q, CFView k, CFView v, bool causal, float scale,
 }
 
 void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
-                       CFView dOut, bool causal, float scale, FView dQ,
-                       FView dK, FView dV) {
+                       CFView dOut, bool causal, int64_t window, float scale,
+                       FView dQ, FView dK, FView dV) {
   const char *name = "attentionBackward";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  double share = attendedShare(d, causal, window, name);
   ProfileScope profileScope(
       std::string("attentionBackward") +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
                ? " flash bf16"
                : " fp32"),
-      2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * (causal ? 0.5 : 1.0));
+      2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
   bool empty = d.B * d.Hkv == 0 || d.T == 0;
   if (empty || d.S == 0) {
     if (dK.data)
@@ -498,7 +542,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   if (!lse.data)
     contract(name, "lse is required");
   if (precision() == Precision::Bf16 && flashAttentionSupports(d.D)) {
-    flashAttentionBackward(flashDims(d), q.data, k.data, v.data, out.data,
+    flashAttentionBackward(flashDims(d, window), q.data, k.data, v.data, out.data,
                            lse.data, dOut.data, causal, scale, dQ.data, dK.data,
                            dV.data, name);
     return;
@@ -508,7 +552,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   attnDeltaKernel<<<gridFor(rows * 32), kThreads, 0, currentStream()>>>(
       dOut.data, out.data, delta.as<float>(), rows, d.D);
   checkLaunch(name);
-  AttnArgs a = baseArgs(d, causal, scale);
+  AttnArgs a = baseArgs(d, causal, window, scale);
   a.q = q.data;
   a.k = k.data;
   a.v = v.data;

@@ -276,10 +276,12 @@ void concatImpl(const View<const T> *inputs, int numInputs, int axis,
 }
 
 __global__ void causalMaskKernel(float *out, int64_t n, int64_t rows,
-                                 int64_t cols) {
+                                 int64_t cols, int64_t window) {
   RONDO_GRID_STRIDE(k, n) {
     int64_t j = k % cols, i = (k / cols) % rows;
-    out[k] = j <= i + (cols - rows) ? 0.0f : -INFINITY;
+    int64_t last = i + (cols - rows); // the last key row i sees
+    bool attend = j <= last && (window == 0 || j > last - window);
+    out[k] = attend ? 0.0f : -INFINITY;
   }
 }
 
@@ -355,17 +357,19 @@ void concatInts(const IView *inputs, int numInputs, int axis, MIView out) {
   concatImpl(inputs, numInputs, axis, out, "concatInts");
 }
 
-void causalMask(FView out) {
+void causalMask(FView out, int64_t window) {
   ProfileScope profileScope("causalMask");
   int rank = out.shape.rank;
   if (rank < 2)
     contract("causalMask", "rank %d < 2", rank);
+  if (window < 0)
+    contract("causalMask", "window %lld < 0", (long long)window);
   int64_t rows = out.shape.dims[rank - 2], cols = out.shape.dims[rank - 1];
   int64_t n = out.shape.numel();
   if (n == 0)
     return;
-  causalMaskKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(out.data, n,
-                                                                 rows, cols);
+  causalMaskKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+      out.data, n, rows, cols, window);
   checkLaunch("causalMask");
 }
 

@@ -78,6 +78,7 @@ struct FlashParams {
   float *out, *lse, *dq, *dk, *dv;
   int Hq, Hkv, group, T, S, Tpad, Spad;
   bool causal;
+  int window; // > 0: sliding window (causal only)
   float scale, scaleLog2;
 };
 
@@ -244,6 +245,27 @@ __device__ inline int keyEnd(const FlashParams &p, int lastRow) {
   return end < p.S ? end : p.S;
 }
 
+/// The first key tile a row range starting at `firstRow` can see: with a
+/// sliding window, tiles wholly before the band of its first row are
+/// skipped.
+__device__ inline int keyTileBegin(const FlashParams &p, int firstRow) {
+  if (p.window <= 0)
+    return 0;
+  int begin = firstRow + (p.S - p.T) + 1 - p.window;
+  return begin > 0 ? begin / kTile : 0;
+}
+
+/// Whether a score tile (query rows from i0, keys from j0) has a key before
+/// the band of one of its rows (every row of the tile counted, padding too).
+__device__ inline bool windowCuts(const FlashParams &p, int i0, int j0) {
+  return p.window > 0 && j0 <= i0 + kTile - 1 + (p.S - p.T) - p.window;
+}
+
+/// Whether key j is before the band of row i.
+__device__ inline bool beforeWindow(const FlashParams &p, int i, int j) {
+  return p.window > 0 && j <= i + (p.S - p.T) - p.window;
+}
+
 //===----------------------------------------------------------------------===//
 // Forward
 //===----------------------------------------------------------------------===//
@@ -271,6 +293,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
   const int lastRow = (i0 + kTile < p.T ? i0 + kTile : p.T) - 1;
   const int nEnd = keyEnd(p, lastRow);
   const int nTiles = nEnd > 0 ? (nEnd + kTile - 1) / kTile : 0;
+  const int jtBegin = keyTileBegin(p, i0);
   const LdsmOffsets off = ldsmOffsets<D>(lane);
   const int row0 = i0 + warp * 16 + g; // this thread's rows: row0, row0 + 8
 
@@ -278,15 +301,15 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
   zero(o);
   float mRow[2] = {-INFINITY, -INFINITY}, lRow[2] = {0.0f, 0.0f};
 
-  if (nTiles > 0) {
+  if (jtBegin < nTiles) {
     loadTileAsync<D>(sQ, qg);
-    loadTileAsync<D>(sK, kg);
-    loadTileAsync<D>(sV, vg);
+    loadTileAsync<D>(sK, kg + int64_t(jtBegin) * kTile * D);
+    loadTileAsync<D>(sV, vg + int64_t(jtBegin) * kTile * D);
     cpAsyncCommit();
   }
-  for (int jt = 0; jt < nTiles; ++jt) {
+  for (int jt = jtBegin; jt < nTiles; ++jt) {
     const int j0 = jt * kTile;
-    const uint32_t buf = (jt & 1) ? kBytes : 0u;
+    const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
     if (jt + 1 < nTiles) {
       loadTileAsync<D>(sK + (kBytes - buf), kg + int64_t(j0 + kTile) * D);
       loadTileAsync<D>(sV + (kBytes - buf), vg + int64_t(j0 + kTile) * D);
@@ -300,8 +323,9 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
     mmaRowsByRows<D>(s, sQ, warp * 16, sK + buf, 0, off);
 
     // Scores in log2 units; masked ones -inf.
-    const bool masked =
-        j0 + kTile > p.S || (p.causal && j0 + kTile - 1 > i0 + diag);
+    const bool masked = j0 + kTile > p.S ||
+                        (p.causal && j0 + kTile - 1 > i0 + diag) ||
+                        windowCuts(p, i0, j0);
 #pragma unroll
     for (int n = 0; n < kNB; ++n)
 #pragma unroll
@@ -310,7 +334,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
         if (masked) {
           int j = j0 + n * 8 + 2 * t4 + (e & 1);
           int i = row0 + (e >> 1) * 8;
-          if (j >= p.S || (p.causal && j > i + diag))
+          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
             x = -INFINITY;
         }
         s[n][e] = x;
@@ -436,6 +460,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
   const int lastRow = (i0 + kTile < p.T ? i0 + kTile : p.T) - 1;
   const int nEnd = keyEnd(p, lastRow);
   const int nTiles = nEnd > 0 ? (nEnd + kTile - 1) / kTile : 0;
+  const int jtBegin = keyTileBegin(p, i0);
   const LdsmOffsets off = ldsmOffsets<D>(lane);
   const int row0 = i0 + warp * 16 + g;
   float lse2[2], dl[2];
@@ -447,16 +472,16 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
 
   float dq[kDB][4];
   zero(dq);
-  if (nTiles > 0) {
+  if (jtBegin < nTiles) {
     loadTileAsync<D>(sQ, qg);
     loadTileAsync<D>(sO, og);
-    loadTileAsync<D>(sK, kg);
-    loadTileAsync<D>(sV, vg);
+    loadTileAsync<D>(sK, kg + int64_t(jtBegin) * kTile * D);
+    loadTileAsync<D>(sV, vg + int64_t(jtBegin) * kTile * D);
     cpAsyncCommit();
   }
-  for (int jt = 0; jt < nTiles; ++jt) {
+  for (int jt = jtBegin; jt < nTiles; ++jt) {
     const int j0 = jt * kTile;
-    const uint32_t buf = (jt & 1) ? kBytes : 0u;
+    const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
     if (jt + 1 < nTiles) {
       loadTileAsync<D>(sK + (kBytes - buf), kg + int64_t(j0 + kTile) * D);
       loadTileAsync<D>(sV + (kBytes - buf), vg + int64_t(j0 + kTile) * D);
@@ -472,8 +497,9 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
     mmaRowsByRows<D>(dp, sO, warp * 16, sV + buf, 0, off);
 
     // s becomes dS = P (dP - delta).
-    const bool masked =
-        j0 + kTile > p.S || (p.causal && j0 + kTile - 1 > i0 + diag);
+    const bool masked = j0 + kTile > p.S ||
+                        (p.causal && j0 + kTile - 1 > i0 + diag) ||
+                        windowCuts(p, i0, j0);
 #pragma unroll
     for (int n = 0; n < kNB; ++n)
 #pragma unroll
@@ -483,7 +509,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
         if (masked) {
           int j = j0 + n * 8 + 2 * t4 + (e & 1);
           int i = row0 + 8 * r;
-          if (j >= p.S || (p.causal && j > i + diag))
+          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
             pv = 0.0f;
         }
         s[n][e] = pv * (dp[n][e] - dl[r]);
@@ -541,7 +567,14 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
   int first = p.causal ? j0 - diag : 0;
   first = first < 0 ? 0 : first;
   const int qtStart = first / kTile;
-  const int nq = p.Tpad / kTile - qtStart;
+  // With a window, the last query that sees the tile's last key, and its
+  // tile: later query tiles are skipped.
+  int qtEnd = p.Tpad / kTile;
+  if (p.window > 0) {
+    const int last = j0 + kTile - 1 - diag + p.window - 1;
+    qtEnd = last < 0 ? 0 : (last / kTile + 1 < qtEnd ? last / kTile + 1 : qtEnd);
+  }
+  const int nq = qtEnd - qtStart;
   const int nWork = nq > 0 ? p.group * nq : 0;
   const LdsmOffsets off = ldsmOffsets<D>(lane);
   const int key0 = j0 + warp * 16 + g; // this thread's keys: key0, key0 + 8
@@ -583,7 +616,8 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
     const uint32_t qTile = sQ + buf * kBytes, oTile = sO + buf * kBytes;
     const float *lse2 = vecs + buf * 2 * kTile;
     const float *dl = lse2 + kTile;
-    const bool masked = p.causal && j0 + kTile - 1 > i0 + diag;
+    const bool masked =
+        (p.causal && j0 + kTile - 1 > i0 + diag) || windowCuts(p, i0, j0);
 #pragma unroll
     for (int c = 0; c < kTile / kQC; ++c) {
       // S^T and dP^T for this warp's 16 keys x kQC queries.
@@ -599,7 +633,9 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
         for (int e = 0; e < 4; ++e) {
           const int qi = c * kQC + n * 8 + 2 * t4 + (e & 1); // in the tile
           float pv = exp2f(fmaf(st[n][e], p.scaleLog2, -lse2[qi]));
-          if (masked && key0 + 8 * (e >> 1) > i0 + qi + diag)
+          const int key = key0 + 8 * (e >> 1);
+          if (masked &&
+              (key > i0 + qi + diag || beforeWindow(p, i0 + qi, key)))
             pv = 0.0f;
           st[n][e] = pv;
           dpt[n][e] = pv * (dpt[n][e] - dl[qi]);
@@ -711,6 +747,7 @@ FlashParams baseParams(const FlashDims &d, bool causal, float scale,
   p.Tpad = int(padTo(d.T));
   p.Spad = int(padTo(d.S));
   p.causal = causal;
+  p.window = int(d.window < d.S ? d.window : 0); // a wider band is all keys
   p.scale = scale;
   p.scaleLog2 = scale * kLog2e;
   return p;

@@ -288,6 +288,7 @@ void fillDevice(float *out, int64_t n, float value, const char *kernel);
 /// the caller: Hq a multiple of Hkv).
 struct FlashDims {
   int64_t B, Hq, Hkv, T, S, D;
+  int64_t window; // > 0: sliding window (causal only), as attention's
 };
 
 /// Head dimensions with a bf16 kernel (64 and 128).

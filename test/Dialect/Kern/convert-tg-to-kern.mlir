@@ -43,7 +43,7 @@ func.func @elementwise(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> (tensor<2x4x
 // CHECK: kern.call @gatherRows(%arg2, %arg1)
 // CHECK: %[[Z:.*]] = kern.call @fill() args {value = 0.000000e+00 : f32} : () -> tensor<8x3xf32>
 // CHECK: kern.call @gatherRowsBackward(%arg1, %{{.*}}) inits(%[[Z]])
-// CHECK: kern.call @causalMask() : () -> tensor<1x1x4x4xf32>
+// CHECK: kern.call @causalMask() args {window = 0 : i64} : () -> tensor<1x1x4x4xf32>
 func.func @movement(%x: tensor<2x3xf32>, %ids: tensor<2x3xi64>, %table: tensor<8x3xf32>) -> (tensor<3x2xf32>, tensor<3x2xi64>, tensor<2x2xi64>, tensor<2x6xf32>, tensor<8x3xf32>, tensor<1x1x4x4xf32>) attributes {exec.stage} {
   %t = tg.transpose %x [1, 0] : (tensor<2x3xf32>) -> tensor<3x2xf32>
   %ti = tg.transpose %ids [1, 0] : (tensor<2x3xi64>) -> tensor<3x2xi64>

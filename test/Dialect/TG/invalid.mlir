@@ -348,3 +348,19 @@ module attributes {tg.trainable} {}
 
 // expected-error @+1 {{unknown attribute 'tg.frozen'}}
 module attributes {tg.frozen} {}
+
+// -----
+
+func.func @window_not_causal(%q: tensor<1x2x4x8xf32>) {
+  // expected-error @+1 {{a window needs causal attention}}
+  %o, %l = tg.attention %q, %q, %q {scale = 1.0 : f32, window = 2} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return
+}
+
+// -----
+
+func.func @window_negative(%q: tensor<1x2x4x8xf32>) {
+  // expected-error @+1 {{window must be non-negative, got -1}}
+  %o, %l = tg.attention %q, %q, %q {causal, scale = 1.0 : f32, window = -1} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return
+}

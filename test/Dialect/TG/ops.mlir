@@ -73,12 +73,16 @@ func.func @structures(%x: tensor<2x8x4x16xf32>, %w: tensor<16xf32>, %k: tensor<2
   %tab = tg.rotary_table sin freqs [1.0, 0.01] scale 1.0 : tensor<1x1x4x2xf32>
   // CHECK: tg.causal_mask : tensor<1x1x4x4xf32>
   %m = tg.causal_mask : tensor<1x1x4x4xf32>
+  // CHECK: tg.causal_mask {window = 2 : i64} : tensor<1x1x4x4xf32>
+  %mw = tg.causal_mask {window = 2} : tensor<1x1x4x4xf32>
   // CHECK: tg.softmax %{{.*}} : tensor<1x1x4x4xf32>
   %p = tg.softmax %m : tensor<1x1x4x4xf32>
   // CHECK: tg.softmax_grad
   %pg = tg.softmax_grad %p, %p : tensor<1x1x4x4xf32>
   // CHECK: tg.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 2.500000e-01 : f32}
   %o, %lse = tg.attention %r, %k, %k {causal, scale = 0.25 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  // CHECK: tg.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 2.500000e-01 : f32, window = 3 : i64}
+  %ow, %lsew = tg.attention %r, %k, %k {causal, scale = 0.25 : f32, window = 3} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
   // CHECK: tg.attention_grad
   %dq, %dk, %dv = tg.attention_grad %r, %k, %k, %o, %lse, %o {causal, scale = 0.25 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>)
   // CHECK: tg.linear_cross_entropy %{{.*}}, %{{.*}}, %{{.*}} {chunk_rows = 4 : i64, ignore_index = -100 : i64}

@@ -301,12 +301,14 @@ AttnTimes timeCausalAttention(int64_t B, int64_t Hq, int64_t Hkv, int64_t T,
   float scale = 1.0f / std::sqrt(float(D));
   AttnTimes t;
   t.fwd = timeMs(
-      [&] { cu::attention(q.cv(), k.cv(), v.cv(), true, scale, o.v(), l.v()); },
+      [&] {
+        cu::attention(q.cv(), k.cv(), v.cv(), true, 0, scale, o.v(), l.v());
+      },
       reps);
   t.bwd = timeMs(
       [&] {
         cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
-                              true, scale, dq.v(), dk.v(), dv.v());
+                              true, 0, scale, dq.v(), dk.v(), dv.v());
       },
       reps);
   t.flops = 4.0 * B * Hq * T * T * D / 2;

@@ -458,13 +458,15 @@ TEST_F(CudaKernels, Rotary) {
 struct AttnCase {
   int64_t B, Hq, Hkv, T, S, D;
   bool causal;
+  int64_t window = 0; // sliding window (causal only), 0 for none
 };
 
 std::string attnName(const AttnCase &c) {
   return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
          std::to_string(c.Hkv) + " T" + std::to_string(c.T) + " S" +
          std::to_string(c.S) + " D" + std::to_string(c.D) +
-         (c.causal ? " causal" : "");
+         (c.causal ? " causal" : "") +
+         (c.window ? " window" + std::to_string(c.window) : "");
 }
 
 /// The CPU's attention forward and backward on random inputs of `c` (the
@@ -482,16 +484,20 @@ AttnRun runAttention(const AttnCase &c, const std::string &what) {
   Tensor v = uniform(ks), g = uniform(qs);
   float scale = 1.0f / std::sqrt(float(c.D));
   AttnRun r{Tensor(qs), Tensor(ls), Tensor(qs), Tensor(ks), Tensor(ks), {}};
-  cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, scale, r.out.v(), r.lse.v());
+  cpu::attention(q.cv(), k.cv(), v.cv(), c.causal, c.window, scale, r.out.v(),
+                 r.lse.v());
   cpu::attentionBackward(q.cv(), k.cv(), v.cv(), r.out.cv(), r.lse.cv(), g.cv(),
-                         c.causal, scale, r.dq.v(), r.dk.v(), r.dv.v());
+                         c.causal, c.window, scale, r.dq.v(), r.dk.v(),
+                         r.dv.v());
   Dev dQ(q), dK(k), dV(v), dG(g), dO(r.out), dL(r.lse);
   r.got = runTwice(
       {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
       [&](const std::vector<FView> &o) {
-        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
+        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, c.window, scale,
+                      o[0], o[1]);
         cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                              dG.cv(), c.causal, scale, o[2], o[3], o[4]);
+                              dG.cv(), c.causal, c.window, scale, o[2], o[3],
+                              o[4]);
       },
       what);
   return r;
@@ -503,6 +509,14 @@ TEST_F(CudaKernels, Attention) {
       {2, 4, 4, 20, 45, 32, true},   {1, 2, 1, 45, 20, 32, true},
       {2, 4, 2, 37, 50, 16, false},  {1, 2, 2, 33, 33, 128, true},
       {1, 2, 1, 17, 40, 256, false}, {1, 8, 1, 129, 129, 64, true},
+      // Sliding windows: inside one tile, across tiles (tiles before the
+      // band skipped, in the forward and dQ, and after it in dK/dV), S != T,
+      // rows with no key.
+      {2, 4, 2, 37, 37, 16, true, 5},
+      {1, 6, 2, 130, 130, 64, true, 40},
+      {2, 4, 4, 20, 45, 32, true, 7},
+      {1, 2, 1, 45, 20, 32, true, 3},
+      {1, 2, 2, 100, 100, 128, true, 1},
   };
   for (const AttnCase &c : cases) {
     std::string what = "attention " + attnName(c);
@@ -550,6 +564,14 @@ TEST_F(CudaKernels, AttentionBf16) {
       {1, 4, 2, 130, 50, 64, true},    {1, 4, 2, 130, 50, 128, true},
       {1, 2, 1, 1, 77, 128, true},     {1, 2, 2, 128, 192, 64, false},
       {1, 2, 1, 333, 333, 128, false}, {1, 2, 1, 300, 100, 64, true},
+      // Sliding windows: narrower than a 64-key tile and wider, tiles before
+      // the band skipped (forward, dQ) and after it (dK/dV), S != T, rows
+      // with no key.
+      {1, 4, 2, 300, 300, 64, true, 8},
+      {1, 4, 2, 300, 300, 128, true, 100},
+      {1, 8, 2, 200, 330, 64, true, 70},
+      {1, 4, 2, 130, 50, 128, true, 20},
+      {2, 2, 2, 257, 257, 128, true, 1},
   };
   for (const AttnCase &c : cases) {
     std::string what = "attention bf16 " + attnName(c);
@@ -609,11 +631,12 @@ TEST_F(CudaKernels, AttentionBf16Deterministic) {
   auto full = runTwice(
       {{qs, {}}, {ls, {}}, {qs, {}}, {ks, {}}, {ks, {}}},
       [&](const std::vector<FView> &o) {
-        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, scale, o[0], o[1]);
+        cu::attention(dQ.cv(), dK.cv(), dV.cv(), c.causal, c.window, scale,
+                      o[0], o[1]);
         cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(),
                               CFView{o[0].data, o[0].shape},
                               CFView{o[1].data, o[1].shape}, dG.cv(), c.causal,
-                              scale, o[2], o[3], o[4]);
+                              c.window, scale, o[2], o[3], o[4]);
       },
       what);
   Tensor outT(qs), lseT(ls);
@@ -625,11 +648,14 @@ TEST_F(CudaKernels, AttentionBf16Deterministic) {
       [&](const std::vector<FView> &o) {
         FView none{nullptr, qs}, noneK{nullptr, ks};
         cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                              dG.cv(), c.causal, scale, o[0], noneK, noneK);
+                              dG.cv(), c.causal, c.window, scale, o[0], noneK,
+                              noneK);
         cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                              dG.cv(), c.causal, scale, none, o[1], noneK);
+                              dG.cv(), c.causal, c.window, scale, none, o[1],
+                              noneK);
         cu::attentionBackward(dQ.cv(), dK.cv(), dV.cv(), dO.cv(), dL.cv(),
-                              dG.cv(), c.causal, scale, none, noneK, o[2]);
+                              dG.cv(), c.causal, c.window, scale, none, noneK,
+                              o[2]);
       },
       what + " partial");
   for (int i = 0; i < 3; ++i)

@@ -117,9 +117,9 @@ TEST(KernelListCuda, NewKernelsMatchTheCpuBitwise) {
   EXPECT_EQ(dcdx.host(), cdx);
 
   std::vector<float> mask(2 * 3 * 5);
-  cpu::causalMask({mask.data(), Shape{2, 3, 5}});
+  cpu::causalMask({mask.data(), Shape{2, 3, 5}}, 0);
   Dev<float> dm(mask.size());
-  cu::causalMask({dm.p, Shape{2, 3, 5}});
+  cu::causalMask({dm.p, Shape{2, 3, 5}}, 0);
   std::vector<float> got = dm.host();
   EXPECT_EQ(0, std::memcmp(got.data(), mask.data(), mask.size() * 4));
 }

@@ -119,7 +119,7 @@ TEST(KernelListTest, ClampAndItsGradientFollowPyTorch) {
 TEST(KernelListTest, CausalMaskAlignsTheDiagonalBottomRight) {
   // 2 queries against 3 keys: query i sees keys j <= i + 1.
   std::vector<float> m(2 * 2 * 3, 5.0f);
-  causalMask({m.data(), Shape{2, 2, 3}});
+  causalMask({m.data(), Shape{2, 2, 3}}, 0);
   float inf = std::numeric_limits<float>::infinity();
   std::vector<float> one = {0, 0, -inf, 0, 0, 0};
   for (int o = 0; o < 2; ++o)

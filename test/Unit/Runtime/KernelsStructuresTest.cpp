@@ -218,6 +218,7 @@ TEST(KernelRotary, BackwardFiniteDifferences) {
 struct AttnCase {
   int64_t B, Hq, Hkv, T, S, D;
   bool causal;
+  int64_t window = 0; // sliding window (causal only), 0 for none
 };
 
 const AttnCase kAttnCases[] = {
@@ -232,6 +233,15 @@ const AttnCase kAttnCases[] = {
     {1, 2, 1, 300, 300, 4, true},
     {1, 2, 1, 300, 280, 4, true},
     {1, 2, 2, 260, 270, 4, false},
+    // Sliding windows: narrower than the sequence, S != T (the band
+    // bottom-right aligned), rows with no key, a window of 1 (the diagonal),
+    // and large heads where the band spans several row blocks.
+    {1, 4, 2, 9, 9, 4, true, 3},
+    {2, 2, 1, 6, 8, 4, true, 2},
+    {1, 2, 1, 6, 4, 4, true, 2},
+    {1, 2, 2, 7, 7, 4, true, 1},
+    {1, 2, 1, 300, 300, 4, true, 40},
+    {1, 2, 1, 300, 320, 4, true, 270},
 };
 
 /// Large cases are checked on a sample of elements to keep the test fast.
@@ -254,6 +264,8 @@ void refAttention(const AttnCase &c, const Tensor &q, const Tensor &k,
         double m = -INFINITY;
         for (int64_t j = 0; j < c.S; ++j) {
           if (c.causal && j > i + c.S - c.T)
+            continue;
+          if (c.window > 0 && j <= i + c.S - c.T - c.window)
             continue;
           double dot = 0.0;
           for (int64_t d = 0; d < c.D; ++d)
@@ -284,12 +296,14 @@ TEST(KernelAttention, Forward) {
     Tensor v = uniform(Shape{c.B, c.Hkv, c.S, c.D});
     float scale = 1.0f / std::sqrt(float(c.D));
     Tensor out(q.shape, std::nanf("")), lse(Shape{c.B, c.Hq, c.T}, 0.0f);
-    attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
+    attention(q.cv(), k.cv(), v.cv(), c.causal, c.window, scale, out.v(),
+              lse.v());
     std::vector<double> wantOut, wantLse;
     refAttention(c, q, k, v, scale, wantOut, wantLse);
     std::string what = "attention T " + std::to_string(c.T) + " S " +
                        std::to_string(c.S) + " causal " +
-                       std::to_string(c.causal);
+                       std::to_string(c.causal) + " window " +
+                       std::to_string(c.window);
     expectNear(what + " out", out.data, wantOut, 1e-5, 1e-6);
     expectNear(what + " lse", lse.data, wantLse, 1e-5, 1e-6);
   }
@@ -303,19 +317,22 @@ TEST(KernelAttention, BackwardFiniteDifferences) {
     Tensor dOut = uniform(q.shape);
     float scale = 0.7f;
     Tensor out(q.shape), lse(Shape{c.B, c.Hq, c.T});
-    attention(q.cv(), k.cv(), v.cv(), c.causal, scale, out.v(), lse.v());
+    attention(q.cv(), k.cv(), v.cv(), c.causal, c.window, scale, out.v(),
+              lse.v());
     Tensor dQ(q.shape, std::nanf("")), dK(k.shape, std::nanf("")),
         dV(v.shape, std::nanf(""));
     attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), dOut.cv(),
-                      c.causal, scale, dQ.v(), dK.v(), dV.v());
+                      c.causal, c.window, scale, dQ.v(), dK.v(), dV.v());
     Tensor o(q.shape), l(lse.shape);
     auto objective = [&] {
-      attention(q.cv(), k.cv(), v.cv(), c.causal, scale, o.v(), l.v());
+      attention(q.cv(), k.cv(), v.cv(), c.causal, c.window, scale, o.v(),
+                l.v());
       return dotObjective(dOut, o);
     };
     std::string what = "attentionBackward T " + std::to_string(c.T) + " S " +
                        std::to_string(c.S) + " causal " +
-                       std::to_string(c.causal);
+                       std::to_string(c.causal) + " window " +
+                       std::to_string(c.window);
     int64_t samples = attnSamples(c);
     checkGradient(what + " dQ", q, dQ.data, objective, 1e-2f, 2e-3, samples);
     checkGradient(what + " dK", k, dK.data, objective, 1e-2f, 2e-3, samples);
@@ -517,12 +534,12 @@ std::vector<float> runDeterminismSuite() {
   Tensor q = rand(Shape{1, 4, 64, 32}), k = rand(Shape{1, 2, 64, 32});
   Tensor v = rand(Shape{1, 2, 64, 32}), dO = rand(q.shape);
   Tensor out(q.shape), lse(Shape{1, 4, 64});
-  attention(q.cv(), k.cv(), v.cv(), true, 0.2f, out.v(), lse.v());
+  attention(q.cv(), k.cv(), v.cv(), true, 0, 0.2f, out.v(), lse.v());
   keep(out);
   keep(lse);
   Tensor dQ(q.shape), dK(k.shape), dV(v.shape);
   attentionBackward(q.cv(), k.cv(), v.cv(), out.cv(), lse.cv(), dO.cv(), true,
-                    0.2f, dQ.v(), dK.v(), dV.v());
+                    0, 0.2f, dQ.v(), dK.v(), dV.v());
   keep(dQ);
   keep(dK);
   keep(dV);
@@ -530,12 +547,12 @@ std::vector<float> runDeterminismSuite() {
   Tensor q2 = rand(Shape{2, 4, 100, 32}), k2 = rand(Shape{2, 2, 90, 32});
   Tensor v2 = rand(k2.shape), dO2 = rand(q2.shape);
   Tensor out2(q2.shape), lse2(Shape{2, 4, 100});
-  attention(q2.cv(), k2.cv(), v2.cv(), true, 0.2f, out2.v(), lse2.v());
+  attention(q2.cv(), k2.cv(), v2.cv(), true, 0, 0.2f, out2.v(), lse2.v());
   keep(out2);
   keep(lse2);
   Tensor dQ2(q2.shape), dK2(k2.shape), dV2(v2.shape);
   attentionBackward(q2.cv(), k2.cv(), v2.cv(), out2.cv(), lse2.cv(), dO2.cv(),
-                    true, 0.2f, dQ2.v(), dK2.v(), dV2.v());
+                    true, 0, 0.2f, dQ2.v(), dK2.v(), dV2.v());
   keep(dQ2);
   keep(dK2);
   keep(dV2);

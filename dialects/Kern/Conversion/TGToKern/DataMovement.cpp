@@ -72,7 +72,9 @@ LogicalResult lowerGatherGrad(tg::GatherGradOp op, PatternRewriter &rw) {
 }
 
 LogicalResult lowerCausalMask(tg::CausalMaskOp op, PatternRewriter &rw) {
-  rw.replaceOp(op, call(rw, op.getLoc(), "causalMask", op.getType(), {}));
+  rw.replaceOp(op, call(rw, op.getLoc(), "causalMask", op.getType(), {},
+                        {arg(rw, "window", rw.getI64IntegerAttr(
+                                               op.getWindowSize()))}));
   return success();
 }
 

@@ -87,15 +87,16 @@ LogicalResult lowerRotaryGrad(tg::RotaryGradOp op, PatternRewriter &rw) {
 }
 
 SmallVector<NamedAttribute> attentionArgs(PatternRewriter &rw, bool causal,
-                                          APFloat scale) {
+                                          int64_t window, APFloat scale) {
   return {arg(rw, "causal", rw.getBoolAttr(causal)),
+          arg(rw, "window", rw.getI64IntegerAttr(window)),
           arg(rw, "scale", rw.getF32FloatAttr(scale.convertToFloat()))};
 }
 
 LogicalResult lowerAttention(tg::AttentionOp op, PatternRewriter &rw) {
   rw.replaceOp(op, call(rw, op.getLoc(), "attention", op->getResultTypes(),
                         {op.getQ(), op.getK(), op.getV()},
-                        attentionArgs(rw, op.getCausal(), op.getScale()))
+                        attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()))
                        .getResults());
   return success();
 }
@@ -105,7 +106,7 @@ LogicalResult lowerAttentionGrad(tg::AttentionGradOp op, PatternRewriter &rw) {
                call(rw, op.getLoc(), "attentionBackward", op->getResultTypes(),
                     {op.getQ(), op.getK(), op.getV(), op.getOut(), op.getLse(),
                      op.getDout()},
-                    attentionArgs(rw, op.getCausal(), op.getScale()))
+                    attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()))
                    .getResults());
   return success();
 }
