@@ -511,12 +511,14 @@ TEST_F(CudaKernels, Attention) {
       {1, 2, 1, 17, 40, 256, false}, {1, 8, 1, 129, 129, 64, true},
       // Sliding windows: inside one tile, across tiles (tiles before the
       // band skipped, in the forward and dQ, and after it in dK/dV), S != T,
-      // rows with no key.
+      // rows with no key; the narrowest window whose dQ and dK are not zero
+      // (with window 1 each row's softmax is exactly 1, so both are rounding
+      // noise on either side and a relative comparison means nothing).
       {2, 4, 2, 37, 37, 16, true, 5},
       {1, 6, 2, 130, 130, 64, true, 40},
       {2, 4, 4, 20, 45, 32, true, 7},
       {1, 2, 1, 45, 20, 32, true, 3},
-      {1, 2, 2, 100, 100, 128, true, 1},
+      {1, 2, 2, 100, 100, 128, true, 2},
   };
   for (const AttnCase &c : cases) {
     std::string what = "attention " + attnName(c);
