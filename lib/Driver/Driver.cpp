@@ -108,6 +108,20 @@ static void printSummary(ModuleOp module, StringRef inputFile, Emit emit) {
   llvm::errs() << "\n" << table;
 }
 
+/// The first dimension of @main's first data input (the planner's batch),
+/// or 0 without one.
+static int64_t firstInputRows(ModuleOp module) {
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    return 0;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
+      if (auto t = dyn_cast<RankedTensorType>(arg.getType());
+          t && t.getRank() > 0)
+        return t.getDimSize(0);
+  return 0;
+}
+
 LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
                                 const ImportOptions &importOptions,
                                 const TrainPipelineOptions &trainOptions,
@@ -126,6 +140,18 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
     OwningOpRef<ModuleOp> micro = importOnnxFile(&ctx, modelPath, opts);
     if (!micro)
       return failure();
+    // A batch fixed by the model or --input-shape does not follow --batch,
+    // so the import at the microbatch shape keeps it; said here, before a
+    // plan verifier sees the mismatch.
+    if (int64_t fixed = firstInputRows(*micro); fixed > 0 && fixed != rows) {
+      llvm::errs() << "error: the model's batch is fixed at " << fixed
+                   << " rows (by the model or --input-shape), so it cannot "
+                      "be split into microbatches of "
+                   << rows
+                   << " rows; give it a dynamic batch dimension, or "
+                      "--microbatches 1\n";
+      return failure();
+    }
     OpBuilder b(&ctx);
     b.setInsertionPointToEnd(micro->getBody());
     for (pipe::PlanOp plan : plans)
