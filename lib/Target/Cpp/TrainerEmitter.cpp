@@ -137,10 +137,10 @@ LogicalResult Emitter::run() {
        << functions << tables << "\n"
        << issueText;
   } else {
-    os << "#include \"Kernels.h\"\n\n"
+    os << "#include \"Kernels.h\"\n#include \"TempBuffer.h\"\n\n"
        << "namespace {\nnamespace K = rondo::cpu;\n"
        << "using namespace rondo::cpu;\n"
-       << "template <class T> using Buf = std::vector<T>;\n\n"
+       << "template <class T> using Buf = rondo::cpu::TempBuffer<T>;\n\n"
        << "void copyOut(void *dst, const void *src, size_t bytes) {\n"
        << "  std::memcpy(dst, src, bytes);\n}\n\n"
        << globals << "\n"
