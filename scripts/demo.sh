@@ -10,9 +10,11 @@ mkdir -p "$out"
 echo "== import and recognition (rondo-compile --emit=tg) =="
 build/bin/rondo-compile "$model" --batch 2 --seq-len 32 --emit=tg --summary -o "$out/qwen3-tiny.tg.mlir"
 head -c 2000 "$out/qwen3-tiny.tg.mlir" | cut -c1-160; echo "..."
+echo "== measure this machine for the planner (rondo-calibrate-host) =="
+build/bin/rondo-calibrate-host -o "$out/host.json"
 echo "== the pipeline plans for 1, 2 and 4 host workers (rondo-compile --explain) =="
 model=test/data/models/qwen3-deep-tiny.onnx
-shape=(--batch 8 --seq-len 32 --microbatches 4 --workers 1,2,4)
+shape=(--batch 8 --seq-len 32 --microbatches 4 --workers 1,2,4 --device="$out/host.json")
 build/bin/rondo-compile "$model" "${shape[@]}" --emit=pipe --explain="$out/plan" -o "$out/plan.mlir"
 echo "(plans, text and timeline SVGs in $out/plan/)"
 echo "== the executor's program: buffers, copies, events (rondo-compile --emit=exec) =="

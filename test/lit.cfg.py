@@ -21,7 +21,15 @@ config.substitutions.append(("%check_reference",
                              config.python_executable + " " +
                              os.path.join(config.rondo_src_root, "test", "E2E", "check_reference.py")))
 
-tools = ["rondo-opt", "rondo-translate", "rondo-compile", "rondo-run"]
+# `--device=host` describes the machine it runs on (calibrated or
+# detected); the tests plan against one fixed reference host, a 16-core
+# machine, so that their plans and numbers do not depend on the machine.
+# test/Driver/host-calibration.test checks the machine's own spec.
+config.environment["RONDO_HOST_SPEC"] = os.path.join(
+    config.rondo_src_root, "test", "data", "host-reference.json")
+
+tools = ["rondo-opt", "rondo-translate", "rondo-compile", "rondo-run",
+         "rondo-calibrate-host"]
 llvm_config.add_tool_substitutions([ToolSubst(t, unresolved="ignore") for t in tools],
                                    [config.rondo_tools_dir, config.llvm_tools_dir])
 

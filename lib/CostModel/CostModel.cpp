@@ -81,7 +81,11 @@ static double tokensPerStep(func::FuncOp func) {
 double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
                               const CostOptions &options) {
   double m = static_cast<double>(options.microbatches);
-  double share = spec.sharedCompute ? static_cast<double>(options.workers) : 1;
+  double share = 1;
+  if (spec.sharedCompute)
+    share = spec.cores > 0
+                ? std::max(1.0, static_cast<double>(options.workers) / spec.cores)
+                : static_cast<double>(options.workers);
   auto measured = spec.opTimings.find(opTimingKey(op));
   if (measured != spec.opTimings.end())
     return measured->second / m * share;

@@ -13,8 +13,16 @@
 
 #include "rondo/CostModel/CostModel.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+#include <unistd.h>
 
 using namespace rondo::cost;
 
@@ -72,30 +80,56 @@ static DeviceSpec rtx4090() {
   return s;
 }
 
-static DeviceSpec hostCpu() {
+/// This machine's cores and memory with uncalibrated rates of one core of
+/// a current x86 server (OpenBLAS SGEMM on one AVX-512 core; a kernel call
+/// with its OpenMP fork and join). `rondo-calibrate-host` measures them.
+static DeviceSpec cpu() {
   DeviceSpec s;
-  s.name = "host";
+  s.name = "cpu";
   s.isGpu = false;
   s.sharedCompute = true;
-  // 16 cores of AVX2 FMA at ~3 GHz; OpenBLAS SGEMM reaches ~60% of it.
-  s.peakFlopsBf16 = 1.5e12;
-  s.peakFlopsFp32 = 1.5e12;
-  s.matmulEfficiency = 0.6;
-  s.rowsForHalfEfficiency = 32;
-  s.attentionEfficiency = 0.4;
-  s.memoryBandwidth = 100 * GB;
-  s.memoryEfficiency = 0.6;
-  s.memoryBytes = 64 * GiB;
-  s.hostMemoryBytes = 128 * GiB;
-  s.hostLinkBandwidth = 20 * GB; // memcpy between arenas
-  s.hostLinkAggregateBandwidth = 40 * GB;
-  s.peerBandwidth = 20 * GB;
-  s.kernelLaunchSeconds = 2e-6;
+  // The trainer's thread pools count hardware threads (omp_get_num_procs).
+  s.cores = std::max(1u, std::thread::hardware_concurrency());
+  s.peakFlopsBf16 = 80e9;
+  s.peakFlopsFp32 = 80e9;
+  s.matmulEfficiency = 1;
+  s.rowsForHalfEfficiency = 64;
+  s.attentionEfficiency = 0.2;
+  s.memoryBandwidth = 10 * GB;
+  s.memoryEfficiency = 1;
+  double physical = physicalMemoryBytes();
+  if (physical <= 0)
+    physical = 16 * GiB;
+  // The workers' arenas and the trainer's host state share the RAM.
+  s.memoryBytes = physical;
+  s.hostMemoryBytes = physical;
+  s.hostLinkBandwidth = 10 * GB; // memcpy between arenas
+  s.hostLinkAggregateBandwidth = 10 * GB;
+  s.peerBandwidth = 10 * GB;
+  s.optimizerParamsPerSecond = 0.3e9 * s.cores;
+  s.kernelLaunchSeconds = 5e-6;
   return s;
 }
 
+double rondo::cost::physicalMemoryBytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+  return pages > 0 && pageSize > 0 ? double(pages) * double(pageSize) : 0;
+}
+
+std::string rondo::cost::hostCalibrationPath() {
+  llvm::SmallString<256> path;
+  if (const char *cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
+    path = cache;
+  else if (const char *home = std::getenv("HOME"); home && *home)
+    llvm::sys::path::append(path, home, ".cache");
+  else
+    return "";
+  llvm::sys::path::append(path, "rondo", "host.json");
+  return std::string(path);
+}
+
 llvm::SmallVector<std::string> rondo::cost::builtinDeviceNames() {
-  return {"h100", "h200", "rtx4090", "host"};
+  return {"h100", "h200", "rtx4090", "host", "cpu"};
 }
 
 static std::optional<DeviceSpec> builtin(llvm::StringRef name) {
@@ -105,9 +139,21 @@ static std::optional<DeviceSpec> builtin(llvm::StringRef name) {
     return h200();
   if (name == "rtx4090")
     return rtx4090();
-  if (name == "host")
-    return hostCpu();
+  if (name == "cpu")
+    return cpu();
   return std::nullopt;
+}
+
+/// `host`: this machine, as described in "Device specs" of CostModel.md.
+static llvm::Expected<DeviceSpec> thisHost() {
+  if (const char *pinned = std::getenv("RONDO_HOST_SPEC"); pinned && *pinned)
+    return lookupDeviceSpec(pinned);
+  std::string calibrated = hostCalibrationPath();
+  if (!calibrated.empty() && llvm::sys::fs::exists(calibrated))
+    return lookupDeviceSpec(calibrated);
+  DeviceSpec s = cpu();
+  s.name = "host";
+  return s;
 }
 
 static llvm::Error specError(llvm::StringRef path, const llvm::Twine &msg) {
@@ -117,13 +163,15 @@ static llvm::Error specError(llvm::StringRef path, const llvm::Twine &msg) {
 
 llvm::Expected<DeviceSpec>
 rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
+  if (nameOrPath == "host")
+    return thisHost();
   if (auto spec = builtin(nameOrPath))
     return *spec;
   if (!nameOrPath.ends_with(".json"))
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "unknown device '" + nameOrPath +
-            "' (expected h100, h200, rtx4090, host or a .json spec file)");
+            "' (expected h100, h200, rtx4090, host, cpu or a .json spec file)");
   auto buffer = llvm::MemoryBuffer::getFile(nameOrPath);
   if (!buffer)
     return specError(nameOrPath, "cannot read: " + buffer.getError().message());
@@ -163,6 +211,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"peer_bandwidth", &spec.peerBandwidth},
       {"optimizer_params_per_second", &spec.optimizerParamsPerSecond},
       {"kernel_launch_seconds", &spec.kernelLaunchSeconds},
+      {"cores", &spec.cores},
   };
   for (auto &[key, _] : *root) {
     llvm::StringRef k = key;

@@ -352,6 +352,12 @@ int rondo::compile(CompileOptions options) {
       return 2;
     }
     options.plan.shardOptimizer = options.shardOptimizer == "on";
+    const std::string &mode = options.plan.optimizerMode;
+    if (mode != "overlap" && mode != "sync" && mode != "stale") {
+      llvm::errs() << "error: --optimizer-mode=" << mode
+                   << ": expected overlap, sync or stale\n";
+      return 2;
+    }
     llvm::Expected<TargetConfig> resolved =
         resolveTarget(options.target, options.device, options.precision);
     if (!resolved) {

@@ -123,6 +123,13 @@ struct CompileFlags::Impl {
                      "optimizer, as trainer --shard-optimizer; the plan costs "
                      "that mode and --explain shows both"),
             cl::location(o.shardOptimizer), cl::init("on"), cl::cat(category)),
+        optimizerMode(
+            "optimizer-mode",
+            cl::desc("overlap (default), sync or stale: the trainer's default "
+                     "--optimizer-mode; the plans minimise its predicted "
+                     "step"),
+            cl::location(o.plan.optimizerMode), cl::init("overlap"),
+            cl::cat(category)),
         replicasPerHost(
             "replicas-per-host",
             cl::desc("replicas that share one host's cores for the optimizer "
@@ -165,6 +172,7 @@ struct CompileFlags::Impl {
   cl::opt<int64_t, true> planReplicas;
   cl::opt<double, true> replicaLinkGBps;
   cl::opt<std::string, true> shardOptimizer;
+  cl::opt<std::string, true> optimizerMode;
   cl::opt<int64_t, true> replicasPerHost;
   cl::opt<std::string> explain;
   cl::opt<bool, true> summary;

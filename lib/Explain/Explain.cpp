@@ -139,9 +139,18 @@ static void explainSearch(PlanOp plan, llvm::raw_ostream &os) {
   os << " Searched " << search.getCandidates() << " candidate plan(s) over "
      << (counts.size() == 1 ? "M = " : "M in {");
   llvm::interleaveComma(counts, os);
+  llvm::StringRef mode = search.getOptimizerMode();
   os << (counts.size() == 1 ? "" : "}")
-     << "; kept the shortest simulated step with the update hidden (the "
-        "one-step-stale prediction)";
+     << "; kept the shortest predicted step with the " << mode
+     << " optimizer, the mode the trainer runs by default (rondo-compile "
+        "--optimizer-mode)";
+  if (search.getSharedMicrobatches())
+    os << "; M = " << m
+       << " for every compiled worker count, so that they train to the same "
+          "bits (of the M they all can use, the one that slows any count "
+          "least against its own best M; --microbatches fixes another)";
+  else if (search.getAutoMicrobatches())
+    os << "; M chosen for this worker count alone";
   if (m < n + 1 && search.getAutoMicrobatches())
     os << " (M = " << m << " < N + 1 = " << n + 1
        << " because a microbatch is a whole number of rows and the batch "

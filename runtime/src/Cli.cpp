@@ -167,8 +167,10 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "same bits as sync. stale: RoundPipe's asynchronous step: step s+1 "
        "runs on the weights before step s's update, which the host computes "
        "meanwhile (different numerics; every checkpoint, evaluation and the "
-       "end of the run apply the pending update first). Default overlap, "
-       "sync with --clip-grad-norm, --dump-gradients or --on-nan=skip.",
+       "end of the run apply the pending update first). Default: the mode "
+       "the plans were chosen for (rondo-compile --optimizer-mode, overlap "
+       "unless given), sync with --clip-grad-norm, --dump-gradients or "
+       "--on-nan=skip.",
        oneOf(o.optimizerMode,
              {{"sync", "sync"}, {"overlap", "overlap"}, {"stale", "stale"}})},
       {"lr", "X", "Peak learning rate (default 1e-3).",

@@ -83,11 +83,22 @@ def Pipe_SearchAttr : AttrDef<Pipe_Dialect, "Search"> {
     `candidates` plans simulated over the microbatch counts
     `microbatch_counts`; `auto_microbatches` when the pass chose M (no
     --microbatches); `exact_optimum` when the kept plan is also the exact
-    optimum of max(K, N) * slowest stage-job (strategy exact).
+    optimum of max(K, N) * slowest stage-job (strategy exact). The plans
+    compete on the predicted step of `optimizer_mode` (overlap, sync or
+    stale: the trainer's default mode); `shared_microbatches` when M was
+    chosen once for every compiled worker count, so that they train to the
+    same bits.
+
+    Example: `#pipe.search<candidates = 6, microbatch_counts = [4, 8],
+    auto_microbatches = true, optimizer_mode = "overlap",
+    shared_microbatches = true>`
   }];
   let parameters = (ins "int64_t":$candidates,
       "::mlir::DenseI64ArrayAttr":$microbatch_counts,
-      Pipe_Flag<"">:$auto_microbatches, Pipe_Flag<"">:$exact_optimum);
+      Pipe_Flag<"">:$auto_microbatches, Pipe_Flag<"">:$exact_optimum,
+      StringRefParameter<"the optimizer mode the plans compete on",
+                         "\"overlap\"">:$optimizer_mode,
+      Pipe_Flag<"">:$shared_microbatches);
   let assemblyFormat = "`<` struct(params) `>`";
 }
 

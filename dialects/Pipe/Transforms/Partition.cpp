@@ -138,6 +138,14 @@ struct Candidate {
   bool objectiveOptimal = true;
 };
 
+/// Every microbatch count's best plan for one worker count.
+struct Searched {
+  int64_t workers = 0;
+  SmallVector<int64_t> counts;
+  std::vector<Candidate> perCount;
+  int tried = 0;
+};
+
 struct PipePartitionPass
     : rondo::pipe::impl::PipePartitionPassBase<PipePartitionPass> {
   using Base::Base;
@@ -180,6 +188,23 @@ struct PipePartitionPass
           << strategy << " is not supported (exact or greedy)";
       return signalPassFailure();
     }
+    // Host workers live in this machine's RAM: a budget beyond it plans
+    // for memory the run will not have.
+    if (!spec->isGpu) {
+      double physical = cost::physicalMemoryBytes();
+      int64_t most = 1;
+      for (int64_t n : workers)
+        most = std::max(most, n);
+      if (physical > 0 && hostMemoryGB * 1e9 > physical)
+        module.emitWarning("--host-memory-gb: ")
+            << gb(hostMemoryGB * 1e9) << " exceeds this machine's memory ("
+            << gb(physical) << ")";
+      if (physical > 0 && workerMemoryGB * 1e9 * double(most) > physical)
+        module.emitWarning("--worker-memory-gb: ")
+            << gb(workerMemoryGB * 1e9) << " for each of " << most
+            << " host workers exceeds this machine's memory (" << gb(physical)
+            << "): the workers' arenas share it";
+    }
     bool bf16 = target->isBf16();
     tagOpsCreatedAfterLayerize(func);
 
@@ -197,18 +222,90 @@ struct PipePartitionPass
       return signalPassFailure();
     }
 
+    if (optimizerMode != "overlap" && optimizerMode != "sync" &&
+        optimizerMode != "stale") {
+      module.emitError("--optimizer-mode=")
+          << optimizerMode << " is not one of overlap, sync, stale";
+      return signalPassFailure();
+    }
     SmallVector<int64_t> workerCounts(workers.begin(), workers.end());
     if (workerCounts.empty())
       workerCounts.push_back(1);
-    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-    for (int64_t n : workerCounts) {
+    for (int64_t n : workerCounts)
       if (n <= 0) {
         module.emitError("--workers: ") << n << " is not a worker count";
         return signalPassFailure();
       }
-      if (failed(planFor(b, func, *spec, bf16, n, batch, tokens)))
+    std::vector<Searched> searches;
+    for (int64_t n : workerCounts) {
+      FailureOr<Searched> searched =
+          searchAllCounts(func, *spec, bf16, n, batch);
+      if (failed(searched))
         return signalPassFailure();
+      searches.push_back(std::move(*searched));
     }
+    // One M for every worker count, unless --microbatches fixes it: the
+    // losses of a plan depend on M (the gradient is summed microbatch by
+    // microbatch), so this is what makes a trainer's worker counts give the
+    // same bits. The M kept is the one whose worst step, relative to each
+    // count's own best, is least.
+    std::optional<int64_t> sharedM = chooseSharedMicrobatches(searches);
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    for (Searched &searched : searches) {
+      const Candidate *chosen = nullptr;
+      for (const Candidate &c : searched.perCount)
+        if (sharedM ? c.microbatches == *sharedM
+                    : !chosen || score(c) < score(*chosen))
+          chosen = &c;
+      auto attr = SearchAttr::get(
+          &getContext(), searched.tried,
+          DenseI64ArrayAttr::get(&getContext(), searched.counts),
+          microbatches == 0,
+          strategy == "exact" && stages.empty() && chosen->objectiveOptimal,
+          optimizerMode, sharedM.has_value());
+      buildPlanOp(b, func, *spec, bf16, searched.workers, batch, tokens,
+                  *chosen, attr);
+    }
+  }
+
+  /// The step the trainer will run: the prediction of the optimizer mode
+  /// the plan is for (--optimizer-mode, the trainer's default mode).
+  double score(const Candidate &c) const {
+    if (optimizerMode == "sync")
+      return c.sync.stepSeconds;
+    if (optimizerMode == "stale")
+      return c.stale.stepSeconds;
+    return c.overlap.stepSeconds;
+  }
+
+  std::optional<int64_t>
+  chooseSharedMicrobatches(ArrayRef<Searched> searches) const {
+    if (microbatches > 0 || searches.size() < 2)
+      return std::nullopt;
+    std::optional<int64_t> bestM;
+    double bestWorst = std::numeric_limits<double>::infinity();
+    for (const Candidate &first : searches.front().perCount) {
+      double worst = 0;
+      for (const Searched &s : searches) {
+        const Candidate *at = nullptr, *own = nullptr;
+        for (const Candidate &c : s.perCount) {
+          if (c.microbatches == first.microbatches)
+            at = &c;
+          if (!own || score(c) < score(*own))
+            own = &c;
+        }
+        if (!at) {
+          worst = std::numeric_limits<double>::infinity();
+          break;
+        }
+        worst = std::max(worst, score(*at) / score(*own));
+      }
+      if (worst < bestWorst * (1 - 1e-9)) {
+        bestWorst = worst;
+        bestM = first.microbatches;
+      }
+    }
+    return bestM;
   }
 
   /// The target the plans are costed for: the module's `rondo.target`
@@ -276,9 +373,11 @@ struct PipePartitionPass
     return p;
   }
 
-  LogicalResult planFor(OpBuilder &b, func::FuncOp func,
-                        const cost::DeviceSpec &spec, bool bf16, int64_t n,
-                        int64_t batch, int64_t tokens) {
+  /// The best plan of every microbatch count that has one, for N workers;
+  /// reports the numbers when no count has a plan that fits.
+  FailureOr<Searched> searchAllCounts(func::FuncOp func,
+                                      const cost::DeviceSpec &spec, bool bf16,
+                                      int64_t n, int64_t batch) {
     // Candidate microbatch counts: divisors of the batch, at least N+1 so
     // that a stage-job outlasts the hand-offs of the N jobs before it.
     SmallVector<int64_t> counts;
@@ -296,22 +395,20 @@ struct PipePartitionPass
         counts.push_back(batch);
     }
 
-    // Candidates compete on the step with the update hidden (the stale
-    // prediction): the pipeline alone. Hiding the update instead by more
-    // stages buys optimizer time with recompute, and the cost model's
-    // compute is optimistic (docs/CostModel.md) while its AdamW rate and
-    // links are measured; --optimizer-mode=stale hides the update without
-    // recompute. The plan records all three modes' predictions.
-    planner::SimOptions staleOptions;
-    staleOptions.optimizer = planner::OptimizerMode::Stale;
-    auto simulateOtherModes = [](Candidate &c) {
-      planner::SimOptions other;
-      c.overlap = planner::simulate(c.problem, c.plan, other);
-      other.optimizer = planner::OptimizerMode::Sync;
-      c.sync = planner::simulate(c.problem, c.plan, other);
+    // Candidates compete on the prediction of the optimizer mode the
+    // trainer will run (score); the plan records all three modes'.
+    auto simulateModes = [](Candidate &c) {
+      planner::SimOptions mode;
+      c.overlap = planner::simulate(c.problem, c.plan, mode);
+      mode.optimizer = planner::OptimizerMode::Sync;
+      c.sync = planner::simulate(c.problem, c.plan, mode);
+      mode.optimizer = planner::OptimizerMode::Stale;
+      c.stale = planner::simulate(c.problem, c.plan, mode);
     };
-    std::optional<Candidate> best;
-    int tried = 0;
+    Searched searched;
+    searched.workers = n;
+    searched.counts = counts;
+    int &tried = searched.tried;
     std::string lastFailure;
     double smallestWorkerPeak = std::numeric_limits<double>::infinity();
     int64_t smallestWorkerPeakM = 0;
@@ -426,36 +523,31 @@ struct PipePartitionPass
             lastFailure = "worker";
           continue;
         }
+        std::optional<Candidate> best;
         for (const planner::Plan &plan : plans) {
           Candidate alt = c;
           alt.plan = plan;
-          alt.stale = planner::simulate(alt.problem, alt.plan, staleOptions);
+          simulateModes(alt);
           ++tried;
-          if (!best ||
-              alt.stale.stepSeconds < best->stale.stepSeconds * (1 - 1e-9)) {
+          if (!best || score(alt) < score(*best) * (1 - 1e-9)) {
             alt.objectiveOptimal = &plan == &plans.front();
-            simulateOtherModes(alt);
             best = std::move(alt);
           }
         }
+        searched.perCount.push_back(std::move(*best));
         continue;
       }
-      c.stale = planner::simulate(c.problem, c.plan, staleOptions);
-      simulateOtherModes(c);
+      simulateModes(c);
       ++tried;
-      if (!best || c.stale.stepSeconds < best->stale.stepSeconds)
-        best = std::move(c);
+      searched.perCount.push_back(std::move(c));
     }
 
-    if (!best)
-      return reportNoFit(func, spec, bf16, n, batch, counts, lastFailure,
-                         smallestWorkerPeak, smallestWorkerPeakM);
-    auto searched = SearchAttr::get(
-        &getContext(), tried, DenseI64ArrayAttr::get(&getContext(), counts),
-        microbatches == 0,
-        strategy == "exact" && stages.empty() && best->objectiveOptimal);
-    buildPlanOp(b, func, spec, bf16, n, batch, tokens, *best, searched);
-    return success();
+    if (searched.perCount.empty()) {
+      (void)reportNoFit(func, spec, bf16, n, batch, counts, lastFailure,
+                        smallestWorkerPeak, smallestWorkerPeakM);
+      return failure();
+    }
+    return searched;
   }
 
   LogicalResult reportNoFit(func::FuncOp func, const cost::DeviceSpec &spec,

@@ -92,6 +92,10 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
     Option<"replicasPerHost", "replicas-per-host", "int64_t",
            /*default=*/"1",
            "replicas that share one host's cores for the optimizer">,
+    Option<"optimizerMode", "optimizer-mode", "std::string",
+           /*default=*/"\"overlap\"",
+           "overlap | sync | stale: the trainer's optimizer mode, whose "
+           "predicted step the plans minimise (the trainer's default mode)">,
   ];
   let dependentDialects = ["rondo::pipe::PipeDialect"];
 }

@@ -61,6 +61,12 @@ struct DeviceSpec {
   /// Host workers are threads on the same cores: N workers share the
   /// compute and the memory bandwidth.
   bool sharedCompute = false;
+  /// With sharedCompute: the cores the workers share. Each worker runs its
+  /// kernels on its own core (the trainer gives every worker one BLAS
+  /// thread), so an op slows by N / cores only once workers outnumber the
+  /// cores; 0 keeps the older rule that every op uses all cores and so
+  /// costs N times as much with N workers.
+  double cores = 0;
   bool isGpu = true;
   /// Measured op times: key "opname operand-types" (as `--explain=DIR`
   /// writes them in op-timings.json), value seconds for the op at the
@@ -68,9 +74,19 @@ struct DeviceSpec {
   llvm::StringMap<double> opTimings;
 };
 
-/// h100 | h200 | rtx4090 | host, or a path to a JSON spec (see
+/// h100 | h200 | rtx4090 | host | cpu, or a path to a JSON spec (see
 /// docs/CostModel.md for the format; `"base"` starts from a built-in).
+/// `host` is this machine: the spec file $RONDO_HOST_SPEC names, else the
+/// calibration `rondo-calibrate-host` wrote (hostCalibrationPath), else
+/// `cpu`: uncalibrated single-core rates with this machine's cores and
+/// memory.
 llvm::Expected<DeviceSpec> lookupDeviceSpec(llvm::StringRef nameOrPath);
+/// Where `rondo-calibrate-host` writes this machine's spec and `host`
+/// finds it: $XDG_CACHE_HOME/rondo/host.json, else ~/.cache/rondo/host.json
+/// ("" when neither variable is set).
+std::string hostCalibrationPath();
+/// This machine's RAM in bytes (0 if unknown).
+double physicalMemoryBytes();
 /// The names of the built-in specs.
 llvm::SmallVector<std::string> builtinDeviceNames();
 

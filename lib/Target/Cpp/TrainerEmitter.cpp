@@ -12,6 +12,8 @@
 
 #include "Emitter.h"
 
+#include "Pipe/IR/PipeOps.h"
+
 namespace rondo::cpp_emit {
 
 LogicalResult Emitter::run() {
@@ -189,12 +191,19 @@ LogicalResult Emitter::run() {
   if (opts.target != "cuda" && precision != "fp32")
     return module.emitError("the host kernels compute in fp32, not ")
            << precision;
+  // The trainer's default optimizer mode is the one the plans minimise
+  // (ModelSpec's default, overlap, unless given).
+  std::string optimizerMode = "overlap";
+  for (pipe::PlanOp plan : module.getOps<pipe::PlanOp>())
+    optimizerMode = plan.getSearch().getOptimizerMode().str();
   os << "const rondo::rt::ModelSpec kModel = {\n"
      << "    " << cString(opts.modelPath) << ", " << cString(inputName) << ", "
      << globalBatch << ", " << seq << ", " << vocab << ",\n"
      << "    rondo::rt::LossKind::" << (causal ? "CausalLM" : "GraphOutput")
      << ", kParams, " << params.size() << ", " << cString(precision) << ", "
-     << loraSpec << "};\n\n"
+     << loraSpec
+     << (optimizerMode == "overlap" ? "" : ", " + cString(optimizerMode))
+     << "};\n\n"
      << "const rondo_program kPrograms[] = {\n"
      << programsText << "};\n"
      << "} // namespace\n\n"

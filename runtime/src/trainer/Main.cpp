@@ -196,6 +196,15 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   };
   if (std::string why = checkFlags(options, model, device); !why.empty())
     return usageError(why);
+  // The mode the plans were chosen for (rondo-compile --optimizer-mode) is
+  // the default, unless a flag needs the whole step's gradients first.
+  const bool needsWholeStep = options.clipGradNorm ||
+                              !options.dumpGradients.empty() ||
+                              options.onNan == OnNan::Skip;
+  if (options.optimizerMode.empty() && model.optimizerMode &&
+      !needsWholeStep &&
+      !(std::string(model.optimizerMode) == "stale" && options.replicas > 1))
+    options.optimizerMode = model.optimizerMode;
   const rondo_program *program = nullptr;
   if (programs || numPrograms) {
     std::string why = selectProgram(programs, numPrograms, options, program);

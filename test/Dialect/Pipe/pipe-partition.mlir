@@ -14,9 +14,10 @@
 // CHECK: return
 
 // One worker: everything is the fused tail (no recompute, the activations
-// of 2 rows fit easily); two workers: one forward stage, a two-layer tail,
-// one backward stage, and M = 4 >= N + 1 microbatches.
-// CHECK: pipe.plan @plan_w1 for @main workers 1 microbatches 2 attributes {batch = 4 : i64
+// of 1 row fit easily); two workers: one forward stage, a two-layer tail,
+// one backward stage, and M = 4 >= N + 1 microbatches. Both plans use the
+// same M (the one both counts can use), so they train to the same bits.
+// CHECK: pipe.plan @plan_w1 for @main workers 1 microbatches 4 attributes {batch = 4 : i64
 // CHECK-SAME: strategy = "exact"
 // CHECK: pipe.layer 0 prefix
 // CHECK: pipe.layer 1 block

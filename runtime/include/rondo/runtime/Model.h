@@ -91,6 +91,9 @@ struct ModelSpec {
   /// LoRA fine-tuning (the adapters are the parameters with `lora` set), or
   /// null.
   const LoraSpec *lora = nullptr;
+  /// The optimizer mode the plans were chosen for (rondo-compile
+  /// --optimizer-mode): the trainer's default --optimizer-mode.
+  const char *optimizerMode = "overlap";
 };
 
 } // namespace rondo::rt
