@@ -84,7 +84,7 @@ def fields(data):
 
 
 def event(data):
-    """Event{wall_time=1, step=2, file_version=3, summary=5, session_log=6}."""
+    """Event{wall_time=1, step=2, file_version=3, summary=5, session_log=7}."""
     e = {"step": 0, "scalars": {}}
     for number, wire, value in fields(data):
         if number == 1 and wire == 1:
@@ -103,7 +103,7 @@ def event(data):
                     elif vn == 2 and vw == 5:
                         simple = struct.unpack("<f", vv)[0]
                 e["scalars"][tag] = simple
-        elif number == 6 and wire == 2:
+        elif number == 7 and wire == 2:
             e["session_log"] = dict((n, v) for n, _, v in fields(value))
     return e
 
@@ -114,6 +114,9 @@ def f32(x):
 
 def main():
     directory, log = sys.argv[1:3]
+    # The CRC's check value (RFC 3720), so that this reader cannot share a
+    # mistake with the writer.
+    assert crc32c(b"123456789") == 0xE3069283
     names = sorted(n for n in os.listdir(directory) if "tfevents" in n)
     scalars = {}  # step -> {tag: value}, merged as TensorBoard merges
     starts = []
