@@ -471,7 +471,10 @@ int rondo::compile(CompileOptions options) {
     setModuleTarget(*module, target);
 
   // One pass manager per phase, so that each phase's time can be said;
-  // --mlir-timing reports them all under one root.
+  // --mlir-timing reports them all under one root. Bad pass-manager flags
+  // are a usage error, found before the first phase.
+  if (failed(makePassManager(ctx)))
+    return 2;
   DefaultTimingManager tm;
   applyDefaultTimingManagerCLOptions(tm);
   TimingScope timing = tm.getRootScope();

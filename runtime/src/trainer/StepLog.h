@@ -55,7 +55,7 @@ private:
     double elapsed = 0;
   };
   const TrainerOptions &opts;
-  std::unique_ptr<JsonStepLog> json; ///< --log-json
+  std::unique_ptr<JsonStepLog> json;           ///< --log-json
   std::unique_ptr<TensorBoardLog> tensorboard; ///< --tensorboard
   int64_t firstStep = 0;
   std::optional<Pending> pending;
