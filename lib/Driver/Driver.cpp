@@ -35,6 +35,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <map>
 
 using namespace mlir;
@@ -49,6 +50,75 @@ makePassManager(MLIRContext &ctx) {
   if (failed(applyPassManagerCLOptions(*pm)))
     return failure();
   return pm;
+}
+
+/// Progress on stderr: one line per phase with its wall time once it ends
+/// ("rondo-compile: import: 0.41 s"), and at the end what was written. A
+/// large model's compile otherwise says nothing for seconds. The lines start
+/// with "rondo-compile: " and never reach stdout, which may carry the IR or
+/// C++ of --emit; --quiet turns them off.
+class Progress {
+public:
+  explicit Progress(bool quiet) : quiet(quiet) {}
+  /// Ends the phase that began at the previous call (or at construction).
+  void done(StringRef phase, StringRef detail = "") {
+    auto now = std::chrono::steady_clock::now();
+    double seconds = std::chrono::duration<double>(now - start).count();
+    start = now;
+    if (quiet)
+      return;
+    llvm::errs() << "rondo-compile: " << phase;
+    if (!detail.empty())
+      llvm::errs() << " (" << detail << ")";
+    llvm::errs() << llvm::formatv(": {0:f2} s\n", seconds);
+  }
+  /// Restarts the clock without a line (time outside any phase).
+  void restart() { start = std::chrono::steady_clock::now(); }
+  void say(const Twine &line) const {
+    if (!quiet)
+      llvm::errs() << "rondo-compile: " << line << "\n";
+  }
+
+private:
+  bool quiet;
+  std::chrono::steady_clock::time_point start =
+      std::chrono::steady_clock::now();
+};
+
+/// The parameter elements of @main (0 without one).
+static int64_t parameterElements(ModuleOp module) {
+  auto func = module.lookupSymbol<func::FuncOp>("main");
+  if (!func)
+    return 0;
+  int64_t elements = 0;
+  for (unsigned k = 0; k < func.getNumArguments(); ++k)
+    if (func.getArgAttr(k, tg::kParamAttr))
+      elements += cast<RankedTensorType>(func.getArgument(k).getType())
+                      .getNumElements();
+  return elements;
+}
+
+/// The summary line of a written output: what, where, how large, and for a
+/// trainer every compiled plan ("plan_w2: 4 stages on 2 workers, 4
+/// microbatches").
+static std::string describeOutput(ModuleOp module, const CompileOptions &o) {
+  static const char *const kinds[] = {"tg IR",   "training IR", "plan IR",
+                                      "exec IR", "C++",         "trainer"};
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "wrote " << kinds[int(o.emit)] << " '" << o.outputFile << "' ("
+     << parameterElements(module) << " parameters";
+  for (pipe::PlanOp plan : module.getOps<pipe::PlanOp>()) {
+    int64_t stages = 0;
+    plan->walk([&](pipe::StageOp) { ++stages; });
+    os << "; " << plan.getSymName() << ": " << stages
+       << (stages == 1 ? " stage" : " stages") << " on " << plan.getWorkers()
+       << (plan.getWorkers() == 1 ? " worker, " : " workers, ")
+       << plan.getMicrobatches()
+       << (plan.getMicrobatches() == 1 ? " microbatch" : " microbatches");
+  }
+  os << ")";
+  return text;
 }
 
 static void printSummary(ModuleOp module, StringRef inputFile, Emit emit) {
@@ -218,7 +288,7 @@ static std::string whyNotWritable(StringRef path, bool renamedIntoPlace) {
 /// --emit=exe: generates C++ into a temporary file and compiles it to a
 /// temporary executable, then moves it into place.
 static int emitExecutable(ModuleOp module, const CompileOptions &options,
-                          TrainerEmitOptions emitOptions) {
+                          TrainerEmitOptions emitOptions, Progress &progress) {
   llvm::SmallString<256> cppPath;
   int fd;
   if (llvm::sys::fs::createTemporaryFile("rondo-trainer", "cpp", fd, cppPath)) {
@@ -247,6 +317,7 @@ static int emitExecutable(ModuleOp module, const CompileOptions &options,
       return 1;
     }
   }
+  progress.done("emit C++");
   std::string tmpExe = options.outputFile + ".tmp-rondo";
   LogicalResult built = buildExecutable(cppPath, tmpExe, emitOptions.target);
   removeTemporaries();
@@ -260,6 +331,8 @@ static int emitExecutable(ModuleOp module, const CompileOptions &options,
     llvm::sys::fs::remove(tmpExe);
     return 1;
   }
+  progress.done("build the trainer");
+  progress.say(describeOutput(module, options));
   return 0;
 }
 
@@ -395,6 +468,7 @@ int rondo::compile(CompileOptions options) {
       llvm::errs() << text << "\n";
     return success();
   });
+  Progress progress(options.quiet);
   OwningOpRef<ModuleOp> module =
       importOnnxFile(&ctx, options.inputFile, importOpts);
   if (!module)
@@ -402,34 +476,59 @@ int rondo::compile(CompileOptions options) {
   if (planning)
     setModuleTarget(*module, target);
 
-  FailureOr<std::unique_ptr<PassManager>> pm = makePassManager(ctx);
-  if (failed(pm))
+  // One pass manager per phase, so that each phase's time can be said;
+  // --mlir-timing reports them all under one root. Bad pass-manager flags
+  // are a usage error, found before the first phase.
+  if (failed(makePassManager(ctx)))
     return 2;
   DefaultTimingManager tm;
   applyDefaultTimingManagerCLOptions(tm);
   TimingScope timing = tm.getRootScope();
-  (*pm)->enableTiming(timing);
-  buildTGPipeline(**pm);
-  if (emit != Emit::TG)
-    buildTrainPipeline(**pm, trainOpts);
-  if (planning)
-    buildPlanPipeline(**pm, options.plan);
-  if (failed((*pm)->run(*module)))
+  auto runPhase =
+      [&](llvm::function_ref<void(PassManager &)> build) -> LogicalResult {
+    FailureOr<std::unique_ptr<PassManager>> pm = makePassManager(ctx);
+    if (failed(pm))
+      return failure();
+    (*pm)->enableTiming(timing);
+    build(**pm);
+    return (*pm)->run(*module);
+  };
+  if (failed(runPhase([](PassManager &pm) { buildTGPipeline(pm); })))
     return 1;
-  if (lowering && failed(lowerPlans(*module, options.inputFile, importOpts,
-                                    trainOpts, options.handoff != "host")))
-    return 1;
+  progress.done("import", options.inputFile);
+  if (emit != Emit::TG) {
+    if (failed(runPhase(
+            [&](PassManager &pm) { buildTrainPipeline(pm, trainOpts); })))
+      return 1;
+    progress.done("differentiate");
+  }
+  if (planning) {
+    if (failed(runPhase(
+            [&](PassManager &pm) { buildPlanPipeline(pm, options.plan); })))
+      return 1;
+    size_t plans = llvm::range_size(module->getOps<pipe::PlanOp>());
+    progress.done("plan",
+                  std::to_string(plans) + (plans == 1 ? " plan" : " plans"));
+  }
+  if (lowering) {
+    if (failed(lowerPlans(*module, options.inputFile, importOpts, trainOpts,
+                          options.handoff != "host")))
+      return 1;
+    progress.done("lower");
+  }
   if (options.summary)
     printSummary(*module, options.inputFile, emit);
   if (options.explain && failed(explain(*module, options)))
     return 1;
+  // Printing the summary or explanation is no phase.
+  progress.restart();
 
   llvm::SmallString<256> modelPath(options.inputFile);
   llvm::sys::fs::make_absolute(modelPath);
   TrainerEmitOptions emitOptions{modelPath.str().str(), target.backend,
                                  target.precision};
   if (emit == Emit::Exe)
-    return emitExecutable(*module, options, emitOptions);
+    return emitExecutable(*module, options, emitOptions, progress);
   std::string error;
   auto out = openOutputFile(options.outputFile, &error);
   if (!out) {
@@ -444,5 +543,10 @@ int rondo::compile(CompileOptions options) {
     module->print(out->os());
   }
   out->keep();
+  // On stdout the output speaks for itself.
+  if (options.outputFile != "-") {
+    progress.done(emit == Emit::Cpp ? "emit C++" : "print the IR");
+    progress.say(describeOutput(*module, options));
+  }
   return 0;
 }

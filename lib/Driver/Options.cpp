@@ -146,7 +146,13 @@ struct CompileFlags::Impl {
                 cl::desc("how activations move between workers: peer "
                          "(device-to-device) or host (staged through host "
                          "memory)"),
-                cl::location(o.handoff), cl::init("peer"), cl::cat(category)) {}
+                cl::location(o.handoff), cl::init("peer"), cl::cat(category)),
+        quiet("quiet",
+              cl::desc("no progress lines on stderr (each phase with its "
+                       "time, and what was written)"),
+              cl::location(o.quiet), cl::init(false), cl::cat(category)),
+        quietAlias("q", cl::desc("alias for --quiet"), cl::aliasopt(quiet),
+                   cl::cat(category)) {}
 
   CompileOptions &options;
   cl::opt<std::string, true> inputFile;
@@ -177,6 +183,8 @@ struct CompileFlags::Impl {
   cl::opt<std::string> explain;
   cl::opt<bool, true> summary;
   cl::opt<std::string, true> handoff;
+  cl::opt<bool, true> quiet;
+  cl::alias quietAlias;
 };
 
 CompileFlags::CompileFlags(CompileOptions &options,

@@ -255,6 +255,13 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "seconds, lr, grad_norm; and one per evaluation: eval_step, "
        "eval_loss, eval_ppl, eval_tokens.",
        text(o.logJson)},
+      {"tensorboard", "DIR",
+       "Write TensorBoard event files into DIR (created if missing): per "
+       "step train/loss, train/learning_rate, train/grad_norm, "
+       "train/tokens_per_second, memory/host_rss_gb and "
+       "memory/host_peak_gb, and eval/loss, eval/perplexity; a resumed "
+       "run adds a new file from its first step.",
+       text(o.tensorboard)},
       {"dump-gradients", "FILE.onnx",
        "Write the gradients of the first step (before clipping and any "
        "update) as ONNX initializers, as the *.ref.onnx references are.",

@@ -55,6 +55,8 @@ struct TrainerOptions {
   uint64_t seed = 0;
   std::string weights; ///< Overrides ModelSpec::modelPath.
   std::string logJson;
+  /// --tensorboard: the directory of TensorBoard event files.
+  std::string tensorboard;
   std::string dumpGradients;
   std::string exportOnnx;
   /// LoRA trainers: start the adapters from this PEFT safetensors file,

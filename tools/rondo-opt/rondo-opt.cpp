@@ -15,6 +15,7 @@
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
 #include "rondo/Pipelines/Pipelines.h"
+#include "rondo/Tools/HelpOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -22,6 +23,7 @@
 #include "mlir/Transforms/Passes.h"
 
 int main(int argc, char **argv) {
+  rondo::hideLLVMOptions();
   mlir::DialectRegistry registry;
   registry.insert<rondo::tg::TGDialect, rondo::pipe::PipeDialect,
                   rondo::exec::ExecDialect, rondo::kern::KernDialect,

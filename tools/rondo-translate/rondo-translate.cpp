@@ -12,6 +12,7 @@
 #include "TG/IR/TGOps.h"
 #include "rondo/Import/OnnxImporter.h"
 #include "rondo/Target/Cpp/TrainerEmitter.h"
+#include "rondo/Tools/HelpOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
@@ -19,22 +20,33 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/SourceMgr.h"
 
+// A category of their own, which hideLLVMOptions leaves in --help.
+static llvm::cl::OptionCategory
+    importCategory("ONNX import options (--import-onnx)");
+
 static llvm::cl::opt<int64_t>
-    batch("batch", llvm::cl::desc("batch size for dynamic inputs"),
-          llvm::cl::init(-1));
-static llvm::cl::opt<int64_t>
-    seqLen("seq-len", llvm::cl::desc("sequence length"), llvm::cl::init(-1));
+    batch("batch",
+          llvm::cl::desc("rows per step (the dynamic batch dimension); needed "
+                         "unless the model fixes it or --input-shape gives it"),
+          llvm::cl::init(-1), llvm::cl::cat(importCategory));
+static llvm::cl::opt<int64_t> seqLen(
+    "seq-len",
+    llvm::cl::desc("tokens per row (the dynamic sequence dimension); needed "
+                   "unless the model fixes it or --input-shape gives it"),
+    llvm::cl::init(-1), llvm::cl::cat(importCategory));
 
 static llvm::cl::opt<int64_t> maxFoldElements(
     "max-fold-elements",
     llvm::cl::desc(
         "largest data-independent tensor the importer builds (testing aid)"),
-    llvm::cl::init(int64_t(1) << 24));
+    llvm::cl::init(int64_t(1) << 24), llvm::cl::cat(importCategory));
 static llvm::cl::list<std::string>
     inputShapes("input-shape",
-                llvm::cl::desc("NAME=d0,d1,...: the shape of a graph input"));
+                llvm::cl::desc("NAME=d0,d1,...: the shape of a graph input"),
+                llvm::cl::cat(importCategory));
 
 int main(int argc, char **argv) {
+  rondo::hideLLVMOptions({&importCategory});
   mlir::TranslateToMLIRRegistration importOnnx(
       "import-onnx", "import an ONNX model (binary or text) into tg",
       [](llvm::SourceMgr &sourceMgr,

@@ -60,6 +60,9 @@ struct CompileOptions {
   /// --explain: std::nullopt when not given, "" without a directory.
   std::optional<std::string> explain;
   bool summary = false;
+  /// --quiet: no progress lines (one per phase, and what was written) on
+  /// stderr; errors and warnings still go there.
+  bool quiet = false;
 };
 
 /// rondo-compile's command-line flags in `category`, bound to an options

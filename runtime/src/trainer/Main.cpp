@@ -162,6 +162,7 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
     who += " (replica " + std::to_string(replicas->rank()) + ")";
     options.quiet = true;
     options.logJson.clear();
+    options.tensorboard.clear();
     options.trace.clear();
     options.exportOnnx.clear();
     options.exportLora.clear();

@@ -17,6 +17,7 @@
 
 #include "Cli.h"
 #include "Log.h"
+#include "TensorBoard.h"
 
 #include <cstdint>
 #include <memory>
@@ -31,8 +32,9 @@ public:
 
   /// A line on stderr, unless --quiet.
   void say(const std::string &line) const;
-  /// Opens --log-json (if given) for a run whose first step is
-  /// `firstStep`: a resumed run appends to it (JsonStepLog). `firstStep`
+  /// Opens --log-json and --tensorboard (if given) for a run whose first
+  /// step is `firstStep`: a resumed run appends to the JSON log
+  /// (JsonStepLog) and adds an event file (TensorBoardLog). `firstStep`
   /// also serves the ETA.
   void open(int64_t firstStep);
   /// Writes a step's progress line and JSON record.
@@ -53,7 +55,8 @@ private:
     double elapsed = 0;
   };
   const TrainerOptions &opts;
-  std::unique_ptr<JsonStepLog> json; ///< --log-json
+  std::unique_ptr<JsonStepLog> json;           ///< --log-json
+  std::unique_ptr<TensorBoardLog> tensorboard; ///< --tensorboard
   int64_t firstStep = 0;
   std::optional<Pending> pending;
 };

@@ -121,6 +121,13 @@ void Trainer::checkOutputs() const {
     checkWritableDirectory(opts.logJson, "--log-json");
     check("--log-json", [&] { checkCanWriteFile(opts.logJson); });
   }
+  if (!opts.tensorboard.empty())
+    // The event file's name is chosen when it is written; a name of its
+    // length stands in for it.
+    check("--tensorboard", [&] {
+      checkCanWriteInDirectory(opts.tensorboard,
+                               {"events.out.tfevents.0000000000.localhost"});
+    });
   if (!opts.trace.empty()) {
     checkWritableDirectory(opts.trace, "--trace");
     check("--trace", [&] { checkCanWriteFile(opts.trace); });
@@ -177,13 +184,41 @@ int64_t Trainer::setUp() {
   // BLAS's pool is process-wide: left at every core, each worker's GEMM
   // fans out to all of them (ThreadPools.h).
   runGemmsOnCallingThread();
+  // Each phase of the set-up says its time once it ends: a large model's
+  // weights take tens of seconds, which must not look like a hang.
+  auto phaseStart = Clock::now();
+  auto phaseDone = [&](const std::string &phase) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), ": %.2f s",
+                  secondsBetween(phaseStart, Clock::now()));
+    say("rondo: " + phase + seconds);
+    phaseStart = Clock::now();
+  };
   feed.open(opts);
+  phaseDone("read the data");
+  int64_t elements = 0;
+  for (int i = 0; i < model.numParams; ++i)
+    elements += numElements(model.params[i]);
+  say("rondo: " +
+      std::string(opts.init == InitKind::Random ? "initialising" : "reading") +
+      " the weights (" + std::to_string(elements) + " parameters" +
+      (opts.init == InitKind::Random
+           ? ", --init=random)"
+           : ") from " + (opts.weights.empty() ? std::string(model.modelPath)
+                                               : opts.weights)));
   store.initialise(opts, /*stepGradients=*/!program, log);
+  phaseDone(opts.init == InitKind::Random ? "initialise the weights"
+                                          : "read the weights");
   optimizer.setUp(store.data(), store.gradients());
+  phaseDone("allocate the optimizer state");
   const int64_t firstStep = opts.resume ? resume() : 0;
+  if (opts.resume)
+    phaseDone("resume");
   checkInitialWeights(firstStep);
-  if (program)
+  if (program) {
     setUpProgram(firstStep);
+    phaseDone("set up the workers");
+  }
   if (firstStep > 0 && !opts.dumpGradients.empty())
     throw Error("--dump-gradients writes step 0's gradients; the run resumes "
                 "at step " +
@@ -289,8 +324,17 @@ int Trainer::runLoop() {
   validateModel(model);
   checkOutputs();
   lockCheckpointDir();
+  const auto setUpStart = Clock::now();
   const int64_t firstStep = setUp();
   describeRun();
+  if (firstStep < opts.steps) {
+    char line[128];
+    std::snprintf(line, sizeof(line),
+                  "rondo: set up in %.2f s; running step %lld of %lld",
+                  secondsBetween(setUpStart, Clock::now()),
+                  (long long)firstStep + 1, (long long)opts.steps);
+    say(line);
+  }
 
   const auto start = Clock::now();
   double lastLoss = std::numeric_limits<double>::quiet_NaN();
