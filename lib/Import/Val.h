@@ -39,7 +39,7 @@ struct RotarySource {
 struct ExpertGather {
   mlir::Value table;    ///< [E, A, B]
   mlir::Value ids;      ///< [N] i64
-  std::string nodeName; ///< the GatherND, for messages
+  std::string source; ///< "node 'X'" (the GatherND), for messages
 };
 
 /// One imported ONNX value.

@@ -22,6 +22,9 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <cmath>
+#include <string>
+
 using namespace mlir;
 
 namespace rondo::import {
@@ -70,8 +73,10 @@ Converted convertRoutedGather(const Conversion &c) {
   Value ids = reshape(c, *idx, {n});
   if (dt.getRank() == 3) {
     Val v;
-    v.experts = std::make_shared<ExpertGather>(
-        ExpertGather{*data, ids, node.name()});
+    std::string source = !node.name().empty()
+                             ? "node '" + node.name() + "'"
+                             : "the node producing '" + node.output(0) + "'";
+    v.experts = std::make_shared<ExpertGather>(ExpertGather{*data, ids, source});
     return SmallVector<Val>{std::move(v)};
   }
   // Rows of a per-expert table (a bias): an ordinary row gather.
@@ -99,8 +104,8 @@ Converted convertExpertMatmul(const Conversion &c) {
   SmallVector<int64_t> want = left ? SmallVector<int64_t>{n, b, 1}
                                    : SmallVector<int64_t>{n, 1, a};
   if (x.getShape() != ArrayRef<int64_t>(want))
-    return c.error() << kStructure << ": the expert matrices gathered by node '"
-                     << g.nodeName << "' (" << n << " x [" << a << ", " << b
+    return c.error() << kStructure << ": the expert matrices gathered by "
+                     << g.source << " (" << n << " x [" << a << ", " << b
                      << "]) must be multiplied by one row per token slot, "
                      << "i.e. an operand [" << want[0] << ", " << want[1]
                      << ", " << want[2] << "], got " << x,
@@ -117,8 +122,8 @@ LogicalResult rejectExpertUse(ImportContext &importer,
                               const onnx::NodeProto &user,
                               const ExpertGather &g) {
   return importer.nodeError(user)
-         << kStructure << ": the expert matrices gathered by node '"
-         << g.nodeName << "' may only be an operand of a batched MatMul (they "
+         << kStructure << ": the expert matrices gathered by " << g.source
+         << " may only be an operand of a batched MatMul (they "
          << "are never built as one copy per row), but this "
          << user.op_type() << " uses them";
 }
@@ -143,9 +148,13 @@ Converted convertIndexClip(const Conversion &c, double lo, double hi) {
                      << kStructure << "), where it changes nothing",
            failure();
   int64_t positions = typeOf(scores->value).getShape().back();
+  auto bound = [](double v) {
+    return std::isfinite(v) ? std::to_string(int64_t(v))
+                            : std::string(v < 0 ? "-inf" : "inf");
+  };
   if (lo > 0 || hi < double(positions - 1))
-    return c.error() << "Clip of routing ids into [" << lo << ", " << hi
-                     << "] would change ids of a TopK over " << positions
+    return c.error() << "Clip of routing ids into [" << bound(lo) << ", "
+                     << bound(hi) << "] would change ids of a TopK over " << positions
                      << " experts; only a Clip that keeps every id in [0, "
                      << positions - 1 << "] is supported",
            failure();
