@@ -49,8 +49,7 @@ LogicalResult TopKOp::verify() {
   if (v.getShape() != ArrayRef<int64_t>(shape) ||
       v.getElementType() != x.getElementType())
     return emitOpError("values must be ")
-           << RankedTensorType::get(shape, x.getElementType()) << ", got "
-           << v;
+           << RankedTensorType::get(shape, x.getElementType()) << ", got " << v;
   if (i.getShape() != ArrayRef<int64_t>(shape) ||
       !i.getElementType().isInteger(64))
     return emitOpError("indices must be i64 of the values' shape, got ") << i;
@@ -104,9 +103,10 @@ void ExpertMatmulOp::build(OpBuilder &b, OperationState &state, Value x,
   std::string why;
   auto shape = expertResultShape(tensorType(x), tensorType(w), tensorType(ids),
                                  transposeW, why);
-  Type result = succeeded(shape) ? RankedTensorType::get(
-                                       *shape, tensorType(x).getElementType())
-                                 : x.getType();
+  Type result =
+      succeeded(shape)
+          ? RankedTensorType::get(*shape, tensorType(x).getElementType())
+          : x.getType();
   build(b, state, result, x, w, ids, transposeW);
 }
 

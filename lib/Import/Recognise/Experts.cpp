@@ -36,8 +36,8 @@ Value reshape(const Conversion &c, Value v, ArrayRef<int64_t> shape) {
   if (typeOf(v).getShape() == shape)
     return v;
   return tg::ReshapeOp::create(
-      c.builder, c.loc, RankedTensorType::get(shape, typeOf(v).getElementType()),
-      v);
+      c.builder, c.loc,
+      RankedTensorType::get(shape, typeOf(v).getElementType()), v);
 }
 
 /// What the structure is called in every message.
@@ -76,7 +76,8 @@ Converted convertRoutedGather(const Conversion &c) {
     std::string source = !node.name().empty()
                              ? "node '" + node.name() + "'"
                              : "the node producing '" + node.output(0) + "'";
-    v.experts = std::make_shared<ExpertGather>(ExpertGather{*data, ids, source});
+    v.experts =
+        std::make_shared<ExpertGather>(ExpertGather{*data, ids, source});
     return SmallVector<Val>{std::move(v)};
   }
   // Rows of a per-expert table (a bias): an ordinary row gather.
@@ -101,8 +102,8 @@ Converted convertExpertMatmul(const Conversion &c) {
   int64_t n = typeOf(g.ids).getDimSize(0), a = w.getDimSize(1),
           b = w.getDimSize(2);
   // Left:  [N, A, B] x [N, B, 1] -> [N, A, 1]; right: [N, 1, A] x [N, A, B].
-  SmallVector<int64_t> want = left ? SmallVector<int64_t>{n, b, 1}
-                                   : SmallVector<int64_t>{n, 1, a};
+  SmallVector<int64_t> want =
+      left ? SmallVector<int64_t>{n, b, 1} : SmallVector<int64_t>{n, 1, a};
   if (x.getShape() != ArrayRef<int64_t>(want))
     return c.error() << kStructure << ": the expert matrices gathered by "
                      << g.source << " (" << n << " x [" << a << ", " << b
@@ -113,8 +114,8 @@ Converted convertExpertMatmul(const Conversion &c) {
   Value rows = reshape(c, *other, {n, left ? b : a});
   Value y = tg::ExpertMatmulOp::create(c.builder, c.loc, rows, g.table, g.ids,
                                        /*transpose_w=*/left);
-  SmallVector<int64_t> shape = left ? SmallVector<int64_t>{n, a, 1}
-                                    : SmallVector<int64_t>{n, 1, b};
+  SmallVector<int64_t> shape =
+      left ? SmallVector<int64_t>{n, a, 1} : SmallVector<int64_t>{n, 1, b};
   return wrap(reshape(c, y, shape));
 }
 
@@ -124,8 +125,8 @@ LogicalResult rejectExpertUse(ImportContext &importer,
   return importer.nodeError(user)
          << kStructure << ": the expert matrices gathered by " << g.source
          << " may only be an operand of a batched MatMul (they "
-         << "are never built as one copy per row), but this "
-         << user.op_type() << " uses them";
+         << "are never built as one copy per row), but this " << user.op_type()
+         << " uses them";
 }
 
 Converted convertIndexClip(const Conversion &c, double lo, double hi) {
@@ -154,7 +155,8 @@ Converted convertIndexClip(const Conversion &c, double lo, double hi) {
   };
   if (lo > 0 || hi < double(positions - 1))
     return c.error() << "Clip of routing ids into [" << bound(lo) << ", "
-                     << bound(hi) << "] would change ids of a TopK over " << positions
+                     << bound(hi) << "] would change ids of a TopK over "
+                     << positions
                      << " experts; only a Clip that keeps every id in [0, "
                      << positions - 1 << "] is supported",
            failure();

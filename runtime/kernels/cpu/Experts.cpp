@@ -40,7 +40,8 @@ ExpertOrder sortByExpert(IView ids, int64_t n, int64_t experts,
   for (int64_t r = 0; r < n; ++r) {
     int64_t e = ids.data[r];
     if (e < 0 || e >= experts)
-      detail::contract(kernel, "expert id %lld of row %lld is outside [0, %lld)",
+      detail::contract(kernel,
+                       "expert id %lld of row %lld is outside [0, %lld)",
                        (long long)e, (long long)r, (long long)experts);
     ++o.offsets[e + 1];
   }
@@ -57,8 +58,7 @@ ExpertOrder sortByExpert(IView ids, int64_t n, int64_t experts,
 void gatherRowsOf(const float *src, int64_t width, const int64_t *order,
                   int64_t count, float *dst) {
   for (int64_t i = 0; i < count; ++i)
-    std::memcpy(dst + i * width, src + order[i] * width,
-                sizeof(float) * width);
+    std::memcpy(dst + i * width, src + order[i] * width, sizeof(float) * width);
 }
 
 } // namespace
@@ -91,8 +91,8 @@ void topK(CFView x, FView values, MIView indices) {
 }
 
 void topKBackward(IView indices, CFView dValues, FView dX) {
-  if (!(indices.shape == dValues.shape) || dX.shape.rank != dValues.shape.rank ||
-      dX.shape.rank < 1)
+  if (!(indices.shape == dValues.shape) ||
+      dX.shape.rank != dValues.shape.rank || dX.shape.rank < 1)
     detail::contract("topKBackward", "indices, dValues and dX do not match");
   int64_t D = dX.shape.dims[dX.shape.rank - 1];
   int64_t k = dValues.shape.dims[dValues.shape.rank - 1];
@@ -138,8 +138,9 @@ void expertMatmul(CFView x, CFView w, IView ids, FView out, bool transW) {
 void expertMatmulWeightGrad(CFView x, CFView dY, IView ids, FView dW,
                             bool transW) {
   auto s = kernels::expertSizes(
-      x.shape, dW.shape, ids.shape, dY.shape, transW,
-      [](auto... args) { detail::contract("expertMatmulWeightGrad", args...); });
+      x.shape, dW.shape, ids.shape, dY.shape, transW, [](auto... args) {
+        detail::contract("expertMatmulWeightGrad", args...);
+      });
   ExpertOrder o = sortByExpert(ids, s.N, s.E, "expertMatmulWeightGrad");
   std::vector<float> xs(s.N * s.K), dys(s.N * s.M);
   gatherRowsOf(x.data, s.K, o.order.data(), s.N, xs.data());

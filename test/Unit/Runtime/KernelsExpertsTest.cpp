@@ -28,8 +28,8 @@ namespace {
 
 TEST(KernelTopK, ForwardSortedWithTies) {
   Tensor x(Shape{3, 5});
-  x.data = {0.1f, 0.7f, 0.2f, 0.7f, -1.0f, // a tie: lower position first
-            3.0f, 2.0f, 1.0f, 0.0f, -1.0f, //
+  x.data = {0.1f,  0.7f,  0.2f, 0.7f, -1.0f, // a tie: lower position first
+            3.0f,  2.0f,  1.0f, 0.0f, -1.0f, //
             -2.0f, -1.0f, 5.0f, 4.0f, 5.0f};
   Tensor values(Shape{3, 2}, -7.0f);
   std::vector<int64_t> idx(6, -1);

@@ -113,9 +113,9 @@ LogicalResult lowerAttentionGrad(tg::AttentionGradOp op, PatternRewriter &rw) {
 
 // Mixture of experts: the router's top-k and the grouped products.
 LogicalResult lowerTopK(tg::TopKOp op, PatternRewriter &rw) {
-  rw.replaceOp(op, call(rw, op.getLoc(), "topK", op->getResultTypes(),
-                        op.getX())
-                       .getResults());
+  rw.replaceOp(op,
+               call(rw, op.getLoc(), "topK", op->getResultTypes(), op.getX())
+                   .getResults());
   return success();
 }
 
@@ -126,17 +126,19 @@ LogicalResult lowerTopKGrad(tg::TopKGradOp op, PatternRewriter &rw) {
 }
 
 LogicalResult lowerExpertMatmul(tg::ExpertMatmulOp op, PatternRewriter &rw) {
-  rw.replaceOp(op, call(rw, op.getLoc(), "expertMatmul", op.getType(),
-                        {op.getX(), op.getW(), op.getIds()},
-                        {arg(rw, "transW", rw.getBoolAttr(op.getTransposeW()))}));
+  rw.replaceOp(op,
+               call(rw, op.getLoc(), "expertMatmul", op.getType(),
+                    {op.getX(), op.getW(), op.getIds()},
+                    {arg(rw, "transW", rw.getBoolAttr(op.getTransposeW()))}));
   return success();
 }
 
 LogicalResult lowerExpertMatmulWGrad(tg::ExpertMatmulWGradOp op,
                                      PatternRewriter &rw) {
-  rw.replaceOp(op, call(rw, op.getLoc(), "expertMatmulWeightGrad", op.getType(),
-                        {op.getX(), op.getDy(), op.getIds()},
-                        {arg(rw, "transW", rw.getBoolAttr(op.getTransposeW()))}));
+  rw.replaceOp(op,
+               call(rw, op.getLoc(), "expertMatmulWeightGrad", op.getType(),
+                    {op.getX(), op.getDy(), op.getIds()},
+                    {arg(rw, "transW", rw.getBoolAttr(op.getTransposeW()))}));
   return success();
 }
 
