@@ -37,8 +37,8 @@ struct RotarySource {
 /// kept symbolic, never built as [N, A, B] (Recognise/Experts.cpp): only a
 /// batched MatMul may use it, which becomes tg.expert_matmul.
 struct ExpertGather {
-  mlir::Value table;    ///< [E, A, B]
-  mlir::Value ids;      ///< [N] i64
+  mlir::Value table;  ///< [E, A, B]
+  mlir::Value ids;    ///< [N] i64
   std::string source; ///< "node 'X'" (the GatherND), for messages
 };
 

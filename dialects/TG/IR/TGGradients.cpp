@@ -395,8 +395,7 @@ LogicalResult ExpertMatmulOp::buildGradient(OpBuilder &b,
   Value dy = resultGrads[0];
   Value dx, dw;
   if (needs[0])
-    dx = ExpertMatmulOp::create(b, loc, dy, getW(), getIds(),
-                                !getTransposeW());
+    dx = ExpertMatmulOp::create(b, loc, dy, getW(), getIds(), !getTransposeW());
   if (needs[1])
     dw = ExpertMatmulWGradOp::create(b, loc, getW().getType(), getX(), dy,
                                      getIds(), getTransposeWAttr());

@@ -63,9 +63,8 @@ Converted convertMatMul(const Conversion &c) {
   const onnx::NodeProto &node = c.node;
   ArrayRef<const Val *> in = c.in;
   StringRef op = c.node.op_type();
-  if (op == "MatMul" && llvm::any_of(in, [](const Val *v) {
-        return v && v->experts;
-      }))
+  if (op == "MatMul" &&
+      llvm::any_of(in, [](const Val *v) { return v && v->experts; }))
     return convertExpertMatmul(c);
   auto a = c.need(0), b = c.need(1);
   if (failed(a) || failed(b) || failed(c.requireFloat(*a)) ||

@@ -113,9 +113,8 @@ __global__ void expertWeightGradKernel(const float *x, const float *dy,
 
 void topK(CFView x, FView values, MIView indices) {
   ProfileScope profileScope("topK");
-  auto s = kernels::topKSizes(
-      x.shape, values.shape, indices.shape,
-      [](auto... args) { contract("topK", args...); });
+  auto s = kernels::topKSizes(x.shape, values.shape, indices.shape,
+                              [](auto... args) { contract("topK", args...); });
   if (s.rows == 0)
     return;
   topKKernel<<<gridFor(s.rows), kThreads, 0, currentStream()>>>(
@@ -159,9 +158,8 @@ void expertMatmulWeightGrad(CFView x, CFView dY, IView ids, FView dW,
   if (s.E * s.K * s.M == 0)
     return;
   expertWeightGradKernel<<<gridFor(s.E * s.K * s.M), kThreads, 0,
-                           currentStream()>>>(x.data, dY.data, ids.data,
-                                              dW.data, s.N, s.K, s.M, s.E,
-                                              transW);
+                           currentStream()>>>(
+      x.data, dY.data, ids.data, dW.data, s.N, s.K, s.M, s.E, transW);
   checkLaunch("expertMatmulWeightGrad");
 }
 

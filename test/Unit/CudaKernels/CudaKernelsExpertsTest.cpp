@@ -35,12 +35,13 @@ TEST_F(CudaKernels, TopKAndBackward) {
   DevIds di(refI, vs);
   int64_t *idx = nullptr;
   ck(cudaMalloc(&idx, refI.size() * sizeof(int64_t)), "cudaMalloc");
-  auto got = runTwice({{vs, {}}, {xs, {}}},
-                      [&](const std::vector<FView> &o) {
-                        cu::topK(dx.cv(), o[0], MIView{idx, vs});
-                        cu::topKBackward(di.v(), ddv.cv(), o[1]);
-                      },
-                      "topK");
+  auto got = runTwice(
+      {{vs, {}}, {xs, {}}},
+      [&](const std::vector<FView> &o) {
+        cu::topK(dx.cv(), o[0], MIView{idx, vs});
+        cu::topKBackward(di.v(), ddv.cv(), o[1]);
+      },
+      "topK");
   ck(cudaStreamSynchronize(cu::currentStream()), "sync");
   EXPECT_EQ(download(idx, refI.size()), refI);
   cudaFree(idx);
@@ -66,16 +67,14 @@ TEST_F(CudaKernels, ExpertMatmulAndWeightGrad) {
     Dev dx(x), dw(w), ddy(dy);
     DevIds di(ids, Shape{n});
     std::string what = transW ? "expertMatmul transW" : "expertMatmul";
-    auto got = runTwice({{refY.shape, {}}, {refDx.shape, {}}, {wShape, {}}},
-                        [&](const std::vector<FView> &o) {
-                          cu::expertMatmul(dx.cv(), dw.cv(), di.v(), o[0],
-                                           transW);
-                          cu::expertMatmul(ddy.cv(), dw.cv(), di.v(), o[1],
-                                           !transW);
-                          cu::expertMatmulWeightGrad(dx.cv(), ddy.cv(), di.v(),
-                                                     o[2], transW);
-                        },
-                        what);
+    auto got = runTwice(
+        {{refY.shape, {}}, {refDx.shape, {}}, {wShape, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::expertMatmul(dx.cv(), dw.cv(), di.v(), o[0], transW);
+          cu::expertMatmul(ddy.cv(), dw.cv(), di.v(), o[1], !transW);
+          cu::expertMatmulWeightGrad(dx.cv(), ddy.cv(), di.v(), o[2], transW);
+        },
+        what);
     expectClose(got[0], refY, what);
     expectClose(got[1], refDx, what + " dx");
     expectClose(got[2], refDw, what + " dW");
