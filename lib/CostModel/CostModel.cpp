@@ -64,10 +64,12 @@ static bool isParameter(Value v) {
   return func && func.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
 }
 
-/// Ops whose FLOPs run on tensor cores (GEMM-shaped work).
+/// Ops whose FLOPs run on tensor cores (GEMM-shaped work; the grouped
+/// expert products of a mixture of experts are one GEMM per expert).
 static bool isMatmulLike(Operation *op) {
   return isa<tg::MatmulOp, tg::AttentionOp, tg::AttentionGradOp,
-             tg::LinearCrossEntropyOp, tg::LinearCrossEntropyGradOp>(op);
+             tg::LinearCrossEntropyOp, tg::LinearCrossEntropyGradOp,
+             tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op);
 }
 
 static double tokensPerStep(func::FuncOp func) {

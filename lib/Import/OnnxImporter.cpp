@@ -31,6 +31,7 @@
 #include "ModelReader.h"
 #include "OpTable.h"
 #include "Recognise/CausalMask.h"
+#include "Recognise/Experts.h"
 #include "Recognise/RotaryTable.h"
 #include "TG/IR/TGOps.h"
 
@@ -179,6 +180,13 @@ private:
   /// at small probe shapes, once per name.
   MaskClass classifyMask(StringRef name, const HostTensor &t) override;
   Value causalMask(ArrayRef<int64_t> shape, int64_t window) override;
+  const onnx::NodeProto *producerOf(StringRef name) override {
+    return producers.lookup(name);
+  }
+  const Val *valueOf(StringRef name) override {
+    auto it = values.find(name);
+    return it == values.end() ? nullptr : &it->second;
+  }
 
   MLIRContext *ctx;
   const onnx::ModelProto &model;
@@ -197,6 +205,7 @@ private:
   llvm::StringSet<> torchTransposed;
   llvm::StringSet<> lookupTies; ///< Names an embedding lookup ties in.
   llvm::StringMap<MaskClass> maskCache;
+  llvm::StringMap<const onnx::NodeProto *> producers;
   RotaryChecks rotaryChecked;
   Operation *funcOp = nullptr;
 };
@@ -574,6 +583,8 @@ Value Importer::constant(const HostTensor &t) {
 
 FailureOr<Value> Importer::materialize(const Val &v,
                                        const onnx::NodeProto &node) {
+  if (v.experts)
+    return rejectExpertUse(*this, node, *v.experts), failure();
   if (!v.isConst)
     return v.value;
   if (!v.host.hasData)
@@ -655,6 +666,9 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
              << "initializer or graph input";
     inputs.push_back(&it->second);
     allConst &= it->second.isConst;
+    // Gathered expert matrices are symbolic: only a MatMul takes them.
+    if (it->second.experts && node.op_type() != "MatMul")
+      return rejectExpertUse(*this, node, *it->second.experts);
   }
   // Shape queries of dynamic values are constants too: shapes are static.
   bool shapeQuery = node.op_type() == "Shape" || node.op_type() == "Size";
@@ -714,6 +728,9 @@ OwningOpRef<ModuleOp> Importer::run() {
   if (failed(classifyInitializers()))
     return nullptr;
   recoverTorchNames();
+  for (const auto &node : graph.node())
+    for (const auto &out : node.output())
+      producers[out] = &node;
 
   // Non-parameter initializers are constants.
   for (const auto &init : graph.initializer()) {

@@ -61,6 +61,10 @@ public:
   /// tg.causal_mask for a mask of `shape` with a sliding `window` (0: none).
   virtual mlir::Value causalMask(llvm::ArrayRef<int64_t> shape,
                                  int64_t window) = 0;
+  /// The node that produces the value `name` (null for inputs and
+  /// initializers), and the value itself once imported (null before).
+  virtual const onnx::NodeProto *producerOf(llvm::StringRef name) = 0;
+  virtual const Val *valueOf(llvm::StringRef name) = 0;
 };
 
 /// One node to convert: an input is dynamic or folded (null when absent).

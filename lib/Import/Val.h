@@ -17,7 +17,9 @@
 #include "mlir/IR/Value.h"
 #include "llvm/ADT/SmallVector.h"
 
+#include <memory>
 #include <optional>
+#include <string>
 
 namespace rondo::import {
 
@@ -30,12 +32,25 @@ struct RotarySource {
   float scale = 1.0f;
 };
 
+/// Expert matrices selected row by row by routing ids: what the exporter
+/// writes as GatherND(experts [E, A, B], ids) in a mixture of experts. It is
+/// kept symbolic, never built as [N, A, B] (Recognise/Experts.cpp): only a
+/// batched MatMul may use it, which becomes tg.expert_matmul.
+struct ExpertGather {
+  mlir::Value table;  ///< [E, A, B]
+  mlir::Value ids;    ///< [N] i64
+  std::string source; ///< "node 'X'" (the GatherND), for messages
+};
+
 /// One imported ONNX value.
 struct Val {
   bool isConst = false;
   HostTensor host;   ///< when isConst (data may be absent when too large)
-  mlir::Value value; ///< when dynamic
+  mlir::Value value; ///< when dynamic (null for `experts`)
   std::optional<RotarySource> rotary; ///< when isConst
+  /// When dynamic: symbolic gathered expert matrices (shared: a Val is
+  /// copied around and must stay small).
+  std::shared_ptr<const ExpertGather> experts;
 };
 
 } // namespace rondo::import

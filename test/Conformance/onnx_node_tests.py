@@ -80,15 +80,19 @@ CLAIMED = BINARY + UNARY + [
     "Gelu", "Identity", "Dropout", "Cast", "MatMul", "Gemm", "Reshape",
     "Squeeze", "Unsqueeze", "Flatten", "Expand", "Transpose", "Slice", "Split",
     "Concat", "Gather", "Softmax", "ReduceMean", "ReduceSum",
-    "LayerNormalization", "Where", "IsNaN", "Clip"]
+    "LayerNormalization", "Where", "IsNaN", "Clip",
+    # A mixture of experts' router, and its routed rows (GatherND of expert
+    # matrices is claimed only with the MatMul that uses it: not a node test).
+    "TopK", "GatherND"]
 # Ops the op table converts only to reject them with a specific message.
-RECOGNISED_UNSUPPORTED = {"TopK", "NonZero", "ScatterND", "ScatterElements"}
+RECOGNISED_UNSUPPORTED = {"NonZero", "ScatterND", "ScatterElements"}
 
 # Inputs an op needs as compile-time constants: they become initializers.
 CONST_OPERANDS = {
     "Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Expand": {1},
     "Slice": {1, 2, 3, 4}, "Split": {1}, "ReduceSum": {1}, "ReduceMean": {1},
     "Where": {0}, "Dropout": {1, 2}, "Gather": {1}, "Clip": {1, 2},
+    "TopK": {1},
 }
 # Optional outputs the importer does not produce (checked without them).
 UNCLAIMED_OUTPUTS = {"LayerNormalization": {1, 2}, "Dropout": {1}}
@@ -257,6 +261,14 @@ def local_cases():
         [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
         [vi("table", f, [10, 4]), vi("ids", TensorProto.INT64, [2, 3])],
         [vi("y", f, [2, 3, 4])], [table, ids], [table[ids]]))
+    bias = rng.randn(4, 3).astype(np.float32)
+    routed = np.array([[2], [0], [3], [2], [-1]], dtype=np.int64)
+    cases.append(make_local_case(
+        "local_gathernd_routed_rows", "GatherND",
+        "the suite has no GatherND of rows by data ids (a routed expert bias)",
+        [helper.make_node("GatherND", ["bias", "ids"], ["y"])],
+        [vi("bias", f, [4, 3]), vi("ids", TensorProto.INT64, [5, 1])],
+        [vi("y", f, [5, 3])], [bias, routed], [bias[routed[:, 0]]]))
     axes = np.array([-1, 0], dtype=np.int64)
     cases.append(make_local_case(
         "local_reduce_mean_opset18_axes_input", "ReduceMean",
@@ -375,6 +387,19 @@ def plan_case(case):
                         "arithmetic index sequences" % (
                             inputs0[1].tolist(), axis, rank))
             plan.notes.append("constant indices (a strided slice)")
+    if op == "GatherND":
+        rank, ids = len(inputs0[0].shape), inputs0[1]
+        if rank != 2 or ids.shape[-1] != 1 or attrs.get("batch_dims", 0):
+            return ("data of rank %d, indices %s, batch_dims %d: claimed are "
+                    "rows of a rank-2 table by ids [..., 1] (a routed bias)"
+                    % (rank, list(ids.shape), attrs.get("batch_dims", 0)))
+        plan.notes.append("indices fed as runtime int64 data")
+    if op == "TopK":
+        rank = len(inputs0[0].shape)
+        if attrs.get("axis", -1) % rank != rank - 1 or \
+                attrs.get("largest", 1) != 1:
+            return "axis %d of %d, largest %d (claimed: the last, largest)" % (
+                attrs.get("axis", -1), rank, attrs.get("largest", 1))
 
     for k, name in enumerate(node.input):
         if not name:
@@ -392,7 +417,7 @@ def plan_case(case):
         if 0 in data.shape:
             return ("zero-sized input '%s': the importer specialises every "
                     "dimension to a positive size" % name)
-        if op == "Gather" and k == 1:
+        if op in ("Gather", "GatherND") and k == 1:
             if t not in INT_TYPES:
                 return "%s indices" % type_name(t)
             continue
@@ -415,7 +440,8 @@ def plan_case(case):
         vi = next(v for v in graph.output if v.name == name)
         t = vi.type.tensor_type.elem_type
         if t not in FLOAT_OUTPUTS and not (
-                op == "IsNaN" and t == TensorProto.BOOL):
+                op == "IsNaN" and t == TensorProto.BOOL) and not (
+                op == "TopK" and k == 1 and t == TensorProto.INT64):
             return "%s output '%s'" % (type_name(t), name)
     if plan.pruned:
         plan.notes.append("unclaimed outputs not checked: " + ", ".join(

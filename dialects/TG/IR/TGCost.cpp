@@ -189,3 +189,27 @@ double UnaryGradOp::getFlops() { return 2 * numel(getX()); }
 double UnaryGradOp::getActivationBytes() { return 0; }
 double BinaryGradOp::getFlops() { return 3 * numel(getDy()); }
 double BinaryGradOp::getActivationBytes() { return 0; }
+
+// Mixture of experts. FLOPs are the routed ones (each row meets one expert's
+// matrix); the experts' weights are parameters, so the cost model holds and
+// streams all of them whatever the routing.
+static double expertMatmulFlops(Value x, Value dy) {
+  auto xt = cast<RankedTensorType>(x.getType());
+  return 2 * numel(dy) * double(xt.getDimSize(1));
+}
+double TopKOp::getFlops() { return numel(getX()) * double(getK()); }
+// The gradient reads the indices.
+double TopKOp::getActivationBytes() { return bytes(getIndices()); }
+double TopKGradOp::getFlops() { return numel(getDvalues()); }
+double TopKGradOp::getActivationBytes() { return 0; }
+double ExpertMatmulOp::getFlops() {
+  return expertMatmulFlops(getX(), getResult());
+}
+// dx reads w and ids, dw reads x and ids.
+double ExpertMatmulOp::getActivationBytes() {
+  return bytes({getX(), getW(), getIds()});
+}
+double ExpertMatmulWGradOp::getFlops() {
+  return expertMatmulFlops(getX(), getDy());
+}
+double ExpertMatmulWGradOp::getActivationBytes() { return 0; }

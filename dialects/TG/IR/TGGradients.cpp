@@ -368,3 +368,39 @@ LinearCrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   grads.push_back(Value());
   return success();
 }
+
+// Mixture of experts. top_k: the values' gradient goes back to the chosen
+// positions; the indices are not differentiable. expert_matmul: dx is the
+// same grouped product with the other orientation of each expert's matrix,
+// dw the per-expert sum of outer products; the ids have no gradient.
+LogicalResult TopKOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    ArrayRef<bool>,
+                                    SmallVectorImpl<Value> &grads) {
+  if (resultGrads[1])
+    return emitOpError("the indices of tg.top_k have no gradient");
+  if (!resultGrads[0]) {
+    grads.push_back(Value());
+    return success();
+  }
+  grads.push_back(TopKGradOp::create(b, getLoc(), getX().getType(),
+                                     getIndices(), resultGrads[0]));
+  return success();
+}
+
+LogicalResult ExpertMatmulOp::buildGradient(OpBuilder &b,
+                                            ArrayRef<Value> resultGrads,
+                                            ArrayRef<bool> needs,
+                                            SmallVectorImpl<Value> &grads) {
+  Location loc = getLoc();
+  Value dy = resultGrads[0];
+  Value dx, dw;
+  if (needs[0])
+    dx = ExpertMatmulOp::create(b, loc, dy, getW(), getIds(), !getTransposeW());
+  if (needs[1])
+    dw = ExpertMatmulWGradOp::create(b, loc, getW().getType(), getX(), dy,
+                                     getIds(), getTransposeWAttr());
+  grads.push_back(dx);
+  grads.push_back(dw);
+  grads.push_back(Value());
+  return success();
+}

@@ -555,6 +555,80 @@ def TG_LinearCrossEntropyGradOp : TG_Op<"linear_cross_entropy_grad"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts: routing and grouped products (TGExpertOps.cpp)
+//===----------------------------------------------------------------------===//
+
+def TG_TopKOp : TG_DiffOp<"top_k"> {
+  let summary = "The k largest elements along the last axis and their positions";
+  let description = [{
+    `values[..., j]` is the j-th largest element of each row of `x` (last
+    axis), in descending order; `indices[..., j]` (i64) its position (ties:
+    the lower position first). The router of a mixture of experts. The
+    gradient scatters the values' gradient back to the chosen positions;
+    the indices have none.
+
+    ```mlir
+    %v, %i = tg.top_k %p {k = 2 : i64} : (tensor<64x4xf32>) -> (tensor<64x2xf32>, tensor<64x2xi64>)
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$x, I64Attr:$k);
+  let results = (outs TG_FloatTensor:$values, TG_IndexTensor:$indices);
+  let assemblyFormat = "$x attr-dict `:` functional-type(operands, results)";
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "int64_t":$k)>];
+  let hasVerifier = 1;
+}
+
+def TG_TopKGradOp : TG_Op<"top_k_grad"> {
+  let summary = "Adjoint of tg.top_k: scatters dvalues to the chosen positions";
+  let description = [{
+    `result[..., indices[..., j]] = dvalues[..., j]`, zero elsewhere; the
+    result has the shape of tg.top_k's operand.
+  }];
+  let arguments = (ins TG_IndexTensor:$indices, TG_FloatTensor:$dvalues);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$dvalues `into` $indices attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def TG_ExpertMatmulOp : TG_DiffOp<"expert_matmul"> {
+  let summary = "Row-wise product with a routed expert's matrix (grouped GEMM)";
+  let description = [{
+    `x : [N, K]`, `ids : [N]` (i64, in `[0, E)`), `w : [E, K, M]`
+    (`[E, M, K]` with `transpose_w`); `result[n] = x[n] · op(w[ids[n]])`,
+    `[N, M]`. One row per (token, slot) pair of a mixture of experts: what an
+    exported `GatherND(experts, ids)` followed by a batched MatMul computes,
+    without the `[N, K, M]` copy of the gathered matrices. Kernels sort the
+    rows by expert (a counting sort, stable) and run one GEMM per expert.
+
+    ```mlir
+    %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<128x64xf32>, tensor<4x96x64xf32>, tensor<128xi64>) -> tensor<128x96xf32>
+    ```
+  }];
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$w, TG_IndexTensor:$ids,
+                   UnitAttr:$transpose_w);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $w `,` $ids attr-dict `:` functional-type(operands, results)";
+  let builders = [OpBuilder<(ins "::mlir::Value":$x, "::mlir::Value":$w,
+                                 "::mlir::Value":$ids, "bool":$transpose_w)>];
+  let hasVerifier = 1;
+}
+
+def TG_ExpertMatmulWGradOp : TG_Op<"expert_matmul_wgrad"> {
+  let summary = "Weight gradient of tg.expert_matmul, summed per expert";
+  let description = [{
+    `result[e] = sum over n with ids[n] == e of op(x[n]ᵀ · dy[n])`: `[E, K, M]`
+    (`[E, M, K]`, i.e. `dy[n]ᵀ · x[n]`, with `transpose_w`), the type of the
+    forward's `w`. An expert no row chose gets zeros. Rows are summed per
+    expert in ascending row order.
+  }];
+  let arguments = (ins TG_FloatTensor:$x, TG_FloatTensor:$dy, TG_IndexTensor:$ids,
+                   UnitAttr:$transpose_w);
+  let results = (outs TG_FloatTensor:$result);
+  let assemblyFormat = "$x `,` $dy `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Gradient helpers
 //===----------------------------------------------------------------------===//
 

@@ -14,6 +14,8 @@
 
 #include "Common.h"
 
+#include "../Recognise/Experts.h"
+
 #include "llvm/ADT/StringSwitch.h"
 
 #include <cmath>
@@ -307,7 +309,10 @@ Folded foldClip(const Fold &f) {
 
 Converted convertClip(const Conversion &c) {
   auto x = c.need(0);
-  if (failed(x) || failed(c.requireFloat(*x)))
+  if (failed(x))
+    return failure();
+  bool ints = typeOf(*x).getElementType().isInteger();
+  if (!ints && failed(c.requireFloat(*x)))
     return failure();
   // The folded bounds, indexed as the node's inputs.
   const HostTensor *in[3] = {nullptr, nullptr, nullptr};
@@ -329,6 +334,8 @@ Converted convertClip(const Conversion &c) {
     return c.error() << "Clip's bounds [" << *lo << ", " << *hi
                      << "] are not ordered",
            failure();
+  if (ints)
+    return convertIndexClip(c, *lo, *hi);
   return wrap(tg::ClampOp::create(c.builder, c.loc, *x,
                                   c.builder.getF32FloatAttr(float(*lo)),
                                   c.builder.getF32FloatAttr(float(*hi))));

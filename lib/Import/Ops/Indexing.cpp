@@ -4,12 +4,16 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Gather (embedding lookups, constant-index slices), GatherND, and the
-// data-dependent routing ops the importer recognises only to reject.
+// Gather (embedding lookups, constant-index slices), GatherND (folded, or
+// routed rows and expert matrices: Recognise/Experts.cpp), TopK (a mixture
+// of experts' router), and the data-dependent routing ops the importer
+// recognises only to reject.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Common.h"
+
+#include "../Recognise/Experts.h"
 
 namespace rondo::import::ops {
 namespace {
@@ -172,6 +176,35 @@ Folded foldGatherND(const Fold &f) {
   return Tensors{std::move(r)};
 }
 
+/// The router's choice: the k largest along the last axis, sorted.
+Converted convertTopK(const Conversion &c) {
+  auto x = c.need(0);
+  if (failed(x) || failed(c.requireFloat(*x)))
+    return failure();
+  int64_t rank = typeOf(*x).getRank();
+  auto k = constInts(c.in.size() > 1 ? c.in[1] : nullptr);
+  if (failed(k) || k->size() != 1)
+    return c.error() << "TopK's k must be a data-independent one-element "
+                        "tensor",
+           failure();
+  int64_t axis = attrInt(c.node, "axis", -1);
+  if (rank == 0 || (axis != -1 && axis != rank - 1))
+    return c.error() << "TopK is supported along the last axis only, got axis "
+                     << axis << " of rank " << rank,
+           failure();
+  if (attrInt(c.node, "largest", 1) != 1)
+    return c.error() << "TopK with largest = 0 is not supported", failure();
+  int64_t d = typeOf(*x).getShape().back();
+  if ((*k)[0] < 1 || (*k)[0] > d)
+    return c.error() << "TopK's k = " << (*k)[0] << " must be in [1, " << d
+                     << "]",
+           failure();
+  // sorted = 0 leaves the order open; the sorted order is one of them.
+  auto op = tg::TopKOp::create(c.builder, c.loc, *x, (*k)[0]);
+  return SmallVector<Val>{Val{false, {}, op.getValues()},
+                          Val{false, {}, op.getIndices()}};
+}
+
 Converted rejectRouting(const Conversion &c) {
   return c.error() << "data-dependent routing (" << c.node.op_type()
                    << " on activations, as in a mixture-of-experts router) is "
@@ -183,8 +216,8 @@ Converted rejectRouting(const Conversion &c) {
 
 void registerIndexingOps(OpTable &t) {
   t.add("Gather", foldGather, convertGather);
-  t.add("GatherND", foldGatherND, nullptr);
-  t.add("TopK", nullptr, rejectRouting);
+  t.add("GatherND", foldGatherND, convertRoutedGather);
+  t.add("TopK", nullptr, convertTopK);
   t.add("NonZero", nullptr, rejectRouting);
   t.add("ScatterND", nullptr, rejectRouting);
   t.add("ScatterElements", nullptr, rejectRouting);

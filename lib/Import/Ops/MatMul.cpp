@@ -10,6 +10,8 @@
 
 #include "Common.h"
 
+#include "../Recognise/Experts.h"
+
 namespace rondo::import::ops {
 namespace {
 
@@ -61,6 +63,9 @@ Converted convertMatMul(const Conversion &c) {
   const onnx::NodeProto &node = c.node;
   ArrayRef<const Val *> in = c.in;
   StringRef op = c.node.op_type();
+  if (op == "MatMul" &&
+      llvm::any_of(in, [](const Val *v) { return v && v->experts; }))
+    return convertExpertMatmul(c);
   auto a = c.need(0), b = c.need(1);
   if (failed(a) || failed(b) || failed(c.requireFloat(*a)) ||
       failed(c.requireFloat(*b)))

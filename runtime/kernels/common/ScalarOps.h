@@ -318,6 +318,64 @@ MatmulSizes matmulSizes(const Shape &as, const Shape &bs, const Shape &os,
   return s;
 }
 
+/// The sizes of expertMatmul(x, w, ids) -> out: x [N, K], w [E, K, M]
+/// ([E, M, K] when transW), ids [N], out [N, M]; also expertMatmulWeightGrad
+/// (x, dY = out, ids) -> dW = w.
+struct ExpertSizes {
+  int64_t N = 0, K = 0, M = 0, E = 0;
+};
+template <typename Fail>
+ExpertSizes expertSizes(const Shape &x, const Shape &w, const Shape &ids,
+                        const Shape &out, bool transW, Fail &&fail) {
+  ExpertSizes s;
+  if (x.rank != 2 || w.rank != 3 || out.rank != 2 || ids.numel() != x.dims[0]) {
+    fail("expects x [N, K], w [E, K, M] (or [E, M, K]), ids [N], out [N, M]");
+    return s;
+  }
+  s.N = x.dims[0];
+  s.K = x.dims[1];
+  s.E = w.dims[0];
+  s.M = transW ? w.dims[1] : w.dims[2];
+  if ((transW ? w.dims[2] : w.dims[1]) != s.K || out.dims[0] != s.N ||
+      out.dims[1] != s.M) {
+    fail("shapes do not match: x [%lld, %lld], w [%lld, %lld, %lld], out "
+         "[%lld, %lld]",
+         (long long)x.dims[0], (long long)x.dims[1], (long long)w.dims[0],
+         (long long)w.dims[1], (long long)w.dims[2], (long long)out.dims[0],
+         (long long)out.dims[1]);
+    return s;
+  }
+  return s;
+}
+
+/// The sizes of topK(x) -> values, indices: rows of x's last dimension D,
+/// k the last dimension of values (= indices), 1 <= k <= D.
+struct TopKSizes {
+  int64_t rows = 0, D = 0, k = 0;
+};
+template <typename Fail>
+TopKSizes topKSizes(const Shape &x, const Shape &values, const Shape &indices,
+                    Fail &&fail) {
+  TopKSizes s;
+  if (x.rank < 1 || values.rank != x.rank || !(values == indices)) {
+    fail("values and indices must have x's rank and one shape");
+    return s;
+  }
+  s.D = x.dims[x.rank - 1];
+  s.k = values.dims[x.rank - 1];
+  for (int d = 0; d + 1 < x.rank; ++d)
+    if (values.dims[d] != x.dims[d]) {
+      fail("values differ from x in dimension %d", d);
+      return s;
+    }
+  if (s.k < 1 || s.k > s.D) {
+    fail("k = %lld must be in [1, %lld]", (long long)s.k, (long long)s.D);
+    return s;
+  }
+  s.rows = s.D ? x.numel() / s.D : 0;
+  return s;
+}
+
 /// The strides by which transpose(x, perm) -> a rank `rank` output reads x
 /// (contiguous), by output dimension.
 inline void transposeStrides(const Shape &x, const int64_t *perm, int rank,

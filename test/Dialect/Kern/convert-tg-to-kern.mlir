@@ -80,3 +80,19 @@ func.func @not_a_stage(%x: tensor<2xf32>) -> tensor<2xf32> {
   %u = tg.unary exp %x : tensor<2xf32>
   return %u : tensor<2xf32>
 }
+
+// -----
+
+// Mixture of experts: one kernel per op; the expert layout is an argument.
+// CHECK-LABEL: func.func @experts
+// CHECK: kern.call @topK(%{{.*}}) : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi64>)
+// CHECK: kern.call @topKBackward(%{{.*}}, %{{.*}}) : (tensor<6x2xi64>, tensor<6x2xf32>) -> tensor<6x4xf32>
+// CHECK: kern.call @expertMatmul(%{{.*}}, %{{.*}}, %{{.*}}) args {transW = true} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x5xf32>
+// CHECK: kern.call @expertMatmulWeightGrad(%{{.*}}, %{{.*}}, %{{.*}}) args {transW = true} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
+func.func @experts(%p: tensor<6x4xf32>, %x: tensor<12x8xf32>, %w: tensor<4x5x8xf32>, %ids: tensor<12xi64>) -> (tensor<6x4xf32>, tensor<4x5x8xf32>) attributes {exec.stage} {
+  %v, %i = tg.top_k %p {k = 2 : i64} : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi64>)
+  %dp = tg.top_k_grad %v into %i : (tensor<6x2xi64>, tensor<6x2xf32>) -> tensor<6x4xf32>
+  %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x5xf32>
+  %dw = tg.expert_matmul_wgrad %x, %y, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
+  return %dp, %dw : tensor<6x4xf32>, tensor<4x5x8xf32>
+}

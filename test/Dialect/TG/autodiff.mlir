@@ -95,3 +95,29 @@ func.func @main(%g: tensor<4xf32> {tg.param = "g", tg.trainable},
   %s = tg.reduce sum %c {axes = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// Checks a mixture of experts' backward: the router's top-k sends the
+// values' gradient to the chosen positions (the ids get none); the grouped
+// product's dx is the same grouped product with the other orientation of the
+// expert matrices, its dW the per-expert sum (tg.expert_matmul_wgrad).
+// CHECK-LABEL: func.func @main
+// CHECK: %[[V:.*]], %[[I:.*]] = tg.top_k %arg1 {k = 2 : i64}
+// CHECK: %[[IDS:.*]] = tg.reshape %[[I]] : (tensor<3x2xi64>) -> tensor<6xi64>
+// CHECK: tg.expert_matmul %arg2, %arg0, %[[IDS]] {transpose_w}
+// CHECK: %[[DX:.*]] = tg.expert_matmul %{{.*}}, %arg0, %[[IDS]] : (tensor<6x5xf32>, tensor<4x5x8xf32>, tensor<6xi64>) -> tensor<6x8xf32>
+// CHECK: %[[DW:.*]] = tg.expert_matmul_wgrad %arg2, %{{.*}}, %[[IDS]] {transpose_w} : (tensor<6x8xf32>, tensor<6x5xf32>, tensor<6xi64>) -> tensor<4x5x8xf32>
+// CHECK: %[[DP:.*]] = tg.top_k_grad %{{.*}} into %[[I]] : (tensor<3x2xi64>, tensor<3x2xf32>) -> tensor<3x4xf32>
+// CHECK: return %{{.*}}, %[[DW]], %[[DP]], %[[DX]]
+func.func @main(%w: tensor<4x5x8xf32> {tg.param = "w", tg.trainable},
+                %p: tensor<3x4xf32> {tg.param = "p", tg.trainable},
+                %x: tensor<6x8xf32> {tg.param = "x", tg.trainable}) -> tensor<f32> {
+  %v, %i = tg.top_k %p {k = 2 : i64} : (tensor<3x4xf32>) -> (tensor<3x2xf32>, tensor<3x2xi64>)
+  %ids = tg.reshape %i : (tensor<3x2xi64>) -> tensor<6xi64>
+  %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<6x8xf32>, tensor<4x5x8xf32>, tensor<6xi64>) -> tensor<6x5xf32>
+  %vr = tg.reshape %v : (tensor<3x2xf32>) -> tensor<6x1xf32>
+  %z = tg.binary mul %y, %vr : (tensor<6x5xf32>, tensor<6x1xf32>) -> tensor<6x5xf32>
+  %s = tg.reduce sum %z {axes = array<i64: 0, 1>} : (tensor<6x5xf32>) -> tensor<f32>
+  return %s : tensor<f32>
+}

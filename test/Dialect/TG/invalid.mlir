@@ -364,3 +364,43 @@ func.func @window_negative(%q: tensor<1x2x4x8xf32>) {
   %o, %l = tg.attention %q, %q, %q {causal, scale = 1.0 : f32, window = -1} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
   return
 }
+
+// -----
+
+func.func @top_k_too_many(%p: tensor<6x4xf32>) {
+  // expected-error @+1 {{k = 5 must be in [1, 4] (the last dimension of 'tensor<6x4xf32>')}}
+  %v, %i = tg.top_k %p {k = 5 : i64} : (tensor<6x4xf32>) -> (tensor<6x5xf32>, tensor<6x5xi64>)
+  return
+}
+
+// -----
+
+func.func @top_k_indices_i32(%p: tensor<6x4xf32>) {
+  // expected-error @+1 {{indices must be i64 of the values' shape, got 'tensor<6x2xi32>'}}
+  %v, %i = tg.top_k %p {k = 2 : i64} : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+  return
+}
+
+// -----
+
+func.func @expert_matmul_contraction(%x: tensor<12x8xf32>, %w: tensor<4x5x8xf32>, %ids: tensor<12xi64>) {
+  // expected-error @+1 {{the rows of x have 8 elements but each expert's matrix contracts 5}}
+  %y = tg.expert_matmul %x, %w, %ids : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x8xf32>
+  return
+}
+
+// -----
+
+func.func @expert_matmul_ids(%x: tensor<12x8xf32>, %w: tensor<4x5x8xf32>, %ids: tensor<6xi64>) {
+  // expected-error @+1 {{ids must have one entry per row of x}}
+  %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<6xi64>) -> tensor<12x5xf32>
+  return
+}
+
+// -----
+
+func.func @expert_matmul_wgrad_dy(%x: tensor<12x8xf32>, %dy: tensor<12x4xf32>, %ids: tensor<12xi64>) {
+  // expected-error @+1 {{dy must be [12, 5], got 'tensor<12x4xf32>'}}
+  %dw = tg.expert_matmul_wgrad %x, %dy, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x4xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
+  return
+}

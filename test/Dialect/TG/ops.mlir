@@ -96,3 +96,19 @@ func.func @structures(%x: tensor<2x8x4x16xf32>, %w: tensor<16xf32>, %k: tensor<2
   %dl = tg.cross_entropy_grad %logits, %ids, %s {ignore_index = -100} : (tensor<6x32xf32>, tensor<6xi64>, tensor<f32>) -> tensor<6x32xf32>
   return %l : tensor<f32>
 }
+
+// Mixture of experts: the router's choice and the grouped expert products.
+// CHECK-LABEL: func.func @experts
+func.func @experts(%p: tensor<6x4xf32>, %x: tensor<12x8xf32>, %w: tensor<4x5x8xf32>, %ids: tensor<12xi64>, %dy: tensor<12x5xf32>) -> tensor<4x5x8xf32> {
+  // CHECK: tg.top_k %{{.*}} {k = 2 : i64} : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi64>)
+  %v, %i = tg.top_k %p {k = 2 : i64} : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi64>)
+  // CHECK: tg.top_k_grad %{{.*}} into %{{.*}} : (tensor<6x2xi64>, tensor<6x2xf32>) -> tensor<6x4xf32>
+  %dp = tg.top_k_grad %v into %i : (tensor<6x2xi64>, tensor<6x2xf32>) -> tensor<6x4xf32>
+  // CHECK: tg.expert_matmul %{{.*}}, %{{.*}}, %{{.*}} {transpose_w} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x5xf32>
+  %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x5xf32>
+  // CHECK: tg.expert_matmul %{{.*}}, %{{.*}}, %{{.*}} : (tensor<12x5xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x8xf32>
+  %dx = tg.expert_matmul %dy, %w, %ids : (tensor<12x5xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x8xf32>
+  // CHECK: tg.expert_matmul_wgrad %{{.*}}, %{{.*}}, %{{.*}} {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
+  %dw = tg.expert_matmul_wgrad %x, %dy, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
+  return %dw : tensor<4x5x8xf32>
+}

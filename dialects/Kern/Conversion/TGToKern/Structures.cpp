@@ -111,6 +111,37 @@ LogicalResult lowerAttentionGrad(tg::AttentionGradOp op, PatternRewriter &rw) {
   return success();
 }
 
+// Mixture of experts: the router's top-k and the grouped products.
+LogicalResult lowerTopK(tg::TopKOp op, PatternRewriter &rw) {
+  rw.replaceOp(op,
+               call(rw, op.getLoc(), "topK", op->getResultTypes(), op.getX())
+                   .getResults());
+  return success();
+}
+
+LogicalResult lowerTopKGrad(tg::TopKGradOp op, PatternRewriter &rw) {
+  rw.replaceOp(op, call(rw, op.getLoc(), "topKBackward", op.getType(),
+                        {op.getIndices(), op.getDvalues()}));
+  return success();
+}
+
+LogicalResult lowerExpertMatmul(tg::ExpertMatmulOp op, PatternRewriter &rw) {
+  rw.replaceOp(op,
+               call(rw, op.getLoc(), "expertMatmul", op.getType(),
+                    {op.getX(), op.getW(), op.getIds()},
+                    {arg(rw, "transW", rw.getBoolAttr(op.getTransposeW()))}));
+  return success();
+}
+
+LogicalResult lowerExpertMatmulWGrad(tg::ExpertMatmulWGradOp op,
+                                     PatternRewriter &rw) {
+  rw.replaceOp(op,
+               call(rw, op.getLoc(), "expertMatmulWeightGrad", op.getType(),
+                    {op.getX(), op.getDy(), op.getIds()},
+                    {arg(rw, "transW", rw.getBoolAttr(op.getTransposeW()))}));
+  return success();
+}
+
 } // namespace
 
 void rondo::kern::populateTGToKernStructurePatterns(
@@ -126,4 +157,8 @@ void rondo::kern::populateTGToKernStructurePatterns(
   add<tg::RotaryGradOp>(patterns, lowerRotaryGrad);
   add<tg::AttentionOp>(patterns, lowerAttention);
   add<tg::AttentionGradOp>(patterns, lowerAttentionGrad);
+  add<tg::TopKOp>(patterns, lowerTopK);
+  add<tg::TopKGradOp>(patterns, lowerTopKGrad);
+  add<tg::ExpertMatmulOp>(patterns, lowerExpertMatmul);
+  add<tg::ExpertMatmulWGradOp>(patterns, lowerExpertMatmulWGrad);
 }
