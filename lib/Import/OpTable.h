@@ -61,6 +61,11 @@ public:
   /// tg.causal_mask for a mask of `shape` with a sliding `window` (0: none).
   virtual mlir::Value causalMask(llvm::ArrayRef<int64_t> shape,
                                  int64_t window) = 0;
+  /// The nodes that read the value `name`; `graphOutput` says whether the
+  /// graph returns it too. For conversions that only accept a value whose
+  /// uses they can see (ReduceMax as a softmax's max shift).
+  virtual llvm::SmallVector<const onnx::NodeProto *>
+  consumers(llvm::StringRef name, bool &graphOutput) = 0;
 };
 
 /// One node to convert: an input is dynamic or folded (null when absent).

@@ -83,6 +83,9 @@ CLAIMED = BINARY + UNARY + [
     "LayerNormalization", "Where", "IsNaN", "Clip"]
 # Ops the op table converts only to reject them with a specific message.
 RECOGNISED_UNSUPPORTED = {"TopK", "NonZero", "ScatterND", "ScatterElements"}
+# ReduceMax is converted only as the max shift before a Softmax (GPT-OSS's
+# attention sinks); a ReduceMax of its own, as in the node tests, is refused.
+RECOGNISED_UNSUPPORTED |= {"ReduceMax"}
 
 # Inputs an op needs as compile-time constants: they become initializers.
 CONST_OPERANDS = {

@@ -364,3 +364,27 @@ func.func @window_negative(%q: tensor<1x2x4x8xf32>) {
   %o, %l = tg.attention %q, %q, %q {causal, scale = 1.0 : f32, window = -1} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
   return
 }
+
+// -----
+
+func.func @sinks_not_per_head(%q: tensor<1x2x4x8xf32>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{sinks must be [Hq] = [2], one per query head, got 'tensor<4xf32>'}}
+  %o, %l = tg.attention %q, %q, %q sinks %s {causal, scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<4xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return
+}
+
+// -----
+
+func.func @sinks_rank(%q: tensor<1x2x4x8xf32>, %s: tensor<1x2x1x1xf32>) {
+  // expected-error @+1 {{sinks must be [Hq] = [2], one per query head, got 'tensor<1x2x1x1xf32>'}}
+  %o, %l = tg.attention %q, %q, %q sinks %s {causal, scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x1x1xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  return
+}
+
+// -----
+
+func.func @sinks_grad_without_dsinks(%q: tensor<1x2x4x8xf32>, %l: tensor<1x2x4xf32>, %s: tensor<2xf32>) {
+  // expected-error @+1 {{has sinks but no dsinks result, or the reverse}}
+  %dq, %dk, %dv = tg.attention_grad %q, %q, %q, %q, %l, %q sinks %s {causal, scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>, tensor<1x2x4x8xf32>, tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)
+  return
+}

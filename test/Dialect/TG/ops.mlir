@@ -96,3 +96,14 @@ func.func @structures(%x: tensor<2x8x4x16xf32>, %w: tensor<16xf32>, %k: tensor<2
   %dl = tg.cross_entropy_grad %logits, %ids, %s {ignore_index = -100} : (tensor<6x32xf32>, tensor<6xi64>, tensor<f32>) -> tensor<6x32xf32>
   return %l : tensor<f32>
 }
+
+// Attention sinks: one logit per query head on tg.attention, their gradient
+// as tg.attention_grad's fourth result.
+// CHECK-LABEL: func.func @attention_sinks
+func.func @attention_sinks(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %s: tensor<8xf32>) -> tensor<8xf32> {
+  // CHECK: tg.attention %{{.*}}, %{{.*}}, %{{.*}} sinks %{{.*}} {causal, scale = 2.500000e-01 : f32, window = 3 : i64} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %o, %lse = tg.attention %q, %k, %k sinks %s {causal, scale = 0.25 : f32, window = 3} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  // CHECK: tg.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} sinks %{{.*}} {causal, scale = 2.500000e-01 : f32} : ({{.*}}, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>)
+  %dq, %dk, %dv, %ds = tg.attention_grad %q, %k, %k, %o, %lse, %o sinks %s {causal, scale = 0.25 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4x16xf32>, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>)
+  return %ds : tensor<8xf32>
+}
