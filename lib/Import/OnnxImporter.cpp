@@ -634,8 +634,8 @@ Value Importer::causalMask(ArrayRef<int64_t> shape, int64_t window) {
       window ? builder.getI64IntegerAttr(window) : IntegerAttr());
 }
 
-SmallVector<const onnx::NodeProto *>
-Importer::consumers(StringRef name, bool &graphOutput) {
+SmallVector<const onnx::NodeProto *> Importer::consumers(StringRef name,
+                                                         bool &graphOutput) {
   SmallVector<const onnx::NodeProto *> users;
   for (const onnx::NodeProto &n : model.graph().node())
     if (llvm::is_contained(n.input(), name))

@@ -337,10 +337,10 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b,
                              getV().getType()};
   if (getSinks())
     types.push_back(getSinks().getType());
-  auto g = AttentionGradOp::create(
-      b, getLoc(), types, getQ(), getK(), getV(), getOut(), getLse(),
-      resultGrads[0], getSinks(), getCausalAttr(), getScaleAttr(),
-      getWindowAttr());
+  auto g =
+      AttentionGradOp::create(b, getLoc(), types, getQ(), getK(), getV(),
+                              getOut(), getLse(), resultGrads[0], getSinks(),
+                              getCausalAttr(), getScaleAttr(), getWindowAttr());
   grads.push_back(needs[0] ? g.getDq() : Value());
   grads.push_back(needs[1] ? g.getDk() : Value());
   grads.push_back(needs[2] ? g.getDv() : Value());

@@ -27,10 +27,9 @@ namespace {
 /// max shift before a softmax, x - ReduceMax(x), into x - 0.
 Value stripShift(Value v) {
   Value x, c;
-  if (matchBinary(v, BinaryKind::sub, x, c,
-                  [](Value, Value r) {
-                    return scalarConstant(r).has_value();
-                  }) &&
+  if (matchBinary(
+          v, BinaryKind::sub, x, c,
+          [](Value, Value r) { return scalarConstant(r).has_value(); }) &&
       x.getType() == v.getType())
     return x;
   return v;
@@ -94,13 +93,11 @@ std::optional<SinkSoftmax> matchSinkSoftmax(Value p, std::string &why) {
     return std::nullopt;
   auto full = cast<RankedTensorType>(cat.getType());
   auto kept = cast<RankedTensorType>(slice.getType());
-  bool dropsSink = llvm::all_of(slice.getStarts(),
-                                [](int64_t s) { return s == 0; }) &&
-                   llvm::all_of(slice.getSteps(),
-                                [](int64_t s) { return s == 1; }) &&
-                   kept.getShape().drop_back() ==
-                       full.getShape().drop_back() &&
-                   kept.getDimSize(3) == full.getDimSize(3) - 1;
+  bool dropsSink =
+      llvm::all_of(slice.getStarts(), [](int64_t s) { return s == 0; }) &&
+      llvm::all_of(slice.getSteps(), [](int64_t s) { return s == 1; }) &&
+      kept.getShape().drop_back() == full.getShape().drop_back() &&
+      kept.getDimSize(3) == full.getDimSize(3) - 1;
   if (!dropsSink) {
     why = "the slice after the softmax must drop exactly the sink column";
     return std::nullopt;
@@ -307,7 +304,8 @@ struct FuseCausalAttention : OpRewritePattern<MatmulOp> {
         return failure();
       // [1, H, 1, 1] -> [H]: one logit per query head.
       sinkLogits = sinks->sinks;
-      auto flat = RankedTensorType::get({qt.getDimSize(1)}, st.getElementType());
+      auto flat =
+          RankedTensorType::get({qt.getDimSize(1)}, st.getElementType());
       if (st != flat)
         sinkLogits =
             ReshapeOp::create(rewriter, op.getLoc(), flat, sinks->sinks);

@@ -67,10 +67,10 @@ Converted convertReduce(const Conversion &c, tg::ReduceKind kind,
 /// tg-fuse-attention drops. Any other use is refused, naming the reader.
 /// "node 'name' (Op)", or by its first output when it has no name.
 std::string describeNode(const onnx::NodeProto &n) {
-  std::string who = n.name().empty()
-                        ? "node producing '" +
-                              (n.output_size() ? n.output(0) : "") + "'"
-                        : "node '" + n.name() + "'";
+  std::string who =
+      n.name().empty()
+          ? "node producing '" + (n.output_size() ? n.output(0) : "") + "'"
+          : "node '" + n.name() + "'";
   return who + " (" + n.op_type() + ")";
 }
 
@@ -80,10 +80,10 @@ Converted convertSoftmaxShift(const Conversion &c, bool axesAsInput) {
   if (failed(x) || failed(c.requireFloat(*x)))
     return failure();
   auto refuse = [&]() {
-    return std::move(
-        c.error() << "ReduceMax is supported only as the max shift of a "
-                     "softmax, Softmax(Sub(x, ReduceMax(x, axes = [-1], "
-                     "keepdims = 1))) over the last axis: ");
+    return std::move(c.error()
+                     << "ReduceMax is supported only as the max shift of a "
+                        "softmax, Softmax(Sub(x, ReduceMax(x, axes = [-1], "
+                        "keepdims = 1))) over the last axis: ");
   };
   auto xt = typeOf(*x);
   int64_t rank = xt.getRank();
@@ -147,9 +147,12 @@ void registerReductionOps(OpTable &t) {
   t.add("ReduceMax", nullptr, [](const Conversion &c) {
     return convertSoftmaxShift(c, /*axesAsInput=*/false);
   });
-  t.add("ReduceMax", nullptr, [](const Conversion &c) {
-    return convertSoftmaxShift(c, /*axesAsInput=*/true);
-  }, /*sinceOpset=*/18);
+  t.add(
+      "ReduceMax", nullptr,
+      [](const Conversion &c) {
+        return convertSoftmaxShift(c, /*axesAsInput=*/true);
+      },
+      /*sinceOpset=*/18);
 }
 
 } // namespace rondo::import::ops

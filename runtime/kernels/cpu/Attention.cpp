@@ -140,8 +140,7 @@ void gemmTN(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
 void attentionHead(const AttnDims &d, float scale, const float *q,
                    const float *k, const float *v, const float *sink,
                    float *out, float *lse, float *scratch, bool parallelRows) {
-  const float emptyLse =
-      sink ? *sink : -std::numeric_limits<float>::infinity();
+  const float emptyLse = sink ? *sink : -std::numeric_limits<float>::infinity();
   for (int64_t i0 = 0; i0 < d.T; i0 += kRowBlock) {
     int64_t rows = std::min(kRowBlock, d.T - i0);
     // The block reads keys [j0, j0 + nMax).
@@ -280,7 +279,8 @@ void sinkGradient(const AttnDims &d, CFView sinks, CFView out, CFView lse,
         double delta = 0.0;
         for (int64_t e = 0; e < d.D; ++e)
           delta += double(g[e]) * o[e];
-        acc += std::exp(double(sinks.data[h]) - double(l)) * double(float(delta));
+        acc +=
+            std::exp(double(sinks.data[h]) - double(l)) * double(float(delta));
       }
     dSinks.data[h] = float(-acc);
   });
@@ -297,11 +297,10 @@ void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
   auto run = [&](int64_t head, float *scratch, bool parallelRows) {
     int64_t b = head / d.Hq, h = head % d.Hq;
     int64_t kvOff = (b * d.Hkv + h / d.group) * d.S * d.D;
-    attentionHead(d, scale, q.data + head * d.T * d.D, k.data + kvOff,
-                  v.data + kvOff, sinks ? sinks + h : nullptr,
-                  out.data + head * d.T * d.D,
-                  lse.data ? lse.data + head * d.T : nullptr, scratch,
-                  parallelRows);
+    attentionHead(
+        d, scale, q.data + head * d.T * d.D, k.data + kvOff, v.data + kvOff,
+        sinks ? sinks + h : nullptr, out.data + head * d.T * d.D,
+        lse.data ? lse.data + head * d.T : nullptr, scratch, parallelRows);
   };
   if (smallHeads(d)) {
     detail::parallelFor(heads, d.T * d.S * d.D * 2, [&](int64_t head) {

@@ -265,9 +265,8 @@ __global__ void attnDeltaKernel(const float *dout, const float *o,
 /// t, t + kSinkThreads, ... in double, then a fixed tree. No atomics.
 constexpr int kSinkThreads = 256;
 __global__ void __launch_bounds__(kSinkThreads)
-    attnSinkGradKernel(const float *sinks, const float *lse,
-                       const float *delta, float *dSinks, int64_t B,
-                       int64_t Hq, int64_t T) {
+    attnSinkGradKernel(const float *sinks, const float *lse, const float *delta,
+                       float *dSinks, int64_t B, int64_t Hq, int64_t T) {
   __shared__ double part[kSinkThreads];
   const int64_t h = blockIdx.x;
   const double sink = sinks[h];
@@ -507,8 +506,7 @@ FlashDims flashDims(const AttnDims &d, int64_t window,
 /// sinks must be [Hq].
 void checkSinks(const AttnDims &d, const Shape &sinks, const char *name) {
   if (sinks.rank != 1 || sinks.dims[0] != d.Hq)
-    contract(name, "sinks must be [%lld], one per query head",
-             (long long)d.Hq);
+    contract(name, "sinks must be [%lld], one per query head", (long long)d.Hq);
 }
 
 /// The share of the T x S score pairs attended (for the profile's FLOPs):
@@ -566,8 +564,7 @@ void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
 
 void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
                float scale, FView out, FView lse) {
-  attentionImpl(q, k, v, nullptr, causal, window, scale, out, lse,
-                "attention");
+  attentionImpl(q, k, v, nullptr, causal, window, scale, out, lse, "attention");
 }
 
 void attentionSinks(CFView q, CFView k, CFView v, CFView sinks, bool causal,
@@ -651,9 +648,9 @@ void attentionSinksBackward(CFView q, CFView k, CFView v, CFView sinks,
   checkSinks(d, sinks.shape, name);
   // P = exp(s - lse) already carries the sink: the dQ/dK/dV pass is
   // attention's.
-  if (dQ.data || dK.data || dV.data)
-    attentionBackward(q, k, v, out, lse, dOut, causal, window, scale, dQ, dK,
-                      dV);
+  if (dQ.data || dK.data || dV.data) // qualified: ADL also finds cpu's
+    rondo::cuda::attentionBackward(q, k, v, out, lse, dOut, causal, window,
+                                   scale, dQ, dK, dV);
   if (!dSinks.data)
     return;
   int64_t rows = d.B * d.Hq * d.T;

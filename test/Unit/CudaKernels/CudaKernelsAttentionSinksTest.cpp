@@ -52,9 +52,9 @@ SinkRun runSinks(const SinkCase &c, const std::string &what) {
   Tensor v = uniform(ks), g = uniform(qs);
   Tensor sinks = uniform(ss, c.sinkLo, c.sinkHi);
   float scale = 1.0f / std::sqrt(float(c.D));
-  SinkRun r{{Tensor(qs), Tensor(ls), Tensor(qs), Tensor(ks), Tensor(ks),
-             Tensor(ss)},
-            {}};
+  SinkRun r{
+      {Tensor(qs), Tensor(ls), Tensor(qs), Tensor(ks), Tensor(ks), Tensor(ss)},
+      {}};
   cpu::attentionSinks(q.cv(), k.cv(), v.cv(), sinks.cv(), c.causal, c.window,
                       scale, r.refs[0].v(), r.refs[1].v());
   cpu::attentionSinksBackward(q.cv(), k.cv(), v.cv(), sinks.cv(),
@@ -67,9 +67,9 @@ SinkRun runSinks(const SinkCase &c, const std::string &what) {
       [&](const std::vector<FView> &o) {
         cu::attentionSinks(dQ.cv(), dK.cv(), dV.cv(), dS.cv(), c.causal,
                            c.window, scale, o[0], o[1]);
-        cu::attentionSinksBackward(dQ.cv(), dK.cv(), dV.cv(), dS.cv(),
-                                   dO.cv(), dL.cv(), dG.cv(), c.causal,
-                                   c.window, scale, o[2], o[3], o[4], o[5]);
+        cu::attentionSinksBackward(dQ.cv(), dK.cv(), dV.cv(), dS.cv(), dO.cv(),
+                                   dL.cv(), dG.cv(), c.causal, c.window, scale,
+                                   o[2], o[3], o[4], o[5]);
       },
       what);
   return r;
@@ -155,10 +155,10 @@ TEST_F(CudaKernels, AttentionSinksReduceToAttention) {
           cu::attentionSinks(dQ.cv(), dK.cv(), dV.cv(), dS.cv(), c.causal,
                              c.window, scale, o[0], o[1]);
           CFView out{o[0].data, qs}, lse{o[1].data, ls};
-          cu::attentionSinksBackward(
-              dQ.cv(), dK.cv(), dV.cv(), dS.cv(), out, lse, dG.cv(), c.causal,
-              c.window, scale, FView{nullptr, qs}, FView{nullptr, ks},
-              FView{nullptr, ks}, o[4]);
+          cu::attentionSinksBackward(dQ.cv(), dK.cv(), dV.cv(), dS.cv(), out,
+                                     lse, dG.cv(), c.causal, c.window, scale,
+                                     FView{nullptr, qs}, FView{nullptr, ks},
+                                     FView{nullptr, ks}, o[4]);
           cu::attentionSinksBackward(
               dQ.cv(), dK.cv(), dV.cv(), dS.cv(), out, lse, dG.cv(), c.causal,
               c.window, scale, FView{scratchQ.p, qs}, FView{scratchK.p, ks},

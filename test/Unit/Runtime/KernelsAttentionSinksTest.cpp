@@ -110,12 +110,14 @@ Naive naive(const SinkCase &c, const Tensor &q, const Tensor &k,
         // Slice off the sink column, times V.
         for (int64_t j = 0; j < S; ++j)
           for (int64_t d = 0; d < D; ++d)
-            n.out[size_t(row * D + d)] += p[size_t(j)] * v[(kvh * S + j) * D + d];
+            n.out[size_t(row * D + d)] +=
+                p[size_t(j)] * v[(kvh * S + j) * D + d];
         // Backward: dP of the sliced columns, 0 for the sink's.
         std::vector<double> dp(size_t(S + 1), 0.0);
         for (int64_t j = 0; j < S; ++j)
           for (int64_t d = 0; d < D; ++d)
-            dp[size_t(j)] += double(dOut[row * D + d]) * v[(kvh * S + j) * D + d];
+            dp[size_t(j)] +=
+                double(dOut[row * D + d]) * v[(kvh * S + j) * D + d];
         double pdp = 0.0;
         for (int64_t j = 0; j <= S; ++j)
           pdp += p[size_t(j)] * dp[size_t(j)];
@@ -126,10 +128,8 @@ Naive naive(const SinkCase &c, const Tensor &q, const Tensor &k,
             continue;
           }
           for (int64_t d = 0; d < D; ++d) {
-            n.dQ[size_t(row * D + d)] +=
-                scale * dz * k[(kvh * S + j) * D + d];
-            n.dK[size_t((kvh * S + j) * D + d)] +=
-                scale * dz * q[row * D + d];
+            n.dQ[size_t(row * D + d)] += scale * dz * k[(kvh * S + j) * D + d];
+            n.dK[size_t((kvh * S + j) * D + d)] += scale * dz * q[row * D + d];
             n.dV[size_t((kvh * S + j) * D + d)] +=
                 p[size_t(j)] * dOut[row * D + d];
           }
@@ -148,7 +148,8 @@ Inputs inputs(const SinkCase &c) {
             uniform(Shape{c.B, c.Hkv, c.S, c.D}, -1.5f, 1.5f),
             uniform(Shape{c.B, c.Hkv, c.S, c.D}),
             uniform(Shape{c.Hq}, c.sinkLo, c.sinkHi),
-            uniform(Shape{c.B, c.Hq, c.T, c.D}), 0.7f};
+            uniform(Shape{c.B, c.Hq, c.T, c.D}),
+            0.7f};
   return in;
 }
 
@@ -174,9 +175,8 @@ TEST(KernelAttentionSinks, BackwardMatchesTheCompositionsGradient) {
     Tensor dQ(in.q.shape, std::nanf("")), dK(in.k.shape, std::nanf("")),
         dV(in.v.shape, std::nanf("")), dSinks(in.sinks.shape, std::nanf(""));
     attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                           out.cv(), lse.cv(), in.dOut.cv(), c.causal,
-                           c.window, in.scale, dQ.v(), dK.v(), dV.v(),
-                           dSinks.v());
+                           out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
+                           in.scale, dQ.v(), dK.v(), dV.v(), dSinks.v());
     Naive want = naive(c, in.q, in.k, in.v, in.sinks, in.dOut, in.scale);
     std::string what = describe(c);
     expectNear(what + " dQ", dQ.data, want.dQ, 1e-4, 1e-5);
@@ -195,9 +195,8 @@ TEST(KernelAttentionSinks, BackwardFiniteDifferences) {
     Tensor dQ(in.q.shape), dK(in.k.shape), dV(in.v.shape),
         dSinks(in.sinks.shape);
     attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                           out.cv(), lse.cv(), in.dOut.cv(), c.causal,
-                           c.window, in.scale, dQ.v(), dK.v(), dV.v(),
-                           dSinks.v());
+                           out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
+                           in.scale, dQ.v(), dK.v(), dV.v(), dSinks.v());
     Tensor o(in.q.shape), l(lse.shape);
     auto objective = [&] {
       attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
@@ -208,12 +207,9 @@ TEST(KernelAttentionSinks, BackwardFiniteDifferences) {
     int64_t samples = large(c) ? 24 : 0;
     checkGradient(what + " dSinks", in.sinks, dSinks.data, objective, 1e-2f,
                   2e-3);
-    checkGradient(what + " dQ", in.q, dQ.data, objective, 1e-2f, 2e-3,
-                  samples);
-    checkGradient(what + " dK", in.k, dK.data, objective, 1e-2f, 2e-3,
-                  samples);
-    checkGradient(what + " dV", in.v, dV.data, objective, 1e-2f, 2e-3,
-                  samples);
+    checkGradient(what + " dQ", in.q, dQ.data, objective, 1e-2f, 2e-3, samples);
+    checkGradient(what + " dK", in.k, dK.data, objective, 1e-2f, 2e-3, samples);
+    checkGradient(what + " dV", in.v, dV.data, objective, 1e-2f, 2e-3, samples);
   }
 }
 
@@ -225,18 +221,17 @@ TEST(KernelAttentionSinks, SkippedResultsAndTheSinklessKernelAgree) {
   attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
                  c.window, in.scale, out.v(), lse.v());
   Tensor dSinks(in.sinks.shape, std::nanf(""));
-  attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                         out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
-                         in.scale, FView{nullptr, in.q.shape},
-                         FView{nullptr, in.k.shape},
-                         FView{nullptr, in.v.shape}, dSinks.v());
+  attentionSinksBackward(
+      in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), out.cv(), lse.cv(),
+      in.dOut.cv(), c.causal, c.window, in.scale, FView{nullptr, in.q.shape},
+      FView{nullptr, in.k.shape}, FView{nullptr, in.v.shape}, dSinks.v());
   Naive want = naive(c, in.q, in.k, in.v, in.sinks, in.dOut, in.scale);
   expectNear("dSinks alone", dSinks.data, want.dSinks, 1e-4, 1e-5);
 
   Tensor none(in.sinks.shape, -INFINITY);
   Tensor o1(in.q.shape), l1(lse.shape), o2(in.q.shape), l2(lse.shape);
-  attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), none.cv(), c.causal,
-                 c.window, in.scale, o1.v(), l1.v());
+  attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), none.cv(), c.causal, c.window,
+                 in.scale, o1.v(), l1.v());
   attention(in.q.cv(), in.k.cv(), in.v.cv(), c.causal, c.window, in.scale,
             o2.v(), l2.v());
   EXPECT_TRUE(bitwiseEqual(o1.data, o2.data));
@@ -255,9 +250,8 @@ std::vector<float> runSinksSuite(const std::vector<Inputs> &ins) {
     Tensor dQ(in.q.shape), dK(in.k.shape), dV(in.v.shape),
         dSinks(in.sinks.shape);
     attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                           out.cv(), lse.cv(), in.dOut.cv(), c.causal,
-                           c.window, in.scale, dQ.v(), dK.v(), dV.v(),
-                           dSinks.v());
+                           out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
+                           in.scale, dQ.v(), dK.v(), dV.v(), dSinks.v());
     for (const Tensor *t : {&out, &lse, &dQ, &dK, &dV, &dSinks})
       all.insert(all.end(), t->data.begin(), t->data.end());
   }

@@ -98,12 +98,12 @@ LogicalResult lowerAttention(tg::AttentionOp op, PatternRewriter &rw) {
   SmallVector<Value, 4> inputs{op.getQ(), op.getK(), op.getV()};
   if (op.getSinks())
     inputs.push_back(op.getSinks());
-  rw.replaceOp(op, call(rw, op.getLoc(),
-                        op.getSinks() ? "attentionSinks" : "attention",
-                        op->getResultTypes(), inputs,
-                        attentionArgs(rw, op.getCausal(), op.getWindowSize(),
-                                      op.getScale()))
-                       .getResults());
+  rw.replaceOp(
+      op,
+      call(rw, op.getLoc(), op.getSinks() ? "attentionSinks" : "attention",
+           op->getResultTypes(), inputs,
+           attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()))
+          .getResults());
   return success();
 }
 
@@ -114,15 +114,14 @@ LogicalResult lowerAttentionGrad(tg::AttentionGradOp op, PatternRewriter &rw) {
   if (op.getSinks())
     inputs.push_back(op.getSinks());
   inputs.append({op.getOut(), op.getLse(), op.getDout()});
-  rw.replaceOp(op, call(rw, op.getLoc(),
-                        op.getSinks() ? "attentionSinksBackward"
-                                      : "attentionBackward",
-                        op->getResultTypes(), inputs,
-                        attentionArgs(rw, op.getCausal(), op.getWindowSize(),
-                                      op.getScale()),
-                        {}, op.getSinks() ? unusedResults(op, {3})
-                                          : SmallVector<int64_t>())
-                       .getResults());
+  rw.replaceOp(
+      op,
+      call(rw, op.getLoc(),
+           op.getSinks() ? "attentionSinksBackward" : "attentionBackward",
+           op->getResultTypes(), inputs,
+           attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()),
+           {}, op.getSinks() ? unusedResults(op, {3}) : SmallVector<int64_t>())
+          .getResults());
   return success();
 }
 
