@@ -340,9 +340,11 @@ struct TGFuseAttentionPass
     // scores, and nothing downstream could fuse it: say which part of the
     // exporter's structure differs.
     WalkResult walk = getOperation().walk([&](SoftmaxOp sm) {
-      // Dead once fused (the canonicaliser after this pass removes it).
-      bool live = llvm::any_of(sm->getUsers(),
-                               [](Operation *u) { return !u->use_empty(); });
+      // Once fused, only dead slices read it (the canonicaliser after this
+      // pass removes them).
+      bool live = llvm::any_of(sm->getUsers(), [](Operation *u) {
+        return !isa<SliceOp>(u) || !u->use_empty();
+      });
       if (!live || !sinkConcat(sm))
         return WalkResult::advance();
       std::string why;

@@ -64,3 +64,18 @@ func.func @no_value_product(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %s
   %pk = tg.slice %p [0, 0, 0, 0] step [1, 1, 1, 1] : (tensor<1x2x4x5xf32>) -> tensor<1x2x4x4xf32>
   return %pk : tensor<1x2x4x4xf32>
 }
+
+// -----
+
+// The softmax of the scores and the sink column returned as it is.
+func.func @returned(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %sinks: tensor<1x2x1x1xf32>) -> tensor<1x2x4x5xf32> {
+  %kT = tg.transpose %k [0, 1, 3, 2] : (tensor<1x2x4x8xf32>) -> tensor<1x2x8x4xf32>
+  %s = tg.matmul %q, %kT : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
+  %m = tg.causal_mask : tensor<1x1x4x4xf32>
+  %sm = tg.binary add %s, %m : (tensor<1x2x4x4xf32>, tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32>
+  %col = tg.broadcast %sinks : (tensor<1x2x1x1xf32>) -> tensor<1x2x4x1xf32>
+  %cat = tg.concat %sm, %col {axis = 3 : i64} : (tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>) -> tensor<1x2x4x5xf32>
+  // expected-error @+1 {{the softmax must be sliced back to the keys and multiplied by v}}
+  %p = tg.softmax %cat : tensor<1x2x4x5xf32>
+  return %p : tensor<1x2x4x5xf32>
+}
