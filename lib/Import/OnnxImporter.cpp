@@ -187,6 +187,8 @@ private:
     auto it = values.find(name);
     return it == values.end() ? nullptr : &it->second;
   }
+  SmallVector<const onnx::NodeProto *> consumers(StringRef name,
+                                                 bool &graphOutput) override;
 
   MLIRContext *ctx;
   const onnx::ModelProto &model;
@@ -641,6 +643,17 @@ Value Importer::causalMask(ArrayRef<int64_t> shape, int64_t window) {
   return tg::CausalMaskOp::create(
       builder, loc, RankedTensorType::get(s, builder.getF32Type()),
       window ? builder.getI64IntegerAttr(window) : IntegerAttr());
+}
+
+SmallVector<const onnx::NodeProto *> Importer::consumers(StringRef name,
+                                                         bool &graphOutput) {
+  SmallVector<const onnx::NodeProto *> users;
+  for (const onnx::NodeProto &n : model.graph().node())
+    if (llvm::is_contained(n.input(), name))
+      users.push_back(&n);
+  graphOutput = llvm::any_of(model.graph().output(),
+                             [&](const auto &o) { return o.name() == name; });
+  return users;
 }
 
 LogicalResult Importer::convertNode(const onnx::NodeProto &node) {

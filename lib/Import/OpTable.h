@@ -65,6 +65,11 @@ public:
   /// initializers), and the value itself once imported (null before).
   virtual const onnx::NodeProto *producerOf(llvm::StringRef name) = 0;
   virtual const Val *valueOf(llvm::StringRef name) = 0;
+  /// The nodes that read the value `name`; `graphOutput` says whether the
+  /// graph returns it too. For conversions that only accept a value whose
+  /// uses they can see (ReduceMax as a softmax's max shift).
+  virtual llvm::SmallVector<const onnx::NodeProto *>
+  consumers(llvm::StringRef name, bool &graphOutput) = 0;
 };
 
 /// One node to convert: an input is dynamic or folded (null when absent).

@@ -333,14 +333,19 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b,
   if (resultGrads[1])
     return emitOpError(
         "the log-sum-exp result is internal and cannot be differentiated");
-  auto g = AttentionGradOp::create(
-      b, getLoc(),
-      TypeRange{getQ().getType(), getK().getType(), getV().getType()}, getQ(),
-      getK(), getV(), getOut(), getLse(), resultGrads[0], getCausalAttr(),
-      getScaleAttr(), getWindowAttr());
+  SmallVector<Type, 4> types{getQ().getType(), getK().getType(),
+                             getV().getType()};
+  if (getSinks())
+    types.push_back(getSinks().getType());
+  auto g =
+      AttentionGradOp::create(b, getLoc(), types, getQ(), getK(), getV(),
+                              getOut(), getLse(), resultGrads[0], getSinks(),
+                              getCausalAttr(), getScaleAttr(), getWindowAttr());
   grads.push_back(needs[0] ? g.getDq() : Value());
   grads.push_back(needs[1] ? g.getDk() : Value());
   grads.push_back(needs[2] ? g.getDv() : Value());
+  if (getSinks())
+    grads.push_back(needs[3] ? g.getDsinks() : Value());
   return success();
 }
 

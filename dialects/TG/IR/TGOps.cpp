@@ -750,6 +750,22 @@ LogicalResult RotaryOp::verify() {
   return success();
 }
 
+/// Attention sinks are one logit per query head: [Hq], of q's element type.
+static LogicalResult verifySinks(Operation *op, Value sinks,
+                                 RankedTensorType q) {
+  if (!sinks)
+    return success();
+  auto s = tensorType(sinks);
+  if (s.getRank() != 1 || q.getRank() != 4 ||
+      s.getDimSize(0) != q.getDimSize(1))
+    return op->emitOpError("sinks must be [Hq] = [")
+           << (q.getRank() == 4 ? q.getDimSize(1) : ShapedType::kDynamic)
+           << "], one per query head, got " << s;
+  if (s.getElementType() != q.getElementType())
+    return op->emitOpError("sinks element type must equal q's, got ") << s;
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
   auto q = tensorType(getQ()), k = tensorType(getK()), v = tensorType(getV());
   if (q.getRank() != 4 || k.getRank() != 4 || v.getRank() != 4)
@@ -767,10 +783,18 @@ LogicalResult AttentionOp::verify() {
   auto lse = tensorType(getLse());
   if (lse.getShape() != q.getShape().drop_back())
     return emitOpError("lse must be [B, Hq, T]");
+  if (failed(verifySinks(*this, getSinks(), q)))
+    return failure();
   return verifyWindow(*this, getWindowAttr(), getCausal());
 }
 
 LogicalResult AttentionGradOp::verify() {
+  if (failed(verifySinks(*this, getSinks(), tensorType(getQ()))))
+    return failure();
+  if (bool(getSinks()) != bool(getDsinks()))
+    return emitOpError("has sinks but no dsinks result, or the reverse");
+  if (getDsinks() && getDsinks().getType() != getSinks().getType())
+    return emitOpError("dsinks type must equal sinks' type");
   return verifyWindow(*this, getWindowAttr(), getCausal());
 }
 

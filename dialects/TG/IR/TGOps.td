@@ -468,17 +468,27 @@ def TG_AttentionOp : TG_DiffOp<"attention"> {
     attention, the band of `tg.causal_mask {window}`. Absent or 0 is full
     causal attention.
 
+    An optional `sinks : [Hq]` operand (GPT-OSS's attention sinks) is one
+    learned logit per query head that joins every row's softmax denominator
+    and contributes no value: `p_ij = exp(s_ij) / (exp(sinks[h]) + sum_k
+    exp(s_ik))`; `lse` then includes the sink. It combines with `window`.
+
     ```mlir
     %o, %lse = tg.attention %q, %k, %v {causal, scale = 2.500000e-01 : f32}
         : (tensor<2x4x32x16xf32>, tensor<2x2x32x16xf32>, tensor<2x2x32x16xf32>)
         -> (tensor<2x4x32x16xf32>, tensor<2x4x32xf32>)
+    %o2, %lse2 = tg.attention %q, %k, %v sinks %s
+        {causal, scale = 2.500000e-01 : f32, window = 8 : i64}
+        : (tensor<2x4x32x16xf32>, tensor<2x2x32x16xf32>, tensor<2x2x32x16xf32>,
+           tensor<4xf32>) -> (tensor<2x4x32x16xf32>, tensor<2x4x32xf32>)
     ```
   }];
   let arguments = (ins TG_FloatTensor:$q, TG_FloatTensor:$k, TG_FloatTensor:$v,
+                   Optional<TG_FloatTensor>:$sinks,
                    UnitAttr:$causal, F32Attr:$scale,
                    OptionalAttr<I64Attr>:$window);
   let results = (outs TG_FloatTensor:$out, TG_FloatTensor:$lse);
-  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$q `,` $k `,` $v (`sinks` $sinks^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// The sliding window: 0 (the attribute absent) for full causal.
@@ -490,12 +500,19 @@ def TG_AttentionOp : TG_DiffOp<"attention"> {
 
 def TG_AttentionGradOp : TG_Op<"attention_grad"> {
   let summary = "Adjoint of tg.attention";
+  let description = [{
+    With the forward's `sinks` it also returns their gradient `dsinks : [Hq]`,
+    `dsinks[h] = -sum_{b,i} exp(sinks[h] - lse[b,h,i]) * (dout . out)[b,h,i]`
+    (the sink column's softmax gradient, its dP being 0).
+  }];
   let arguments = (ins TG_FloatTensor:$q, TG_FloatTensor:$k, TG_FloatTensor:$v,
                    TG_FloatTensor:$out, TG_FloatTensor:$lse, TG_FloatTensor:$dout,
+                   Optional<TG_FloatTensor>:$sinks,
                    UnitAttr:$causal, F32Attr:$scale,
                    OptionalAttr<I64Attr>:$window);
-  let results = (outs TG_FloatTensor:$dq, TG_FloatTensor:$dk, TG_FloatTensor:$dv);
-  let assemblyFormat = "$q `,` $k `,` $v `,` $out `,` $lse `,` $dout attr-dict `:` functional-type(operands, results)";
+  let results = (outs TG_FloatTensor:$dq, TG_FloatTensor:$dk, TG_FloatTensor:$dv,
+                 Optional<TG_FloatTensor>:$dsinks);
+  let assemblyFormat = "$q `,` $k `,` $v `,` $out `,` $lse `,` $dout (`sinks` $sinks^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// The sliding window: 0 (the attribute absent) for full causal.

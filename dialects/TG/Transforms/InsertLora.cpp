@@ -161,7 +161,8 @@ unsigned outputRoles(Value result) {
       Operation *user = use.getOwner();
       unsigned n = use.getOperandNumber();
       if (isa<AttentionOp>(user)) {
-        roles |= n == 0 ? kQ : n == 1 ? kK : kV;
+        // Operand 3, the sinks, is no projection's output.
+        roles |= n == 0 ? kQ : n == 1 ? kK : n == 2 ? kV : 0u;
       } else if (isa<GatedActOp>(user)) {
         roles |= n == 0 ? kGate : kUp;
       } else if (auto u = dyn_cast<UnaryOp>(user)) {

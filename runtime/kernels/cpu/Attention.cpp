@@ -33,6 +33,16 @@
 // A causal query row with no visible key (only possible when S < T) gets
 // out = 0 and lse = -inf, and passes no gradient.
 //
+// Attention sinks (GPT-OSS: attentionSinks) add one logit per query head to
+// every row's softmax denominator, a key with no value: the row max starts
+// at the sink and the row sum at exp(sink - max), so lse includes the sink
+// and the backward's P = exp(s - lse) is already the sink-normalised
+// probability; dQ, dK and dV need nothing else. A row with no visible key
+// then gives all its mass to the sink (out = 0, lse = sink). The sink's own
+// gradient is -P_sink * delta per row (the softmax gradient of a column
+// whose dP is 0), summed per head over batch and rows in ascending order in
+// a pass of its own, so it does not depend on how the rows were split.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Internal.h"
@@ -125,10 +135,12 @@ void gemmTN(int64_t m, int64_t n, int64_t k, float alpha, const float *a,
               alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
-/// Forward for one query head. `scratch` holds kRowBlock * S floats.
+/// Forward for one query head. `scratch` holds kRowBlock * S floats. `sink`
+/// is the head's sink logit, or null.
 void attentionHead(const AttnDims &d, float scale, const float *q,
-                   const float *k, const float *v, float *out, float *lse,
-                   float *scratch, bool parallelRows) {
+                   const float *k, const float *v, const float *sink,
+                   float *out, float *lse, float *scratch, bool parallelRows) {
+  const float emptyLse = sink ? *sink : -std::numeric_limits<float>::infinity();
   for (int64_t i0 = 0; i0 < d.T; i0 += kRowBlock) {
     int64_t rows = std::min(kRowBlock, d.T - i0);
     // The block reads keys [j0, j0 + nMax).
@@ -137,8 +149,7 @@ void attentionHead(const AttnDims &d, float scale, const float *q,
     if (nMax <= 0) {
       std::fill(out + i0 * d.D, out + (i0 + rows) * d.D, 0.0f);
       if (lse)
-        std::fill(lse + i0, lse + i0 + rows,
-                  -std::numeric_limits<float>::infinity());
+        std::fill(lse + i0, lse + i0 + rows, emptyLse);
       continue;
     }
     // scores[r, j] = scale * q_r . k_{j0 + j} for j < nMax.
@@ -151,13 +162,13 @@ void attentionHead(const AttnDims &d, float scale, const float *q,
       if (n <= lo) {
         std::fill(p, p + nMax, 0.0f);
         if (lse)
-          lse[i0 + r] = -std::numeric_limits<float>::infinity();
+          lse[i0 + r] = emptyLse;
         return;
       }
-      float m = p[lo];
+      float m = sink ? std::max(*sink, p[lo]) : p[lo];
       for (int64_t j = lo + 1; j < n; ++j)
         m = std::max(m, p[j]);
-      double sum = 0.0;
+      double sum = sink ? double(std::exp(*sink - m)) : 0.0;
       for (int64_t j = lo; j < n; ++j) {
         float e = std::exp(p[j] - m);
         p[j] = e;
@@ -245,10 +256,39 @@ void attentionGroupBackward(const AttnDims &d, float scale,
 
 bool smallHeads(const AttnDims &d) { return d.T * d.S * d.D <= kSmallHead; }
 
-} // namespace
+/// sinks must be [Hq].
+void checkSinks(const AttnDims &d, const Shape &sinks, const char *name) {
+  if (sinks.rank != 1 || sinks.dims[0] != d.Hq)
+    detail::fatal("%s: sinks must be [%lld], one per query head", name,
+                  (long long)d.Hq);
+}
 
-void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
-               float scale, FView out, FView lse) {
+/// dSinks[h] = -sum_{b, i} exp(sinks[h] - lse) * (dO . O), per head in
+/// ascending (b, i) order in double.
+void sinkGradient(const AttnDims &d, CFView sinks, CFView out, CFView lse,
+                  CFView dOut, FView dSinks) {
+  detail::parallelFor(d.Hq, d.B * d.T * d.D * 2, [&](int64_t h) {
+    double acc = 0.0;
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t i = 0; i < d.T; ++i) {
+        int64_t row = (b * d.Hq + h) * d.T + i;
+        float l = lse.data[row];
+        if (std::isinf(l))
+          continue;
+        const float *g = dOut.data + row * d.D, *o = out.data + row * d.D;
+        double delta = 0.0;
+        for (int64_t e = 0; e < d.D; ++e)
+          delta += double(g[e]) * o[e];
+        acc +=
+            std::exp(double(sinks.data[h]) - double(l)) * double(float(delta));
+      }
+    dSinks.data[h] = float(-acc);
+  });
+}
+
+void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
+                   bool causal, int64_t window, float scale, FView out,
+                   FView lse) {
   AttnDims d = attnDims(q.shape, k.shape, v.shape, causal, window);
   int64_t heads = d.B * d.Hq;
   if (heads == 0 || d.T == 0)
@@ -257,10 +297,10 @@ void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
   auto run = [&](int64_t head, float *scratch, bool parallelRows) {
     int64_t b = head / d.Hq, h = head % d.Hq;
     int64_t kvOff = (b * d.Hkv + h / d.group) * d.S * d.D;
-    attentionHead(d, scale, q.data + head * d.T * d.D, k.data + kvOff,
-                  v.data + kvOff, out.data + head * d.T * d.D,
-                  lse.data ? lse.data + head * d.T : nullptr, scratch,
-                  parallelRows);
+    attentionHead(
+        d, scale, q.data + head * d.T * d.D, k.data + kvOff, v.data + kvOff,
+        sinks ? sinks + h : nullptr, out.data + head * d.T * d.D,
+        lse.data ? lse.data + head * d.T : nullptr, scratch, parallelRows);
   };
   if (smallHeads(d)) {
     detail::parallelFor(heads, d.T * d.S * d.D * 2, [&](int64_t head) {
@@ -272,6 +312,20 @@ void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
   std::vector<float> scratch(size_t(blockRows * std::max<int64_t>(d.S, 1)));
   for (int64_t head = 0; head < heads; ++head)
     run(head, scratch.data(), true);
+}
+
+} // namespace
+
+void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
+               float scale, FView out, FView lse) {
+  attentionImpl(q, k, v, nullptr, causal, window, scale, out, lse);
+}
+
+void attentionSinks(CFView q, CFView k, CFView v, CFView sinks, bool causal,
+                    int64_t window, float scale, FView out, FView lse) {
+  checkSinks(attnDims(q.shape, k.shape, v.shape, causal, window), sinks.shape,
+             "attentionSinks");
+  attentionImpl(q, k, v, sinks.data, causal, window, scale, out, lse);
 }
 
 void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
@@ -303,6 +357,21 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   std::vector<float> p(bufSize), ds(bufSize);
   for (int64_t g = 0; g < groups; ++g)
     run(g, p.data(), ds.data(), true);
+}
+
+void attentionSinksBackward(CFView q, CFView k, CFView v, CFView sinks,
+                            CFView out, CFView lse, CFView dOut, bool causal,
+                            int64_t window, float scale, FView dQ, FView dK,
+                            FView dV, FView dSinks) {
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, causal, window);
+  checkSinks(d, sinks.shape, "attentionSinksBackward");
+  // P = exp(s - lse) already carries the sink: the dQ/dK/dV pass is
+  // attention's.
+  if (dQ.data || dK.data || dV.data)
+    attentionBackward(q, k, v, out, lse, dOut, causal, window, scale, dQ, dK,
+                      dV);
+  if (dSinks.data)
+    sinkGradient(d, sinks, out, lse, dOut, dSinks);
 }
 
 } // namespace rondo::cpu

@@ -24,6 +24,12 @@
 // a fixed order, so results are reproducible bit for bit. Tiles are 32 x 32
 // (16 x 16 for head dimensions whose tiles would not fit in shared memory).
 //
+// Attention sinks (attentionSinks, both precisions): the head's sink logit
+// starts each row's running max, with exp(0) = 1 as the starting row sum, so
+// lse includes the sink and the backward's P = exp(s - lse) needs nothing
+// else. dSinks[h] = -sum over (b, i) of exp(sink - lse) * delta: one block
+// per head, each thread a fixed stride of rows in double, then a fixed tree.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Internal.cuh"
@@ -62,6 +68,7 @@ AttnDims attnDims(const Shape &q, const Shape &k, const Shape &v,
 
 struct AttnArgs {
   const float *q, *k, *v, *o, *lse, *dout, *delta;
+  const float *sinks; // [Hq] or null
   float *out, *lseOut, *dq, *dk, *dv;
   int64_t Hq, Hkv, T, S, D, group;
   bool causal;
@@ -157,9 +164,11 @@ __global__ void __launch_bounds__(kAttnThreads) attnFwdKernel(AttnArgs a) {
   loadTile(Qs, ld, qh, i0, BM, a.T, D);
   for (int64_t idx = threadIdx.x; idx < int64_t(BM) * D; idx += blockDim.x)
     Os[idx] = 0.0f;
+  // A sink is one more key with exp(sink - m) and no value (none at -inf).
+  const float sink = a.sinks ? a.sinks[hq] : -INFINITY;
   for (int r = threadIdx.x; r < BM; r += blockDim.x) {
-    mRow[r] = -INFINITY;
-    lRow[r] = 0.0;
+    mRow[r] = sink;
+    lRow[r] = sink == -INFINITY ? 0.0 : 1.0;
   }
   const int64_t nMax = visibleKeys(a, i0 + rowsHere - 1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -249,6 +258,34 @@ __global__ void attnDeltaKernel(const float *dout, const float *o,
     if (lane == 0)
       delta[r] = float(acc);
   }
+}
+
+/// dSinks[h] = -sum_{b, i} exp(sinks[h] - lse) * delta over the rows of head
+/// h: one block (kSinkThreads threads) per head, thread t takes the rows
+/// t, t + kSinkThreads, ... in double, then a fixed tree. No atomics.
+constexpr int kSinkThreads = 256;
+__global__ void __launch_bounds__(kSinkThreads)
+    attnSinkGradKernel(const float *sinks, const float *lse, const float *delta,
+                       float *dSinks, int64_t B, int64_t Hq, int64_t T) {
+  __shared__ double part[kSinkThreads];
+  const int64_t h = blockIdx.x;
+  const double sink = sinks[h];
+  double acc = 0.0;
+  for (int64_t idx = threadIdx.x; idx < B * T; idx += kSinkThreads) {
+    int64_t row = ((idx / T) * Hq + h) * T + idx % T;
+    float l = lse[row];
+    if (!isinf(l))
+      acc += exp(sink - double(l)) * double(delta[row]);
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kSinkThreads / 2; half > 0; half >>= 1) {
+    if (threadIdx.x < half)
+      part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    dSinks[h] = float(-part[0]);
 }
 
 /// dS (and P) of one score: returns false for a masked or empty position.
@@ -461,8 +498,15 @@ AttnArgs baseArgs(const AttnDims &d, bool causal, int64_t window,
   return a;
 }
 
-FlashDims flashDims(const AttnDims &d, int64_t window) {
-  return FlashDims{d.B, d.Hq, d.Hkv, d.T, d.S, d.D, window};
+FlashDims flashDims(const AttnDims &d, int64_t window,
+                    const float *sinks = nullptr) {
+  return FlashDims{d.B, d.Hq, d.Hkv, d.T, d.S, d.D, window, sinks};
+}
+
+/// sinks must be [Hq].
+void checkSinks(const AttnDims &d, const Shape &sinks, const char *name) {
+  if (sinks.rank != 1 || sinks.dims[0] != d.Hq)
+    contract(name, "sinks must be [%lld], one per query head", (long long)d.Hq);
 }
 
 /// The share of the T x S score pairs attended (for the profile's FLOPs):
@@ -483,15 +527,13 @@ double attendedShare(const AttnDims &d, bool causal, int64_t window,
   return pairs / (double(d.T) * double(d.S));
 }
 
-} // namespace
-
-void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
-               float scale, FView out, FView lse) {
-  const char *name = "attention";
+void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
+                   bool causal, int64_t window, float scale, FView out,
+                   FView lse, const char *name) {
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
   double share = attendedShare(d, causal, window, name);
   ProfileScope profileScope(
-      std::string("attention") +
+      std::string(name) +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
                ? " flash bf16"
                : " fp32"),
@@ -499,11 +541,12 @@ void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
   if (d.B * d.Hq == 0 || d.T == 0)
     return;
   if (precision() == Precision::Bf16 && flashAttentionSupports(d.D)) {
-    flashAttentionForward(flashDims(d, window), q.data, k.data, v.data, causal,
-                          scale, out.data, lse.data, name);
+    flashAttentionForward(flashDims(d, window, sinks), q.data, k.data, v.data,
+                          causal, scale, out.data, lse.data, name);
     return;
   }
   AttnArgs a = baseArgs(d, causal, window, scale);
+  a.sinks = sinks;
   a.q = q.data;
   a.k = k.data;
   a.v = v.data;
@@ -515,6 +558,20 @@ void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
   dim3 grid(unsigned((d.T + tile - 1) / tile), unsigned(d.Hq),
             unsigned(d.B));
   launchAttn(attnFwdKernel, grid, smem, a, name);
+}
+
+} // namespace
+
+void attention(CFView q, CFView k, CFView v, bool causal, int64_t window,
+               float scale, FView out, FView lse) {
+  attentionImpl(q, k, v, nullptr, causal, window, scale, out, lse, "attention");
+}
+
+void attentionSinks(CFView q, CFView k, CFView v, CFView sinks, bool causal,
+                    int64_t window, float scale, FView out, FView lse) {
+  const char *name = "attentionSinks";
+  checkSinks(attnDims(q.shape, k.shape, v.shape, name), sinks.shape, name);
+  attentionImpl(q, k, v, sinks.data, causal, window, scale, out, lse, name);
 }
 
 void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
@@ -579,6 +636,38 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
               unsigned(d.B));
     launchAttn(attnDkvKernel, grid, smem, a, name);
   }
+  delta.release();
+}
+
+void attentionSinksBackward(CFView q, CFView k, CFView v, CFView sinks,
+                            CFView out, CFView lse, CFView dOut, bool causal,
+                            int64_t window, float scale, FView dQ, FView dK,
+                            FView dV, FView dSinks) {
+  const char *name = "attentionSinksBackward";
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  checkSinks(d, sinks.shape, name);
+  // P = exp(s - lse) already carries the sink: the dQ/dK/dV pass is
+  // attention's.
+  if (dQ.data || dK.data || dV.data) // qualified: ADL also finds cpu's
+    rondo::cuda::attentionBackward(q, k, v, out, lse, dOut, causal, window,
+                                   scale, dQ, dK, dV);
+  if (!dSinks.data)
+    return;
+  int64_t rows = d.B * d.Hq * d.T;
+  if (rows == 0) {
+    fillDevice(dSinks.data, d.Hq, 0.0f, name);
+    return;
+  }
+  if (!lse.data)
+    contract(name, "lse is required");
+  ProfileScope profileScope(name, 2.0 * double(rows) * double(d.D));
+  Temp delta(size_t(rows) * sizeof(float), name);
+  attnDeltaKernel<<<gridFor(rows * 32), kThreads, 0, currentStream()>>>(
+      dOut.data, out.data, delta.as<float>(), rows, d.D);
+  checkLaunch(name);
+  attnSinkGradKernel<<<unsigned(d.Hq), kSinkThreads, 0, currentStream()>>>(
+      sinks.data, lse.data, delta.as<float>(), dSinks.data, d.B, d.Hq, d.T);
+  checkLaunch(name);
   delta.release();
 }
 

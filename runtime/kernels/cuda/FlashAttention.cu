@@ -32,7 +32,9 @@
 // Forward: online softmax in fp32 on log2e-prescaled scores with exp2f; the
 // row sum is kept per thread and reduced over the four threads of a row only
 // at the end; lse = m ln2 + log(l). Rows that see no key end with l = 0 and
-// get out = 0, lse = -inf.
+// get out = 0, lse = -inf. Attention sinks start every row at m = sink
+// (log2 units) and l = 1 (on the first thread of the row's four), one more
+// key with no value; lse then includes it and the backward is unchanged.
 //
 // Backward: a prologue kernel writes delta = rowsum(dO * O) and lse * log2e
 // (+inf where lse = -inf, so that P = 0 there and in the padded rows). Then,
@@ -75,6 +77,7 @@ struct FlashParams {
   const bf16 *q, *k, *v, *dout;
   // [B * Hq, Tpad]: lse * log2e (+inf where lse = -inf or padding), delta.
   const float *lse2, *delta;
+  const float *sinks; // [Hq] or null (forward only: lse carries them)
   float *out, *lse, *dq, *dk, *dv;
   int Hq, Hkv, group, T, S, Tpad, Spad;
   bool causal;
@@ -299,7 +302,9 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
 
   float o[kDB][4];
   zero(o);
-  float mRow[2] = {-INFINITY, -INFINITY}, lRow[2] = {0.0f, 0.0f};
+  const float m0 = p.sinks ? p.sinks[h] * kLog2e : -INFINITY;
+  const float l0 = m0 != -INFINITY && t4 == 0 ? 1.0f : 0.0f;
+  float mRow[2] = {m0, m0}, lRow[2] = {l0, l0};
 
   if (jtBegin < nTiles) {
     loadTileAsync<D>(sQ, qg);
@@ -811,6 +816,7 @@ void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
   p.v = vb.get();
   p.out = out;
   p.lse = lse;
+  p.sinks = d.sinks;
   if (d.D == 64)
     forwardD<64>(p, d.B, name);
   else

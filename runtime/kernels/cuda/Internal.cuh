@@ -289,6 +289,7 @@ void fillDevice(float *out, int64_t n, float value, const char *kernel);
 struct FlashDims {
   int64_t B, Hq, Hkv, T, S, D;
   int64_t window; // > 0: sliding window (causal only), as attention's
+  const float *sinks = nullptr; // [Hq] attention sinks (attentionSinks)
 };
 
 /// Head dimensions with a bf16 kernel (64 and 128).

@@ -95,4 +95,17 @@ func.func @experts(%p: tensor<6x4xf32>, %x: tensor<12x8xf32>, %w: tensor<4x5x8xf
   %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x5xf32>
   %dw = tg.expert_matmul_wgrad %x, %y, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
   return %dp, %dw : tensor<6x4xf32>, tensor<4x5x8xf32>
+// Attention with sinks: attentionSinks with the sinks after v, and
+// attentionSinksBackward with the sinks after v; a dsinks nothing reads
+// (frozen sinks) is skipped.
+// CHECK-LABEL: func.func @attention_sinks
+// CHECK: %[[O:.*]]:2 = kern.call @attentionSinks(%arg0, %arg1, %arg1, %arg2) args {causal = true, scale = 5.000000e-01 : f32, window = 2 : i64}
+// CHECK: kern.call @attentionSinksBackward(%arg0, %arg1, %arg1, %arg2, %[[O]]#0, %[[O]]#1, %arg0) args {causal = true, scale = 5.000000e-01 : f32, window = 2 : i64} : ({{.*}}) -> ({{.*}}, tensor<2xf32>)
+// CHECK: kern.call @attentionSinksBackward(%arg0, %arg1, %arg1, %arg2, %[[O]]#0, %[[O]]#1, %arg0) args {causal = true, scale = 5.000000e-01 : f32, window = 2 : i64} {skip = array<i64: 3>}
+func.func @attention_sinks(%q: tensor<1x2x4x8xf32>, %k: tensor<1x1x4x8xf32>, %s: tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<2xf32>) attributes {exec.stage} {
+  %o, %lse = tg.attention %q, %k, %k sinks %s {causal, scale = 0.5 : f32, window = 2} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  %dq, %dk, %dv, %ds = tg.attention_grad %q, %k, %k, %o, %lse, %q sinks %s {causal, scale = 0.5 : f32, window = 2} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>, tensor<1x2x4x8xf32>, tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<2xf32>)
+  %fq, %fk, %fv, %fs = tg.attention_grad %q, %k, %k, %o, %lse, %q sinks %s {causal, scale = 0.5 : f32, window = 2} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>, tensor<1x2x4x8xf32>, tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<2xf32>)
+  %sum = tg.binary add %dq, %fq : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32>
+  return %sum, %ds : tensor<1x2x4x8xf32>, tensor<2xf32>
 }

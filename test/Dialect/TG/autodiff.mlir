@@ -120,4 +120,15 @@ func.func @main(%w: tensor<4x5x8xf32> {tg.param = "w", tg.trainable},
   %z = tg.binary mul %y, %vr : (tensor<6x5xf32>, tensor<6x1xf32>) -> tensor<6x5xf32>
   %s = tg.reduce sum %z {axes = array<i64: 0, 1>} : (tensor<6x5xf32>) -> tensor<f32>
   return %s : tensor<f32>
+// Checks attention with sinks: attention_grad also takes the sinks and its
+// fourth result is the sinks' gradient, returned for the trainable sinks.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[O:.*]], %[[LSE:.*]] = tg.attention %arg0, %arg1, %arg1 sinks %arg2
+// CHECK: %[[DQ:.*]], %[[DK:.*]], %[[DV:.*]], %[[DS:.*]] = tg.attention_grad %arg0, %arg1, %arg1, %[[O]], %[[LSE]], %{{.*}} sinks %arg2 {causal, scale = 2.500000e-01 : f32, window = 2 : i64}
+// CHECK: return %{{.*}}, %{{.*}}, %{{.*}}, %[[DS]]
+func.func @main(%q: tensor<1x2x4x8xf32> {tg.param = "q", tg.trainable}, %k: tensor<1x1x4x8xf32> {tg.param = "k", tg.trainable},
+                %s: tensor<2xf32> {tg.param = "sinks", tg.trainable}) -> tensor<f32> {
+  %o, %lse = tg.attention %q, %k, %k sinks %s {causal, scale = 0.25 : f32, window = 2} : (tensor<1x2x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
+  %sum = tg.reduce sum %o {axes = array<i64: 0, 1, 2, 3>} : (tensor<1x2x4x8xf32>) -> tensor<f32>
+  return %sum : tensor<f32>
 }

@@ -111,4 +111,13 @@ func.func @experts(%p: tensor<6x4xf32>, %x: tensor<12x8xf32>, %w: tensor<4x5x8xf
   // CHECK: tg.expert_matmul_wgrad %{{.*}}, %{{.*}}, %{{.*}} {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
   %dw = tg.expert_matmul_wgrad %x, %dy, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
   return %dw : tensor<4x5x8xf32>
+// Attention sinks: one logit per query head on tg.attention, their gradient
+// as tg.attention_grad's fourth result.
+// CHECK-LABEL: func.func @attention_sinks
+func.func @attention_sinks(%q: tensor<2x8x4x16xf32>, %k: tensor<2x2x4x16xf32>, %s: tensor<8xf32>) -> tensor<8xf32> {
+  // CHECK: tg.attention %{{.*}}, %{{.*}}, %{{.*}} sinks %{{.*}} {causal, scale = 2.500000e-01 : f32, window = 3 : i64} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  %o, %lse = tg.attention %q, %k, %k sinks %s {causal, scale = 0.25 : f32, window = 3} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4xf32>)
+  // CHECK: tg.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} sinks %{{.*}} {causal, scale = 2.500000e-01 : f32} : ({{.*}}, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>)
+  %dq, %dk, %dv, %ds = tg.attention_grad %q, %k, %k, %o, %lse, %o sinks %s {causal, scale = 0.25 : f32} : (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4xf32>, tensor<2x8x4x16xf32>, tensor<8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x2x4x16xf32>, tensor<2x2x4x16xf32>, tensor<8xf32>)
+  return %ds : tensor<8xf32>
 }

@@ -93,21 +93,35 @@ SmallVector<NamedAttribute> attentionArgs(PatternRewriter &rw, bool causal,
           arg(rw, "scale", rw.getF32FloatAttr(scale.convertToFloat()))};
 }
 
+/// Attention with sinks calls attentionSinks, with the sinks after v.
 LogicalResult lowerAttention(tg::AttentionOp op, PatternRewriter &rw) {
-  rw.replaceOp(op, call(rw, op.getLoc(), "attention", op->getResultTypes(),
-                        {op.getQ(), op.getK(), op.getV()},
-                        attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()))
-                       .getResults());
+  SmallVector<Value, 4> inputs{op.getQ(), op.getK(), op.getV()};
+  if (op.getSinks())
+    inputs.push_back(op.getSinks());
+  rw.replaceOp(
+      op,
+      call(rw, op.getLoc(), op.getSinks() ? "attentionSinks" : "attention",
+           op->getResultTypes(), inputs,
+           attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()))
+          .getResults());
   return success();
 }
 
+/// With sinks: attentionSinksBackward, which skips dsinks when nothing reads
+/// it (frozen sinks).
 LogicalResult lowerAttentionGrad(tg::AttentionGradOp op, PatternRewriter &rw) {
-  rw.replaceOp(op,
-               call(rw, op.getLoc(), "attentionBackward", op->getResultTypes(),
-                    {op.getQ(), op.getK(), op.getV(), op.getOut(), op.getLse(),
-                     op.getDout()},
-                    attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()))
-                   .getResults());
+  SmallVector<Value, 7> inputs{op.getQ(), op.getK(), op.getV()};
+  if (op.getSinks())
+    inputs.push_back(op.getSinks());
+  inputs.append({op.getOut(), op.getLse(), op.getDout()});
+  rw.replaceOp(
+      op,
+      call(rw, op.getLoc(),
+           op.getSinks() ? "attentionSinksBackward" : "attentionBackward",
+           op->getResultTypes(), inputs,
+           attentionArgs(rw, op.getCausal(), op.getWindowSize(), op.getScale()),
+           {}, op.getSinks() ? unusedResults(op, {3}) : SmallVector<int64_t>())
+          .getResults());
   return success();
 }
 
