@@ -185,10 +185,19 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
 
   DeviceSpec spec;
   if (auto base = root->getString("base")) {
-    auto b = builtin(*base);
-    if (!b)
+    if (*base == "host") {
+      // This machine (the op-timings template names it); a calibration
+      // file is based on "cpu", so this does not recurse.
+      llvm::Expected<DeviceSpec> host = thisHost();
+      if (!host)
+        return host.takeError();
+      spec = *host;
+    } else if (auto b = builtin(*base)) {
+      spec = *b;
+    } else {
       return specError(nameOrPath, "unknown base device '" + *base + "'");
-    spec = *b;
+    }
+    spec.opTimings.clear();
   }
   spec.name = root->getString("name").value_or(nameOrPath).str();
   struct Field {

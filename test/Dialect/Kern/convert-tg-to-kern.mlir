@@ -95,6 +95,8 @@ func.func @experts(%p: tensor<6x4xf32>, %x: tensor<12x8xf32>, %w: tensor<4x5x8xf
   %y = tg.expert_matmul %x, %w, %ids {transpose_w} : (tensor<12x8xf32>, tensor<4x5x8xf32>, tensor<12xi64>) -> tensor<12x5xf32>
   %dw = tg.expert_matmul_wgrad %x, %y, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
   return %dp, %dw : tensor<6x4xf32>, tensor<4x5x8xf32>
+}
+
 // Attention with sinks: attentionSinks with the sinks after v, and
 // attentionSinksBackward with the sinks after v; a dsinks nothing reads
 // (frozen sinks) is skipped.

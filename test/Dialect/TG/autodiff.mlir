@@ -120,6 +120,10 @@ func.func @main(%w: tensor<4x5x8xf32> {tg.param = "w", tg.trainable},
   %z = tg.binary mul %y, %vr : (tensor<6x5xf32>, tensor<6x1xf32>) -> tensor<6x5xf32>
   %s = tg.reduce sum %z {axes = array<i64: 0, 1>} : (tensor<6x5xf32>) -> tensor<f32>
   return %s : tensor<f32>
+}
+
+// -----
+
 // Checks attention with sinks: attention_grad also takes the sinks and its
 // fourth result is the sinks' gradient, returned for the trainable sinks.
 // CHECK-LABEL: func.func @main

@@ -370,6 +370,10 @@ func.func @window_negative(%q: tensor<1x2x4x8xf32>) {
 func.func @top_k_too_many(%p: tensor<6x4xf32>) {
   // expected-error @+1 {{k = 5 must be in [1, 4] (the last dimension of 'tensor<6x4xf32>')}}
   %v, %i = tg.top_k %p {k = 5 : i64} : (tensor<6x4xf32>) -> (tensor<6x5xf32>, tensor<6x5xi64>)
+}
+
+// -----
+
 func.func @sinks_not_per_head(%q: tensor<1x2x4x8xf32>, %s: tensor<4xf32>) {
   // expected-error @+1 {{sinks must be [Hq] = [2], one per query head, got 'tensor<4xf32>'}}
   %o, %l = tg.attention %q, %q, %q sinks %s {causal, scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<4xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
@@ -381,6 +385,10 @@ func.func @sinks_not_per_head(%q: tensor<1x2x4x8xf32>, %s: tensor<4xf32>) {
 func.func @top_k_indices_i32(%p: tensor<6x4xf32>) {
   // expected-error @+1 {{indices must be i64 of the values' shape, got 'tensor<6x2xi32>'}}
   %v, %i = tg.top_k %p {k = 2 : i64} : (tensor<6x4xf32>) -> (tensor<6x2xf32>, tensor<6x2xi32>)
+}
+
+// -----
+
 func.func @sinks_rank(%q: tensor<1x2x4x8xf32>, %s: tensor<1x2x1x1xf32>) {
   // expected-error @+1 {{sinks must be [Hq] = [2], one per query head, got 'tensor<1x2x1x1xf32>'}}
   %o, %l = tg.attention %q, %q, %q sinks %s {causal, scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x1x1xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4xf32>)
@@ -408,6 +416,10 @@ func.func @expert_matmul_ids(%x: tensor<12x8xf32>, %w: tensor<4x5x8xf32>, %ids: 
 func.func @expert_matmul_wgrad_dy(%x: tensor<12x8xf32>, %dy: tensor<12x4xf32>, %ids: tensor<12xi64>) {
   // expected-error @+1 {{dy must be [12, 5], got 'tensor<12x4xf32>'}}
   %dw = tg.expert_matmul_wgrad %x, %dy, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x4xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
+}
+
+// -----
+
 func.func @sinks_grad_without_dsinks(%q: tensor<1x2x4x8xf32>, %l: tensor<1x2x4xf32>, %s: tensor<2xf32>) {
   // expected-error @+1 {{has sinks but no dsinks result, or the reverse}}
   %dq, %dk, %dv = tg.attention_grad %q, %q, %q, %q, %l, %q sinks %s {causal, scale = 1.0 : f32} : (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4xf32>, tensor<1x2x4x8xf32>, tensor<2xf32>) -> (tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>, tensor<1x2x4x8xf32>)

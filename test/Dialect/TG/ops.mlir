@@ -111,6 +111,8 @@ func.func @experts(%p: tensor<6x4xf32>, %x: tensor<12x8xf32>, %w: tensor<4x5x8xf
   // CHECK: tg.expert_matmul_wgrad %{{.*}}, %{{.*}}, %{{.*}} {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
   %dw = tg.expert_matmul_wgrad %x, %dy, %ids {transpose_w} : (tensor<12x8xf32>, tensor<12x5xf32>, tensor<12xi64>) -> tensor<4x5x8xf32>
   return %dw : tensor<4x5x8xf32>
+}
+
 // Attention sinks: one logit per query head on tg.attention, their gradient
 // as tg.attention_grad's fourth result.
 // CHECK-LABEL: func.func @attention_sinks
