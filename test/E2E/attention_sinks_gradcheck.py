@@ -18,12 +18,13 @@ For each:
 usage: attention_sinks_gradcheck.py RONDO_RUN WORKDIR
 """
 import os
-import subprocess
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from gradcheck import run  # rondo-run on a model, forward or train
 
 rng = np.random.default_rng(23)
 B, H, T, D = 2, 2, 6, 4
@@ -98,12 +99,6 @@ def reference(values, window):
     z = z - z.max(axis=-1, keepdims=True)
     p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
     return p[..., :-1] @ v
-
-
-def run(rondo_run, model, out, train):
-    args = [rondo_run, model, "--weights-from-model", "--output-dir", out]
-    args += ["--pipeline=train", "--loss=output:loss"] if train else ["--pipeline=tg"]
-    subprocess.run(args, check=True)
 
 
 def main(argv):

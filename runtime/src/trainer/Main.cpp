@@ -44,8 +44,22 @@ std::string describePlans(const rondo_program *programs, int numPrograms) {
   return s;
 }
 
-/// Picks the program for --workers and --optimizer-mode; returns an error
-/// message or "".
+/// The --optimizer-mode when none is given: sync when a flag needs the whole
+/// step's gradients before the first update, else the mode the plans were
+/// chosen for (rondo-compile --optimizer-mode; a stale one only without
+/// replicas, which need fresh updates).
+std::string defaultOptimizerMode(const TrainerOptions &opts,
+                                 const ModelSpec &model) {
+  if (opts.clipGradNorm || !opts.dumpGradients.empty() ||
+      opts.onNan == OnNan::Skip)
+    return "sync";
+  const std::string compiled =
+      model.optimizerMode ? model.optimizerMode : "overlap";
+  return compiled == "stale" && opts.replicas > 1 ? "overlap" : compiled;
+}
+
+/// Picks the program for --workers and --optimizer-mode (resolved); returns
+/// an error message or "".
 std::string selectProgram(const rondo_program *programs, int numPrograms,
                           const TrainerOptions &opts,
                           const rondo_program *&chosen) {
@@ -54,13 +68,7 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
   const int workers = opts.workers > 0 ? opts.workers : programs[0].workers;
   // The stale step runs the sync program (one update per step), late.
   const std::string mode =
-      opts.optimizerMode == "stale" ? "sync"
-      : !opts.optimizerMode.empty()
-          ? opts.optimizerMode
-          : (opts.clipGradNorm || !opts.dumpGradients.empty() ||
-                     opts.onNan == OnNan::Skip
-                 ? "sync"
-                 : "overlap");
+      opts.optimizerMode == "stale" ? "sync" : opts.optimizerMode;
   std::vector<int> counts;
   for (int i = 0; i < numPrograms; ++i) {
     if (std::find(counts.begin(), counts.end(), programs[i].workers) ==
@@ -197,15 +205,8 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   };
   if (std::string why = checkFlags(options, model, device); !why.empty())
     return usageError(why);
-  // The mode the plans were chosen for (rondo-compile --optimizer-mode) is
-  // the default, unless a flag needs the whole step's gradients first.
-  const bool needsWholeStep = options.clipGradNorm ||
-                              !options.dumpGradients.empty() ||
-                              options.onNan == OnNan::Skip;
-  if (options.optimizerMode.empty() && model.optimizerMode &&
-      !needsWholeStep &&
-      !(std::string(model.optimizerMode) == "stale" && options.replicas > 1))
-    options.optimizerMode = model.optimizerMode;
+  if (options.optimizerMode.empty())
+    options.optimizerMode = defaultOptimizerMode(options, model);
   const rondo_program *program = nullptr;
   if (programs || numPrograms) {
     std::string why = selectProgram(programs, numPrograms, options, program);
