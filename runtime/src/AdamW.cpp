@@ -219,7 +219,7 @@ void AdamW::step(double lr) {
 }
 
 namespace {
-constexpr int64_t kNormBlock = int64_t(1) << 16;
+constexpr int64_t kNormBlock = kGradNormBlock;
 constexpr int kNormLanes = 8;
 
 double sumSquares(const float *x, int64_t n) {
@@ -238,6 +238,14 @@ double sumSquares(const float *x, int64_t n) {
   return sum;
 }
 } // namespace
+
+void gradNormPartials(const float *data, int64_t n, double *partials) {
+  const int64_t blocks = gradNormBlocks(n);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b)
+    partials[b] = sumSquares(data + b * kNormBlock,
+                             std::min(kNormBlock, n - b * kNormBlock));
+}
 
 double gradNorm(const GradTensor *grads, size_t count) {
   struct Block {

@@ -102,6 +102,16 @@ struct GradTensor {
 /// value does not depend on the thread count.
 double gradNorm(const GradTensor *grads, size_t count);
 
+/// gradNorm's pieces, for gradients that live on a worker: the squares of
+/// `data` summed in double per block of kGradNormBlock elements (partials
+/// [ceil(n / kGradNormBlock)]); gradNorm is the square root of every
+/// tensor's partials added in order, tensor by tensor.
+constexpr int64_t kGradNormBlock = int64_t(1) << 16;
+void gradNormPartials(const float *data, int64_t n, double *partials);
+inline int64_t gradNormBlocks(int64_t n) {
+  return (n + kGradNormBlock - 1) / kGradNormBlock;
+}
+
 /// torch.nn.utils.clip_grad_norm_: with the fp32 total norm n, scales every
 /// gradient by min(1, f32(maxNorm) / (n + 1e-6)) computed in fp32. Returns
 /// the factor applied (1 when nothing was scaled).

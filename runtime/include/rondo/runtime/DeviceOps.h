@@ -1,4 +1,5 @@
-//===- DeviceOps.h - Where workers' memory lives, how data moves -*- C++ -*-===//
+//===- DeviceOps.h - Where workers' memory lives, how data moves -*- C++
+//-*-===//
 //
 // Part of the Rondo project.
 //
@@ -17,6 +18,7 @@
 #ifndef RONDO_RUNTIME_DEVICEOPS_H
 #define RONDO_RUNTIME_DEVICEOPS_H
 
+#include "rondo/runtime/AdamW.h"
 #include "rondo/runtime/Exec.h"
 
 #include <cstddef>
@@ -53,12 +55,38 @@ public:
   /// host), for the trainer's summary: the plan's arena against everything
   /// else (stage temporaries, kernel scratch).
   virtual std::string memoryReport() const { return ""; }
+
+  /// The optimizer's math on a worker's memory, for device-resident state:
+  /// every pointer is in `worker`'s memory. The optimizer and trainer
+  /// threads call these (not the worker's stream threads): an
+  /// implementation selects the worker's device itself and returns once the
+  /// work is complete. The defaults are the host optimizer's own functions,
+  /// right for the host backend, whose arenas are host memory: resident and
+  /// streamed state then give the same bits.
+  virtual void adamw(int32_t worker, const AdamWTensor *tensors, size_t count,
+                     const AdamWConfig &config, double lr, int64_t step);
+  /// gradNormPartials of `n` floats at `data`: partials[gradNormBlocks(n)].
+  virtual void gradNormPartials(int32_t worker, const float *data, int64_t n,
+                                double *partials);
+  /// Whether no element is NaN or infinite.
+  virtual bool allFinite(int32_t worker, const float *data, int64_t n);
+  /// data[i] = data[i] * factor (clipping).
+  virtual void scale(int32_t worker, float *data, int64_t n, float factor);
+  /// sum[i] = parts[0][i] + parts[1][i] + ..., added in that order.
+  virtual void sumParts(int32_t worker, float *sum, const float *const *parts,
+                        int32_t count, int64_t n);
+  /// Copies between host memory and the worker's memory from a thread that
+  /// is not one of the worker's streams (set-up, checkpoints, exports).
+  virtual void copyToWorker(int32_t worker, void *dst, const void *src,
+                            size_t bytes);
+  virtual void copyFromWorker(int32_t worker, void *dst, const void *src,
+                              size_t bytes);
 };
 
 /// Makes the DeviceOps of a backend for a plan of `workers` workers on the
 /// GPUs of `--gpus` (empty: the first `workers` visible ones).
-using DeviceOpsFactory = std::unique_ptr<DeviceOps> (*)(int32_t workers,
-                                                        const std::string &gpus);
+using DeviceOpsFactory =
+    std::unique_ptr<DeviceOps> (*)(int32_t workers, const std::string &gpus);
 
 std::unique_ptr<DeviceOps> makeHostDeviceOps(int32_t workers,
                                              const std::string &gpus);

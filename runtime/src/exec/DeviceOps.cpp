@@ -1,0 +1,71 @@
+//===- DeviceOps.cpp - The host's optimizer math, DeviceOps' default ------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Device-resident optimizer state is updated through DeviceOps. On the host
+// backend a worker's memory is host memory, so the defaults call the very
+// functions the host optimizer runs on streamed state: the two residencies
+// give the same bits, which is what test/E2E/residency.test checks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "rondo/runtime/DeviceOps.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace rondo::rt {
+
+void DeviceOps::adamw(int32_t, const AdamWTensor *tensors, size_t count,
+                      const AdamWConfig &config, double lr, int64_t step) {
+  adamwUpdate(tensors, count, config, lr, step);
+}
+
+void DeviceOps::gradNormPartials(int32_t, const float *data, int64_t n,
+                                 double *partials) {
+  rondo::rt::gradNormPartials(data, n, partials);
+}
+
+bool DeviceOps::allFinite(int32_t, const float *data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(data[i]))
+      return false;
+  return true;
+}
+
+void DeviceOps::scale(int32_t, float *data, int64_t n, float factor) {
+  // clipGradNorm's loop, so clipping resident gradients rounds alike.
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 15))
+  for (int64_t i = 0; i < n; ++i)
+    data[i] = data[i] * factor;
+}
+
+void DeviceOps::sumParts(int32_t, float *sum, const float *const *parts,
+                         int32_t count, int64_t n) {
+  if (count <= 0)
+    return;
+  const float *first = parts[0];
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
+  for (int64_t e = 0; e < n; ++e)
+    sum[e] = first[e];
+  for (int32_t i = 1; i < count; ++i) {
+    const float *g = parts[i];
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
+    for (int64_t e = 0; e < n; ++e)
+      sum[e] += g[e];
+  }
+}
+
+void DeviceOps::copyToWorker(int32_t, void *dst, const void *src,
+                             size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
+
+void DeviceOps::copyFromWorker(int32_t, void *dst, const void *src,
+                               size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
+
+} // namespace rondo::rt
