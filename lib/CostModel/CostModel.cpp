@@ -85,9 +85,10 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   double m = static_cast<double>(options.microbatches);
   double share = 1;
   if (spec.sharedCompute)
-    share = spec.cores > 0
-                ? std::max(1.0, static_cast<double>(options.workers) / spec.cores)
-                : static_cast<double>(options.workers);
+    share =
+        spec.cores > 0
+            ? std::max(1.0, static_cast<double>(options.workers) / spec.cores)
+            : static_cast<double>(options.workers);
   auto measured = spec.opTimings.find(opTimingKey(op));
   if (measured != spec.opTimings.end())
     return measured->second / m * share;
@@ -99,8 +100,8 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   // every microbatch.
   double bytes = 0;
   for (Value v : op->getOperands())
-    bytes +=
-        deviceBytes(v.getType(), options.bf16Storage) / (isParameter(v) ? 1 : m);
+    bytes += deviceBytes(v.getType(), options.bf16Storage) /
+             (isParameter(v) ? 1 : m);
   for (Value v : op->getResults())
     bytes += deviceBytes(v.getType(), options.bf16Storage) / m;
   double rate;
@@ -217,10 +218,12 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     else if (func.getArgAttr(arg.getArgNumber(), tg::kExternalF32Attr))
       table.mappableBytes += 4 * elements;
   }
+  table.layerParamArgs.assign(numLayers, {});
   for (size_t l = 0; l < numLayers; ++l) {
     planner::LayerCost &layer = table.layers[l];
     for (Value p : paramsOf[l]) {
       auto arg = cast<BlockArgument>(p);
+      table.layerParamArgs[l].push_back(arg.getArgNumber());
       layer.paramBytes += deviceBytes(p.getType(), options.bf16Storage);
       if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
         continue;

@@ -431,6 +431,13 @@ int rondo::compile(CompileOptions options) {
                    << ": expected overlap, sync or stale\n";
       return 2;
     }
+    const std::string &residency = options.plan.residency;
+    if (residency != "auto" && residency != "device" &&
+        residency != "streamed") {
+      llvm::errs() << "error: --residency=" << residency
+                   << ": expected auto, device or streamed\n";
+      return 2;
+    }
     llvm::Expected<TargetConfig> resolved =
         resolveTarget(options.target, options.device, options.precision);
     if (!resolved) {

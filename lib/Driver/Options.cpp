@@ -130,6 +130,14 @@ struct CompileFlags::Impl {
                      "step"),
             cl::location(o.plan.optimizerMode), cl::init("overlap"),
             cl::cat(category)),
+        residency(
+            "residency",
+            cl::desc("auto (default), device or streamed: where parameters, "
+                     "gradients and AdamW moments live; auto weighs streamed, "
+                     "device-resident and mixed and takes the fastest that "
+                     "fits (--explain lists them)"),
+            cl::location(o.plan.residency), cl::init("auto"),
+            cl::cat(category)),
         replicasPerHost(
             "replicas-per-host",
             cl::desc("replicas that share one host's cores for the optimizer "
@@ -179,6 +187,7 @@ struct CompileFlags::Impl {
   cl::opt<double, true> replicaLinkGBps;
   cl::opt<std::string, true> shardOptimizer;
   cl::opt<std::string, true> optimizerMode;
+  cl::opt<std::string, true> residency;
   cl::opt<int64_t, true> replicasPerHost;
   cl::opt<std::string> explain;
   cl::opt<bool, true> summary;

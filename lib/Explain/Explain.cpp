@@ -13,12 +13,15 @@
 
 #include "Pipe/IR/PipeOps.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 using namespace mlir;
@@ -256,6 +259,58 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
        << " per row, one row per microbatch, one layer per stage (each "
           "backward stage recomputes one layer from its checkpoint; "
           "activations grow linearly with the sequence)\n";
+
+  if (plan.getResidentParams() || plan.getResidencyAlternatives()) {
+    // The residencies the planner weighed for this plan, fastest first.
+    std::string chosen = "streamed";
+    if (std::optional<ArrayRef<int64_t>> layers = plan.getResidentLayers())
+      chosen = int64_t(layers->size()) ==
+                       int64_t(llvm::range_size(plan.getLayers()))
+                   ? "device"
+                   : "mixed";
+    os << "\nResidency: " << chosen;
+    if (chosen == "device")
+      os << " (every parameter's weights, gradients and AdamW moments stay "
+            "in the worker's memory: no uploads, no gradient downloads, "
+            "AdamW on the worker)";
+    else if (chosen == "mixed")
+      os << " (layers " << llvm::join(llvm::map_range(*plan.getResidentLayers(),
+                                                  [](int64_t l) {
+                                                    return std::to_string(l);
+                                                  }),
+                                  ",")
+         << " stay in the worker's memory; the others stream)";
+    else
+      os << " (weights stream from the host for every stage-job, AdamW on "
+            "the host)";
+    os << "\n";
+    if (DictionaryAttr alternatives = plan.getResidencyAlternativesAttr()) {
+      // Fastest first; those that do not fit (-1) last.
+      SmallVector<std::pair<double, StringRef>> ranked;
+      for (NamedAttribute a : alternatives) {
+        double seconds = cast<FloatAttr>(a.getValue()).getValueAsDouble();
+        ranked.push_back(
+            {seconds < 0 ? std::numeric_limits<double>::infinity() : seconds,
+             a.getName()});
+      }
+      llvm::sort(ranked);
+      for (auto [seconds, name] : ranked) {
+        if (std::isinf(seconds)) {
+          os << llvm::formatv("  {0,-9} does not fit the worker and host "
+                              "budgets\n",
+                              name);
+          continue;
+        }
+        os << llvm::formatv("  {0,-9} {1} ms/step predicted{2}\n", name,
+                            ms(seconds),
+                            name == chosen ? "  <- chosen: the fastest that "
+                                             "fits the budgets"
+                                           : "");
+      }
+      os << "  (device-resident state needs one worker and one replica; "
+            "one-step-stale updates stream; --residency forces one)\n";
+    }
+  }
 
   os << "\nPredicted step (steady state):\n";
   os << llvm::formatv("  overlapped optimizer: {0} ms/step, {1:f0} tokens/s, "

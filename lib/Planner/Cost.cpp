@@ -57,13 +57,17 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
     fullSum += lc.forwardSeconds + lc.backwardSeconds;
     workspaceSum += lc.workspaceBytes;
     workspaceMax = std::max(workspaceMax, lc.workspaceBytes);
+    // A resident layer's weights and gradients stay where they live: the
+    // stage-job moves nothing for them and its slots do not hold them.
+    if (isResident(problem, l))
+      continue;
     c.paramBytes += lc.paramBytes;
     c.gradBytes += lc.gradBytes;
   }
   for (const SharedParam &shared : problem.sharedParams) {
     int inStage = 0;
     for (int l : shared.layers)
-      inStage += l >= first && l < end;
+      inStage += l >= first && l < end && !isResident(problem, l);
     if (inStage > 1) {
       c.paramBytes -= (inStage - 1) * shared.paramBytes;
       c.gradBytes -= (inStage - 1) * shared.gradBytes;

@@ -37,6 +37,29 @@ double detail::hostBaseBytes(const PlanProblem &problem) {
          2.0 * problem.workers * maxInputBytes(problem);
 }
 
+double residentBytes(const PlanProblem &problem) {
+  double bytes = 0;
+  for (int l = 0; l < int(problem.layers.size()); ++l) {
+    if (!isResident(problem, l))
+      continue;
+    const LayerCost &lc = problem.layers[l];
+    double trainable = l < int(problem.trainableParams.size())
+                           ? problem.trainableParams[l]
+                           : 0;
+    bytes += lc.paramBytes + lc.gradBytes + 8 * trainable;
+  }
+  // A shared parameter is held once; its gradient has a part per stage that
+  // produces one, which the layer count already over-approximates.
+  for (const SharedParam &shared : problem.sharedParams) {
+    int resident = 0;
+    for (int l : shared.layers)
+      resident += isResident(problem, l);
+    if (resident > 1)
+      bytes -= (resident - 1) * shared.paramBytes;
+  }
+  return bytes;
+}
+
 double workerPeakBytes(const PlanProblem &problem, const Plan &plan) {
   double running = 0, slot = 0;
   for (const Stage &st : plan.jobs()) {
@@ -44,7 +67,7 @@ double workerPeakBytes(const PlanProblem &problem, const Plan &plan) {
     running = std::max(running, c.memoryBytes);
     slot = std::max(slot, c.paramBytes);
   }
-  return running + slot;
+  return running + slot + residentBytes(problem);
 }
 
 double workerArenaBytes(const PlanProblem &problem, const Plan &plan) {
@@ -77,7 +100,8 @@ double workerArenaBytes(const PlanProblem &problem, const Plan &plan) {
   // one with a backward.
   const double handoffs = 4 * m * boundary;
   return 2 * maxParam + maxGrad + handoffs +
-         m * double(maxCheckpoints) * boundary + temporaries;
+         m * double(maxCheckpoints) * boundary + temporaries +
+         residentBytes(problem);
 }
 
 double hostPeakBytes(const PlanProblem &problem, const Plan &plan) {

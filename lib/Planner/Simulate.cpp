@@ -36,6 +36,7 @@
 
 #include "rondo/Planner/Planner.h"
 
+#include <limits>
 #include <numeric>
 
 #include <algorithm>
@@ -85,11 +86,19 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
     if (jobs[n].kind == StageKind::Forward ||
         problem.optimizerParamsPerSecond <= 0)
       continue;
-    double params = 0;
+    double params = 0, resident = 0;
     for (int l = jobs[n].first; l < jobs[n].end; ++l)
       if (l < int(problem.trainableParams.size()))
-        params += problem.trainableParams[l];
-    optimizerSeconds[n] =
+        (isResident(problem, l) ? resident : params) +=
+            problem.trainableParams[l];
+    // Resident parameters are updated by the worker (one fused AdamW over
+    // its memory), orchestrated by the same host task.
+    if (resident > 0)
+      optimizerSeconds[n] +=
+          problem.deviceOptimizerParamsPerSecond > 0
+              ? resident / problem.deviceOptimizerParamsPerSecond
+              : std::numeric_limits<double>::infinity();
+    optimizerSeconds[n] +=
         params / optimizerShards(problem) /
         (problem.optimizerParamsPerSecond /
          std::clamp(problem.replicasPerHost, 1, std::max(problem.replicas, 1)));

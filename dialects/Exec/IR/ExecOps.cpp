@@ -257,6 +257,31 @@ LogicalResult StageOp::verify() {
            << end << ", past grad_bytes " << getGradBytes();
   if (getKind() == StageKind::forward && !getGrads().empty())
     return emitOpError("a forward stage produces no gradients");
+  size_t residentGrads = getResidentGrads() ? getResidentGrads()->size() : 0;
+  if (residentGrads !=
+          (getResidentGradOffsets() ? getResidentGradOffsets()->size() : 0) ||
+      residentGrads !=
+          (getResidentGradSizes() ? getResidentGradSizes()->size() : 0))
+    return emitOpError("resident_grads, resident_grad_offsets and "
+                       "resident_grad_sizes differ in length");
+  if (getKind() == StageKind::forward && residentGrads)
+    return emitOpError("a forward stage produces no gradients");
+  return success();
+}
+
+LogicalResult ResidentOp::verify() {
+  // I64Attr reads back unsigned; -1 means "none".
+  const int64_t expAvg = getExpAvg(), expAvgSq = getExpAvgSq(),
+                sum = getSum(), normSum = getNormSum();
+  for (int64_t offset : {expAvg, expAvgSq, sum, normSum})
+    if (offset < -1)
+      return emitOpError("has offset ") << offset << "; -1 means none";
+  if ((expAvg < 0) != (expAvgSq < 0))
+    return emitOpError("has one AdamW moment without the other");
+  if ((sum < 0) != (normSum < 0))
+    return emitOpError("has one gradient sum without the other");
+  if (expAvg < 0 && sum >= 0)
+    return emitOpError("sums the gradient of a parameter without moments");
   return success();
 }
 
@@ -319,6 +344,9 @@ SmallVector<StringAttr> finalisedParams(ProgramOp program, StageOp stage) {
     StageOp s = program.getJobStage(n);
     for (Attribute g : s.getGrads())
       last[cast<StringAttr>(g)] = s;
+    if (ArrayAttr resident = s.getResidentGradsAttr())
+      for (Attribute g : resident)
+        last[cast<StringAttr>(g)] = s;
   }
   SmallVector<StringAttr> params;
   for (auto &[name, s] : last)
@@ -419,6 +447,47 @@ void collectAccesses(ProgramOp program, Operation *op,
           acc.bytes = size;
           out.push_back(acc);
         }
+    // Resident parameters: the task reads their gradient parts on the
+    // worker and writes their weights, moments and sums there.
+    auto residentGrads =
+        StringAttr::get(program.getContext(), kResidentGradsBuffer);
+    int64_t job = 0;
+    for (int64_t n = 0; n < program.getNumJobs(); ++n) {
+      StageOp s = program.getJobStage(n);
+      if (!s || !s.getResidentGradsAttr())
+        continue;
+      for (auto [name, offset, size] : llvm::zip(s.getResidentGradsAttr(),
+                                                 *s.getResidentGradOffsets(),
+                                                 *s.getResidentGradSizes()))
+        if (mine.count(cast<StringAttr>(name))) {
+          Access acc;
+          acc.buffer = residentGrads;
+          acc.job = n;
+          acc.offset = offset;
+          acc.bytes = size;
+          out.push_back(acc);
+          job = n;
+        }
+    }
+    auto resident = StringAttr::get(program.getContext(), kResidentBuffer);
+    for (ResidentOp r : program.getBody().getOps<ResidentOp>()) {
+      if (!mine.count(r.getParamAttr()))
+        continue;
+      for (int64_t offset :
+           {int64_t(r.getWeights()), int64_t(r.getExpAvg()),
+            int64_t(r.getExpAvgSq()), int64_t(r.getSum()),
+            int64_t(r.getNormSum())}) {
+        if (offset < 0)
+          continue;
+        Access acc;
+        acc.buffer = resident;
+        acc.job = job;
+        acc.offset = offset;
+        acc.bytes = r.getBytes();
+        acc.write = true;
+        out.push_back(acc);
+      }
+    }
     // Every stage image holding the parameter has the same bytes; take
     // the parameter's size from the first.
     llvm::SmallDenseSet<StringAttr> seen;

@@ -86,6 +86,10 @@ inline constexpr llvm::StringLiteral kHostIdsBuffer = "host_ids";
 inline constexpr llvm::StringLiteral kHostLabelsBuffer = "host_labels";
 inline constexpr llvm::StringLiteral kHostGradsBuffer = "host_grads";
 inline constexpr llvm::StringLiteral kHostLossBuffer = "host_loss";
+/// Worker buffers of device-resident state: weights, moments and sums
+/// (exec.resident), and the gradient parts the stages accumulate.
+inline constexpr llvm::StringLiteral kResidentBuffer = "resident";
+inline constexpr llvm::StringLiteral kResidentGradsBuffer = "resident_grads";
 
 } // namespace rondo::exec
 

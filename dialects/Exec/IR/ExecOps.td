@@ -122,6 +122,13 @@ def Exec_StageOp : Exec_Op<"stage", [Symbol, HasParent<"ProgramOp">]> {
     in several stages (tied embedding and LM head) gets their sum in the
     order of the stages in `jobs`.
 
+    Device-resident parameters (the plan's `resident_params`) are not in
+    the images: `resident` lists those the stage reads (each lives once in
+    the worker's `@resident` buffer, at its `exec.resident` offsets), and
+    `resident_grads` the gradient parts it accumulates into
+    `@resident_grads` at `resident_grad_offsets`, which nothing downloads:
+    the optimizer task updates them where they are.
+
     Example:
     ```mlir
     exec.stage @T tail layers 3 to 4 function @plan_w2_T {
@@ -140,10 +147,41 @@ def Exec_StageOp : Exec_Op<"stage", [Symbol, HasParent<"ProgramOp">]> {
                        DenseI64ArrayAttr:$grad_sizes,
                        I64Attr:$grad_bytes,
                        I64Attr:$host_grad_offset,
-                       F64Attr:$predicted_job_seconds);
+                       F64Attr:$predicted_job_seconds,
+                       OptionalAttr<StrArrayAttr>:$resident,
+                       OptionalAttr<StrArrayAttr>:$resident_grads,
+                       OptionalAttr<DenseI64ArrayAttr>:$resident_grad_offsets,
+                       OptionalAttr<DenseI64ArrayAttr>:$resident_grad_sizes);
   let assemblyFormat = [{
     $sym_name $kind `layers` $first_layer `to` $end_layer `function` $function
     attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_ResidentOp : Exec_Op<"resident", [HasParent<"ProgramOp">]> {
+  let summary = "Where a device-resident parameter's state lives";
+  let description = [{
+    A parameter the plan keeps on the worker: its fp32 weights (`bytes`
+    long) at `weights` in the worker's `@resident` buffer and, when it is
+    trainable, its AdamW moments at `exp_avg` and `exp_avg_sq`; a parameter
+    with gradient parts in several stages also has `sum` (the parts added in
+    table order, which AdamW reads) and `norm_sum` (the same for the logged
+    gradient norm). Offsets of what it does not have are -1. The trainer
+    copies the weights and moments there before the first step and back
+    before it reads them (checkpoints, exports).
+
+    Example:
+    `exec.resident "lm_head.weight" bytes 4096 weights 0 moments 4096, 8192 sums -1, -1`
+  }];
+  let arguments = (ins StrAttr:$param,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$bytes,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$weights,
+                       I64Attr:$exp_avg, I64Attr:$exp_avg_sq,
+                       I64Attr:$sum, I64Attr:$norm_sum);
+  let assemblyFormat = [{
+    $param `bytes` $bytes `weights` $weights `moments` $exp_avg `,`
+    $exp_avg_sq `sums` $sum `,` $norm_sum attr-dict
   }];
   let hasVerifier = 1;
 }

@@ -67,6 +67,11 @@ struct StageInfo {
   int64_t paramBytes = 0, gradBytes = 0, hostGradOffset = 0;
   SmallVector<int64_t> checkpointLayers; ///< Per "checkpoint" result.
   bool hasCheckpointOfInput = false;     ///< Saves its own input activation.
+  /// Device-resident parameters it reads and gradient parts it accumulates
+  /// (offsets into @resident_grads, its block starting at residentGradBase).
+  SmallVector<Attribute> residentParams, residentGrads;
+  SmallVector<int64_t> residentGradOffsets, residentGradSizes;
+  int64_t residentGradBytes = 0;
 };
 
 /// Derives awaits from accesses while ops are appended in issue order.
@@ -240,6 +245,17 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   if (!schedule)
     return plan.emitOpError("has no pipe.schedule");
   const int64_t N = plan.getWorkers(), M = plan.getMicrobatches();
+  llvm::SmallDenseSet<Attribute> residentSet;
+  if (ArrayAttr resident = plan.getResidentParamsAttr()) {
+    // One worker holds resident state: every job must run there.
+    if (N != 1)
+      return plan.emitOpError("keeps parameters on the worker with ")
+             << N << " workers; device-resident state needs one worker";
+    residentSet.insert(resident.begin(), resident.end());
+  }
+  // Each resident parameter's size and how many stages produce a part of
+  // its gradient.
+  llvm::MapVector<Attribute, std::pair<int64_t, int64_t>> residentInfo;
 
   // Stages in job order, with their interfaces.
   std::vector<StageInfo> stages;
@@ -269,7 +285,12 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       StringRef role = roleOf(fn.getArgAttrDict(i));
       info.argRoles.push_back(role);
       Type t = fn.getArgumentTypes()[i];
-      if (role == "param") {
+      if (role == "param" &&
+          residentSet.contains(fn.getArgAttr(i, tg::kParamAttr))) {
+        Attribute name = fn.getArgAttr(i, tg::kParamAttr);
+        info.residentParams.push_back(name);
+        residentInfo[name].first = byteSize(t);
+      } else if (role == "param") {
         info.params.push_back(fn.getArgAttr(i, tg::kParamAttr));
         info.paramOffsets.push_back(info.paramBytes);
         info.paramSizes.push_back(byteSize(t));
@@ -286,7 +307,17 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       StringRef role = roleOf(fn.getResultAttrDict(i));
       info.resultRoles.push_back(role);
       Type t = fn.getResultTypes()[i];
-      if (role == "param_grad") {
+      if (role == "param_grad" &&
+          residentSet.contains(fn.getResultAttr(i, tg::kGradOfAttr))) {
+        Attribute name = fn.getResultAttr(i, tg::kGradOfAttr);
+        info.residentGrads.push_back(name);
+        info.residentGradOffsets.push_back(info.residentGradBytes);
+        info.residentGradSizes.push_back(byteSize(t));
+        info.residentGradBytes = alignUp(info.residentGradBytes + byteSize(t));
+        auto &[bytes, parts] = residentInfo[name];
+        bytes = byteSize(t);
+        ++parts;
+      } else if (role == "param_grad") {
         info.grads.push_back(fn.getResultAttr(i, tg::kGradOfAttr));
         info.gradOffsets.push_back(info.gradBytes);
         info.gradSizes.push_back(byteSize(t));
@@ -383,6 +414,42 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   if (labelsBytes)
     buffer("labels", Space::worker, M, labelsBytes);
   buffer("loss", Space::worker, 1, 4 * M);
+  // Device-resident state: each parameter once (weights, then moments and
+  // sums when it trains), and every stage's gradient parts in a block of
+  // their own, so that no stage-job's zeroing touches another's parts.
+  struct ResidentLayout {
+    Attribute name;
+    int64_t bytes, weights, expAvg = -1, expAvgSq = -1, sum = -1, normSum = -1;
+  };
+  SmallVector<ResidentLayout> residentLayout;
+  llvm::DenseMap<Attribute, int64_t> residentWeights;
+  int64_t residentBytes = 0, residentGradBytes = 0;
+  SmallVector<int64_t> residentGradBase;
+  for (auto &[name, info] : residentInfo) {
+    auto [bytes, parts] = info;
+    ResidentLayout r{name, bytes, residentBytes};
+    residentBytes = alignUp(residentBytes + bytes);
+    if (parts > 0) {
+      r.expAvg = residentBytes;
+      r.expAvgSq = residentBytes = alignUp(residentBytes + bytes);
+      residentBytes = alignUp(residentBytes + bytes);
+    }
+    if (parts > 1) {
+      r.sum = residentBytes;
+      r.normSum = residentBytes = alignUp(residentBytes + bytes);
+      residentBytes = alignUp(residentBytes + bytes);
+    }
+    residentWeights[name] = r.weights;
+    residentLayout.push_back(r);
+  }
+  for (const StageInfo &s : stages) {
+    residentGradBase.push_back(residentGradBytes);
+    residentGradBytes = alignUp(residentGradBytes + s.residentGradBytes);
+  }
+  if (residentBytes)
+    buffer(kResidentBuffer, Space::worker, 1, residentBytes);
+  if (residentGradBytes)
+    buffer(kResidentGradsBuffer, Space::worker, 1, residentGradBytes);
   BufferOp::create(b, loc, b.getStringAttr(kParamsBuffer),
                    SpaceAttr::get(ctx, Space::host),
                    b.getI64IntegerAttr(numJobs), b.getI64IntegerAttr(maxParam),
@@ -392,8 +459,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   if (labelsBytes)
     buffer(kHostLabelsBuffer, Space::host, M, labelsBytes);
   buffer(kHostLossBuffer, Space::host, 1, 4 * M);
-  if (hostGradBytes)
-    buffer(kHostGradsBuffer, Space::host, 1, hostGradBytes);
+  // Always there (empty when every gradient stays on the worker): the
+  // runtime's optimizer reads gradient images through it.
+  buffer(kHostGradsBuffer, Space::host, 1, hostGradBytes);
   if (!checkpointLayers.empty())
     buffer("host_ckpt", Space::host, M * checkpointLayers.size(),
            boundaryBytes);
@@ -402,8 +470,11 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   program->setAttr("worker_arena_bytes", b.getI64IntegerAttr(arena));
   program->setAttr("host_pool_bytes", b.getI64IntegerAttr(pool));
 
+  for (const ResidentLayout &r : residentLayout)
+    ResidentOp::create(b, loc, cast<StringAttr>(r.name), r.bytes, r.weights,
+                       r.expAvg, r.expAvgSq, r.sum, r.normSum);
   for (const StageInfo &s : stages) {
-    StageOp::create(
+    auto stageOp = StageOp::create(
         b, loc, b.getStringAttr(s.planStage.getSymName()),
         StageKindAttr::get(ctx, s.kind), b.getI64IntegerAttr(s.first),
         b.getI64IntegerAttr(s.end),
@@ -417,7 +488,20 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
             s.planStage->getAttrOfType<FloatAttr>("job_seconds")
                 ? s.planStage->getAttrOfType<FloatAttr>("job_seconds")
                       .getValueAsDouble()
-                : 0.0));
+                : 0.0),
+        /*resident=*/nullptr, /*resident_grads=*/nullptr,
+        /*resident_grad_offsets=*/nullptr, /*resident_grad_sizes=*/nullptr);
+    if (!s.residentParams.empty())
+      stageOp.setResidentAttr(b.getArrayAttr(s.residentParams));
+    if (!s.residentGrads.empty()) {
+      SmallVector<int64_t> offsets;
+      for (int64_t off : s.residentGradOffsets)
+        offsets.push_back(residentGradBase[s.index] + off);
+      stageOp.setResidentGradsAttr(b.getArrayAttr(s.residentGrads));
+      stageOp.setResidentGradOffsetsAttr(b.getDenseI64ArrayAttr(offsets));
+      stageOp.setResidentGradSizesAttr(
+          b.getDenseI64ArrayAttr(s.residentGradSizes));
+    }
   }
 
   auto ref = [&](StringRef buf, int64_t job, int64_t slot, int64_t offset,
@@ -525,9 +609,14 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       issueOp(FillZeroOp::create(b, loc, event,
                                  ref("grads", n, 0, 0, s.gradBytes),
                                  b.getI64IntegerAttr(n), ValueRange{}));
+    if (s.residentGradBytes > 0)
+      issueOp(FillZeroOp::create(b, loc, event,
+                                 ref(kResidentGradsBuffer, n, 0,
+                                     residentGradBase[n], s.residentGradBytes),
+                                 b.getI64IntegerAttr(n), ValueRange{}));
     for (int64_t m = 0; m < M; ++m) {
       SmallVector<Attribute> inputs, outputs, accumulate;
-      unsigned paramIdx = 0;
+      unsigned paramIdx = 0, residentIdx = 0;
       for (auto [i, role] : llvm::enumerate(s.argRoles)) {
         int64_t bytes = byteSize(s.fn.getArgumentTypes()[i]);
         if (role == "activation") {
@@ -559,6 +648,11 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
               ref(ids ? kHostIdsBuffer : kHostLabelsBuffer, -1, m, 0, bytes),
               dst, Stream::act_upload, n, m));
           inputs.push_back(dst);
+        } else if (role == "param" &&
+                   residentSet.contains(s.fn.getArgAttr(i, tg::kParamAttr))) {
+          Attribute name = s.residentParams[residentIdx++];
+          inputs.push_back(
+              ref(kResidentBuffer, n, 0, residentWeights.lookup(name), bytes));
         } else if (role == "param") {
           inputs.push_back(ref(slotBuffer, n, 0, s.paramOffsets[paramIdx],
                                s.paramSizes[paramIdx]));
@@ -571,7 +665,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                  << "')";
         }
       }
-      unsigned gradIdx = 0, ckIdx = 0;
+      unsigned gradIdx = 0, ckIdx = 0, residentGradIdx = 0;
       for (auto [i, role] : llvm::enumerate(s.resultRoles)) {
         int64_t bytes = byteSize(s.fn.getResultTypes()[i]);
         if (role == "activation")
@@ -583,7 +677,14 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
           outputs.push_back(ref("grad_out", n, m, 0, bytes));
         else if (role == "loss_sum")
           outputs.push_back(ref("loss", n, 0, 4 * m, 4));
-        else if (role == "param_grad") {
+        else if (role == "param_grad" &&
+                 residentSet.contains(s.fn.getResultAttr(i, tg::kGradOfAttr))) {
+          accumulate.push_back(
+              ref(kResidentGradsBuffer, n, 0,
+                  residentGradBase[n] + s.residentGradOffsets[residentGradIdx],
+                  s.residentGradSizes[residentGradIdx]));
+          ++residentGradIdx;
+        } else if (role == "param_grad") {
           accumulate.push_back(
               ref("grads", n, 0, s.gradOffsets[gradIdx], s.gradSizes[gradIdx]));
           ++gradIdx;

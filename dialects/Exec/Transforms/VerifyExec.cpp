@@ -11,7 +11,8 @@
 //     complete (WAR, WAW);
 //   - a worker is stateless between stage-jobs: a job reads worker memory
 //     only if the same stage-job wrote it (copies count for the job that
-//     receives the data).
+//     receives the data), except the device-resident state (@resident),
+//     which the optimizer tasks update in place from step to step.
 // "Before" is happens-before: stream order on each worker queue, awaits,
 // carried events from the previous step, and barriers. The worker of a job
 // changes from step to step (job n of step s runs on worker
@@ -152,11 +153,15 @@ LogicalResult verifyProgram(ProgramOp program) {
             text += " on worker " + std::to_string(worker);
           return text + " in step " + std::to_string(s);
         };
+        // Device-resident state lives on its worker for the whole run: the
+        // trainer writes it before the first step, the optimizer tasks
+        // update it. Only the race rules apply to it.
+        const bool persistent = a.buffer.getValue() == kResidentBuffer;
         bool written = false;
         for (const Record &r : list) {
           if (!(a.offset < r.offset + r.bytes && r.offset < a.offset + a.bytes))
             continue;
-          if (r.write && !a.write && worker >= 0) {
+          if (r.write && !a.write && worker >= 0 && !persistent) {
             written = true;
             const Instance &writer = instances[r.instance];
             // A kernel reads only what its own stage-job produced; a copy
@@ -188,7 +193,7 @@ LogicalResult verifyProgram(ProgramOp program) {
               << instances[r.instance].step << ")";
           return failure();
         }
-        if (!a.write && worker >= 0 && !written)
+        if (!a.write && worker >= 0 && !written && !persistent)
           return op->emitOpError("reads ")
                  << where() << ", which nothing in this stage-job wrote";
         if (a.write) {

@@ -132,6 +132,15 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     every layer's `param_bytes` counts them, and a stage holding several of
     those layers holds them once. Whole-plan invariants are checked by `pipe-verify-plan`.
 
+    Residency: `resident_layers` are the layers whose parameters stay in the
+    worker's memory for the whole run, and `resident_params` the parameters
+    that follow (those whose every layer is resident): their weights,
+    gradients and AdamW moments live on the worker, nothing uploads or
+    downloads them, and the worker updates them. Absent: every parameter
+    streams from the host (RoundPipe's regime). `residency_alternatives`
+    maps each residency the planner weighed (`streamed`, `device`, `mixed`)
+    to the step it predicted for it, for `--explain`.
+
     Example:
     ```mlir
     pipe.plan @plan_w2 for @main workers 2 microbatches 4 {
@@ -179,7 +188,10 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<I64Attr>:$max_seq_len,
                        OptionalAttr<F64Attr>:$mapped_weight_bytes,
                        OptionalAttr<F64Attr>:$stale_step_seconds,
-                       OptionalAttr<DictArrayAttr>:$shared_params);
+                       OptionalAttr<DictArrayAttr>:$shared_params,
+                       OptionalAttr<DenseI64ArrayAttr>:$resident_layers,
+                       OptionalAttr<StrArrayAttr>:$resident_params,
+                       OptionalAttr<DictionaryAttr>:$residency_alternatives);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

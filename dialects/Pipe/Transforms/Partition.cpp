@@ -136,6 +136,8 @@ struct Candidate {
   /// Whether the plan is the exact optimum of the objective itself (rather
   /// than of the objective with a floor of more jobs).
   bool objectiveOptimal = true;
+  /// Each residency weighed for this M and the step predicted for it.
+  std::vector<std::pair<std::string, double>> residencyAlternatives;
 };
 
 /// Every microbatch count's best plan for one worker count.
@@ -222,6 +224,29 @@ struct PipePartitionPass
       return signalPassFailure();
     }
 
+    if (residency != "auto" && residency != "device" &&
+        residency != "streamed") {
+      module.emitError("--residency=")
+          << residency << " is not one of auto, device, streamed";
+      return signalPassFailure();
+    }
+    if (residency == "device")
+      for (int64_t n : workers)
+        if (n != 1) {
+          module.emitError("--residency=device: plans of ")
+              << n
+              << " workers stream their parameters (device-resident state "
+                 "lives on the one worker that runs every stage-job: "
+                 "--workers 1)";
+          return signalPassFailure();
+        }
+    if (residency == "device" && replicas > 1) {
+      module.emitError("--residency=device: replicas sum their gradients "
+                       "through host memory, which needs streamed state "
+                       "(--replicas ")
+          << static_cast<int64_t>(replicas) << ")";
+      return signalPassFailure();
+    }
     if (optimizerMode != "overlap" && optimizerMode != "sync" &&
         optimizerMode != "stale") {
       module.emitError("--optimizer-mode=")
@@ -266,6 +291,56 @@ struct PipePartitionPass
       buildPlanOp(b, func, *spec, bf16, searched.workers, batch, tokens,
                   *chosen, attr);
     }
+  }
+
+  /// The residencies a plan of `problem`'s workers may take: every layer
+  /// streamed; with one worker, every layer resident and, when the whole
+  /// state leaves too little room, the deepest layers whose state fits
+  /// beside the finest streamed plan (their updates come last in a step, so
+  /// they are the most exposed). `--residency` keeps one of the first two.
+  std::vector<std::vector<char>>
+  residencyOptions(const planner::PlanProblem &problem,
+                   const cost::DeviceSpec &spec) const {
+    std::vector<std::vector<char>> options;
+    const size_t numLayers = problem.layers.size();
+    if (residency != "device")
+      options.push_back({});
+    // Stale updates overlap the next step on the host; resident state is
+    // updated on the worker between steps, with nothing left to hide.
+    if (residency == "streamed" || problem.workers != 1 ||
+        problem.replicas != 1 || optimizerMode == "stale")
+      return options;
+    std::vector<char> all(numLayers, 1);
+    options.push_back(all);
+    if (residency == "device" || problem.workerMemoryBytes <= 0)
+      return options;
+    planner::PlanProblem streamed = problem;
+    streamed.resident.clear();
+    const double room =
+        problem.workerMemoryBytes -
+        planner::workerArenaBytes(
+            streamed, planner::finestPlan(static_cast<int>(numLayers)));
+    planner::PlanProblem probe = problem;
+    probe.resident.assign(numLayers, 0);
+    for (size_t l = numLayers; l-- > 0;) {
+      probe.resident[l] = 1;
+      if (planner::residentBytes(probe) > room) {
+        probe.resident[l] = 0;
+        break;
+      }
+    }
+    if (llvm::count(probe.resident, 1) > 0 &&
+        llvm::count(probe.resident, 0) > 0)
+      options.push_back(probe.resident);
+    (void)spec;
+    return options;
+  }
+
+  static std::string residencyName(const planner::PlanProblem &problem) {
+    size_t resident = llvm::count(problem.resident, 1);
+    if (resident == 0)
+      return "streamed";
+    return resident == problem.layers.size() ? "device" : "mixed";
   }
 
   /// The step the trainer will run: the prediction of the optimizer mode
@@ -366,6 +441,12 @@ struct PipePartitionPass
                  spec.hostLinkAggregateBandwidth / static_cast<double>(n));
     p.peerBytesPerSecond = n > 1 ? spec.peerBandwidth : 0;
     p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
+    // Resident AdamW: on a GPU one fused pass reading the weight, gradient
+    // and both moments and writing three (28 bytes a parameter); a host
+    // worker's memory is host memory, updated by the host optimizer's code.
+    p.deviceOptimizerParamsPerSecond =
+        spec.isGpu ? spec.memoryBandwidth * spec.memoryEfficiency / 28.0
+                   : spec.optimizerParamsPerSecond;
     p.replicas = static_cast<int>(replicas);
     p.replicaBytesPerSecond = replicaLinkGBps * 1e9;
     p.shardOptimizer = shardOptimizer;
@@ -438,108 +519,145 @@ struct PipePartitionPass
         }
       }
 
-      std::string why;
-      if (!stages.empty()) {
-        FailureOr<planner::Plan> forced =
-            parseStages(stages, static_cast<int>(c.problem.layers.size()), why);
-        if (failed(forced))
-          return func.emitError(why);
-        if (!planner::isValid(c.problem, *forced, &why))
-          return func.emitError("--stages: ") << why;
-        if (!planner::fitsBudgets(c.problem, *forced, &why) ||
-            !fitsArena(c.problem, *forced, &why)) {
-          lastFailure = why;
-          continue;
-        }
-        c.plan = *forced;
-      } else if (strategy == "greedy") {
-        double limit = 0.6 * (workerMemoryGB > 0 ? workerMemoryGB * 1e9
-                                                 : spec.memoryBytes);
-        c.plan = planner::greedyRoundPipe(c.problem, limit);
-        if (!planner::fitsBudgets(c.problem, c.plan, &why) ||
-            !fitsArena(c.problem, c.plan, &why)) {
-          lastFailure = "RoundPipe's greedy plan: " + why;
-          continue;
-        }
-      } else {
-        // The exact optimum of the objective, and of the same objective
-        // with a floor of more jobs (RoundPipe's min_stages): finer plans
-        // trade a longer chain for better balance, which only the
-        // simulator can weigh. It picks among them below.
-        std::vector<planner::Plan> plans;
-        int numLayers = static_cast<int>(c.problem.layers.size());
-        int maxJobs = std::max<int>(2 * numLayers - 1, 1);
-        const double budget = c.problem.workerMemoryBytes;
-        double searchBudget = budget;
-        // The search prunes with a stage-local bound of worker memory; the
-        // executor's arena sizes each buffer class by its own largest stage
-        // and can need more. Plans it cannot hold are dropped and the search
-        // reruns with the budget lowered by the overshoot.
-        for (int attempt = 0; attempt < 8 && plans.empty(); ++attempt) {
-          double overshoot = std::numeric_limits<double>::infinity();
-          bool found = false;
-          for (int floor = static_cast<int>(n);
-               floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n));
-               ++floor) {
-            planner::PlanProblem p = c.problem;
-            p.minJobs = floor;
-            p.workerMemoryBytes = searchBudget;
-            std::optional<planner::Plan> plan = planner::exactSearch(p);
-            if (!plan)
-              break;
-            found = true;
-            double arena = planner::workerArenaBytes(c.problem, *plan);
-            if (budget > 0 && arena > budget) {
-              overshoot = std::min(overshoot, arena - budget);
-              continue;
-            }
-            if (llvm::none_of(plans, [&](const planner::Plan &q) {
-                  return q.jobs() == plan->jobs();
-                }))
-              plans.push_back(*plan);
+      // Every residency this plan may take, each searched on its own (a
+      // resident state leaves less memory for the stages), and the fastest
+      // kept.
+      std::vector<Candidate> found;
+      auto searchOne = [&](Candidate c) -> LogicalResult {
+        std::string why;
+        if (!stages.empty()) {
+          FailureOr<planner::Plan> forced = parseStages(
+              stages, static_cast<int>(c.problem.layers.size()), why);
+          if (failed(forced))
+            return func.emitError(why);
+          if (!planner::isValid(c.problem, *forced, &why))
+            return func.emitError("--stages: ") << why;
+          if (!planner::fitsBudgets(c.problem, *forced, &why) ||
+              !fitsArena(c.problem, *forced, &why)) {
+            lastFailure = why;
+            return success();
           }
-          if (!found || budget <= 0)
-            break;
-          searchBudget -= std::max(overshoot, 0.01 * budget);
-          if (searchBudget <= 0)
-            break;
-        }
-        if (plans.empty()) {
-          // At the edge of the budget (long sequences) the search's
-          // stage-local pruning can miss the one plan that fits: the finest,
-          // whose stages each hold one layer's activations.
-          planner::Plan fine =
-              planner::finestPlan(static_cast<int>(c.problem.layers.size()));
-          if (planner::fitsBudgets(c.problem, fine, nullptr) &&
-              fitsArena(c.problem, fine, nullptr))
-            plans.push_back(fine);
-        }
-        if (plans.empty()) {
-          // Say which budget: the host part does not depend on the plan.
-          if (c.problem.hostMemoryBytes > 0 &&
-              hostFloorBytes(c.problem) > c.problem.hostMemoryBytes)
-            lastFailure = "host";
-          else
+          c.plan = *forced;
+        } else if (strategy == "greedy") {
+          double limit = 0.6 * (workerMemoryGB > 0 ? workerMemoryGB * 1e9
+                                                   : spec.memoryBytes);
+          c.plan = planner::greedyRoundPipe(c.problem, limit);
+          if (!planner::fitsBudgets(c.problem, c.plan, &why) ||
+              !fitsArena(c.problem, c.plan, &why)) {
+            lastFailure = "RoundPipe's greedy plan: " + why;
+            return success();
+          }
+        } else {
+          // The exact optimum of the objective, and of the same objective
+          // with a floor of more jobs (RoundPipe's min_stages): finer plans
+          // trade a longer chain for better balance, which only the
+          // simulator can weigh. It picks among them below.
+          std::vector<planner::Plan> plans;
+          int numLayers = static_cast<int>(c.problem.layers.size());
+          int maxJobs = std::max<int>(2 * numLayers - 1, 1);
+          const double budget = c.problem.workerMemoryBytes;
+          // The resident state is fixed: the stages get what it leaves.
+          double searchBudget =
+              budget > 0 ? budget - planner::residentBytes(c.problem) : budget;
+          if (budget > 0 && searchBudget <= 0) {
             lastFailure = "worker";
-          continue;
-        }
-        std::optional<Candidate> best;
-        for (const planner::Plan &plan : plans) {
-          Candidate alt = c;
-          alt.plan = plan;
-          simulateModes(alt);
-          ++tried;
-          if (!best || score(alt) < score(*best) * (1 - 1e-9)) {
-            alt.objectiveOptimal = &plan == &plans.front();
-            best = std::move(alt);
+            return success();
           }
+          // The search prunes with a stage-local bound of worker memory; the
+          // executor's arena sizes each buffer class by its own largest stage
+          // and can need more. Plans it cannot hold are dropped and the search
+          // reruns with the budget lowered by the overshoot.
+          for (int attempt = 0; attempt < 8 && plans.empty(); ++attempt) {
+            double overshoot = std::numeric_limits<double>::infinity();
+            bool found = false;
+            for (int floor = static_cast<int>(n);
+                 floor <= std::min<int>(maxJobs, 4 * static_cast<int>(n));
+                 ++floor) {
+              planner::PlanProblem p = c.problem;
+              p.minJobs = floor;
+              p.workerMemoryBytes = searchBudget;
+              std::optional<planner::Plan> plan = planner::exactSearch(p);
+              if (!plan)
+                break;
+              found = true;
+              double arena = planner::workerArenaBytes(c.problem, *plan);
+              if (budget > 0 && arena > budget) {
+                overshoot = std::min(overshoot, arena - budget);
+                return success();
+              }
+              if (llvm::none_of(plans, [&](const planner::Plan &q) {
+                    return q.jobs() == plan->jobs();
+                  }))
+                plans.push_back(*plan);
+            }
+            if (!found || budget <= 0)
+              break;
+            searchBudget -= std::max(overshoot, 0.01 * budget);
+            if (searchBudget <= 0)
+              break;
+          }
+          if (plans.empty()) {
+            // At the edge of the budget (long sequences) the search's
+            // stage-local pruning can miss the one plan that fits: the finest,
+            // whose stages each hold one layer's activations.
+            planner::Plan fine =
+                planner::finestPlan(static_cast<int>(c.problem.layers.size()));
+            if (planner::fitsBudgets(c.problem, fine, nullptr) &&
+                fitsArena(c.problem, fine, nullptr))
+              plans.push_back(fine);
+          }
+          if (plans.empty()) {
+            // Say which budget: the host part does not depend on the plan.
+            if (c.problem.hostMemoryBytes > 0 &&
+                hostFloorBytes(c.problem) > c.problem.hostMemoryBytes)
+              lastFailure = "host";
+            else
+              lastFailure = "worker";
+            return success();
+          }
+          std::optional<Candidate> best;
+          for (const planner::Plan &plan : plans) {
+            Candidate alt = c;
+            alt.plan = plan;
+            simulateModes(alt);
+            ++tried;
+            if (!best || score(alt) < score(*best) * (1 - 1e-9)) {
+              alt.objectiveOptimal = &plan == &plans.front();
+              best = std::move(alt);
+            }
+          }
+          found.push_back(std::move(*best));
+          return success();
         }
-        searched.perCount.push_back(std::move(*best));
-        continue;
+        simulateModes(c);
+        ++tried;
+        found.push_back(std::move(c));
+        return success();
+      };
+      // What each residency weighed came to: its step, or -1 where no plan
+      // of it fits the budgets.
+      std::vector<std::pair<std::string, double>> weighed;
+      std::vector<std::vector<char>> residencies =
+          residencyOptions(c.problem, spec);
+      for (std::vector<char> &resident : residencies) {
+        Candidate r = c;
+        r.problem.resident = std::move(resident);
+        const std::string name = residencyName(r.problem);
+        const size_t before = found.size();
+        if (failed(searchOne(std::move(r))))
+          return failure();
+        weighed.push_back(
+            {name, found.size() > before ? score(found.back()) : -1.0});
       }
-      simulateModes(c);
-      ++tried;
-      searched.perCount.push_back(std::move(c));
+      if (found.empty())
+        continue;
+      Candidate *best = &found.front();
+      for (Candidate &f : found)
+        if (score(f) < score(*best) * (1 - 1e-9))
+          best = &f;
+      if (residencies.size() > 1)
+        best->residencyAlternatives = std::move(weighed);
+      searched.perCount.push_back(std::move(*best));
     }
 
     if (searched.perCount.empty()) {
@@ -716,7 +834,37 @@ struct PipePartitionPass
         /*shard_optimizer=*/nullptr, /*replicas_per_host=*/nullptr,
         /*max_seq_len=*/nullptr, /*mapped_weight_bytes=*/nullptr,
         /*stale_step_seconds=*/f64(c.stale.stepSeconds),
-        /*shared_params=*/nullptr);
+        /*shared_params=*/nullptr, /*resident_layers=*/nullptr,
+        /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr);
+    if (llvm::is_contained(p.resident, 1)) {
+      SmallVector<int64_t> layers;
+      for (size_t l = 0; l < p.resident.size(); ++l)
+        if (p.resident[l])
+          layers.push_back(static_cast<int64_t>(l));
+      plan.setResidentLayersAttr(b.getDenseI64ArrayAttr(layers));
+      // A parameter is resident when every layer reading it is.
+      llvm::SmallDenseMap<unsigned, bool> residentArg;
+      for (size_t l = 0; l < c.table.layerParamArgs.size(); ++l)
+        for (unsigned arg : c.table.layerParamArgs[l]) {
+          auto [it, inserted] = residentArg.try_emplace(arg, true);
+          it->second = it->second && planner::isResident(p, int(l));
+        }
+      SmallVector<Attribute> names;
+      for (unsigned arg = 0; arg < func.getNumArguments(); ++arg) {
+        auto it = residentArg.find(arg);
+        if (it == residentArg.end() || !it->second)
+          continue;
+        if (Attribute name = func.getArgAttr(arg, tg::kParamAttr))
+          names.push_back(name);
+      }
+      plan.setResidentParamsAttr(b.getArrayAttr(names));
+    }
+    if (!c.residencyAlternatives.empty()) {
+      SmallVector<NamedAttribute> alternatives;
+      for (auto &[name, seconds] : c.residencyAlternatives)
+        alternatives.push_back(b.getNamedAttr(name, f64(seconds)));
+      plan.setResidencyAlternativesAttr(b.getDictionaryAttr(alternatives));
+    }
     if (p.mappedWeightBytes > 0)
       plan.setMappedWeightBytesAttr(f64(p.mappedWeightBytes));
     if (p.workerMemoryBytes > 0 || p.hostMemoryBytes > 0)

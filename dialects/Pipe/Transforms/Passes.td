@@ -58,6 +58,13 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
     module without one takes them from the `device` and `precision` options,
     resolved by the same rule (include/rondo/Driver/Target.h).
 
+    Residency (`residency`): with one worker, the planner also weighs
+    keeping every parameter's state on the worker (`device`: no uploads,
+    no gradient downloads, AdamW on the worker) and keeping the last layers
+    that fit there (`mixed`), prices each with the same simulator, and takes
+    the fastest that fits the budgets; `streamed` and `device` force one.
+    Plans of several workers stream.
+
     An impossible budget is an error that states the numbers and the
     smallest configuration that fits.
   }];
@@ -96,6 +103,10 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
            /*default=*/"\"overlap\"",
            "overlap | sync | stale: the trainer's optimizer mode, whose "
            "predicted step the plans minimise (the trainer's default mode)">,
+    Option<"residency", "residency", "std::string", /*default=*/"\"auto\"",
+           "auto | device | streamed: where parameters, gradients and "
+           "AdamW moments live (auto: the planner weighs streamed, "
+           "device-resident and mixed, and takes the fastest that fits)">,
   ];
   let dependentDialects = ["rondo::pipe::PipeDialect"];
 }

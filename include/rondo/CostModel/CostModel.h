@@ -123,6 +123,9 @@ struct LayerTable {
   /// Parameters read by several layers, in argument order.
   std::vector<planner::SharedParam> sharedParams;
   std::vector<double> trainableParams; // per layer, first user owns a param
+  /// The @main argument numbers of the parameters each layer reads: a
+  /// parameter is device-resident when every layer reading it is.
+  std::vector<std::vector<unsigned>> layerParamArgs;
   double paramCount = 0;
   double trainableCount = 0;
   /// Host bytes that do not depend on the partition: fp32 master weights,

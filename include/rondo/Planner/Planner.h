@@ -110,6 +110,14 @@ struct PlanProblem {
   /// Replicas that share one host (and its cores for the optimizer): the
   /// optimizer throughput is split between them.
   int replicasPerHost = 1;
+  /// Residency (docs/CostModel.md, "Residency"): resident[l] keeps layer
+  /// l's parameters, their gradients and AdamW moments in the worker's
+  /// memory for the whole run (one worker holds them: plans with N = 1), so
+  /// its stage-jobs upload and download nothing for it and its update runs
+  /// on the worker at deviceOptimizerParamsPerSecond. Empty: every layer is
+  /// streamed (RoundPipe's regime).
+  std::vector<char> resident;
+  double deviceOptimizerParamsPerSecond = 0;
   /// RoundPipe's min_stages: the objective counts at least
   /// max(N, minJobs) stage-jobs per step. Raising it asks the search for the
   /// best plan with finer stages (the compiler sweeps it and lets the
@@ -164,8 +172,16 @@ struct StageCost {
 
 StageCost costStage(const PlanProblem &problem, const Stage &stage);
 
+/// Whether layer l is device-resident under `problem`.
+inline bool isResident(const PlanProblem &problem, int l) {
+  return l >= 0 && l < int(problem.resident.size()) && problem.resident[l];
+}
+/// Worker bytes of the resident state: fp32 weights, gradients and the two
+/// AdamW moments of every parameter whose layers are all resident.
+double residentBytes(const PlanProblem &problem);
+
 /// Peak device memory of any worker: the largest running stage plus the
-/// largest parameter slot being prefetched.
+/// largest parameter slot being prefetched, plus the resident state.
 double workerPeakBytes(const PlanProblem &problem, const Plan &plan);
 /// What the executor really allocates on a worker for `plan`, as
 /// convert-pipe-to-exec lays it out: one static arena holding two parameter

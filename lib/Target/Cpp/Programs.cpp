@@ -111,6 +111,7 @@ Emitter::emitProgram(exec::ProgramOp program,
     unsigned param;
     int stage;
     int64_t offset;
+    bool onWorker = false;
   };
   SmallVector<Part> parts;
   for (auto [k, st] : llvm::enumerate(stages)) {
@@ -128,7 +129,28 @@ Emitter::emitProgram(exec::ProgramOp program,
     for (auto [name, off] : llvm::zip(st.getGrads(), st.getGradOffsets()))
       parts.push_back({paramIndex.lookup(cast<StringAttr>(name).getValue()),
                        int(k), st.getHostGradOffset() + off});
+    if (ArrayAttr residentGrads = st.getResidentGradsAttr())
+      for (auto [name, off] :
+           llvm::zip(residentGrads, *st.getResidentGradOffsets()))
+        parts.push_back({paramIndex.lookup(cast<StringAttr>(name).getValue()),
+                         int(k), off, /*onWorker=*/true});
   }
+  // Device-resident parameters: where each one's state lies on the worker.
+  tablesOs << "const rondo_resident_param " << id << "_resident[] = {";
+  int numResident = 0;
+  for (auto r : block.getOps<exec::ResidentOp>()) {
+    auto it = paramIndex.find(r.getParam());
+    if (it == paramIndex.end())
+      return r.emitOpError("keeps parameter '")
+             << r.getParam() << "' on the worker, which @main does not have";
+    // I64Attr reads back unsigned: -1 (absent) must print as -1.
+    tablesOs << llvm::formatv(
+        "{{{0}, {1}, {2}, {3}, {4}, {5}}, ", it->second,
+        int64_t(r.getWeights()), int64_t(r.getExpAvg()),
+        int64_t(r.getExpAvgSq()), int64_t(r.getSum()), int64_t(r.getNormSum()));
+    ++numResident;
+  }
+  tablesOs << "{-1, -1, -1, -1, -1, -1}};\n";
   llvm::stable_sort(
       parts, [](const Part &a, const Part &b) { return a.param < b.param; });
   tablesOs << "const rondo_stage_desc " << id << "_stages[] = {\n";
@@ -146,8 +168,9 @@ Emitter::emitProgram(exec::ProgramOp program,
   tablesOs << "};\n";
   tablesOs << "const rondo_grad_part " << id << "_grads[] = {";
   for (const Part &p : parts)
-    tablesOs << llvm::formatv("{{{0}, {1}, {2}}, ", p.param, p.stage, p.offset);
-  tablesOs << "{-1, -1, 0}};\n";
+    tablesOs << llvm::formatv("{{{0}, {1}, {2}, {3}}, ", p.param, p.stage,
+                              p.offset, p.onWorker ? 1 : 0);
+  tablesOs << "{-1, -1, 0, 0}};\n";
   tablesOs << "const int32_t " << id << "_jobs[] = {";
   for (auto [n, job] : llvm::enumerate(program.getJobs()))
     tablesOs << (n ? ", " : "")
@@ -246,7 +269,7 @@ Emitter::emitProgram(exec::ProgramOp program,
   programsOs << llvm::formatv(
       "    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
       "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
-      "{16}, {17}, {18}, {19}, {7}_issue},\n",
+      "{16}, {17}, {18}, {19}, {7}_issue, {7}_resident, {20}, {21}, {22}},\n",
       cString(program.getSymName()), cString(program.getOptimizer()),
       program.getWorkers(), program.getMicrobatches(),
       program.getRowsPerMicrobatch(), program.getFirstWorker(),
@@ -261,7 +284,9 @@ Emitter::emitProgram(exec::ProgramOp program,
       llvm::formatv("{0:e6}",
                     program.getStaleStepSeconds()
                         ? program.getStaleStepSeconds()->convertToDouble()
-                        : 0.0));
+                        : 0.0),
+      numResident, bufferOr(exec::kResidentBuffer),
+      bufferOr(exec::kResidentGradsBuffer));
   return success();
 }
 

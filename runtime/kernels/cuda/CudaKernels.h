@@ -122,6 +122,66 @@ void matmul(CFView a, CFView b, FView out, bool transA, bool transB,
             bool accumulate = false);
 void gatherRows(CFView table, IView ids, FView out, int *badId = nullptr);
 
+//===----------------------------------------------------------------------===//
+// Optimizer math on device-resident state (Optimizer.cu)
+//===----------------------------------------------------------------------===//
+//
+// The host optimizer's functions (runtime/src/AdamW.cpp, rondo::rt) for
+// optimizer state and gradients that live on the GPU; the CUDA DeviceOps
+// calls them. The types mirror rt::AdamWConfig / rt::AdamWTensor so that this
+// library does not depend on the runtime's headers. Pointers are device
+// pointers of the current device; the arrays of descriptors are host arrays.
+//
+// Unlike the kernels above, gradNormPartials and allFinite return results to
+// the host: they synchronise the current stream before returning.
+
+/// torch.optim.AdamW's hyper-parameters (rt::AdamWConfig).
+struct AdamWHyper {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+/// One tensor of adamwUpdate (rt::AdamWTensor); its group's learning rate is
+/// lr * lrScale.
+struct AdamWParam {
+  float *param = nullptr;
+  const float *grad = nullptr;
+  float *expAvg = nullptr;
+  float *expAvgSq = nullptr;
+  int64_t numel = 0;
+  double lrScale = 1.0;
+  double weightDecay = 0.0;
+};
+
+/// rt::adamwUpdate bit for bit: one AdamW step (number `step` >= 1) of every
+/// tensor, fused into one kernel launch for up to 512 tensors.
+void adamwUpdate(const AdamWParam *tensors, size_t count,
+                 const AdamWHyper &hyper, double lr, int64_t step);
+
+/// The squares of data[0, n) summed in double per block of `blockElems`
+/// elements, into the HOST array partials[ceil(n / blockElems)]. The order
+/// of the additions within a block differs from rt::gradNormPartials (a
+/// fixed tree over the block's threads), so the partials agree with the
+/// host's to about 1e-15 relative, not bitwise; they depend only on the data,
+/// n and blockElems (not on the alignment of `data`) and are the same run to
+/// run. Synchronises the current stream.
+void gradNormPartials(const float *data, int64_t n, int64_t blockElems,
+                      double *partials);
+
+/// Whether no element of data[0, n) is NaN or infinite. Synchronises the
+/// current stream.
+bool allFinite(const float *data, int64_t n);
+
+/// data[i] = data[i] * factor (gradient clipping; scale, in place).
+void scaleInPlace(float *data, int64_t n, float factor);
+
+/// sum[i] = parts[0][i] + parts[1][i] + ... + parts[count - 1][i], added in
+/// that order in fp32 (as the host's sequential sum). `parts` is a host array
+/// of device pointers; `sum` may be parts[0]. Nothing happens for
+/// count <= 0.
+void sumParts(float *sum, const float *const *parts, int32_t count, int64_t n);
+
 } // namespace rondo::cuda
 
 #endif // RONDO_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H

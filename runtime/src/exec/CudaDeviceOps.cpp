@@ -14,6 +14,11 @@
 // pageable. Stage functions allocate their temporaries from the device's
 // stream-ordered pool, which keeps freed memory for reuse.
 //
+// The optimizer's math on device-resident state (adamw, gradNormPartials,
+// ...) comes from the optimizer and trainer threads: it runs on one more
+// non-blocking stream per device, created on first use, and is synchronised
+// before the call returns.
+//
 //===----------------------------------------------------------------------===//
 
 #include "rondo/runtime/DeviceOps.h"
@@ -26,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -85,6 +91,14 @@ public:
       check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
                                     &keep),
             "cudaMemPoolSetAttribute", d);
+    }
+  }
+
+  ~CudaDeviceOps() override {
+    // Best effort: the work on them was synchronised by every call.
+    for (auto &[d, stream] : optimizerStreams) {
+      cudaSetDevice(d);
+      cudaStreamDestroy(stream);
     }
   }
 
@@ -176,7 +190,107 @@ public:
           "cudaStreamSynchronize after a stage function", t.device);
   }
 
+  // The optimizer's math on device-resident state: the kernels of
+  // Optimizer.cu (CudaKernels.h), which give the host optimizer's bits
+  // (gradNormPartials to ~1e-15 relative per block).
+
+  void adamw(int32_t worker, const AdamWTensor *tensors, size_t count,
+             const AdamWConfig &config, double lr, int64_t step) override {
+    std::vector<cuda::AdamWParam> params(count);
+    for (size_t i = 0; i < count; ++i) {
+      const AdamWTensor &x = tensors[i];
+      params[i] = {x.param, x.grad,    x.expAvg,     x.expAvgSq,
+                   x.numel, x.lrScale, x.weightDecay};
+    }
+    cuda::AdamWHyper hyper{config.beta1, config.beta2, config.eps};
+    onOptimizerStream(worker, "the device AdamW", [&](cudaStream_t) {
+      cuda::adamwUpdate(params.data(), count, hyper, lr, step);
+    });
+  }
+
+  void gradNormPartials(int32_t worker, const float *data, int64_t n,
+                        double *partials) override {
+    onOptimizerStream(worker, "the device gradient norm", [&](cudaStream_t) {
+      cuda::gradNormPartials(data, n, kGradNormBlock, partials);
+    });
+  }
+
+  bool allFinite(int32_t worker, const float *data, int64_t n) override {
+    bool finite = true;
+    onOptimizerStream(worker, "the device finiteness check",
+                      [&](cudaStream_t) { finite = cuda::allFinite(data, n); });
+    return finite;
+  }
+
+  void scale(int32_t worker, float *data, int64_t n, float factor) override {
+    onOptimizerStream(worker, "the device gradient scaling", [&](cudaStream_t) {
+      cuda::scaleInPlace(data, n, factor);
+    });
+  }
+
+  void sumParts(int32_t worker, float *sum, const float *const *parts,
+                int32_t count, int64_t n) override {
+    onOptimizerStream(worker, "the device part sum", [&](cudaStream_t) {
+      cuda::sumParts(sum, parts, count, n);
+    });
+  }
+
+  void copyToWorker(int32_t worker, void *dst, const void *src,
+                    size_t bytes) override {
+    if (bytes == 0)
+      return;
+    onOptimizerStream(worker, "a copy to a worker", [&](cudaStream_t s) {
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s),
+            "cudaMemcpyAsync to a worker", device(worker));
+    });
+  }
+
+  void copyFromWorker(int32_t worker, void *dst, const void *src,
+                      size_t bytes) override {
+    if (bytes == 0)
+      return;
+    onOptimizerStream(worker, "a copy from a worker", [&](cudaStream_t s) {
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s),
+            "cudaMemcpyAsync from a worker", device(worker));
+    });
+  }
+
 private:
+  /// Runs `work(stream)` on the worker's device and that device's optimizer
+  /// stream, and waits for it. The callers are the optimizer and trainer
+  /// threads, which are none of the stream threads: they get a stream of
+  /// their own rather than the legacy default stream, which would serialise
+  /// with every worker stream's copies and stages. The calling thread's
+  /// device and current kernel stream are restored afterwards.
+  template <typename Work>
+  void onOptimizerStream(int32_t worker, const char *what, Work &&work) {
+    const int d = device(worker);
+    int previous = -1;
+    check(cudaGetDevice(&previous), "cudaGetDevice", d);
+    struct RestoreDevice {
+      int device;
+      ~RestoreDevice() {
+        if (device >= 0)
+          cudaSetDevice(device);
+      }
+    } restore{previous != d ? previous : -1};
+    check(cudaSetDevice(d), "cudaSetDevice", d);
+    cudaStream_t stream = optimizerStream(d);
+    cuda::StreamGuard guard(stream);
+    work(stream);
+    check(cudaStreamSynchronize(stream), what, d);
+  }
+
+  /// Device d's optimizer stream, created on first use (d current).
+  cudaStream_t optimizerStream(int d) {
+    std::lock_guard<std::mutex> lock(optimizerStreamsMutex);
+    cudaStream_t &stream = optimizerStreams[d];
+    if (!stream)
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags for the optimizer", d);
+    return stream;
+  }
+
   struct ThreadState {
     int device = 0;
     cudaStream_t stream = nullptr;
@@ -192,6 +306,9 @@ private:
   std::vector<int> gpus;
   /// Arena bytes per entry of gpus.
   std::vector<size_t> arenaBytes = std::vector<size_t>(gpus.size(), 0);
+  /// The optimizer streams by device (onOptimizerStream).
+  std::mutex optimizerStreamsMutex;
+  std::map<int, cudaStream_t> optimizerStreams;
 };
 
 /// GPU trainers sum their replicas' gradients over NCCL: this object file is

@@ -128,6 +128,9 @@ struct ProgramInfo {
   std::vector<std::vector<int32_t>> readsGradsOf;
   /// Per stage Y: the stages whose tasks update a parameter of Y's pieces.
   std::vector<std::vector<int32_t>> updatedBy;
+  /// Per model parameter: its entry in program.residentParams, or -1 when
+  /// it streams.
+  std::vector<int32_t> residentOf;
 };
 
 /// Checks the program against the model (throws rt::Error naming the
@@ -214,6 +217,12 @@ public:
 
   /// Base of a host buffer in the pool.
   char *hostBuffer(int32_t buffer) const;
+  /// Base of a worker buffer in `worker`'s arena (device-resident state).
+  char *workerBuffer(int32_t worker, int32_t buffer) const {
+    return arenas[size_t(worker)] + program.buffers[buffer].offset;
+  }
+  /// What a worker is: the trainer updates device-resident state through it.
+  DeviceOps &deviceOps() const { return *device; }
   /// The gradient image OPTIMIZER tasks read: the host gradients buffer,
   /// or with stale updates the stash task's copy of it (same layout).
   char *optimizerGradients() const {

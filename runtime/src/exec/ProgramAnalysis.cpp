@@ -89,6 +89,51 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
         throw bad(stageName + " has overlapping parameter pieces");
   }
 
+  // Device-resident state: one worker holds it, and every range lies in
+  // its buffers.
+  auto workerBufferBytes = [&](int32_t b, const char *what) -> int64_t {
+    if (b < 0 || b >= p.numBuffers || p.buffers[b].space != RONDO_SPACE_WORKER)
+      throw bad(std::string("keeps state on the worker but has no ") + what +
+                " buffer");
+    return p.buffers[b].count * p.buffers[b].bytes;
+  };
+  info.residentOf.assign(size_t(model.numParams), -1);
+  if (p.numResidentParams < 0 || (p.numResidentParams > 0 && !p.residentParams))
+    throw bad("has a malformed table of device-resident parameters");
+  if (p.numResidentParams > 0) {
+    if (p.workers != 1)
+      throw bad("keeps parameters on the worker with " +
+                std::to_string(p.workers) +
+                " workers; device-resident state needs one worker");
+    const int64_t residentBytes = workerBufferBytes(p.residentBuffer, "resident");
+    for (int32_t i = 0; i < p.numResidentParams; ++i) {
+      const rondo_resident_param &r = p.residentParams[i];
+      if (r.param < 0 || r.param >= model.numParams)
+        throw bad("resident parameter " + std::to_string(i) + " is malformed");
+      const int64_t bytes =
+          numElements(model.params[r.param]) * int64_t(sizeof(float));
+      for (int64_t offset : {r.weights, r.expAvg, r.expAvgSq, r.sum, r.normSum})
+        if (offset != -1 && (offset < 0 || offset % int64_t(sizeof(float)) ||
+                             offset + bytes > residentBytes))
+          throw bad(std::string("keeps '") + model.params[r.param].name +
+                    "' outside its resident buffer");
+      if (r.weights < 0 ||
+          (model.params[r.param].trainable && (r.expAvg < 0 || r.expAvgSq < 0)))
+        throw bad(std::string("keeps '") + model.params[r.param].name +
+                  "' on the worker without its weights or AdamW moments");
+      if (info.residentOf[size_t(r.param)] >= 0)
+        throw bad(std::string("keeps '") + model.params[r.param].name +
+                  "' on the worker twice");
+      info.residentOf[size_t(r.param)] = i;
+    }
+  }
+  for (int32_t s = 0; s < p.numStages; ++s)
+    for (int32_t i = 0; i < p.stages[s].numPieces; ++i)
+      if (info.residentOf[size_t(p.stages[s].pieces[i].param)] >= 0)
+        throw bad(std::string("stage '") + p.stages[s].name +
+                  "' uploads the device-resident parameter '" +
+                  model.params[p.stages[s].pieces[i].param].name + "'");
+
   info.partsOf.assign(size_t(numParams), {});
   for (int32_t i = 0; i < p.numGradParts; ++i) {
     const rondo_grad_part &g = p.gradParts[i];
@@ -97,6 +142,22 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
       throw bad("gradient part " + std::to_string(i) + " is malformed");
     const rondo_stage_desc &st = p.stages[g.stage];
     int64_t bytes = numElements(model.params[g.param]) * int64_t(sizeof(float));
+    if ((g.onWorker != 0) != (info.residentOf[size_t(g.param)] >= 0))
+      throw bad("gradient part " + std::to_string(i) + " of '" +
+                model.params[g.param].name +
+                (g.onWorker ? "' stays on the worker, but the parameter streams"
+                            : "' is downloaded, but the parameter is "
+                              "device-resident"));
+    if (g.onWorker) {
+      if (g.hostOffset < 0 || g.hostOffset % int64_t(sizeof(float)) != 0 ||
+          g.hostOffset + bytes >
+              workerBufferBytes(p.residentGradsBuffer, "resident gradients"))
+        throw bad("gradient part " + std::to_string(i) + " of '" +
+                  model.params[g.param].name +
+                  "' lies outside the resident gradients buffer");
+      info.partsOf[size_t(g.param)].push_back(i);
+      continue;
+    }
     if (g.hostOffset < st.gradOffset ||
         g.hostOffset + bytes > st.gradOffset + st.gradBytes ||
         g.hostOffset % int64_t(sizeof(float)) != 0)

@@ -9,6 +9,7 @@
 #include "trainer/NanGuard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <regex>
@@ -49,11 +50,34 @@ double OptimizerState::lrAt(int64_t step) const {
   return opts.lr * lrMultiplier(opts.schedule, step, opts.warmup, opts.steps);
 }
 
-std::vector<GradTensor>
+double gradNormOf(const std::vector<GradRef> &grads, DeviceOps *device) {
+  int64_t blocks = 0;
+  for (const GradRef &g : grads)
+    blocks += gradNormBlocks(g.numel);
+  std::vector<double> partials(static_cast<size_t>(blocks));
+  double *out = partials.data();
+  for (const GradRef &g : grads) {
+    if (g.worker >= 0)
+      device->gradNormPartials(g.worker, g.data, g.numel, out);
+    else
+      gradNormPartials(g.data, g.numel, out);
+    out += gradNormBlocks(g.numel);
+  }
+  double sum = 0.0;
+  for (double s : partials)
+    sum += s;
+  return std::sqrt(sum);
+}
+
+std::vector<GradRef>
 OptimizerState::ownedGrads(const std::vector<int> &which) const {
-  std::vector<GradTensor> g;
+  std::vector<GradRef> g;
   for (int i : which) {
     const OptParam &o = opt[size_t(i)];
+    if (o.resident()) { // Resident programs run without replicas.
+      g.push_back({o.workerGrad, o.numel, o.worker});
+      continue;
+    }
     const Shard range = replicas.owned(o.numel);
     g.push_back({o.grad + range.begin, range.size()});
   }
@@ -61,30 +85,58 @@ OptimizerState::ownedGrads(const std::vector<int> &which) const {
 }
 
 void OptimizerState::update(const std::vector<int> &which, int64_t step) {
-  std::vector<AdamWTensor> tensors;
+  // AdamW is elementwise: the host and the worker tensors may be updated
+  // apart, in any order, with the same bits.
+  std::vector<AdamWTensor> tensors, onWorker;
   tensors.reserve(which.size());
+  int32_t worker = -1;
   for (int i : which) {
     OptParam &o = opt[size_t(i)];
-    const Shard range = replicas.owned(o.numel);
     AdamWTensor t;
+    t.weightDecay = o.weightDecay;
+    if (o.resident()) {
+      t.param = o.workerParam;
+      t.grad = o.workerGrad;
+      t.expAvg = o.workerExpAvg;
+      t.expAvgSq = o.workerExpAvgSq;
+      t.numel = o.numel;
+      worker = o.worker;
+      onWorker.push_back(t);
+      continue;
+    }
+    const Shard range = replicas.owned(o.numel);
     t.param = o.param + range.begin;
     t.grad = o.grad + range.begin;
     t.expAvg = o.expAvg.data();
     t.expAvgSq = o.expAvgSq.data();
     t.numel = range.size();
-    t.weightDecay = o.weightDecay;
     tensors.push_back(t);
   }
-  adamwUpdate(tensors.data(), tensors.size(), adamw, lrAt(step),
-              step - skipped + 1);
+  const double lr = lrAt(step);
+  const int64_t adamStep = step - skipped + 1;
+  if (!tensors.empty())
+    adamwUpdate(tensors.data(), tensors.size(), adamw, lr, adamStep);
+  if (!onWorker.empty())
+    device->adamw(worker, onWorker.data(), onWorker.size(), adamw, lr,
+                  adamStep);
   for (int i : which)
-    replicas.allGatherShards(opt[size_t(i)].param, opt[size_t(i)].numel);
+    if (!opt[size_t(i)].resident())
+      replicas.allGatherShards(opt[size_t(i)].param, opt[size_t(i)].numel);
 }
 
 void OptimizerState::clipAndUpdate(int64_t step, double norm) {
   if (opts.clipGradNorm) {
-    std::vector<GradTensor> g = ownedGrads(allOpt);
-    clipGradNorm(g.data(), g.size(), norm, *opts.clipGradNorm);
+    std::vector<GradTensor> onHost;
+    for (const GradRef &g : ownedGrads(allOpt))
+      if (g.worker < 0)
+        onHost.push_back({const_cast<float *>(g.data), g.numel});
+    const float factor =
+        clipGradNorm(onHost.data(), onHost.size(), norm, *opts.clipGradNorm);
+    // The worker's gradients by the factor the host ones were scaled by.
+    if (factor != 1.0f)
+      for (const OptParam &o : opt)
+        if (o.resident())
+          device->scale(o.worker, o.workerGrad, o.numel, factor);
   }
   update(allOpt, step);
 }

@@ -17,6 +17,7 @@
 
 #include "rondo/runtime/AdamW.h"
 #include "rondo/runtime/Buffer.h"
+#include "rondo/runtime/DeviceOps.h"
 #include "rondo/runtime/Model.h"
 
 #include "Checkpoint.h"
@@ -39,7 +40,27 @@ struct OptParam {
   FloatBuffer expAvg, expAvgSq;
   int64_t numel = 0;
   double weightDecay = 0;
+  /// Device-resident (ResidentState): the worker whose memory holds the
+  /// state the update reads and writes, at the pointers below; -1 when it
+  /// streams. `param` and the moments above are then host copies, current
+  /// after ResidentState::pull, and `grad` is null.
+  int32_t worker = -1;
+  float *workerParam = nullptr, *workerGrad = nullptr;
+  float *workerExpAvg = nullptr, *workerExpAvgSq = nullptr;
+  bool resident() const { return worker >= 0; }
 };
+
+/// A gradient in host memory (worker -1) or in a worker's memory.
+struct GradRef {
+  const float *data = nullptr;
+  int64_t numel = 0;
+  int32_t worker = -1;
+};
+
+/// gradNorm over host and worker gradients alike: every tensor's block
+/// partials added in order, so it gives gradNorm's bits for host tensors
+/// and, on the host backend, whatever the residency.
+double gradNormOf(const std::vector<GradRef> &grads, DeviceOps *device);
 
 class OptimizerState {
 public:
@@ -59,9 +80,16 @@ public:
   const std::vector<int> &all() const { return allOpt; }
 
   double lrAt(int64_t step) const;
+  /// Where device-resident tensors are updated (ResidentState::bind).
+  void bindDevice(DeviceOps *ops) { device = ops; }
+  DeviceOps *deviceOps() const { return device; }
   /// The owned ranges of the gradients `which` (indices into tensors())
-  /// read.
-  std::vector<GradTensor> ownedGrads(const std::vector<int> &which) const;
+  /// read, in host or worker memory.
+  std::vector<GradRef> ownedGrads(const std::vector<int> &which) const;
+  /// gradNormOf(ownedGrads(which)).
+  double ownedGradNorm(const std::vector<int> &which) const {
+    return gradNormOf(ownedGrads(which), device);
+  }
   /// AdamW on `which`, on this replica's shards when sharded, whose weights
   /// are then all-gathered.
   void update(const std::vector<int> &which, int64_t step);
@@ -92,6 +120,7 @@ private:
   const TrainerOptions &opts;
   ReplicaSync &replicas;
   AdamWConfig adamw;
+  DeviceOps *device = nullptr;
   std::vector<OptParam> opt; ///< Trainable params, in table order.
   std::vector<int> optOf;
   std::vector<int> allOpt;

@@ -7,15 +7,18 @@
 #include "trainer/ProgramGrads.h"
 #include "trainer/NanGuard.h"
 
+#include "rondo/runtime/Error.h"
+
 #include <algorithm>
 
 namespace rondo::rt {
 
 ProgramGrads::ProgramGrads(const rondo_program &program, const ModelSpec &model,
                            const ProgramInfo &info, const ReplicaSync &replicas,
-                           char *image, char *hostGrads)
+                           char *image, char *hostGrads,
+                           const ResidentState &resident)
     : program(program), model(model), info(info), replicas(replicas),
-      image(image), hostGrads(hostGrads) {
+      image(image), hostGrads(hostGrads), resident(resident) {
   // The order non-finite gradients are looked for in: stages by their
   // first job, parts by their place in the stage's gradient image.
   std::vector<int32_t> firstJob(size_t(program.numStages), program.numJobs);
@@ -47,6 +50,18 @@ void ProgramGrads::bind(OptimizerState &opt) {
   normSums.resize(size_t(model.numParams));
   for (OptParam &o : opt.tensors()) {
     const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
+    if (o.resident()) {
+      if (parts.empty())
+        throw Error(std::string("the compiled program '") + program.name +
+                    "' keeps '" + model.params[o.index].name +
+                    "' on the worker but computes no gradient for it; "
+                    "freeze it (--freeze) or compile with "
+                    "--residency=streamed");
+      o.workerGrad = parts.size() == 1
+                         ? resident.partData(program.gradParts[parts[0]])
+                         : resident.sumOf(o.index);
+      continue;
+    }
     if (parts.size() == 1) {
       o.grad = reinterpret_cast<float *>(
           image + program.gradParts[parts[0]].hostOffset);
@@ -55,11 +70,12 @@ void ProgramGrads::bind(OptimizerState &opt) {
       normSums[size_t(o.index)] = FloatBuffer(o.numel);
       o.grad = partSums[size_t(o.index)].data();
     }
-    largest = std::max(largest, parts.empty() ? o.numel : int64_t(0));
+    largest = std::max(largest,
+                       parts.empty() && !o.resident() ? o.numel : int64_t(0));
   }
   zeroGrad = FloatBuffer(largest);
   for (OptParam &o : opt.tensors())
-    if (info.partsOf[size_t(o.index)].empty())
+    if (info.partsOf[size_t(o.index)].empty() && !o.resident())
       o.grad = zeroGrad.data();
   optByStage.assign(size_t(program.numStages), {});
   for (int32_t s = 0; s < program.numStages; ++s)
@@ -75,14 +91,31 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
   // the sums pair up.
   for (int32_t i : parts) {
     const rondo_grad_part &part = program.gradParts[i];
+    if (part.onWorker)
+      throw Error("device-resident state cannot be summed across replicas: "
+                  "compile with --residency=streamed for --replicas");
     sync.sumGradient(reinterpret_cast<float *>(hostGrads + part.hostOffset),
                      numElements(model.params[part.param]));
   }
 }
 
+GradRef ProgramGrads::partRef(int32_t i) const {
+  const rondo_grad_part &part = program.gradParts[i];
+  const int64_t n = numElements(model.params[part.param]);
+  if (part.onWorker)
+    return {resident.partData(part), n, resident.worker()};
+  return {reinterpret_cast<const float *>(image + part.hostOffset), n};
+}
+
 int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];
+    if (part.onWorker) {
+      const GradRef g = partRef(parts[k]);
+      if (!resident.device().allFinite(g.worker, g.data, g.numel))
+        return int(k);
+      continue;
+    }
     const Shard range = replicas.owned(numElements(model.params[part.param]));
     if (!allFinite(image + part.hostOffset + range.begin * sizeof(float),
                    range.size()))
@@ -99,13 +132,24 @@ std::string ProgramGrads::describe(const std::vector<int32_t> &parts,
 }
 
 void ProgramGrads::prepare(const OptParam &o) const {
-  sumParts(o.index, o.grad, replicas.owned(o.numel));
+  sumParts(o.index, o.resident() ? o.workerGrad : o.grad,
+           replicas.owned(o.numel));
 }
 
 void ProgramGrads::sumParts(int q, float *sum, Shard range) const {
   const std::vector<int32_t> &parts = info.partsOf[size_t(q)];
   if (parts.size() < 2)
     return;
+  if (info.residentOf[size_t(q)] >= 0) {
+    // The same additions in the same order, on the worker.
+    std::vector<const float *> data;
+    for (int32_t i : parts)
+      data.push_back(resident.partData(program.gradParts[i]));
+    resident.device().sumParts(resident.worker(), sum, data.data(),
+                               int32_t(data.size()),
+                               numElements(model.params[q]));
+    return;
+  }
   // The sum in table order, whatever order the parts arrived in.
   const int64_t n = range.size();
   sum += range.begin;
@@ -129,8 +173,17 @@ void ProgramGrads::sumParts(int q, float *sum, Shard range) const {
 }
 
 double ProgramGrads::normForLog(const OptimizerState &opt) {
-  std::vector<GradTensor> g;
+  std::vector<GradRef> g;
   for (const OptParam &o : opt.tensors()) {
+    if (o.resident()) {
+      float *grad = o.workerGrad;
+      if (info.partsOf[size_t(o.index)].size() > 1) {
+        grad = resident.normSumOf(o.index);
+        sumParts(o.index, grad, Shard{0, o.numel});
+      }
+      g.push_back({grad, o.numel, o.worker});
+      continue;
+    }
     float *grad = o.grad;
     const Shard range = replicas.owned(o.numel);
     if (info.partsOf[size_t(o.index)].size() > 1) {
@@ -139,7 +192,7 @@ double ProgramGrads::normForLog(const OptimizerState &opt) {
     }
     g.push_back({grad + range.begin, range.size()});
   }
-  return gradNorm(g.data(), g.size());
+  return gradNormOf(g, resident.active() ? &resident.device() : nullptr);
 }
 
 } // namespace rondo::rt

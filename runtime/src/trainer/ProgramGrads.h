@@ -24,6 +24,7 @@
 #include "exec/HostExec.h"
 #include "trainer/OptimizerState.h"
 #include "trainer/ReplicaSync.h"
+#include "trainer/ResidentState.h"
 
 #include <cstdint>
 #include <string>
@@ -38,10 +39,11 @@ public:
   /// gradients buffer that downloads write.
   ProgramGrads(const rondo_program &program, const ModelSpec &model,
                const ProgramInfo &info, const ReplicaSync &replicas,
-               char *image, char *hostGrads);
+               char *image, char *hostGrads, const ResidentState &resident);
 
   /// Points every trainable parameter's gradient at its part, its sum, or
-  /// zeros (a parameter the program computes no gradient for).
+  /// zeros (a parameter the program computes no gradient for); for a
+  /// device-resident one, at its part or sum on the worker.
   void bind(OptimizerState &opt);
 
   /// Every part in job order (the sync task's).
@@ -78,8 +80,11 @@ public:
   double normForLog(const OptimizerState &opt);
 
 private:
-  /// Sums the parts of parameter q's gradient over `range` into `sum`.
+  /// Sums the parts of parameter q's gradient over `range` into `sum`
+  /// (on the worker for a resident parameter).
   void sumParts(int q, float *sum, Shard range) const;
+  /// Where part i's data is, in host or worker memory.
+  GradRef partRef(int32_t i) const;
 
   const rondo_program &program;
   const ModelSpec &model;
@@ -87,6 +92,7 @@ private:
   const ReplicaSync &replicas;
   char *image;
   char *hostGrads;
+  const ResidentState &resident;
   std::vector<int32_t> partsInJobOrder;
   std::vector<std::vector<int32_t>> partsReadBy;
   std::vector<std::vector<int>> optByStage;

@@ -13,6 +13,8 @@
 
 #include "trainer/Trainer.h"
 
+#include "rondo/runtime/Error.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -39,8 +41,7 @@ std::string agreeOnShards(const ProgramGrads &grads,
                           const std::vector<int32_t> &parts,
                           const std::vector<int> &which, double *sumSquares) {
   if (sumSquares) {
-    std::vector<GradTensor> g = optimizer.ownedGrads(which);
-    const double norm = gradNorm(g.data(), g.size());
+    const double norm = optimizer.ownedGradNorm(which);
     *sumSquares = norm * norm;
   }
   const int first =
@@ -60,11 +61,39 @@ void Trainer::setUpProgram(int64_t firstStep) {
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       store.pageable());
   exec->setStaleOptimizer(staleMode);
+  resident = std::make_unique<ResidentState>(*program, model, info, *exec,
+                                             store.data());
+  if (resident->active()) {
+    if (staleMode)
+      throw Error(std::string("--optimizer-mode=stale: the program '") +
+                  program->name +
+                  "' keeps its parameters on the worker, which updates "
+                  "them between steps with nothing to hide; run it in "
+                  "overlap or sync mode, or compile with "
+                  "--residency=streamed for stale updates");
+    if (replicas.active())
+      throw Error(std::string("--replicas: the program '") + program->name +
+                  "' keeps its parameters on the worker; replicas sum "
+                  "gradients in host memory: compile with "
+                  "--residency=streamed");
+    resident->bind(optimizer);
+  }
   // The update reads the stale copy of the gradients when there is one.
   grads = std::make_unique<ProgramGrads>(
       *program, model, info, replicas, exec->optimizerGradients(),
-      exec->hostBuffer(program->hostGradsBuffer));
+      exec->hostBuffer(program->hostGradsBuffer), *resident);
   grads->bind(optimizer);
+  if (resident->active()) {
+    resident->push(optimizer);
+    int64_t elements = 0;
+    for (int32_t i = 0; i < program->numResidentParams; ++i)
+      elements += numElements(model.params[program->residentParams[i].param]);
+    say("rondo: device-resident: " +
+        std::to_string(program->numResidentParams) + " parameters (" +
+        std::to_string(elements) +
+        " elements) keep their weights, gradients and AdamW moments on the "
+        "worker");
+  }
   deferUpdate = syncMode && nan.skips();
   exec->setWatchdog(opts.watchdogSeconds);
 }
@@ -130,8 +159,7 @@ void Trainer::optimizeAll(const StepTag &tag) {
     syncNorm = std::sqrt(sumSquares);
   } else {
     bad = grads->nonFinite(grads->all());
-    std::vector<GradTensor> g = optimizer.ownedGrads(optimizer.all());
-    syncNorm = gradNorm(g.data(), g.size());
+    syncNorm = optimizer.ownedGradNorm(optimizer.all());
   }
   if (!bad.empty())
     nan.record(tag.step, bad);
@@ -140,8 +168,13 @@ void Trainer::optimizeAll(const StepTag &tag) {
     // once the loss is known.
     for (const OptParam &o : optimizer.tensors()) {
       dumpStash.emplace_back(o.numel);
-      std::memcpy(dumpStash.back().data(), o.grad,
-                  size_t(o.numel) * sizeof(float));
+      if (o.resident())
+        resident->device().copyFromWorker(o.worker, dumpStash.back().data(),
+                                          o.workerGrad,
+                                          size_t(o.numel) * sizeof(float));
+      else
+        std::memcpy(dumpStash.back().data(), o.grad,
+                    size_t(o.numel) * sizeof(float));
     }
   }
   if (!bad.empty() || deferUpdate)
@@ -262,6 +295,20 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   }
   if (dumpNow) {
     const std::vector<OptParam> &opt = optimizer.tensors();
+    if (dumpStash.empty() && resident->active()) {
+      // The worker's gradients, once the tasks that sum parts have run.
+      drain();
+      for (const OptParam &o : opt) {
+        dumpStash.emplace_back(o.numel);
+        if (o.resident())
+          resident->device().copyFromWorker(o.worker, dumpStash.back().data(),
+                                            o.workerGrad,
+                                            size_t(o.numel) * sizeof(float));
+        else
+          std::memcpy(dumpStash.back().data(), o.grad,
+                      size_t(o.numel) * sizeof(float));
+      }
+    }
     std::vector<const float *> g(size_t(model.numParams), nullptr);
     for (size_t i = 0; i < opt.size(); ++i)
       g[size_t(opt[i].index)] =

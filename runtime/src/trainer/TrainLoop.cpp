@@ -414,6 +414,8 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
   if (feed.eval())
     evaluate(stepsDone);
   const double seconds = secondsBetween(start, Clock::now());
+  // The exports read the host copies of device-resident weights.
+  drainToHost();
   try {
     if (exec && !opts.trace.empty()) {
       std::vector<TraceRecord> records = exec->takeTrace();
@@ -475,6 +477,12 @@ void Trainer::drain() {
   nan.throwIfStop();
 }
 
+void Trainer::drainToHost() {
+  drain();
+  if (resident && resident->active())
+    resident->pull(optimizer);
+}
+
 void Trainer::drainAndLog() {
   if (!log.hasPending())
     return;
@@ -520,7 +528,7 @@ void Trainer::checkReplicasAgree(int64_t stepsDone) {
 }
 
 bool Trainer::writeCheckpointTo(const std::string &dir, int64_t stepsDone) {
-  drain();
+  drainToHost();
   // A checkpoint stands for every replica: written by rank 0 once all agree.
   checkReplicasAgree(stepsDone);
   std::vector<FloatBuffer> fullMoments;

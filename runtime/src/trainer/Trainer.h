@@ -63,6 +63,7 @@
 #include "trainer/ParamStore.h"
 #include "trainer/ProgramGrads.h"
 #include "trainer/ReplicaSync.h"
+#include "trainer/ResidentState.h"
 #include "trainer/StepLog.h"
 
 #include <chrono>
@@ -141,6 +142,9 @@ private:
   void dumpGradients(double loss, const std::vector<const float *> &grads);
   /// Waits for every issued op and stops on a recorded error.
   void drain();
+  /// drain(), then brings device-resident weights and moments back into
+  /// the host copies that checkpoints and exports read.
+  void drainToHost();
   void say(const std::string &line) const { log.say(line); }
   /// Takes --checkpoint-dir's lock (rank 0, which writes the checkpoints)
   /// before any expensive set-up, so a second trainer fails fast.
@@ -190,6 +194,7 @@ private:
 
   // A program's execution.
   ProgramInfo info;
+  std::unique_ptr<ResidentState> resident;
   std::unique_ptr<ProgramGrads> grads;
   std::unique_ptr<HostExec> exec;
   bool syncMode = true;

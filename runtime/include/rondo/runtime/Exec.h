@@ -133,8 +133,25 @@ typedef struct rondo_stage_desc {
 typedef struct rondo_grad_part {
   int32_t param;
   int32_t stage;      /* the stage whose gradient image holds it */
-  int64_t hostOffset; /* bytes into the host grads buffer */
+  int64_t hostOffset; /* bytes into the host grads buffer; for a part on
+                         the worker, into its resident gradients buffer */
+  int32_t onWorker;   /* 1: a device-resident parameter's part, which the
+                         stage accumulates on the worker and nothing
+                         downloads */
 } rondo_grad_part;
+
+/* A device-resident parameter: its state lives in the worker's resident
+ * buffer for the whole run (programs of one worker), at these byte
+ * offsets; -1 where it has none (moments of a frozen parameter, sums of a
+ * parameter with one gradient part). The trainer copies the weights and
+ * moments there before the first step and back for checkpoints and
+ * exports; the OPTIMIZER task updates them in place. */
+typedef struct rondo_resident_param {
+  int32_t param;
+  int64_t weights, expAvg, expAvgSq;
+  int64_t sum;     /* the parts added in table order, which AdamW reads */
+  int64_t normSum; /* the same, for the logged norm (overlap mode) */
+} rondo_resident_param;
 
 typedef struct rondo_exec rondo_exec;
 typedef void (*rondo_issue_fn)(rondo_exec *exec);
@@ -166,6 +183,12 @@ typedef struct rondo_program {
    * trainer's --optimizer-mode=stale); 0 when not predicted. */
   double predictedStaleStepSeconds;
   rondo_issue_fn issue;
+  /* Device-resident state (none: every parameter streams). The resident
+   * parameters are in no stage's pieces; their gradient parts are onWorker
+   * parts in residentGradsBuffer. */
+  const rondo_resident_param *residentParams;
+  int32_t numResidentParams;
+  int32_t residentBuffer, residentGradsBuffer; /* worker buffers, or -1 */
 } rondo_program;
 
 /* The calls, one per exec op. `label` is only for errors and traces. */

@@ -1,0 +1,72 @@
+//===- ResidentState.cpp - Training state kept in a worker's memory -------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "trainer/ResidentState.h"
+
+namespace rondo::rt {
+
+ResidentState::ResidentState(const rondo_program &program,
+                             const ModelSpec &model, const ProgramInfo &info,
+                             const HostExec &exec, float *const *params)
+    : program(program), model(model), info(info), exec(exec), params(params) {
+  if (!active())
+    return;
+  state = exec.workerBuffer(worker(), program.residentBuffer);
+  if (program.residentGradsBuffer >= 0)
+    grads = exec.workerBuffer(worker(), program.residentGradsBuffer);
+}
+
+float *ResidentState::at(int q, int64_t rondo_resident_param::*field) const {
+  const int32_t r = info.residentOf[size_t(q)];
+  if (r < 0 || program.residentParams[r].*field < 0)
+    return nullptr;
+  return reinterpret_cast<float *>(state + program.residentParams[r].*field);
+}
+
+void ResidentState::bind(OptimizerState &optimizer) const {
+  optimizer.bindDevice(&device());
+  for (OptParam &o : optimizer.tensors()) {
+    if (info.residentOf[size_t(o.index)] < 0)
+      continue;
+    o.worker = worker();
+    o.workerParam = at(o.index, &rondo_resident_param::weights);
+    o.workerExpAvg = at(o.index, &rondo_resident_param::expAvg);
+    o.workerExpAvgSq = at(o.index, &rondo_resident_param::expAvgSq);
+    o.grad = nullptr;
+  }
+}
+
+void ResidentState::push(const OptimizerState &optimizer) const {
+  for (int32_t i = 0; i < program.numResidentParams; ++i) {
+    const rondo_resident_param &r = program.residentParams[i];
+    device().copyToWorker(worker(), state + r.weights, params[r.param],
+                          size_t(numElements(model.params[r.param])) *
+                              sizeof(float));
+  }
+  for (const OptParam &o : optimizer.tensors()) {
+    if (!o.resident())
+      continue;
+    const size_t bytes = size_t(o.numel) * sizeof(float);
+    device().copyToWorker(o.worker, o.workerExpAvg, o.expAvg.data(), bytes);
+    device().copyToWorker(o.worker, o.workerExpAvgSq, o.expAvgSq.data(),
+                          bytes);
+  }
+}
+
+void ResidentState::pull(OptimizerState &optimizer) const {
+  // Frozen weights never change: only the trainable state comes back.
+  for (OptParam &o : optimizer.tensors()) {
+    if (!o.resident())
+      continue;
+    const size_t bytes = size_t(o.numel) * sizeof(float);
+    device().copyFromWorker(o.worker, o.param, o.workerParam, bytes);
+    device().copyFromWorker(o.worker, o.expAvg.data(), o.workerExpAvg, bytes);
+    device().copyFromWorker(o.worker, o.expAvgSq.data(), o.workerExpAvgSq,
+                            bytes);
+  }
+}
+
+} // namespace rondo::rt
