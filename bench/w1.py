@@ -8,23 +8,36 @@ Rondo: a trainer compiled for the GPUs (see bench/README.md for the compile
 line), run for --steps steps; tokens/s over the steps after the first two,
 the plan's predicted step time and the measured bubble from its --trace.
 
-PyTorch eager, the anchor: Hugging Face Qwen3ForCausalLM built from the same
-configuration, random weights, fp32 parameters on one GPU, autocast bf16,
-SDPA attention, fused AdamW, the same 16 x 4096 tokens per step reached by
-gradient accumulation over --torch-rows rows at a time (no recompute).
+PyTorch, the anchors, each variant of --pytorch in a child process of its
+own on one GPU, fp32 parameters, autocast bf16, fused AdamW (lr 1e-4), the
+same 16 x 4096 tokens per step (the rows of the same token file as Rondo)
+reached by gradient accumulation over --torch-rows rows at a time (no
+recompute):
+  eager           Hugging Face Qwen3ForCausalLM built from the same
+                  configuration, random weights, SDPA attention;
+  hf-compile      the same model under torch.compile(model) (default mode);
+  module-compile  a plain PyTorch module of the same configuration
+                  (build_w1_module below: SDPA with is_causal and native GQA), each
+                  decoder block torch.compile'd and the final norm, LM head
+                  and loss compiled as one function.
+The steps left out of the rate (--skip, at least 1 for the compiled
+variants) absorb the compilation.
 
-Both run as child processes, one after the other, so that each one's peak
-host memory (ru_maxrss) and peak GPU memory (nvidia-smi, polled every
-100 ms) are its own. Prints a table and writes OUT/w1-<machine>.json.
+All of them run as child processes, one after the other, so that each one's
+peak host memory (ru_maxrss) and peak GPU memory (nvidia-smi, polled every
+100 ms) are its own; a child that fails or outlives --timeout leaves its
+error in its row and the run goes on. Prints a table (the ratio column is
+against the fastest PyTorch row) and writes OUT/w1-<machine>.json.
 
     python3 bench/w1.py --trainer build-gpu/w1.trainer --workers 1 \\
         --machine h100x1 --out bench/results/h100
 """
 import argparse
 import json
+import math
 import os
 import re
-import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -72,16 +85,44 @@ class GpuMemoryPoller:
         self.thread.join()
 
 
-def run_child(cmd, env=None, log=None):
-    """Runs cmd; returns (status, peak RSS in GiB, seconds, peak GPU MiB)."""
+def run_child(cmd, env=None, log=None, timeout=None):
+    """Runs cmd in a process group of its own, killing the group after
+    `timeout` seconds; returns (status, peak RSS in GiB, seconds, peak GPU
+    MiB, whether it was killed for the timeout). Whatever the child left
+    behind in its group (torch.compile's worker processes) goes with it."""
     start = time.monotonic()
+    timed_out = threading.Event()
     with GpuMemoryPoller() as gpu:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+        def kill_group():
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+        def on_timeout():
+            timed_out.set()
+            kill_group()
+        killer = threading.Timer(timeout, on_timeout) if timeout else None
+        if killer:
+            killer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            # Interrupted (^C): the child is in a session of its own and would
+            # not see the terminal's signal, so end it here.
+            kill_group()
+            raise
+        finally:
+            if killer:
+                killer.cancel()
+        kill_group()
         proc.returncode = os.waitstatus_to_exitcode(status)
     # ru_maxrss is in KiB on Linux.
     return (proc.returncode, usage.ru_maxrss / 2**20,
-            time.monotonic() - start, gpu.peak)
+            time.monotonic() - start, gpu.peak, timed_out.is_set())
 
 
 def bubble_from_trace(path, first_step):
@@ -208,40 +249,206 @@ def rondo(a, out_dir, cfg, port):
     }
 
 
-def torch_child(a):
-    """PyTorch eager W1 on GPU 0; prints one JSON line."""
+PYTORCH_VARIANTS = ("eager", "hf-compile", "module-compile")
+
+
+def build_w1_module(config, compile_parts=False):
+    """module-compile's model: Qwen3 as a plain PyTorch module (no Hugging
+    Face) from a QWEN3_17B-style dict. Needs torch, not CUDA: build it under
+    `with torch.device(...)`. Parameter names are those of Hugging Face's
+    Qwen3Model, so that its state_dict loads here (see self_check). The LM
+    head is the embedding (tied). model(ids) returns the causal-LM loss, the
+    mean over the tokens of ids[:, 1:] (Hugging Face's, with labels=ids).
+
+    compile_parts: each decoder block torch.compile'd (Module.compile, in
+    place), and the final norm + LM head + loss compiled as one function."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    import torch.nn.functional as F
+    from torch import nn
+
+    eps = config["rms_norm_eps"]
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    kv_heads, head_dim = config["num_key_value_heads"], config["head_dim"]
+
+    def rms_norm(x, weight):
+        # Hugging Face's Qwen3RMSNorm: in fp32, the weight times the result
+        # cast back to the input's dtype.
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * x.to(dtype)
+
+    class RMSNorm(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            return rms_norm(x, self.weight)
+
+    def rotate(x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+            self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+            self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+            self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+            self.q_norm = RMSNorm(head_dim)
+            self.k_norm = RMSNorm(head_dim)
+
+        def forward(self, x, cos, sin):
+            b, t, _ = x.shape
+            q = self.q_norm(self.q_proj(x).view(b, t, heads, head_dim)).transpose(1, 2)
+            k = self.k_norm(self.k_proj(x).view(b, t, kv_heads, head_dim)).transpose(1, 2)
+            v = self.v_proj(x).view(b, t, kv_heads, head_dim).transpose(1, 2)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+            # Native GQA: no materialised mask, K/V not repeated to all heads.
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               enable_gqa=True)
+            return self.o_proj(o.transpose(1, 2).reshape(b, t, heads * head_dim))
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            inner = config["intermediate_size"]
+            self.gate_proj = nn.Linear(hidden, inner, bias=False)
+            self.up_proj = nn.Linear(hidden, inner, bias=False)
+            self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+        def forward(self, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = Attention()
+            self.mlp = MLP()
+            self.input_layernorm = RMSNorm(hidden)
+            self.post_attention_layernorm = RMSNorm(hidden)
+
+        def forward(self, x, cos, sin):
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+            return x + self.mlp(self.post_attention_layernorm(x))
+
+    def head_loss(x, norm_weight, embedding, ids):
+        logits = F.linear(rms_norm(x, norm_weight), embedding)
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
+                               ids[:, 1:].flatten())
+
+    class W1Module(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(config["vocab_size"], hidden)
+            self.layers = nn.ModuleList(
+                Block() for _ in range(config["num_hidden_layers"]))
+            self.norm = RMSNorm(hidden)
+            self.head_loss = torch.compile(head_loss) if compile_parts else head_loss
+            self.rope = {}
+            # Hugging Face's _init_weights: normal(0, initializer_range) for
+            # linear and embedding weights, ones for the norms.
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+        def rotary(self, t, device):
+            """cos, sin [1, 1, t, head_dim] in fp32, as Hugging Face's default
+            rotary embedding (theta = rope_theta, no scaling)."""
+            key = (t, str(device))
+            if key not in self.rope:
+                with torch.autocast(device.type, enabled=False):
+                    self.rope[key] = self.rotary_tables(t, device)
+            return self.rope[key]
+
+        def rotary_tables(self, t, device):
+            exponent = torch.arange(0, head_dim, 2, dtype=torch.int64,
+                                    device=device).float() / head_dim
+            inv = 1.0 / (config["rope_theta"] ** exponent)
+            freqs = torch.outer(torch.arange(t, device=device).float(), inv)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos()[None, None], emb.sin()[None, None]
+
+        def forward(self, ids):
+            x = self.embed_tokens(ids)
+            cos, sin = self.rotary(ids.shape[1], ids.device)
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+            for layer in self.layers:
+                x = layer(x, cos, sin)
+            return self.head_loss(x, self.norm.weight, self.embed_tokens.weight, ids)
+
+    model = W1Module()
+    if compile_parts:
+        # One compiled graph serves all the blocks (parameters are graph
+        # inputs); a higher limit in case a torch version guards per module.
+        dynamo = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(dynamo, name):
+                setattr(dynamo, name, max(getattr(dynamo, name), 64))
+        for layer in model.layers:
+            layer.compile()
+    return model
+
+
+def torch_child(a):
+    """PyTorch variant a.torch_child of W1 on GPU 0; prints one JSON line."""
+    import numpy as np
+    import torch
+    variant = a.torch_child
     torch.manual_seed(0)
-    config = Qwen3Config(**QWEN3_17B)
-    config._attn_implementation = "sdpa"
-    model = Qwen3ForCausalLM(config).cuda()
+    if variant in ("eager", "hf-compile"):
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        config = Qwen3Config(**QWEN3_17B)
+        config._attn_implementation = "sdpa"
+        model = Qwen3ForCausalLM(config).cuda()
+        run = torch.compile(model) if variant == "hf-compile" else model
+
+        def loss_of(x):
+            return run(input_ids=x, labels=x).loss
+    elif variant == "module-compile":
+        with torch.device("cuda"):
+            model = build_w1_module(QWEN3_17B, compile_parts=True)
+        loss_of = model
+    else:
+        raise SystemExit("unknown PyTorch variant " + variant)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    # The rows of the token file Rondo reads: step s trains on rows
+    # 16 s ... 16 s + 15 (mod the file's rows), as the trainer does.
+    ids = np.load(a.torch_data, mmap_mode="r")
+    if ids.ndim != 2 or ids.shape[1] != 4096:
+        raise SystemExit("%s: shape %s, not [rows, 4096]" % (a.torch_data, ids.shape))
     rows = a.torch_rows
     accum = 16 // rows
-    gen = torch.Generator(device="cuda").manual_seed(0)
     times, losses = [], []
     for step in range(a.steps):
+        index = (16 * step + np.arange(16)) % ids.shape[0]
+        batch = torch.from_numpy(np.ascontiguousarray(ids[index], dtype=np.int64)).cuda()
         torch.cuda.synchronize()
         t = time.perf_counter()
-        total = 0.0
-        for _ in range(accum):
-            x = torch.randint(0, a.token_range, (rows, 4096), device="cuda",
-                              generator=gen)
+        total = torch.zeros((), device="cuda")
+        for i in range(accum):
+            x = batch[i * rows:(i + 1) * rows]
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=x, labels=x).loss / accum
+                loss = loss_of(x) / accum
             loss.backward()
-            total += float(loss.detach())
+            total += loss.detach().float()
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
-        losses.append(total)
+        losses.append(float(total))
+        print("step %d: %.3f s, loss %.4f" % (step, times[-1], losses[-1]),
+              file=sys.stderr, flush=True)
     steady = times[a.skip:]
     print(json.dumps({
+        "variant": variant,
         "tokens_per_s": 16 * 4096 * len(steady) / sum(steady),
         "step_seconds": sum(steady) / len(steady),
+        "step_times": times,
+        "skipped_steps": a.skip,
         "losses": losses,
         "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
         "rows_per_backward": rows,
@@ -249,100 +456,146 @@ def torch_child(a):
     }), flush=True)
 
 
-def pytorch(a, out_dir):
-    log_path = os.path.join(out_dir, "w1-pytorch.log")
+def pytorch(a, out_dir, variant, ids_path):
+    """Runs one PyTorch variant as a child process; returns its row, with
+    "error" (and the log's tail) where it failed, was killed or printed no
+    result."""
+    name = "pytorch-" + variant
+    log_path = os.path.join(out_dir, "w1-%s.log" % name)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=(a.gpus or "0").split(",")[0])
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child",
-           "--steps", str(a.steps), "--skip", str(a.skip),
-           "--torch-rows", str(a.torch_rows), "--token-range", str(a.token_range)]
-    with open(log_path, "w") as log:
-        status, rss, _, gpu = run_child(cmd, env=env, log=log)
-    text = open(log_path).read()
-    if status != 0:
-        sys.stderr.write(text[-4000:])
-        return {"error": "PyTorch exited with status %d" % status}
-    result = json.loads([l for l in text.splitlines() if l.startswith("{")][-1])
-    result["peak_gpu_mib"] = gpu
-    result["peak_host_gib"] = rss
-    return result
+    skip = max(a.skip, 1) if variant != "eager" else a.skip
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", variant,
+           "--torch-data", ids_path, "--steps", str(a.steps), "--skip", str(skip),
+           "--torch-rows", str(a.torch_rows)]
+    row = {"name": name, "variant": variant}
+    try:
+        with open(log_path, "w") as log:
+            status, rss, seconds, gpu, timed_out = run_child(
+                cmd, env=env, log=log, timeout=a.timeout)
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+        row.update(peak_gpu_mib=gpu, peak_host_gib=rss, wall_seconds=seconds)
+        results = [l for l in text.splitlines() if l.startswith("{")]
+        if status != 0 or not results:
+            lines = [l for l in text.splitlines() if l.strip()]
+            if timed_out:
+                why = "killed after --timeout %g s" % a.timeout
+            elif status != 0:
+                why = "exited with status %d" % status
+            else:
+                why = "printed no result"
+            row["error"] = why + (": " + lines[-1][:300] if lines else "")
+            row["log_tail"] = text[-3000:]
+            sys.stderr.write(text[-4000:])
+            return row
+        row.update(json.loads(results[-1]))
+    except Exception as e:  # a broken child must not end the run
+        row["error"] = "%s: %s" % (type(e).__name__, e)
+    return row
 
 
 def mfu(tokens_per_s, gpus):
     return tokens_per_s * FLOP_PER_TOKEN / (PEAK_BF16 * gpus)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--trainer", help="the compiled W1 trainer")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--gpus", default="", help="--gpus of the trainer")
-    p.add_argument("--optimizer-mode", default="overlap")
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--skip", type=int, default=2,
-                   help="steps left out of the rate (warm-up)")
-    p.add_argument("--torch-rows", type=int, default=2,
-                   help="PyTorch rows per forward/backward (gradient accumulation)")
-    p.add_argument("--token-range", type=int, default=8192,
-                   help="tokens are drawn uniformly from [0, N): something "
-                   "for the loss to learn (it falls from ln 151936 = 11.9 "
-                   "toward ln N), at the cost of nothing else")
-    p.add_argument("--machine", default="h100x1")
-    p.add_argument("--out", default=".")
-    p.add_argument("--skip-pytorch", action="store_true")
-    p.add_argument("--config", action="append", default=[],
-                   help="NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS[:ARGS]]]], repeatable: "
-                   "several Rondo configurations in one run (replicas use "
-                   "the NCCL engine, started as torchrun would)")
-    p.add_argument("--timeout", type=float, default=300,
-                   help="seconds after which a configuration's processes are killed")
-    p.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
-    a = p.parse_args()
-    if a.torch_child:
-        torch_child(a)
+def self_check():
+    """--self-check: build_w1_module against Hugging Face's Qwen3ForCausalLM
+    on a tiny configuration: loss and every gradient on the CPU in fp32, and,
+    where there is a GPU, the compiled module under autocast bf16. Needs
+    torch (and transformers for the comparison), not CUDA."""
+    import torch
+    tiny = dict(QWEN3_17B, vocab_size=512, hidden_size=64, intermediate_size=96,
+                num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+    torch.manual_seed(0)
+    ids = torch.randint(0, tiny["vocab_size"], (2, 64))
+    ours = build_w1_module(tiny)
+    loss = ours(ids)
+    loss.backward()
+    print("module: %d parameters, loss %.4f (ln V = %.4f)" % (
+        sum(p.numel() for p in ours.parameters()), loss.item(),
+        math.log(tiny["vocab_size"])))
+    try:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+    except ImportError:
+        print("transformers not available: no comparison")
         return 0
-    os.makedirs(a.out, exist_ok=True)
-    configs = [parse_config(c, a) for c in a.config] if a.config else (
-        [parse_config("rondo=%d:%s" % (a.workers, a.gpus), a)] if a.trainer else [])
-    result = {"workload": "W1", "machine": a.machine,
-              "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d"),
-              "rondo": {}}
-    if configs:
-        # One token file for every configuration: the same rows per step.
-        import numpy as np
-        rng = np.random.default_rng(0)
-        steps = max(c["steps"] for c in configs)
-        np.save(os.path.join(a.out, "w1-ids.npy"),
-                rng.integers(0, a.token_range, size=(16 * steps, 4096),
-                             dtype=np.int64))
-    path = os.path.join(a.out, "w1-%s.json" % a.machine)
-    # Written after every run, so that a run cut short keeps what finished.
-    def save():
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
-    # The first configuration (the 1-GPU baseline), then PyTorch, then the
-    # rest.
-    for i, cfg in enumerate(configs):
-        result["rondo"][cfg["name"]] = rondo(a, a.out, cfg, 29600 + i)
-        save()
-        if i == 0:
-            result["pytorch"] = None if a.skip_pytorch else pytorch(a, a.out)
-            save()
-    if not configs:
-        result["pytorch"] = None if a.skip_pytorch else pytorch(a, a.out)
+    config = Qwen3Config(**tiny)
+    config._attn_implementation = "sdpa"
+    hf = Qwen3ForCausalLM(config)
+    if hf.lm_head.weight is not hf.model.embed_tokens.weight:
+        print("FAIL: Hugging Face's LM head is not tied")
+        return 1
+    keys = ours.load_state_dict(hf.model.state_dict(), strict=False)
+    if keys.missing_keys or [k for k in keys.unexpected_keys if "rotary" not in k]:
+        print("FAIL: state_dict keys differ: %s" % (keys,))
+        return 1
+    if sum(p.numel() for p in ours.parameters()) != sum(p.numel() for p in hf.parameters()):
+        print("FAIL: parameter counts differ")
+        return 1
+    ours.zero_grad()
+    ref = hf(input_ids=ids, labels=ids).loss
+    ref.backward()
+    mine = ours(ids)
+    mine.backward()
+    worst = 0.0
+    for name, p in ours.named_parameters():
+        q = hf.model.get_parameter(name)
+        worst = max(worst, float((p.grad - q.grad).abs().max() / q.grad.abs().max()))
+    ok = abs(mine.item() - ref.item()) < 1e-4 and worst < 1e-3
+    print("cpu fp32: loss %.6f, Hugging Face %.6f; worst gradient error %.2e "
+          "(relative to the tensor's largest): %s" % (
+              mine.item(), ref.item(), worst, "ok" if ok else "FAIL"))
+    if torch.cuda.is_available():
+        with torch.device("cuda"):
+            compiled = build_w1_module(tiny, compile_parts=True)
+        compiled.load_state_dict(hf.model.state_dict(), strict=False)
+        hf = hf.cuda()
+        x = ids.cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            ref = hf(input_ids=x, labels=x).loss
+            mine = compiled(x)
+        mine.backward()
+        good = abs(mine.item() - ref.item()) < 2e-2 * abs(ref.item())
+        grads = all(p.grad is not None and bool(torch.isfinite(p.grad).all())
+                    for p in compiled.parameters())
+        print("cuda compiled, autocast bf16: loss %.4f, Hugging Face %.4f; "
+              "gradients %s: %s" % (mine.item(), ref.item(),
+                                    "finite" if grads else "missing or not finite",
+                                    "ok" if good and grads else "FAIL"))
+        ok = ok and good and grads
+    return 0 if ok else 1
 
-    t = result["pytorch"]
-    rows = []
-    entries = [("rondo " + k, x, x.get("gpus", 1)) for k, x in result["rondo"].items()]
-    entries.append(("pytorch eager (1 GPU)", t, 1))
+
+def report(result):
+    """Adds MFU and the ratios to PyTorch to the rows of `result`; returns
+    the table's lines. The ratio column is against the fastest PyTorch row
+    (result["best_pytorch"])."""
+    torch_rows = result.get("pytorch_variants") or {}
+    ok_torch = {v: x for v, x in torch_rows.items() if x and "error" not in x}
+    best = max(ok_torch, key=lambda v: ok_torch[v]["tokens_per_s"]) if ok_torch else None
+    result["best_pytorch"] = best
+    lines = ["W1 on %s (16 x 4096 tokens per step)" % result["machine"],
+             "  %-24s %9s %6s %7s %9s %10s  %s" % (
+                 "", "tok/s", "MFU", "step", "GPU peak", "host peak",
+                 "vs pytorch-" + best if best else "")]
+    entries = [("rondo " + k, x, x.get("gpus", 1) if x else 1)
+               for k, x in result["rondo"].items()]
+    entries += [("pytorch-" + v, x, 1) for v, x in torch_rows.items()]
+    if not torch_rows:
+        entries.append(("pytorch", None, 1))
     for name, x, g in entries:
         if not x or "error" in x:
-            rows.append((name, x["error"] if x else "not run"))
+            lines.append("  %-24s %s" % (name, x["error"] if x else "not run"))
             continue
-        peak = max(x["peak_gpu_mib"].values()) / 1024 if x["peak_gpu_mib"] else float("nan")
+        peak = (max(x["peak_gpu_mib"].values()) / 1024 if x.get("peak_gpu_mib")
+                else float("nan"))
         x["mfu"] = mfu(x["tokens_per_s"], g)
-        rows.append((name, "%9.0f tok/s  MFU %4.1f%%  step %6.2f s  GPU peak %5.1f GiB"
-                     "  host peak %5.1f GiB" % (x["tokens_per_s"], 100 * x["mfu"],
-                                                x["step_seconds"], peak, x["peak_host_gib"])))
+        ratio = ("%.2fx" % (x["tokens_per_s"] / ok_torch[best]["tokens_per_s"])
+                 if best else "")
+        lines.append("  %-24s %9.0f %5.1f%% %6.2fs %5.1f GiB %6.1f GiB  %s" % (
+            name, x["tokens_per_s"], 100 * x["mfu"], x["step_seconds"], peak,
+            x["peak_host_gib"], ratio))
     ok = {k: x for k, x in result["rondo"].items() if x and "error" not in x}
     one = next((x for x in ok.values() if x["gpus"] == 1 and x["replicas"] == 1), None)
     for k, r in ok.items():
@@ -351,18 +604,122 @@ def main():
             "%.0f" % pred if pred else "-",
             "%.2f" % (r["tokens_per_s"] / pred) if pred else "-",
             "%.1f%%" % (100 * r["bubble"]) if r["bubble"] is not None else "-")
-        if t and "error" not in t:
-            r["ratio_to_pytorch"] = r["tokens_per_s"] / t["tokens_per_s"]
-            text += "; %.2fx PyTorch" % r["ratio_to_pytorch"]
+        r["vs_pytorch"] = {v: r["tokens_per_s"] / x["tokens_per_s"]
+                           for v, x in ok_torch.items()}
+        if "eager" in r["vs_pytorch"]:
+            r["ratio_to_pytorch"] = r["vs_pytorch"]["eager"]
+        if r["vs_pytorch"]:
+            text += "; PyTorch: " + ", ".join(
+                "%.2fx %s" % (q, v) for v, q in r["vs_pytorch"].items())
         if one and r is not one:
             r["scaling_over_1gpu"] = r["tokens_per_s"] / one["tokens_per_s"]
             r["scaling_efficiency"] = r["scaling_over_1gpu"] / r["gpus"]
             text += "; %.2fx 1 GPU (%.0f%% efficiency)" % (
                 r["scaling_over_1gpu"], 100 * r["scaling_efficiency"])
-        rows.append(("  " + k, text))
-    print("W1 on %s (16 x 4096 tokens per step)" % a.machine)
-    for name, text in rows:
-        print("  %-24s %s" % (name, text))
+        lines.append("  %s: %s" % (k, text))
+    return lines
+
+
+def parse_variants(text):
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    for v in variants:
+        if v not in PYTORCH_VARIANTS:
+            raise SystemExit("--pytorch: %r is none of %s" % (v, ",".join(PYTORCH_VARIANTS)))
+    return list(dict.fromkeys(variants))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trainer", help="the compiled W1 trainer")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--gpus", default="", help="--gpus of the trainer (PyTorch "
+                   "runs on the first of them)")
+    p.add_argument("--optimizer-mode", default="overlap")
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--skip", type=int, default=2,
+                   help="steps left out of the rate (warm-up; at least 1 for "
+                   "the compiled PyTorch variants, whose first step compiles)")
+    p.add_argument("--torch-rows", type=int, default=2,
+                   help="PyTorch rows per forward/backward (gradient accumulation)")
+    p.add_argument("--token-range", type=int, default=8192,
+                   help="tokens are drawn uniformly from [0, N): something "
+                   "for the loss to learn (it falls from ln 151936 = 11.9 "
+                   "toward ln N), at the cost of nothing else")
+    p.add_argument("--machine", default="h100x1")
+    p.add_argument("--out", default=".")
+    p.add_argument("--pytorch", default=",".join(PYTORCH_VARIANTS), metavar="LIST",
+                   help="the PyTorch variants to run, a comma list of %s "
+                   "(default: all; empty: none)" % ",".join(PYTORCH_VARIANTS))
+    p.add_argument("--skip-pytorch", action="store_true", help="run no PyTorch variant")
+    p.add_argument("--config", action="append", default=[],
+                   help="NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS[:ARGS]]]], repeatable: "
+                   "several Rondo configurations in one run (replicas use "
+                   "the NCCL engine, started as torchrun would)")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="seconds after which a configuration's processes, or a "
+                   "PyTorch variant's, are killed")
+    p.add_argument("--self-check", action="store_true",
+                   help="compare module-compile's model with Hugging Face's on a "
+                   "tiny configuration (CPU; the compiled module too if there "
+                   "is a GPU) and exit")
+    p.add_argument("--torch-child", choices=PYTORCH_VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--torch-data", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.self_check:
+        return self_check()
+    if a.torch_child:
+        torch_child(a)
+        return 0
+    variants = [] if a.skip_pytorch else parse_variants(a.pytorch)
+    # The PyTorch children run in sessions of their own (run_child), out of
+    # reach of a signal sent to this process's group (an outer `timeout`):
+    # exiting through SystemExit lets run_child end the running one.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda number, _: sys.exit(128 + number))
+    if a.torch_rows < 1 or 16 % a.torch_rows:
+        raise SystemExit("--torch-rows must divide 16")
+    if variants and a.steps <= max(a.skip, 1 if set(variants) - {"eager"} else 0):
+        raise SystemExit("--steps %d leaves no PyTorch step to time after --skip %d"
+                         " (at least 1 for the compiled variants)" % (a.steps, a.skip))
+    os.makedirs(a.out, exist_ok=True)
+    configs = [parse_config(c, a) for c in a.config] if a.config else (
+        [parse_config("rondo=%d:%s" % (a.workers, a.gpus), a)] if a.trainer else [])
+    result = {"workload": "W1", "machine": a.machine,
+              "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d"),
+              "rondo": {}, "pytorch": None, "pytorch_variants": {}}
+    ids = os.path.join(a.out, "w1-ids.npy")
+    if configs or variants:
+        # One token file for every configuration and PyTorch variant: the
+        # same rows per step.
+        import numpy as np
+        rng = np.random.default_rng(0)
+        steps = max([c["steps"] for c in configs] + ([a.steps] if variants else []))
+        np.save(ids, rng.integers(0, a.token_range, size=(16 * steps, 4096),
+                                  dtype=np.int64))
+    path = os.path.join(a.out, "w1-%s.json" % a.machine)
+    # Written after every run, so that a run cut short keeps what finished.
+    def save():
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+
+    def run_pytorch():
+        for v in variants:
+            row = pytorch(a, a.out, v, ids)
+            result["pytorch_variants"][v] = row
+            if v == "eager":
+                result["pytorch"] = row  # the field of earlier runs' JSON
+            save()
+    # The first configuration (the 1-GPU baseline), then PyTorch, then the
+    # rest.
+    for i, cfg in enumerate(configs):
+        result["rondo"][cfg["name"]] = rondo(a, a.out, cfg, 29600 + i)
+        save()
+        if i == 0:
+            run_pytorch()
+    if not configs:
+        run_pytorch()
+    lines = report(result)
+    print("\n".join(lines))
     save()
     print("wrote " + path)
     return 0

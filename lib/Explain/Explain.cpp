@@ -274,12 +274,14 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
             "in the worker's memory: no uploads, no gradient downloads, "
             "AdamW on the worker)";
     else if (chosen == "mixed")
-      os << " (layers " << llvm::join(llvm::map_range(*plan.getResidentLayers(),
-                                                  [](int64_t l) {
-                                                    return std::to_string(l);
-                                                  }),
-                                  ",")
-         << " stay in the worker's memory; the others stream)";
+      os << (plan.getResidentLayers()->size() == 1 ? " (layer " : " (layers ")
+         << llvm::join(llvm::map_range(*plan.getResidentLayers(),
+                                       [](int64_t l) {
+                                         return std::to_string(l);
+                                       }),
+                       ",")
+         << (plan.getResidentLayers()->size() == 1 ? " stays" : " stay")
+         << " in the worker's memory; the others stream)";
     else
       os << " (weights stream from the host for every stage-job, AdamW on "
             "the host)";

@@ -475,7 +475,14 @@ void ExactSearch::searchSlot(const std::vector<double> &capForJobs) {
 std::optional<Plan> ExactSearch::run() {
   if (!problemIsUsable(problem))
     return std::nullopt;
+  // Stage-local pruning: the stages share the worker with the resident
+  // state (fitsBudgets counts both for whole plans).
   workerBudget = problem.workerMemoryBytes;
+  if (workerBudget > 0) {
+    workerBudget -= residentBytes(problem);
+    if (workerBudget <= 0)
+      return std::nullopt;
+  }
   if (problem.hostMemoryBytes > 0) {
     hostAvailable = problem.hostMemoryBytes - hostBaseBytes(problem);
     if (hostAvailable < 0)

@@ -282,6 +282,25 @@ struct PipePartitionPass
         if (sharedM ? c.microbatches == *sharedM
                     : !chosen || score(c) < score(*chosen))
           chosen = &c;
+      // Each residency's best step over the microbatch counts the plan
+      // could take (the shared M only, when there is one).
+      Candidate withAlternatives = *chosen;
+      withAlternatives.residencyAlternatives.clear();
+      for (const Candidate &c : searched.perCount) {
+        if (sharedM && c.microbatches != *sharedM)
+          continue;
+        for (const auto &[name, seconds] : c.residencyAlternatives) {
+          auto it = llvm::find_if(withAlternatives.residencyAlternatives,
+                                  [&](const auto &a) { return a.first == name; });
+          if (it == withAlternatives.residencyAlternatives.end())
+            withAlternatives.residencyAlternatives.push_back({name, seconds});
+          else if (seconds >= 0 && (it->second < 0 || seconds < it->second))
+            it->second = seconds;
+        }
+      }
+      if (withAlternatives.residencyAlternatives.size() < 2)
+        withAlternatives.residencyAlternatives.clear();
+      chosen = &withAlternatives;
       auto attr = SearchAttr::get(
           &getContext(), searched.tried,
           DenseI64ArrayAttr::get(&getContext(), searched.counts),
@@ -556,10 +575,10 @@ struct PipePartitionPass
           int numLayers = static_cast<int>(c.problem.layers.size());
           int maxJobs = std::max<int>(2 * numLayers - 1, 1);
           const double budget = c.problem.workerMemoryBytes;
-          // The resident state is fixed: the stages get what it leaves.
-          double searchBudget =
-              budget > 0 ? budget - planner::residentBytes(c.problem) : budget;
-          if (budget > 0 && searchBudget <= 0) {
+          // The search gives the stages what the resident state leaves
+          // (exactSearch); a budget it fills alone has no plan.
+          double searchBudget = budget;
+          if (budget > 0 && planner::residentBytes(c.problem) >= budget) {
             lastFailure = "worker";
             return success();
           }
@@ -583,7 +602,7 @@ struct PipePartitionPass
               double arena = planner::workerArenaBytes(c.problem, *plan);
               if (budget > 0 && arena > budget) {
                 overshoot = std::min(overshoot, arena - budget);
-                return success();
+                continue;
               }
               if (llvm::none_of(plans, [&](const planner::Plan &q) {
                     return q.jobs() == plan->jobs();
@@ -655,8 +674,7 @@ struct PipePartitionPass
       for (Candidate &f : found)
         if (score(f) < score(*best) * (1 - 1e-9))
           best = &f;
-      if (residencies.size() > 1)
-        best->residencyAlternatives = std::move(weighed);
+      best->residencyAlternatives = std::move(weighed);
       searched.perCount.push_back(std::move(*best));
     }
 

@@ -74,12 +74,11 @@ OptimizerState::ownedGrads(const std::vector<int> &which) const {
   std::vector<GradRef> g;
   for (int i : which) {
     const OptParam &o = opt[size_t(i)];
-    if (o.resident()) { // Resident programs run without replicas.
-      g.push_back({o.workerGrad, o.numel, o.worker});
-      continue;
-    }
     const Shard range = replicas.owned(o.numel);
-    g.push_back({o.grad + range.begin, range.size()});
+    if (o.resident())
+      g.push_back({o.workerGrad + range.begin, range.size(), o.worker});
+    else
+      g.push_back({o.grad + range.begin, range.size()});
   }
   return g;
 }
@@ -94,17 +93,17 @@ void OptimizerState::update(const std::vector<int> &which, int64_t step) {
     OptParam &o = opt[size_t(i)];
     AdamWTensor t;
     t.weightDecay = o.weightDecay;
+    const Shard range = replicas.owned(o.numel);
     if (o.resident()) {
-      t.param = o.workerParam;
-      t.grad = o.workerGrad;
-      t.expAvg = o.workerExpAvg;
-      t.expAvgSq = o.workerExpAvgSq;
-      t.numel = o.numel;
+      t.param = o.workerParam + range.begin;
+      t.grad = o.workerGrad + range.begin;
+      t.expAvg = o.workerExpAvg + range.begin;
+      t.expAvgSq = o.workerExpAvgSq + range.begin;
+      t.numel = range.size();
       worker = o.worker;
       onWorker.push_back(t);
       continue;
     }
-    const Shard range = replicas.owned(o.numel);
     t.param = o.param + range.begin;
     t.grad = o.grad + range.begin;
     t.expAvg = o.expAvg.data();
@@ -119,9 +118,12 @@ void OptimizerState::update(const std::vector<int> &which, int64_t step) {
   if (!onWorker.empty())
     device->adamw(worker, onWorker.data(), onWorker.size(), adamw, lr,
                   adamStep);
-  for (int i : which)
-    if (!opt[size_t(i)].resident())
-      replicas.allGatherShards(opt[size_t(i)].param, opt[size_t(i)].numel);
+  // Replicas of device-resident state run on the host backend, whose
+  // worker memory the collectives can read (Trainer::setUpProgram).
+  for (int i : which) {
+    const OptParam &o = opt[size_t(i)];
+    replicas.allGatherShards(o.resident() ? o.workerParam : o.param, o.numel);
+  }
 }
 
 void OptimizerState::clipAndUpdate(int64_t step, double norm) {
@@ -135,8 +137,11 @@ void OptimizerState::clipAndUpdate(int64_t step, double norm) {
     // The worker's gradients by the factor the host ones were scaled by.
     if (factor != 1.0f)
       for (const OptParam &o : opt)
-        if (o.resident())
-          device->scale(o.worker, o.workerGrad, o.numel, factor);
+        if (o.resident()) {
+          const Shard range = replicas.owned(o.numel);
+          device->scale(o.worker, o.workerGrad + range.begin, range.size(),
+                        factor);
+        }
   }
   update(allOpt, step);
 }

@@ -43,7 +43,9 @@ struct OptParam {
   /// Device-resident (ResidentState): the worker whose memory holds the
   /// state the update reads and writes, at the pointers below; -1 when it
   /// streams. `param` and the moments above are then host copies, current
-  /// after ResidentState::pull, and `grad` is null.
+  /// after ResidentState::pull, and `grad` is null. The worker's moments
+  /// are whole; with a sharded optimizer only this replica's shard of
+  /// them is used (and copied to and from the host's shard buffers).
   int32_t worker = -1;
   float *workerParam = nullptr, *workerGrad = nullptr;
   float *workerExpAvg = nullptr, *workerExpAvgSq = nullptr;
@@ -80,6 +82,8 @@ public:
   const std::vector<int> &all() const { return allOpt; }
 
   double lrAt(int64_t step) const;
+  /// The elements of a tensor of `numel` this replica updates.
+  Shard owned(int64_t numel) const { return replicas.owned(numel); }
   /// Where device-resident tensors are updated (ResidentState::bind).
   void bindDevice(DeviceOps *ops) { device = ops; }
   DeviceOps *deviceOps() const { return device; }

@@ -91,10 +91,11 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
   // the sums pair up.
   for (int32_t i : parts) {
     const rondo_grad_part &part = program.gradParts[i];
-    if (part.onWorker)
-      throw Error("device-resident state cannot be summed across replicas: "
-                  "compile with --residency=streamed for --replicas");
-    sync.sumGradient(reinterpret_cast<float *>(hostGrads + part.hostOffset),
+    // A part on the worker is host memory here: replicas of resident
+    // programs run on the host backend only (Trainer::setUpProgram).
+    sync.sumGradient(part.onWorker ? resident.partData(part)
+                                   : reinterpret_cast<float *>(
+                                         hostGrads + part.hostOffset),
                      numElements(model.params[part.param]));
   }
 }
@@ -111,8 +112,11 @@ int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];
     if (part.onWorker) {
-      const GradRef g = partRef(parts[k]);
-      if (!resident.device().allFinite(g.worker, g.data, g.numel))
+      const Shard range =
+          replicas.owned(numElements(model.params[part.param]));
+      if (!resident.device().allFinite(resident.worker(),
+                                       resident.partData(part) + range.begin,
+                                       range.size()))
         return int(k);
       continue;
     }
@@ -144,10 +148,10 @@ void ProgramGrads::sumParts(int q, float *sum, Shard range) const {
     // The same additions in the same order, on the worker.
     std::vector<const float *> data;
     for (int32_t i : parts)
-      data.push_back(resident.partData(program.gradParts[i]));
-    resident.device().sumParts(resident.worker(), sum, data.data(),
-                               int32_t(data.size()),
-                               numElements(model.params[q]));
+      data.push_back(resident.partData(program.gradParts[i]) + range.begin);
+    resident.device().sumParts(resident.worker(), sum + range.begin,
+                               data.data(), int32_t(data.size()),
+                               range.size());
     return;
   }
   // The sum in table order, whatever order the parts arrived in.
@@ -176,12 +180,13 @@ double ProgramGrads::normForLog(const OptimizerState &opt) {
   std::vector<GradRef> g;
   for (const OptParam &o : opt.tensors()) {
     if (o.resident()) {
+      const Shard range = replicas.owned(o.numel);
       float *grad = o.workerGrad;
       if (info.partsOf[size_t(o.index)].size() > 1) {
         grad = resident.normSumOf(o.index);
-        sumParts(o.index, grad, Shard{0, o.numel});
+        sumParts(o.index, grad, range);
       }
-      g.push_back({grad, o.numel, o.worker});
+      g.push_back({grad + range.begin, range.size(), o.worker});
       continue;
     }
     float *grad = o.grad;

@@ -70,11 +70,13 @@ void Trainer::setUpProgram(int64_t firstStep) {
                   "' keeps its parameters on the worker, which updates "
                   "them between steps with nothing to hide; run it in "
                   "overlap or sync mode, or compile with "
-                  "--residency=streamed for stale updates");
-    if (replicas.active())
+                  "--optimizer-mode=stale (whose plans stream) for stale "
+                  "updates");
+    if (replicas.active() && std::string(exec->backendName()) != "host")
       throw Error(std::string("--replicas: the program '") + program->name +
-                  "' keeps its parameters on the worker; replicas sum "
-                  "gradients in host memory: compile with "
+                  "' keeps its parameters on the GPU, and GPU replicas of "
+                  "device-resident state are not supported yet; compile "
+                  "with --replicas R (its plans stream) or "
                   "--residency=streamed");
     resident->bind(optimizer);
   }
@@ -83,17 +85,8 @@ void Trainer::setUpProgram(int64_t firstStep) {
       *program, model, info, replicas, exec->optimizerGradients(),
       exec->hostBuffer(program->hostGradsBuffer), *resident);
   grads->bind(optimizer);
-  if (resident->active()) {
+  if (resident->active())
     resident->push(optimizer);
-    int64_t elements = 0;
-    for (int32_t i = 0; i < program->numResidentParams; ++i)
-      elements += numElements(model.params[program->residentParams[i].param]);
-    say("rondo: device-resident: " +
-        std::to_string(program->numResidentParams) + " parameters (" +
-        std::to_string(elements) +
-        " elements) keep their weights, gradients and AdamW moments on the "
-        "worker");
-  }
   deferUpdate = syncMode && nan.skips();
   exec->setWatchdog(opts.watchdogSeconds);
 }

@@ -49,10 +49,13 @@ void ResidentState::push(const OptimizerState &optimizer) const {
   for (const OptParam &o : optimizer.tensors()) {
     if (!o.resident())
       continue;
-    const size_t bytes = size_t(o.numel) * sizeof(float);
-    device().copyToWorker(o.worker, o.workerExpAvg, o.expAvg.data(), bytes);
-    device().copyToWorker(o.worker, o.workerExpAvgSq, o.expAvgSq.data(),
-                          bytes);
+    // The host holds this replica's shard of the moments.
+    const Shard range = optimizer.owned(o.numel);
+    const size_t bytes = size_t(range.size()) * sizeof(float);
+    device().copyToWorker(o.worker, o.workerExpAvg + range.begin,
+                          o.expAvg.data(), bytes);
+    device().copyToWorker(o.worker, o.workerExpAvgSq + range.begin,
+                          o.expAvgSq.data(), bytes);
   }
 }
 
@@ -61,11 +64,14 @@ void ResidentState::pull(OptimizerState &optimizer) const {
   for (OptParam &o : optimizer.tensors()) {
     if (!o.resident())
       continue;
-    const size_t bytes = size_t(o.numel) * sizeof(float);
-    device().copyFromWorker(o.worker, o.param, o.workerParam, bytes);
-    device().copyFromWorker(o.worker, o.expAvg.data(), o.workerExpAvg, bytes);
-    device().copyFromWorker(o.worker, o.expAvgSq.data(), o.workerExpAvgSq,
-                            bytes);
+    device().copyFromWorker(o.worker, o.param, o.workerParam,
+                            size_t(o.numel) * sizeof(float));
+    const Shard range = optimizer.owned(o.numel);
+    const size_t bytes = size_t(range.size()) * sizeof(float);
+    device().copyFromWorker(o.worker, o.expAvg.data(),
+                            o.workerExpAvg + range.begin, bytes);
+    device().copyFromWorker(o.worker, o.expAvgSq.data(),
+                            o.workerExpAvgSq + range.begin, bytes);
   }
 }
 

@@ -287,6 +287,16 @@ void Trainer::describeRun() const {
                 (long long)feed.train().rows(), (long long)feed.train().cols(),
                 (long long)(feed.rowsPerStep() * replicas.count()), how);
   say(buffer);
+  if (program && program->numResidentParams > 0) {
+    int64_t elements = 0;
+    for (int32_t i = 0; i < program->numResidentParams; ++i)
+      elements += numElements(model.params[program->residentParams[i].param]);
+    std::snprintf(buffer, sizeof(buffer),
+                  "rondo: device-resident: %d parameters (%lld elements) keep "
+                  "their weights, gradients and AdamW moments on the worker",
+                  program->numResidentParams, (long long)elements);
+    say(buffer);
+  }
   // What the pools are, not what they were asked to be
   // (test/E2E/thread-pools.test).
   std::snprintf(buffer, sizeof(buffer),
@@ -524,6 +534,9 @@ void Trainer::checkReplicasAgree(int64_t stepsDone) {
     return;
   exec->drainHost();
   exec->checkError();
+  // The checksum reads the host copies of device-resident weights.
+  if (resident && resident->active())
+    resident->pull(optimizer);
   replicas.checkAgree(store.checksum(), stepsDone);
 }
 
