@@ -226,10 +226,13 @@ def main():
     p.add_argument("--torch-bracket", metavar="LO:HI",
                    help="sequence lengths (multiples of 1024) known to fit and not to fit; "
                         "both are checked, then the search bisects between them")
-    p.add_argument("--torch-lora", metavar="PRESET:SEQ:RANK:ALPHA[:STEPS]",
+    p.add_argument("--torch-lora", metavar="PRESET:SEQ:RANK:ALPHA[:STEPS]", action="append",
+                   default=[],
                    help="PyTorch LoRA (bf16 base, adapters on every linear of the layers, "
                         "autocast bf16, fused AdamW) at SEQ tokens, without and with "
-                        "Hugging Face's gradient checkpointing: tokens/s or OOM")
+                        "Hugging Face's gradient checkpointing: tokens/s or OOM; repeatable")
+    p.add_argument("--torch-lora-checkpointing-only", action="store_true",
+                   help="run --torch-lora with gradient checkpointing only")
     p.add_argument("--rondo", action="append", default=[],
                    help="NAME=TRAINER:SEQ:STEPS[:PREDICTED_MAX]")
     a = p.parse_args()
@@ -242,15 +245,16 @@ def main():
                                       None if ckpt else a.torch_bracket)
             result["pytorch"]["%s%s" % (a.torch_preset, "+checkpointing" if ckpt else "")] = {
                 "max_seq": longest, "peak_gib_at_max": peak}
-    if a.torch_lora:
-        parts = a.torch_lora.split(":")
+    for spec in a.torch_lora:
+        parts = spec.split(":")
         preset, seq, rank, alpha = parts[0], int(parts[1]), int(parts[2]), float(parts[3])
         steps = int(parts[4]) if len(parts) > 4 else 3
         fields = dict(COMMON, **PRESETS[preset])
-        for ckpt in (False, True):
+        for ckpt in ((True,) if a.torch_lora_checkpointing_only else (False, True)):
             r = torch_lora(fields, seq, ckpt, rank, alpha, steps)
             r.update(seq=seq, rank=rank, alpha=alpha)
-            key = "%s-lora-r%d%s" % (preset, rank, "+checkpointing" if ckpt else "")
+            key = "%s-lora-r%d%s%s" % (preset, rank, "+checkpointing" if ckpt else "",
+                                       "" if len(a.torch_lora) == 1 else "-%d" % seq)
             result["pytorch"][key] = r
             print("  pytorch %s seq %d: %s" % (key, seq, "%.0f tok/s, %.1f GiB" % (
                 r["tokens_per_s"], r["peak_gib"]) if r["fits"] else "OOM"), flush=True)

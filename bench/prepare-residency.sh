@@ -8,12 +8,21 @@
 #   w1-streamed.trainer  W1, one worker, --residency=streamed
 #   <fixture>.trainer    the four tiny fixtures in fp32, one worker,
 #                        --residency=device, with their token ids
-#   plans/               --explain of both W1 plans (predictions)
-# On the GPU machine: MACHINE=h100x1 bash test/GPU/run-residency.sh
+#   plans/               --explain of every plan here (predictions)
+# With QWEN3_8B.onnx (test/GPU/run-residency.sh exports it with EXPORT8B=1):
+#   lora8b.trainer          the Qwen3-8B shape, LoRA rank 16 on every linear,
+#                           1 x 32768 tokens, the planner's own residency
+#   lora8b-stream24.trainer the same, forced to stream within a 24 GB worker
+#                           budget (RoundPipe's consumer-GPU regime)
+#
+#   bash bench/prepare-residency.sh [h100|h200] [QWEN3_8B.onnx]
+# On the GPU machine: MACHINE=h100x1 bash test/GPU/run-residency.sh (W1)
+# and bash test/GPU/run-residency-lora.sh (the 8B LoRA runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
 device=${1:-h100}
+graph8b=${2:-}
 models=test/data/models
 begin_gpu_stage
 mkdir -p build-gpu/plans
@@ -26,6 +35,13 @@ for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
     --residency=device --precision=fp32 -o build-gpu/$m.trainer
   /usr/bin/python3 test/E2E/check_reference.py npy $models/$m.ref.onnx build-gpu/ids_$m.npy
 done
+if [ -n "$graph8b" ]; then
+  compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
+    --explain=build-gpu/plans/lora8b -o build-gpu/lora8b.trainer
+  compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
+    --residency=streamed --worker-memory-gb 24 --explain=build-gpu/plans/lora8b-stream24 \
+    -o build-gpu/lora8b-stream24.trainer
+fi
 copy_gpu_libs build-gpu/w1.trainer
 pack_gpu
 du -sh build-gpu gpu-pack.tar.xz

@@ -49,13 +49,15 @@ double residentBytes(const PlanProblem &problem) {
     bytes += lc.paramBytes + lc.gradBytes + 8 * trainable;
   }
   // A shared parameter is held once; its gradient has a part per stage that
-  // produces one, which the layer count already over-approximates.
+  // produces one (the layer count over-approximates them), and AdamW and
+  // the logged norm each read a sum of the parts (exec.resident's `sum` and
+  // `norm_sum`).
   for (const SharedParam &shared : problem.sharedParams) {
     int resident = 0;
     for (int l : shared.layers)
       resident += isResident(problem, l);
     if (resident > 1)
-      bytes -= (resident - 1) * shared.paramBytes;
+      bytes += 2 * shared.gradBytes - (resident - 1) * shared.paramBytes;
   }
   return bytes;
 }

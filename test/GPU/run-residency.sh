@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine what bench/prepare-residency.sh staged:
-#   1. the four tiny fixtures in fp32 with device-resident state (gradients
-#      and losses to $OUT/fixtures, checked here with check_reference.py);
-#   2. W1 with the planner's residency and streamed, each beside PyTorch
-#      eager, Hugging Face + torch.compile and a compiled plain module, in
-#      one bench/w1.py run ($OUT/w1);
+# Runs on the GPU machine what bench/prepare-residency.sh staged, everything
+# into $OUT/residency.tar.xz (the device tool returns few files):
+#   0. with EXPORT8B=1: the Qwen3-8B shape's graph for the LoRA runs
+#      (scripts/export-hf-onnx.py --graph-only), as $OUT/qwen3-8b.onnx;
+#   1. the four tiny fixtures in fp32 with device-resident state: sync with
+#      --dump-gradients, overlap (checked here with check_reference.py);
+#   2. W1 with the planner's residency and streamed, beside PyTorch eager,
+#      Hugging Face + torch.compile and a compiled plain module, in one
+#      bench/w1.py run;
 #   3. the GPU kernel time of the planner's W1 plan (RONDO_PROFILE_KERNELS).
 # Usage: MACHINE=h100x1 bash test/GPU/run-residency.sh
 cd "$(dirname "$0")/../.."
 [ -x build-gpu/w1.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-mkdir -p $OUT/fixtures
+res=$(mktemp -d)
+if [ "${EXPORT8B:-0}" = 1 ]; then
+  timeout 150 python3 scripts/export-hf-onnx.py --preset qwen3-8b --graph-only \
+    -o $OUT/qwen3-8b.onnx 2>&1 | tail -2
+fi
+mkdir -p $res/fixtures
 for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
-  for mode in sync overlap; do
-    timeout 60 build-gpu/$m.trainer --weights test/data/models/$m.onnx --data build-gpu/ids_$m.npy \
-      --steps 6 --lr 1e-3 --weight-decay 0.01 --optimizer-mode=$mode --quiet \
-      --dump-gradients $OUT/fixtures/$m.$mode.grads.onnx --log-json $OUT/fixtures/$m.$mode.log \
-      > $OUT/fixtures/$m.$mode.out 2>&1
-    echo "$m $mode rc=$?"
-  done
+  run() { timeout 60 build-gpu/$m.trainer --weights test/data/models/$m.onnx \
+    --data build-gpu/ids_$m.npy --steps 6 --lr 1e-3 --weight-decay 0.01 --quiet "$@"; }
+  run --optimizer-mode=sync --dump-gradients $res/fixtures/$m.sync.grads.onnx \
+    --log-json $res/fixtures/$m.sync.log > $res/fixtures/$m.sync.out 2>&1
+  echo "$m sync rc=$?"
+  run --optimizer-mode=overlap --log-json $res/fixtures/$m.overlap.log \
+    > $res/fixtures/$m.overlap.out 2>&1
+  echo "$m overlap rc=$?"
 done
 cfg() { echo "$1=1:0:1:build-gpu/$2.trainer:${STEPS:-6}"; }
-timeout 520 python3 bench/w1.py --workers 1 --steps ${STEPS:-6} --skip 2 \
-  --machine "${MACHINE:-h100x1}" --out $OUT/w1 --timeout 170 \
+timeout 420 python3 bench/w1.py --workers 1 --steps ${STEPS:-6} --skip 2 \
+  --machine "${MACHINE:-h100x1}" --out $res/w1 --timeout 240 \
+  --pytorch "${PYTORCH:-eager,hf-compile,module-compile}" \
   --config "$(cfg planner w1)" --config "$(cfg streamed w1-streamed)" 2>&1 | tail -16
-mv $OUT/w1/w1-ids.npy /tmp/w1-ids.npy
+mv $res/w1/w1-ids.npy /tmp/w1-ids.npy
 RONDO_PROFILE_KERNELS=1 timeout 90 build-gpu/w1.trainer --init=random --seed 1 --steps 4 \
-  --lr 1e-4 --data /tmp/w1-ids.npy > $OUT/w1-profile.txt 2>&1
-echo "profile rc=$?"; tail -5 $OUT/w1-profile.txt
-(cd $OUT/w1 && tar cf - *.log *.jsonl *trace.json 2>/dev/null | xz > ../logs.tar.xz && rm -f *.log *.jsonl *trace.json)
+  --lr 1e-4 --data /tmp/w1-ids.npy > $res/w1-profile.txt 2>&1
+echo "profile rc=$?"; grep -E "GPU time per kernel|steps in" $res/w1-profile.txt
+tar cf - -C $res . | xz -T4 > $OUT/residency.tar.xz

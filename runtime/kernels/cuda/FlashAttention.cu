@@ -18,16 +18,20 @@
 // cores. Shared-memory rows are padded by 16 bytes, so the eight row addresses
 // of every ldmatrix phase fall into distinct bank groups.
 //
-// Tiles: 64 query rows x 64 keys, 4 warps, each warp owning 16 rows of the
-// 64-row side (query rows in the forward and dQ kernels, key rows in the
-// dK/dV kernel). Scores stay in registers: the fp32 accumulator fragment of
-// S = Q K^T has exactly the register layout of the bf16 A operand of the next
-// product (P V, dS K, P^T dO, dS^T Q), so P / dS are rounded to bf16 and fed
-// back without going through shared memory (as FlashAttention does).
+// Tiles: a block keeps a resident tile of BR rows in shared memory (query
+// rows in the forward and dQ kernels, key rows in the dK/dV kernel), one warp
+// per 16 of them, and streams BC-row tiles of the other side (forward: 128 x
+// 64, 8 warps; backward: 64 x 64, 4 warps). Scores stay in registers: the
+// fp32 accumulator fragment of S = Q K^T has exactly the register layout of
+// the bf16 A operand of the next product (P V, dS K, P^T dO, dS^T Q), so P /
+// dS are rounded to bf16 and fed back without going through shared memory (as
+// FlashAttention does).
 // Causal: key tiles entirely above the diagonal are never visited (query
-// tiles below it, in the dK/dV kernel), and only tiles that cross the diagonal
-// or the end of the keys are masked element by element. The heaviest tiles
-// (last query tiles, first key tiles) are scheduled first.
+// tiles below it, in the dK/dV kernel), a warp skips the products of a tile
+// its 16 rows cannot see at all, and only tiles that cross the diagonal or the
+// end of the keys are masked element by element. The heaviest tiles (last
+// query tiles, first key tiles) are scheduled first, those of every head
+// before the lighter ones of any (heads vary fastest in the launch order).
 //
 // Forward: online softmax in fp32 on log2e-prescaled scores with exp2f; the
 // row sum is kept per thread and reduced over the four threads of a row only
@@ -67,8 +71,11 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kFaThreads = 128; // 4 warps of 16 rows
-constexpr int kTile = 64;       // query rows and keys per tile
+// Every warp owns 16 rows of the block's resident tile (query rows in the
+// forward and dQ kernels, key rows in the dK/dV kernel); the other side is
+// streamed through double-buffered tiles. Sequence lengths are padded to
+// kPad, a multiple of every tile size.
+constexpr int kPad = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -79,7 +86,7 @@ struct FlashParams {
   const float *lse2, *delta;
   const float *sinks; // [Hq] or null (forward only: lse carries them)
   float *out, *lse, *dq, *dk, *dv;
-  int Hq, Hkv, group, T, S, Tpad, Spad;
+  int B, Hq, Hkv, group, T, S, Tpad, Spad;
   bool causal;
   int window; // > 0: sliding window (causal only)
   float scale, scaleLog2;
@@ -152,20 +159,20 @@ __device__ inline void accToA(const float (&c)[N][4], int kk,
 
 /// Row stride (elements) of a staged bf16 tile with D columns.
 template <int D> __host__ __device__ constexpr int ldOf() { return D + 8; }
-template <int D> __host__ __device__ constexpr uint32_t tileBytes() {
-  return uint32_t(kTile * ldOf<D>() * 2);
+template <int D, int Rows> __host__ __device__ constexpr uint32_t tileBytes() {
+  return uint32_t(Rows * ldOf<D>() * 2);
 }
 
-/// Enqueues the cp.async copies of kTile rows of D bf16 at src (contiguous
-/// rows) to the shared tile at dst.
-template <int D>
+/// Enqueues the cp.async copies (by NT threads) of Rows rows of D bf16 at src
+/// (contiguous rows) to the shared tile at dst.
+template <int D, int Rows, int NT>
 __device__ inline void loadTileAsync(uint32_t dst, const bf16 *src) {
   constexpr int kChunks = D / 8; // 16-byte chunks a row
   constexpr int kLd = ldOf<D>();
-  static_assert(kTile * kChunks % kFaThreads == 0, "whole rounds of copies");
+  static_assert(Rows * kChunks % NT == 0, "whole rounds of copies");
 #pragma unroll
-  for (int it = 0; it < kTile * kChunks / kFaThreads; ++it) {
-    const int idx = it * kFaThreads + int(threadIdx.x);
+  for (int it = 0; it < Rows * kChunks / NT; ++it) {
+    const int idx = it * NT + int(threadIdx.x);
     const int r = idx / kChunks, c = idx % kChunks;
     cpAsync16(dst + uint32_t((r * kLd + c * 8) * 2),
               src + int64_t(r) * D + c * 8);
@@ -248,20 +255,44 @@ __device__ inline int keyEnd(const FlashParams &p, int lastRow) {
   return end < p.S ? end : p.S;
 }
 
-/// The first key tile a row range starting at `firstRow` can see: with a
-/// sliding window, tiles wholly before the band of its first row are
-/// skipped.
-__device__ inline int keyTileBegin(const FlashParams &p, int firstRow) {
+/// The first key tile (of `cols` keys) a row range starting at `firstRow` can
+/// see: with a sliding window, tiles wholly before the band of its first row
+/// are skipped.
+__device__ inline int keyTileBegin(const FlashParams &p, int firstRow,
+                                   int cols) {
   if (p.window <= 0)
     return 0;
   int begin = firstRow + (p.S - p.T) + 1 - p.window;
-  return begin > 0 ? begin / kTile : 0;
+  return begin > 0 ? begin / cols : 0;
 }
 
-/// Whether a score tile (query rows from i0, keys from j0) has a key before
-/// the band of one of its rows (every row of the tile counted, padding too).
-__device__ inline bool windowCuts(const FlashParams &p, int i0, int j0) {
-  return p.window > 0 && j0 <= i0 + kTile - 1 + (p.S - p.T) - p.window;
+/// Whether a score tile (`rows` query rows from i0, keys from j0) has a key
+/// before the band of one of its rows (every row counted, padding too).
+__device__ inline bool windowCuts(const FlashParams &p, int i0, int rows,
+                                  int j0) {
+  return p.window > 0 && j0 <= i0 + rows - 1 + (p.S - p.T) - p.window;
+}
+
+/// Whether no score of a tile (query rows [i0, i0 + rows), keys [j0, j0 +
+/// cols)) is visible: every key after the diagonal or before the band of
+/// every row. Warps skip such tiles' products; P = 0 on them, so skipping
+/// leaves every accumulator's bits unchanged.
+__device__ inline bool tileHidden(const FlashParams &p, int i0, int rows,
+                                  int j0, int cols) {
+  const int diag = p.S - p.T;
+  if (p.causal && j0 > i0 + rows - 1 + diag)
+    return true;
+  return p.window > 0 && j0 + cols - 1 <= i0 + diag - p.window;
+}
+
+/// The (tile slot, head, batch) of this block. Heads vary fastest in the
+/// launch order, so that the heaviest tiles of every head start first.
+struct BlockPos {
+  int slot, head, batch;
+};
+__device__ inline BlockPos blockPos(const FlashParams &p, int heads) {
+  const int bh = int(blockIdx.x % unsigned(p.B * heads));
+  return {int(blockIdx.x / unsigned(p.B * heads)), bh % heads, bh / heads};
 }
 
 /// Whether key j is before the band of row i.
@@ -273,32 +304,37 @@ __device__ inline bool beforeWindow(const FlashParams &p, int i, int j) {
 // Forward
 //===----------------------------------------------------------------------===//
 
-template <int D>
-__global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
-  constexpr int kNB = kTile / 8; // key n-blocks of a score tile
-  constexpr int kDB = D / 8;     // n-blocks of an output row
-  constexpr uint32_t kBytes = tileBytes<D>();
+template <int D, int BR, int BC, int MinBlocks>
+__global__ void __launch_bounds__(BR * 2, MinBlocks)
+    flashFwdKernel(FlashParams p) {
+  constexpr int kNT = BR * 2; // threads: a warp per 16 query rows
+  constexpr int kNB = BC / 8; // key n-blocks of a score tile
+  constexpr int kDB = D / 8;  // n-blocks of an output row
+  constexpr uint32_t kQBytes = tileBytes<D, BR>();
+  constexpr uint32_t kBytes = tileBytes<D, BC>();
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = smemAddr(smem);
-  const uint32_t sK = sQ + kBytes; // two buffers
+  const uint32_t sK = sQ + kQBytes; // two buffers
   const uint32_t sV = sK + 2 * kBytes;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int qt = int(gridDim.x) - 1 - int(blockIdx.x); // heavy tiles first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const int i0 = qt * kTile;
+  const BlockPos pos = blockPos(p, p.Hq);
+  const int qt = p.Tpad / BR - 1 - pos.slot; // heavy tiles first
+  const int h = pos.head, b = pos.batch, hk = h / p.group;
+  const int i0 = qt * BR;
   const int64_t bh = int64_t(b) * p.Hq + h, bhk = int64_t(b) * p.Hkv + hk;
   const bf16 *qg = p.q + (bh * p.Tpad + i0) * D;
   const bf16 *kg = p.k + bhk * p.Spad * D;
   const bf16 *vg = p.v + bhk * p.Spad * D;
   const int diag = p.S - p.T; // row i sees keys j <= i + diag
-  const int lastRow = (i0 + kTile < p.T ? i0 + kTile : p.T) - 1;
+  const int lastRow = (i0 + BR < p.T ? i0 + BR : p.T) - 1;
   const int nEnd = keyEnd(p, lastRow);
-  const int nTiles = nEnd > 0 ? (nEnd + kTile - 1) / kTile : 0;
-  const int jtBegin = keyTileBegin(p, i0);
+  const int nTiles = nEnd > 0 ? (nEnd + BC - 1) / BC : 0;
+  const int jtBegin = keyTileBegin(p, i0, BC);
   const LdsmOffsets off = ldsmOffsets<D>(lane);
-  const int row0 = i0 + warp * 16 + g; // this thread's rows: row0, row0 + 8
+  const int w0 = i0 + warp * 16; // this warp's rows
+  const int row0 = w0 + g;       // this thread's rows: row0, row0 + 8
 
   float o[kDB][4];
   zero(o);
@@ -307,30 +343,34 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashFwdKernel(FlashParams p) {
   float mRow[2] = {m0, m0}, lRow[2] = {l0, l0};
 
   if (jtBegin < nTiles) {
-    loadTileAsync<D>(sQ, qg);
-    loadTileAsync<D>(sK, kg + int64_t(jtBegin) * kTile * D);
-    loadTileAsync<D>(sV, vg + int64_t(jtBegin) * kTile * D);
+    loadTileAsync<D, BR, kNT>(sQ, qg);
+    loadTileAsync<D, BC, kNT>(sK, kg + int64_t(jtBegin) * BC * D);
+    loadTileAsync<D, BC, kNT>(sV, vg + int64_t(jtBegin) * BC * D);
     cpAsyncCommit();
   }
   for (int jt = jtBegin; jt < nTiles; ++jt) {
-    const int j0 = jt * kTile;
+    const int j0 = jt * BC;
     const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
     if (jt + 1 < nTiles) {
-      loadTileAsync<D>(sK + (kBytes - buf), kg + int64_t(j0 + kTile) * D);
-      loadTileAsync<D>(sV + (kBytes - buf), vg + int64_t(j0 + kTile) * D);
+      loadTileAsync<D, BC, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D);
+      loadTileAsync<D, BC, kNT>(sV + (kBytes - buf), vg + int64_t(j0 + BC) * D);
     }
     cpAsyncCommit();
     cpAsyncWait<1>(); // this tile's group (and Q) have landed
     __syncthreads();
+    if (tileHidden(p, w0, 16, j0, BC)) {
+      __syncthreads(); // the buffer is refilled two iterations on
+      continue;
+    }
 
     float s[kNB][4];
     zero(s);
     mmaRowsByRows<D>(s, sQ, warp * 16, sK + buf, 0, off);
 
     // Scores in log2 units; masked ones -inf.
-    const bool masked = j0 + kTile > p.S ||
-                        (p.causal && j0 + kTile - 1 > i0 + diag) ||
-                        windowCuts(p, i0, j0);
+    const bool masked = j0 + BC > p.S ||
+                        (p.causal && j0 + BC - 1 > w0 + diag) ||
+                        windowCuts(p, w0, 16, j0);
 #pragma unroll
     for (int n = 0; n < kNB; ++n)
 #pragma unroll
@@ -440,34 +480,38 @@ __global__ void flashPrepKernel(const float *dout, const float *o,
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
-  constexpr int kNB = kTile / 8;
+/// The dQ of one query tile of one head (pos), BR / 16 warps.
+template <int D, int BR, int BC>
+__device__ inline void dqBlock(const FlashParams &p, BlockPos pos) {
+  constexpr int kNT = BR * 2;
+  constexpr int kNB = BC / 8;
   constexpr int kDB = D / 8;
-  constexpr uint32_t kBytes = tileBytes<D>();
+  constexpr uint32_t kQBytes = tileBytes<D, BR>();
+  constexpr uint32_t kBytes = tileBytes<D, BC>();
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = smemAddr(smem);
-  const uint32_t sO = sQ + kBytes;     // dO
-  const uint32_t sK = sO + kBytes;     // two buffers
+  const uint32_t sO = sQ + kQBytes;    // dO
+  const uint32_t sK = sO + kQBytes;    // two buffers
   const uint32_t sV = sK + 2 * kBytes; // two buffers
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int qt = int(gridDim.x) - 1 - int(blockIdx.x); // heavy tiles first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / p.group;
-  const int i0 = qt * kTile;
+  const int qt = p.Tpad / BR - 1 - pos.slot; // heavy tiles first
+  const int h = pos.head, b = pos.batch, hk = h / p.group;
+  const int i0 = qt * BR;
   const int64_t bh = int64_t(b) * p.Hq + h, bhk = int64_t(b) * p.Hkv + hk;
   const bf16 *qg = p.q + (bh * p.Tpad + i0) * D;
   const bf16 *og = p.dout + (bh * p.Tpad + i0) * D;
   const bf16 *kg = p.k + bhk * p.Spad * D;
   const bf16 *vg = p.v + bhk * p.Spad * D;
   const int diag = p.S - p.T;
-  const int lastRow = (i0 + kTile < p.T ? i0 + kTile : p.T) - 1;
+  const int lastRow = (i0 + BR < p.T ? i0 + BR : p.T) - 1;
   const int nEnd = keyEnd(p, lastRow);
-  const int nTiles = nEnd > 0 ? (nEnd + kTile - 1) / kTile : 0;
-  const int jtBegin = keyTileBegin(p, i0);
+  const int nTiles = nEnd > 0 ? (nEnd + BC - 1) / BC : 0;
+  const int jtBegin = keyTileBegin(p, i0, BC);
   const LdsmOffsets off = ldsmOffsets<D>(lane);
-  const int row0 = i0 + warp * 16 + g;
+  const int w0 = i0 + warp * 16;
+  const int row0 = w0 + g;
   float lse2[2], dl[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) { // rows < Tpad: always inside the arrays
@@ -478,22 +522,26 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
   float dq[kDB][4];
   zero(dq);
   if (jtBegin < nTiles) {
-    loadTileAsync<D>(sQ, qg);
-    loadTileAsync<D>(sO, og);
-    loadTileAsync<D>(sK, kg + int64_t(jtBegin) * kTile * D);
-    loadTileAsync<D>(sV, vg + int64_t(jtBegin) * kTile * D);
+    loadTileAsync<D, BR, kNT>(sQ, qg);
+    loadTileAsync<D, BR, kNT>(sO, og);
+    loadTileAsync<D, BC, kNT>(sK, kg + int64_t(jtBegin) * BC * D);
+    loadTileAsync<D, BC, kNT>(sV, vg + int64_t(jtBegin) * BC * D);
     cpAsyncCommit();
   }
   for (int jt = jtBegin; jt < nTiles; ++jt) {
-    const int j0 = jt * kTile;
+    const int j0 = jt * BC;
     const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
     if (jt + 1 < nTiles) {
-      loadTileAsync<D>(sK + (kBytes - buf), kg + int64_t(j0 + kTile) * D);
-      loadTileAsync<D>(sV + (kBytes - buf), vg + int64_t(j0 + kTile) * D);
+      loadTileAsync<D, BC, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D);
+      loadTileAsync<D, BC, kNT>(sV + (kBytes - buf), vg + int64_t(j0 + BC) * D);
     }
     cpAsyncCommit();
     cpAsyncWait<1>();
     __syncthreads();
+    if (tileHidden(p, w0, 16, j0, BC)) {
+      __syncthreads();
+      continue;
+    }
 
     float s[kNB][4], dp[kNB][4];
     zero(s);
@@ -502,9 +550,9 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
     mmaRowsByRows<D>(dp, sO, warp * 16, sV + buf, 0, off);
 
     // s becomes dS = P (dP - delta).
-    const bool masked = j0 + kTile > p.S ||
-                        (p.causal && j0 + kTile - 1 > i0 + diag) ||
-                        windowCuts(p, i0, j0);
+    const bool masked = j0 + BC > p.S ||
+                        (p.causal && j0 + BC - 1 > w0 + diag) ||
+                        windowCuts(p, w0, 16, j0);
 #pragma unroll
     for (int n = 0; n < kNB; ++n)
 #pragma unroll
@@ -544,58 +592,63 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDqKernel(FlashParams p) {
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
+/// The dK and dV of one key tile of one kv head (pos), BR / 16 warps.
+template <int D, int BR, int BC>
+__device__ inline void dkvBlock(const FlashParams &p, BlockPos pos) {
+  constexpr int kNT = BR * 2; // a warp per 16 keys
   // Query columns per pass over a tile (fewer live score registers at
   // D = 128; the shared-memory traffic is the same).
-  constexpr int kQC = D <= 64 ? 64 : 32;
+  constexpr int kQC = D <= 64 && BC >= 64 ? 64 : 32;
   constexpr int kNQ = kQC / 8;
   constexpr int kDB = D / 8;
-  constexpr uint32_t kBytes = tileBytes<D>();
-  constexpr uint32_t kVecBytes = kTile * 4;
+  constexpr uint32_t kKBytes = tileBytes<D, BR>();
+  constexpr uint32_t kBytes = tileBytes<D, BC>();
+  constexpr uint32_t kVecBytes = BC * 4;
+  static_assert(2 * BC / 4 <= kNT, "one 16-byte vector chunk a thread");
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = smemAddr(smem);
-  const uint32_t sV = sK + kBytes;
-  const uint32_t sQ = sV + kBytes;     // two buffers
+  const uint32_t sV = sK + kKBytes;
+  const uint32_t sQ = sV + kKBytes;    // two buffers
   const uint32_t sO = sQ + 2 * kBytes; // dO, two buffers
   const uint32_t sVec = sO + 2 * kBytes;
-  // Per buffer: lse2[kTile] then delta[kTile].
-  const float *vecs = reinterpret_cast<const float *>(smem + 6 * kBytes);
+  // Per buffer: lse2[BC] then delta[BC].
+  const float *vecs =
+      reinterpret_cast<const float *>(smem + 2 * kKBytes + 4 * kBytes);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int j0 = blockIdx.x * kTile; // heavy (early) key tiles first
-  const int hk = blockIdx.y, b = blockIdx.z;
+  const int j0 = pos.slot * BR; // heavy (early) key tiles first
+  const int hk = pos.head, b = pos.batch;
   const int64_t bhk = int64_t(b) * p.Hkv + hk;
   const int diag = p.S - p.T;
   // The first query that sees key j0, and its tile.
   int first = p.causal ? j0 - diag : 0;
   first = first < 0 ? 0 : first;
-  const int qtStart = first / kTile;
+  const int qtStart = first / BC;
   // With a window, the last query that sees the tile's last key, and its
   // tile: later query tiles are skipped.
-  int qtEnd = p.Tpad / kTile;
+  int qtEnd = p.Tpad / BC;
   if (p.window > 0) {
-    const int last = j0 + kTile - 1 - diag + p.window - 1;
-    qtEnd = last < 0 ? 0 : (last / kTile + 1 < qtEnd ? last / kTile + 1 : qtEnd);
+    const int last = j0 + BR - 1 - diag + p.window - 1;
+    qtEnd = last < 0 ? 0 : (last / BC + 1 < qtEnd ? last / BC + 1 : qtEnd);
   }
   const int nq = qtEnd - qtStart;
   const int nWork = nq > 0 ? p.group * nq : 0;
   const LdsmOffsets off = ldsmOffsets<D>(lane);
-  const int key0 = j0 + warp * 16 + g; // this thread's keys: key0, key0 + 8
+  const int wk0 = j0 + warp * 16; // this warp's keys
+  const int key0 = wk0 + g;       // this thread's keys: key0, key0 + 8
 
   // Enqueues the Q, dO, lse2, delta tiles of work item w into buffer `buf`.
   auto loadWork = [&](int w, int buf) {
     const int hq = hk * p.group + w / nq;
-    const int i0 = (qtStart + w % nq) * kTile;
+    const int i0 = (qtStart + w % nq) * BC;
     const int64_t rowBase = (int64_t(b) * p.Hq + hq) * p.Tpad + i0;
-    loadTileAsync<D>(sQ + buf * kBytes, p.q + rowBase * D);
-    loadTileAsync<D>(sO + buf * kBytes, p.dout + rowBase * D);
+    loadTileAsync<D, BC, kNT>(sQ + buf * kBytes, p.q + rowBase * D);
+    loadTileAsync<D, BC, kNT>(sO + buf * kBytes, p.dout + rowBase * D);
     const int c = threadIdx.x;
-    if (c < 2 * kTile / 4) { // 16-byte chunks of lse2, then of delta
-      const float *src = c < kTile / 4
-                             ? p.lse2 + rowBase + c * 4
-                             : p.delta + rowBase + (c - kTile / 4) * 4;
+    if (c < 2 * BC / 4) { // 16-byte chunks of lse2, then of delta
+      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
+                                    : p.delta + rowBase + (c - BC / 4) * 4;
       cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
     }
   };
@@ -604,8 +657,8 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
   zero(dk);
   zero(dv);
   if (nWork > 0) {
-    loadTileAsync<D>(sK, p.k + (bhk * p.Spad + j0) * D);
-    loadTileAsync<D>(sV, p.v + (bhk * p.Spad + j0) * D);
+    loadTileAsync<D, BR, kNT>(sK, p.k + (bhk * p.Spad + j0) * D);
+    loadTileAsync<D, BR, kNT>(sV, p.v + (bhk * p.Spad + j0) * D);
     loadWork(0, 0);
     cpAsyncCommit();
   }
@@ -617,14 +670,18 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
     cpAsyncWait<1>();
     __syncthreads();
 
-    const int i0 = (qtStart + w % nq) * kTile;
+    const int i0 = (qtStart + w % nq) * BC;
+    if (tileHidden(p, i0, BC, wk0, 16)) {
+      __syncthreads();
+      continue;
+    }
     const uint32_t qTile = sQ + buf * kBytes, oTile = sO + buf * kBytes;
-    const float *lse2 = vecs + buf * 2 * kTile;
-    const float *dl = lse2 + kTile;
+    const float *lse2 = vecs + buf * 2 * BC;
+    const float *dl = lse2 + BC;
     const bool masked =
-        (p.causal && j0 + kTile - 1 > i0 + diag) || windowCuts(p, i0, j0);
+        (p.causal && wk0 + 15 > i0 + diag) || windowCuts(p, i0, BC, wk0);
 #pragma unroll
-    for (int c = 0; c < kTile / kQC; ++c) {
+    for (int c = 0; c < BC / kQC; ++c) {
       // S^T and dP^T for this warp's 16 keys x kQC queries.
       float st[kNQ][4], dpt[kNQ][4];
       zero(st);
@@ -639,8 +696,7 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
           const int qi = c * kQC + n * 8 + 2 * t4 + (e & 1); // in the tile
           float pv = exp2f(fmaf(st[n][e], p.scaleLog2, -lse2[qi]));
           const int key = key0 + 8 * (e >> 1);
-          if (masked &&
-              (key > i0 + qi + diag || beforeWindow(p, i0 + qi, key)))
+          if (masked && (key > i0 + qi + diag || beforeWindow(p, i0 + qi, key)))
             pv = 0.0f;
           st[n][e] = pv;
           dpt[n][e] = pv * (dpt[n][e] - dl[qi]);
@@ -676,6 +732,18 @@ __global__ void __launch_bounds__(kFaThreads, 2) flashDkvKernel(FlashParams p) {
       }
     }
   }
+}
+
+template <int D, int BR, int BC, int MinBlocks>
+__global__ void __launch_bounds__(BR * 2, MinBlocks)
+    flashDqKernel(FlashParams p) {
+  dqBlock<D, BR, BC>(p, blockPos(p, p.Hq));
+}
+
+template <int D, int BR, int BC, int MinBlocks>
+__global__ void __launch_bounds__(BR * 2, MinBlocks)
+    flashDkvKernel(FlashParams p) {
+  dkvBlock<D, BR, BC>(p, blockPos(p, p.Hkv));
 }
 
 //===----------------------------------------------------------------------===//
@@ -721,7 +789,7 @@ __global__ void toBf16PaddedKernel(const float *src, bf16 *dst, int64_t mats,
   }
 }
 
-int64_t padTo(int64_t n) { return (n + kTile - 1) / kTile * kTile; }
+int64_t padTo(int64_t n) { return (n + kPad - 1) / kPad * kPad; }
 
 /// A padded bf16 copy of [mats, rows, D] in a stream-ordered temporary.
 struct Bf16Copy {
@@ -744,6 +812,7 @@ FlashParams baseParams(const FlashDims &d, bool causal, float scale,
   if (d.Hq / d.Hkv * d.Hkv != d.Hq)
     contract(name, "query heads not a multiple of kv heads");
   FlashParams p{};
+  p.B = int(d.B);
   p.Hq = int(d.Hq);
   p.Hkv = int(d.Hkv);
   p.group = int(d.Hq / d.Hkv);
@@ -759,8 +828,11 @@ FlashParams baseParams(const FlashDims &d, bool causal, float scale,
 }
 
 template <typename Kernel>
-void launchFlash(Kernel kernel, dim3 grid, size_t smem, const FlashParams &p,
-                 const char *name) {
+void launchFlash(Kernel kernel, int64_t slots, int heads, int threads,
+                 size_t smem, const FlashParams &p, const char *name) {
+  const int64_t blocks = int64_t(slots) * heads;
+  if (blocks > int64_t(0x7fffffff))
+    contract(name, "too many attention tiles for one launch");
   RONDO_CHECK(cudaFuncSetAttribute(kernel,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    int(smem)),
@@ -769,28 +841,50 @@ void launchFlash(Kernel kernel, dim3 grid, size_t smem, const FlashParams &p,
                   kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                   int(cudaSharedmemCarveoutMaxShared)),
               name);
-  kernel<<<grid, kFaThreads, smem, currentStream()>>>(p);
+  // One dimension, heads fastest (blockPos): the block scheduler starts
+  // blocks in index order, so every head's heaviest tiles go first.
+  kernel<<<unsigned(blocks), threads, smem, currentStream()>>>(p);
   checkLaunch(name);
 }
 
-template <int D>
-void forwardD(const FlashParams &p, int64_t B, const char *name) {
-  dim3 grid(unsigned(p.Tpad / kTile), unsigned(p.Hq), unsigned(B));
-  launchFlash(flashFwdKernel<D>, grid, 5 * size_t(tileBytes<D>()), p, name);
+template <int D, int BR, int BC, int MB>
+void forwardCfg(const FlashParams &p, const char *name) {
+  size_t smem = tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>());
+  launchFlash(flashFwdKernel<D, BR, BC, MB>, p.Tpad / BR, p.B * p.Hq, BR * 2,
+              smem, p, name);
+}
+
+template <int D, int BR, int BC, int MB>
+void dqCfg(const FlashParams &p, const char *name) {
+  size_t smem = 2 * tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>());
+  launchFlash(flashDqKernel<D, BR, BC, MB>, p.Tpad / BR, p.B * p.Hq, BR * 2,
+              smem, p, name);
+}
+
+template <int D, int BR, int BC, int MB>
+void dkvCfg(const FlashParams &p, const char *name) {
+  size_t smem = 2 * tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>()) +
+                2 * 2 * BC * sizeof(float);
+  launchFlash(flashDkvKernel<D, BR, BC, MB>, p.Spad / BR, p.B * p.Hkv, BR * 2,
+              smem, p, name);
+}
+
+// Measured on an H100 at T = 4096, D = 128, causal (DISABLED_FlashTimingW1):
+// the forward is fastest with 128 query rows a block (K/V tiles read from L2
+// once per 128 rows, 2 blocks of 8 warps an SM); the backward kernels with
+// 64-row tiles (their 128 fp32 accumulator registers a thread leave no room
+// for a second block of 8 warps, and 128-row tiles gave fewer, longer blocks).
+template <int D> void forwardD(const FlashParams &p, const char *name) {
+  forwardCfg<D, 128, 64, 2>(p, name);
 }
 
 template <int D>
-void backwardD(const FlashParams &p, int64_t B, bool wantDq, bool wantDkv,
+void backwardD(const FlashParams &p, bool wantDq, bool wantDkv,
                const char *name) {
-  if (wantDq) {
-    dim3 grid(unsigned(p.Tpad / kTile), unsigned(p.Hq), unsigned(B));
-    launchFlash(flashDqKernel<D>, grid, 6 * size_t(tileBytes<D>()), p, name);
-  }
-  if (wantDkv) {
-    dim3 grid(unsigned(p.Spad / kTile), unsigned(p.Hkv), unsigned(B));
-    size_t smem = 6 * size_t(tileBytes<D>()) + 2 * 2 * kTile * sizeof(float);
-    launchFlash(flashDkvKernel<D>, grid, smem, p, name);
-  }
+  if (wantDq)
+    dqCfg<D, 64, 64, 2>(p, name);
+  if (wantDkv)
+    dkvCfg<D, 64, 64, 2>(p, name);
 }
 
 } // namespace
@@ -818,9 +912,9 @@ void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
   p.lse = lse;
   p.sinks = d.sinks;
   if (d.D == 64)
-    forwardD<64>(p, d.B, name);
+    forwardD<64>(p, name);
   else
-    forwardD<128>(p, d.B, name);
+    forwardD<128>(p, name);
   vb.temp.release();
   kb.temp.release();
   qb.temp.release();
@@ -858,9 +952,9 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
   p.dk = dK;
   p.dv = dV;
   if (d.D == 64)
-    backwardD<64>(p, d.B, dQ != nullptr, dK || dV, name);
+    backwardD<64>(p, dQ != nullptr, dK || dV, name);
   else
-    backwardD<128>(p, d.B, dQ != nullptr, dK || dV, name);
+    backwardD<128>(p, dQ != nullptr, dK || dV, name);
   vb.temp.release();
   kb.temp.release();
   ob.temp.release();

@@ -402,6 +402,45 @@ TEST_F(CudaKernels, DISABLED_FlashTiming) {
   }
 }
 
+// The bf16 attention at W1's shape (Qwen3-1.7B: one row of T = 4096, 16
+// query heads, 8 kv heads, D = 128, causal): the forward, the backward, and
+// the backward with only dQ / only dK and dV wanted (each of those includes
+// the shared conversions). Run with --gtest_also_run_disabled_tests.
+TEST_F(CudaKernels, DISABLED_FlashTimingW1) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  const int64_t B = 1, Hq = 16, Hkv = 8, T = 4096, D = 128;
+  const int reps = 20;
+  DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}), v(Shape{B, Hkv, T, D});
+  DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+  DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+      dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f), dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const double flops = 4.0 * B * Hq * T * T * D / 2;
+  FView noneQ{nullptr, Shape{B, Hq, T, D}}, noneK{nullptr, Shape{B, Hkv, T, D}};
+  double fwd = timeMs(
+      [&] {
+        cu::attention(q.cv(), k.cv(), v.cv(), true, 0, scale, o.v(), l.v());
+      },
+      reps);
+  // The backward on the forward's own out/lse (the last forward's).
+  auto backward = [&](FView dQ, FView dK, FView dV) {
+    return timeMs(
+        [&] {
+          cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
+                                true, 0, scale, dQ, dK, dV);
+        },
+        reps);
+  };
+  double bwd = backward(dq.v(), dk.v(), dv.v());
+  double bwdQ = backward(dq.v(), noneK, noneK);
+  double bwdKV = backward(noneQ, dk.v(), dv.v());
+  std::printf("[ timing ] attention bf16 W1 (B1 Hq16 Hkv8 T4096 D128 causal): "
+              "fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s); bwd "
+              "dQ only %.3f ms, dK/dV only %.3f ms\n",
+              fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, bwdQ,
+              bwdKV);
+}
+
 TEST_F(CudaKernels, ReportWorstError) {
   // Runs last in file order: prints the largest error seen (for the record).
   std::printf("[ worst max-abs-normalised error so far: %.3g (%s) ]\n",
