@@ -12,8 +12,10 @@
 # With QWEN3_8B.onnx (test/GPU/run-residency.sh exports it with EXPORT8B=1):
 #   lora8b.trainer          the Qwen3-8B shape, LoRA rank 16 on every linear,
 #                           1 x 32768 tokens, the planner's own residency
-#   lora8b-stream24.trainer the same, forced to stream within a 24 GB worker
-#                           budget (RoundPipe's consumer-GPU regime)
+#   lora8b-device.trainer   the same, forced device-resident
+#   lora8b-stream32.trainer the same, forced to stream within a 32 GB worker
+#                           budget (RoundPipe's consumer-GPU regime is 24 GB,
+#                           which holds no plan with fp32 activations)
 #
 #   bash bench/prepare-residency.sh [h100|h200] [QWEN3_8B.onnx]
 # On the GPU machine: MACHINE=h100x1 bash test/GPU/run-residency.sh (W1)
@@ -39,8 +41,12 @@ if [ -n "$graph8b" ]; then
   compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
     --explain=build-gpu/plans/lora8b -o build-gpu/lora8b.trainer
   compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
-    --residency=streamed --worker-memory-gb 24 --explain=build-gpu/plans/lora8b-stream24 \
-    -o build-gpu/lora8b-stream24.trainer
+    --residency=device --explain=build-gpu/plans/lora8b-device -o build-gpu/lora8b-device.trainer
+  # RoundPipe's 24 GB budget holds no plan while activations are stored in
+  # fp32 (the smallest needs 30.6 GB at 32K tokens): the smallest that fits.
+  compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
+    --residency=streamed --worker-memory-gb 32 --explain=build-gpu/plans/lora8b-stream32 \
+    -o build-gpu/lora8b-stream32.trainer
 fi
 copy_gpu_libs build-gpu/w1.trainer
 pack_gpu

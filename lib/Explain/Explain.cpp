@@ -264,10 +264,10 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
     // The residencies the planner weighed for this plan, fastest first.
     std::string chosen = "streamed";
     if (std::optional<ArrayRef<int64_t>> layers = plan.getResidentLayers())
-      chosen = int64_t(layers->size()) ==
-                       int64_t(llvm::range_size(plan.getLayers()))
-                   ? "device"
-                   : "mixed";
+      chosen =
+          int64_t(layers->size()) == int64_t(llvm::range_size(plan.getLayers()))
+              ? "device"
+              : "mixed";
     os << "\nResidency: " << chosen;
     if (chosen == "device")
       os << " (every parameter's weights, gradients and AdamW moments stay "
@@ -275,11 +275,10 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
             "AdamW on the worker)";
     else if (chosen == "mixed")
       os << (plan.getResidentLayers()->size() == 1 ? " (layer " : " (layers ")
-         << llvm::join(llvm::map_range(*plan.getResidentLayers(),
-                                       [](int64_t l) {
-                                         return std::to_string(l);
-                                       }),
-                       ",")
+         << llvm::join(
+                llvm::map_range(*plan.getResidentLayers(),
+                                [](int64_t l) { return std::to_string(l); }),
+                ",")
          << (plan.getResidentLayers()->size() == 1 ? " stays" : " stay")
          << " in the worker's memory; the others stream)";
     else

@@ -271,8 +271,8 @@ LogicalResult StageOp::verify() {
 
 LogicalResult ResidentOp::verify() {
   // I64Attr reads back unsigned; -1 means "none".
-  const int64_t expAvg = getExpAvg(), expAvgSq = getExpAvgSq(),
-                sum = getSum(), normSum = getNormSum();
+  const int64_t expAvg = getExpAvg(), expAvgSq = getExpAvgSq(), sum = getSum(),
+                normSum = getNormSum();
   for (int64_t offset : {expAvg, expAvgSq, sum, normSum})
     if (offset < -1)
       return emitOpError("has offset ") << offset << "; -1 means none";
@@ -456,9 +456,9 @@ void collectAccesses(ProgramOp program, Operation *op,
       StageOp s = program.getJobStage(n);
       if (!s || !s.getResidentGradsAttr())
         continue;
-      for (auto [name, offset, size] : llvm::zip(s.getResidentGradsAttr(),
-                                                 *s.getResidentGradOffsets(),
-                                                 *s.getResidentGradSizes()))
+      for (auto [name, offset, size] :
+           llvm::zip(s.getResidentGradsAttr(), *s.getResidentGradOffsets(),
+                     *s.getResidentGradSizes()))
         if (mine.count(cast<StringAttr>(name))) {
           Access acc;
           acc.buffer = residentGrads;
@@ -473,10 +473,9 @@ void collectAccesses(ProgramOp program, Operation *op,
     for (ResidentOp r : program.getBody().getOps<ResidentOp>()) {
       if (!mine.count(r.getParamAttr()))
         continue;
-      for (int64_t offset :
-           {int64_t(r.getWeights()), int64_t(r.getExpAvg()),
-            int64_t(r.getExpAvgSq()), int64_t(r.getSum()),
-            int64_t(r.getNormSum())}) {
+      for (int64_t offset : {int64_t(r.getWeights()), int64_t(r.getExpAvg()),
+                             int64_t(r.getExpAvgSq()), int64_t(r.getSum()),
+                             int64_t(r.getNormSum())}) {
         if (offset < 0)
           continue;
         Access acc;

@@ -290,8 +290,9 @@ struct PipePartitionPass
         if (sharedM && c.microbatches != *sharedM)
           continue;
         for (const auto &[name, seconds] : c.residencyAlternatives) {
-          auto it = llvm::find_if(withAlternatives.residencyAlternatives,
-                                  [&](const auto &a) { return a.first == name; });
+          auto it =
+              llvm::find_if(withAlternatives.residencyAlternatives,
+                            [&](const auto &a) { return a.first == name; });
           if (it == withAlternatives.residencyAlternatives.end())
             withAlternatives.residencyAlternatives.push_back({name, seconds});
           else if (seconds >= 0 && (it->second < 0 || seconds < it->second))

@@ -105,7 +105,8 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
       throw bad("keeps parameters on the worker with " +
                 std::to_string(p.workers) +
                 " workers; device-resident state needs one worker");
-    const int64_t residentBytes = workerBufferBytes(p.residentBuffer, "resident");
+    const int64_t residentBytes =
+        workerBufferBytes(p.residentBuffer, "resident");
     for (int32_t i = 0; i < p.numResidentParams; ++i) {
       const rondo_resident_param &r = p.residentParams[i];
       if (r.param < 0 || r.param >= model.numParams)

@@ -93,10 +93,10 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
     const rondo_grad_part &part = program.gradParts[i];
     // A part on the worker is host memory here: replicas of resident
     // programs run on the host backend only (Trainer::setUpProgram).
-    sync.sumGradient(part.onWorker ? resident.partData(part)
-                                   : reinterpret_cast<float *>(
-                                         hostGrads + part.hostOffset),
-                     numElements(model.params[part.param]));
+    sync.sumGradient(
+        part.onWorker ? resident.partData(part)
+                      : reinterpret_cast<float *>(hostGrads + part.hostOffset),
+        numElements(model.params[part.param]));
   }
 }
 
@@ -112,8 +112,7 @@ int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];
     if (part.onWorker) {
-      const Shard range =
-          replicas.owned(numElements(model.params[part.param]));
+      const Shard range = replicas.owned(numElements(model.params[part.param]));
       if (!resident.device().allFinite(resident.worker(),
                                        resident.partData(part) + range.begin,
                                        range.size()))
@@ -150,8 +149,7 @@ void ProgramGrads::sumParts(int q, float *sum, Shard range) const {
     for (int32_t i : parts)
       data.push_back(resident.partData(program.gradParts[i]) + range.begin);
     resident.device().sumParts(resident.worker(), sum + range.begin,
-                               data.data(), int32_t(data.size()),
-                               range.size());
+                               data.data(), int32_t(data.size()), range.size());
     return;
   }
   // The sum in table order, whatever order the parts arrived in.

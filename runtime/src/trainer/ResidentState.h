@@ -1,4 +1,5 @@
-//===- ResidentState.h - Training state kept in a worker's memory -*- C++ -*-===//
+//===- ResidentState.h - Training state kept in a worker's memory -*- C++
+//-*-===//
 //
 // Part of the Rondo project.
 //
