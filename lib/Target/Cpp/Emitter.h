@@ -114,6 +114,9 @@ private:
       issueOs{issueText}, programsOs{programsText};
   llvm::DenseMap<Value, std::string> exprs;
   llvm::DenseMap<Value, std::string> roots; ///< owning buffer of a value
+  /// Parameter-gradient results a matmul adds straight into their io slot
+  /// (GPU stage functions; see emitStageFunction).
+  llvm::DenseMap<Value, unsigned> accumulateInto;
   unsigned counter = 0;
   /// Constants are shared by content, so that stage functions computing the
   /// same thing print the same text and are emitted once.

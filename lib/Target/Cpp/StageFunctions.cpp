@@ -144,6 +144,12 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
     case kern::ParamKind::Output:
     case kern::ParamKind::IntOutput: {
       Value r = call.getResult(b.result);
+      if (auto into = accumulateInto.find(r); into != accumulateInto.end()) {
+        exprs[r] =
+            llvm::formatv("static_cast<float *>(io[{0}])", into->second).str();
+        add(view(r, /*mut=*/true));
+        break;
+      }
       if (b.skipped) {
         add(llvm::formatv(
                 "FView{{nullptr, {0}}",
@@ -167,6 +173,11 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
                  : scalar(input(b.operand)));
       break;
     case kern::ParamKind::Bool:
+      if (b.param->name == "accumulate" && call->getNumResults() == 1 &&
+          accumulateInto.count(call.getResult(0))) {
+        add("true");
+        break;
+      }
       add(cast<BoolAttr>(b.attr).getValue() ? "true" : "false");
       break;
     case kern::ParamKind::I32:
@@ -213,6 +224,37 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   }
   Block &block = fn.getBody().front();
   auto ret = cast<func::ReturnOp>(block.getTerminator());
+  // On GPUs a weight gradient that one matmul produces is added by that
+  // matmul into the gradient buffer (cuBLAS's beta = 1: one fp32 add in its
+  // epilogue) rather than written to a temporary that a second kernel adds:
+  // the same sum without the extra fp32 pass over every weight gradient of
+  // every microbatch. The host keeps the separate add, whose bits the CPU
+  // references were taken with (OpenBLAS adds into C per block of K).
+  accumulateInto.clear();
+  if (opts.target == "cuda") {
+    unsigned resultSlot = slot, numPlain = 0;
+    for (unsigned k = 0; k < fn.getNumResults(); ++k) {
+      auto role = fn.getResultAttrOfType<StringAttr>(k, exec::kRoleAttr);
+      numPlain += !(role && role.getValue() == "param_grad");
+    }
+    unsigned gradSlot = resultSlot + numPlain;
+    for (unsigned k = 0; k < fn.getNumResults(); ++k) {
+      auto role = fn.getResultAttrOfType<StringAttr>(k, exec::kRoleAttr);
+      if (!(role && role.getValue() == "param_grad"))
+        continue;
+      Value v = ret.getOperand(k);
+      auto call = v.getDefiningOp<kern::CallOp>();
+      auto accumulate =
+          call && call.getArgs()
+              ? dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"))
+              : BoolAttr();
+      if (call && call.getKernel() == "matmul" && call.getInits().empty() &&
+          call->getNumResults() == 1 && v.hasOneUse() && accumulate &&
+          !accumulate.getValue())
+        accumulateInto[v] = gradSlot;
+      ++gradSlot;
+    }
+  }
   SmallVector<Operation *> ops;
   for (Operation &op : block.without_terminator())
     ops.push_back(&op);
@@ -259,6 +301,10 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   }
   for (unsigned k : grads) {
     Value v = ret.getOperand(k);
+    if (accumulateInto.count(v)) { // its matmul added it already
+      ++slot;
+      continue;
+    }
     auto t = cast<RankedTensorType>(v.getType());
     body << llvm::formatv(
         "  K::accumulate({0}, FView{{static_cast<float *>(io[{1}]), {2}});\n",
