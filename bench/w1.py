@@ -392,6 +392,25 @@ def build_w1_module(config, compile_parts=False):
     return model
 
 
+# PyTorch's kernels by name (cuBLAS/CUTLASS GEMMs, SDPA's flash or cuDNN
+# attention, the fused AdamW, copies and casts), for --profile-torch.
+KERNEL_CATEGORIES = [
+    ("attention", re.compile(r"flash|fmha|sdpa|attention|_mha", re.I)),
+    ("GEMMs (LM head included)",
+     re.compile(r"gemm|xmma|cutlass|nvjet|cublas|sm90_|sm80_|ampere_|triton_tem", re.I)),
+    ("AdamW", re.compile(r"adam|multi_tensor", re.I)),
+    ("cross-entropy", re.compile(r"softmax|nll|cross_entropy", re.I)),
+    ("copies, casts, fills", re.compile(r"copy|memcpy|memset|fill|cat_|CatArray", re.I)),
+]
+
+
+def kernel_category(name):
+    for category, pattern in KERNEL_CATEGORIES:
+        if pattern.search(name):
+            return category
+    return "elementwise, norms, rotary, accumulation"
+
+
 def torch_child(a):
     """PyTorch variant a.torch_child of W1 on GPU 0; prints one JSON line."""
     import numpy as np
@@ -423,7 +442,8 @@ def torch_child(a):
     rows = a.torch_rows
     accum = 16 // rows
     times, losses = [], []
-    for step in range(a.steps):
+
+    def one_step(step):
         index = (16 * step + np.arange(16)) % ids.shape[0]
         batch = torch.from_numpy(np.ascontiguousarray(ids[index], dtype=np.int64)).cuda()
         torch.cuda.synchronize()
@@ -438,12 +458,30 @@ def torch_child(a):
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-        losses.append(float(total))
+        return time.perf_counter() - t, float(total)
+
+    for step in range(a.steps):
+        seconds, loss = one_step(step)
+        times.append(seconds)
+        losses.append(loss)
         print("step %d: %.3f s, loss %.4f" % (step, times[-1], losses[-1]),
               file=sys.stderr, flush=True)
+    categories = None
+    if a.profile_torch:
+        # One more step under torch.profiler: GPU time per kernel category,
+        # the categories of docs/Performance.md's table.
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            one_step(a.steps)
+        categories = {}
+        for e in prof.events():
+            if e.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            cat = kernel_category(e.name)
+            categories[cat] = categories.get(cat, 0.0) + e.time_range.elapsed_us() / 1e3
     steady = times[a.skip:]
     print(json.dumps({
+        "kernel_ms_by_category": categories,
         "variant": variant,
         "tokens_per_s": 16 * 4096 * len(steady) / sum(steady),
         "step_seconds": sum(steady) / len(steady),
@@ -467,6 +505,8 @@ def pytorch(a, out_dir, variant, ids_path):
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", variant,
            "--torch-data", ids_path, "--steps", str(a.steps), "--skip", str(skip),
            "--torch-rows", str(a.torch_rows)]
+    if a.profile_torch:
+        cmd.append("--profile-torch")
     row = {"name": name, "variant": variant}
     try:
         with open(log_path, "w") as log:
@@ -662,6 +702,10 @@ def main():
                    help="compare module-compile's model with Hugging Face's on a "
                    "tiny configuration (CPU; the compiled module too if there "
                    "is a GPU) and exit")
+    p.add_argument("--profile-torch", action="store_true",
+                   help="after the timed steps, one more PyTorch step under "
+                        "torch.profiler: GPU ms per kernel category in the JSON "
+                        "(kernel_ms_by_category)")
     p.add_argument("--torch-child", choices=PYTORCH_VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--torch-data", help=argparse.SUPPRESS)
     a = p.parse_args()

@@ -9,6 +9,8 @@
 #      Hugging Face + torch.compile and a compiled plain module, in one
 #      bench/w1.py run;
 #   3. the GPU kernel time of the planner's W1 plan (RONDO_PROFILE_KERNELS).
+# PROFILE_TORCH=1 adds torch.profiler's kernel categories to the PyTorch
+# rows; STREAMED=0, PYTORCH=LIST and FIXTURES="" shorten the run.
 # Usage: MACHINE=h100x1 bash test/GPU/run-residency.sh
 cd "$(dirname "$0")/../.."
 [ -x build-gpu/w1.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
@@ -20,7 +22,7 @@ if [ "${EXPORT8B:-0}" = 1 ]; then
     -o $OUT/qwen3-8b.onnx 2>&1 | tail -2
 fi
 mkdir -p $res/fixtures
-for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
+for m in ${FIXTURES-qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny}; do
   run() { timeout 60 build-gpu/$m.trainer --weights test/data/models/$m.onnx \
     --data build-gpu/ids_$m.npy --steps 6 --lr 1e-3 --weight-decay 0.01 --quiet "$@"; }
   run --optimizer-mode=sync --dump-gradients $res/fixtures/$m.sync.grads.onnx \
@@ -31,10 +33,12 @@ for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
   echo "$m overlap rc=$?"
 done
 cfg() { echo "$1=1:0:1:build-gpu/$2.trainer:${STEPS:-6}"; }
+configs=(--config "$(cfg planner w1)")
+[ "${STREAMED:-1}" = 1 ] && configs+=(--config "$(cfg streamed w1-streamed)")
 timeout 420 python3 bench/w1.py --workers 1 --steps ${STEPS:-6} --skip 2 \
   --machine "${MACHINE:-h100x1}" --out $res/w1 --timeout 240 \
-  --pytorch "${PYTORCH:-eager,hf-compile,module-compile}" \
-  --config "$(cfg planner w1)" --config "$(cfg streamed w1-streamed)" 2>&1 | tail -16
+  --pytorch "${PYTORCH:-eager,hf-compile,module-compile}" ${PROFILE_TORCH:+--profile-torch} \
+  "${configs[@]}" 2>&1 | tail -16
 mv $res/w1/w1-ids.npy /tmp/w1-ids.npy
 RONDO_PROFILE_KERNELS=1 timeout 90 build-gpu/w1.trainer --init=random --seed 1 --steps 4 \
   --lr 1e-4 --data /tmp/w1-ids.npy > $res/w1-profile.txt 2>&1
