@@ -160,6 +160,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       backward.insert(arg);
 
   std::vector<llvm::SetVector<Value>> paramsOf(numLayers), inputsOf(numLayers);
+  llvm::DenseSet<Value> saved; // forward values the backward reads
   llvm::DenseSet<Value> ownedParams;
   for (Operation &op : body.without_terminator()) {
     bool isBackward = llvm::any_of(
@@ -181,16 +182,42 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
       flops = cost.getFlops() / m;
     if (isBackward) {
+      double outputs = 0;
+      for (Value r : op.getResults())
+        outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
+      layer.transientBytes = std::max(layer.transientBytes, outputs);
       layer.backwardWork = true;
       layer.backwardSeconds += seconds;
       layer.backwardFlops += flops;
     } else {
       layer.forwardSeconds += seconds;
       layer.forwardFlops += flops;
-      if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
+      // The fused LM head's logits exist a chunk at a time, forward and
+      // gradient, in fp32: transient, but beside everything saved.
+      if (auto head = dyn_cast<tg::LinearCrossEntropyOp>(&op)) {
+        auto w = cast<RankedTensorType>(head.getW().getType());
+        double vocab = static_cast<double>(
+            head.getTransposeW() ? w.getShape()[0] : w.getShape()[1]);
         layer.workspaceBytes +=
-            cost.getActivationBytes() * (options.bf16Storage ? 0.5 : 1.0) / m;
+            2 * 4 * static_cast<double>(head.getChunkRows()) * vocab;
+      }
     }
+    // A layer's workspace is what its backward keeps of its forward: every
+    // forward value a gradient op reads, once however many read it (the
+    // normed hidden state feeds q, k and v), never a parameter (read from
+    // the parameter buffer) nor side data.
+    if (isBackward)
+      for (Value v : op.getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (!def || backward.contains(v) || !saved.insert(v).second)
+          continue;
+        std::optional<int64_t> from = pipe::getLayer(def);
+        if (!from || *from < 0 || static_cast<size_t>(*from) >= numLayers ||
+            isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(def))
+          continue;
+        table.layers[*from].workspaceBytes +=
+            deviceBytes(v.getType(), options.bf16Storage) / m;
+      }
     for (Value v : op.getOperands()) {
       if (isParameter(v)) {
         paramsOf[*layerIndex].insert(v);

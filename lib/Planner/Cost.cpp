@@ -44,7 +44,8 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
   int end = std::min(stage.end, int(layers.size()));
   double link = problem.linkBytesPerSecond;
 
-  double forwardSum = 0, fullSum = 0, workspaceSum = 0, workspaceMax = 0;
+  double forwardSum = 0, fullSum = 0, workspaceSum = 0, workspaceMax = 0,
+         transientMax = 0;
   // A backward stage whose layers all lack backward work is an empty
   // launch. With work above them they still cost their recompute: it makes
   // the input of the layers that do have work.
@@ -57,6 +58,7 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
     fullSum += lc.forwardSeconds + lc.backwardSeconds;
     workspaceSum += lc.workspaceBytes;
     workspaceMax = std::max(workspaceMax, lc.workspaceBytes);
+    transientMax = std::max(transientMax, lc.transientBytes);
     // A resident layer's weights and gradients stay where they live: the
     // stage-job moves nothing for them and its slots do not hold them.
     if (isResident(problem, l))
@@ -91,7 +93,8 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
   case StageKind::Tail:
     c.computeSeconds = fullSum;
     c.hopSeconds = hopIn;
-    c.activationBytes = 2 * inFirst + 2 * inFirst + workspaceSum;
+    c.activationBytes =
+        2 * inFirst + 2 * inFirst + workspaceSum + transientMax;
     break;
   case StageKind::Backward:
     if (!anyWork)
@@ -99,7 +102,8 @@ StageCost costStage(const PlanProblem &problem, const Stage &stage) {
     c.computeSeconds = fullSum;
     c.hopSeconds =
         handoffSeconds(problem, inEnd) + transferSeconds(inFirst, link);
-    c.activationBytes = inFirst + 2 * inEnd + 2 * inFirst + workspaceSum;
+    c.activationBytes =
+        inFirst + 2 * inEnd + 2 * inFirst + workspaceSum + transientMax;
     break;
   }
   c.uploadSeconds = transferSeconds(c.paramBytes, link);

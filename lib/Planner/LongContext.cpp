@@ -40,6 +40,7 @@ int64_t maxSequenceLength(const PlanProblem &problem,
     for (LayerCost &l : scaled.layers) {
       l.inputBytes *= s;
       l.workspaceBytes *= s;
+      l.transientBytes *= s;
       l.forwardSeconds *= s;
       l.backwardSeconds *= s;
     }

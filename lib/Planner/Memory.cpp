@@ -81,12 +81,14 @@ double workerArenaBytes(const PlanProblem &problem, const Plan &plan) {
     StageCost c = costStage(problem, st);
     maxParam = std::max(maxParam, c.paramBytes);
     maxGrad = std::max(maxGrad, c.gradBytes);
-    double sum = 0, largest = 0;
+    double sum = 0, largest = 0, transient = 0;
     for (int l = std::max(st.first, 0);
          l < std::min(st.end, int(problem.layers.size())); ++l) {
       sum += problem.layers[l].workspaceBytes;
       largest = std::max(largest, problem.layers[l].workspaceBytes);
+      transient = std::max(transient, problem.layers[l].transientBytes);
     }
+    sum += transient;
     temporaries =
         std::max(temporaries, st.kind == StageKind::Forward ? largest : sum);
     if (st.kind == StageKind::Forward) {

@@ -54,6 +54,9 @@ struct LayerCost {
   /// Activations the layer's backward needs from its forward, one
   /// microbatch (held while a backward or tail stage runs it).
   double workspaceBytes = 0;
+  /// The largest outputs of one of its backward ops, one microbatch:
+  /// transient beside the workspace while a backward or tail stage runs.
+  double transientBytes = 0;
   /// Whether its backward computes anything. Not for layers below every
   /// trainable parameter (a frozen embedding under LoRA): a backward stage
   /// of only such layers is an empty launch, and it neither reads their
