@@ -52,7 +52,9 @@ static DeviceSpec h100() {
   s.memoryBandwidth = 3.35e12;
   s.memoryEfficiency = 1.0;
   s.kernelLaunchSeconds = 18e-6;
-  s.memoryBytes = 80 * GB;
+  // "80GB" is 80 GiB: nvidia-smi reports 81,559 MiB on the H100 80GB HBM3
+  // (the default budget stays 90% of it).
+  s.memoryBytes = 81559.0 * 1024 * 1024;
   s.hostMemoryBytes = 128 * GiB;
   s.hostLinkBandwidth = 50 * GB;
   s.hostLinkAggregateBandwidth = 157 * GB;
