@@ -159,20 +159,23 @@ void Trainer::optimizeAll(const StepTag &tag) {
   if (dumpNow && opts.clipGradNorm) {
     // The dump shows the gradients before clipping; the trainer writes it
     // once the loss is known.
-    for (const OptParam &o : optimizer.tensors()) {
-      dumpStash.emplace_back(o.numel);
-      if (o.resident())
-        resident->device().copyFromWorker(o.worker, dumpStash.back().data(),
-                                          o.workerGrad,
-                                          size_t(o.numel) * sizeof(float));
-      else
-        std::memcpy(dumpStash.back().data(), o.grad,
-                    size_t(o.numel) * sizeof(float));
-    }
+    stashGradients();
   }
   if (!bad.empty() || deferUpdate)
     return; // The trainer thread decides (runStepPipelined).
   optimizer.clipAndUpdate(tag.step, syncNorm);
+}
+
+void Trainer::stashGradients() {
+  for (const OptParam &o : optimizer.tensors()) {
+    dumpStash.emplace_back(o.numel);
+    const size_t bytes = size_t(o.numel) * sizeof(float);
+    if (o.resident())
+      resident->device().copyFromWorker(o.worker, dumpStash.back().data(),
+                                        o.workerGrad, bytes);
+    else
+      std::memcpy(dumpStash.back().data(), o.grad, bytes);
+  }
 }
 
 double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
@@ -291,16 +294,7 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
     if (dumpStash.empty() && resident->active()) {
       // The worker's gradients, once the tasks that sum parts have run.
       drain();
-      for (const OptParam &o : opt) {
-        dumpStash.emplace_back(o.numel);
-        if (o.resident())
-          resident->device().copyFromWorker(o.worker, dumpStash.back().data(),
-                                            o.workerGrad,
-                                            size_t(o.numel) * sizeof(float));
-        else
-          std::memcpy(dumpStash.back().data(), o.grad,
-                      size_t(o.numel) * sizeof(float));
-      }
+      stashGradients();
     }
     std::vector<const float *> g(size_t(model.numParams), nullptr);
     for (size_t i = 0; i < opt.size(); ++i)

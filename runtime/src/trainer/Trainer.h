@@ -170,6 +170,8 @@ private:
   void optimizeAll(const StepTag &tag);
   /// The logged norm of the overlap program's gradients.
   double pipelinedGradNorm();
+  /// Copies every trainable gradient (host or worker) into dumpStash.
+  void stashGradients();
 
   // LocalStep.cpp: one step of a StepFn.
   double runStepLocal(int64_t step, StepRecord &record);
