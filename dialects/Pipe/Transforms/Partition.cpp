@@ -319,8 +319,7 @@ struct PipePartitionPass
   /// beside the finest streamed plan (their updates come last in a step, so
   /// they are the most exposed). `--residency` keeps one of the first two.
   std::vector<std::vector<char>>
-  residencyOptions(const planner::PlanProblem &problem,
-                   const cost::DeviceSpec &spec) const {
+  residencyOptions(const planner::PlanProblem &problem) const {
     std::vector<std::vector<char>> options;
     const size_t numLayers = problem.layers.size();
     if (residency != "device")
@@ -352,7 +351,6 @@ struct PipePartitionPass
     if (llvm::count(probe.resident, 1) > 0 &&
         llvm::count(probe.resident, 0) > 0)
       options.push_back(probe.resident);
-    (void)spec;
     return options;
   }
 
@@ -658,7 +656,7 @@ struct PipePartitionPass
       // of it fits the budgets.
       std::vector<std::pair<std::string, double>> weighed;
       std::vector<std::vector<char>> residencies =
-          residencyOptions(c.problem, spec);
+          residencyOptions(c.problem);
       for (std::vector<char> &resident : residencies) {
         Candidate r = c;
         r.problem.resident = std::move(resident);

@@ -100,14 +100,6 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
   }
 }
 
-GradRef ProgramGrads::partRef(int32_t i) const {
-  const rondo_grad_part &part = program.gradParts[i];
-  const int64_t n = numElements(model.params[part.param]);
-  if (part.onWorker)
-    return {resident.partData(part), n, resident.worker()};
-  return {reinterpret_cast<const float *>(image + part.hostOffset), n};
-}
-
 int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];

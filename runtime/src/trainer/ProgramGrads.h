@@ -83,8 +83,6 @@ private:
   /// Sums the parts of parameter q's gradient over `range` into `sum`
   /// (on the worker for a resident parameter).
   void sumParts(int q, float *sum, Shard range) const;
-  /// Where part i's data is, in host or worker memory.
-  GradRef partRef(int32_t i) const;
 
   const rondo_program &program;
   const ModelSpec &model;

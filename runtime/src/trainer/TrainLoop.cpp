@@ -424,8 +424,11 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
   if (feed.eval())
     evaluate(stepsDone);
   const double seconds = secondsBetween(start, Clock::now());
-  // The exports read the host copies of device-resident weights.
-  drainToHost();
+  // The exports read the host copies of device-resident weights (nothing
+  // to bring back without one).
+  if (!opts.exportOnnx.empty() || !opts.exportLora.empty() ||
+      !opts.exportSafetensors.empty())
+    drainToHost();
   try {
     if (exec && !opts.trace.empty()) {
       std::vector<TraceRecord> records = exec->takeTrace();

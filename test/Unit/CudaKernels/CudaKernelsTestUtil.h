@@ -305,6 +305,31 @@ private:
 /// bf16 inputs, fp32 accumulation: agreement with the fp32 CPU kernels.
 constexpr double kBf16Tol = 2e-2;
 
+/// Milliseconds per call of fn (median of `reps` timed calls after a warm-up),
+/// timed with events on the current stream.
+inline double timeMs(const std::function<void()> &fn, int reps = 10) {
+  cudaStream_t st = cu::currentStream();
+  fn();
+  ck(cudaStreamSynchronize(st), "warm-up");
+  cudaEvent_t e0, e1;
+  ck(cudaEventCreate(&e0), "event");
+  ck(cudaEventCreate(&e1), "event");
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    ck(cudaEventRecord(e0, st), "record");
+    fn();
+    ck(cudaEventRecord(e1, st), "record");
+    ck(cudaEventSynchronize(e1), "sync");
+    float t = 0;
+    ck(cudaEventElapsedTime(&t, e0, e1), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 } // namespace cuda_test
 
 #endif // RONDO_TEST_UNIT_CUDAKERNELS_CUDAKERNELSTESTUTIL_H

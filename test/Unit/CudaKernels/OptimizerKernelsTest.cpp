@@ -302,30 +302,6 @@ TEST_F(CudaKernels, OptimizerSumParts) {
 // Timing
 //===----------------------------------------------------------------------===//
 
-/// Milliseconds of fn on the current stream (median of `reps` after a
-/// warm-up), by events.
-double optimizerTimeMs(const std::function<void()> &fn, int reps) {
-  cudaStream_t st = cu::currentStream();
-  fn();
-  ck(cudaStreamSynchronize(st), "warm-up");
-  cudaEvent_t e0, e1;
-  ck(cudaEventCreate(&e0), "event");
-  ck(cudaEventCreate(&e1), "event");
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    ck(cudaEventRecord(e0, st), "record");
-    fn();
-    ck(cudaEventRecord(e1, st), "record");
-    ck(cudaEventSynchronize(e1), "sync");
-    float t = 0;
-    ck(cudaEventElapsedTime(&t, e0, e1), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 // Not a correctness test: the AdamW update at W1's size (300 tensors, 1.7e9
 // parameters; fewer if the GPU lacks the 27 GB), as bytes moved per second
@@ -357,7 +333,7 @@ TEST_F(CudaKernels, DISABLED_OptimizerTiming) {
                  t % 2 ? 0.1 : 0.0};
   const int64_t total = per * tensors;
   int64_t step = 0;
-  double ms = optimizerTimeMs(
+  double ms = timeMs(
       [&] {
         cu::adamwUpdate(params.data(), params.size(), cu::AdamWHyper{}, 1e-4,
                         ++step);
@@ -392,7 +368,7 @@ TEST_F(CudaKernels, DISABLED_OptimizerTiming) {
   std::printf("[ timing ] allFinite %.3g floats: %.3f ms, %.0f GB/s\n",
               double(n), finiteMs, 4.0 * double(n) / finiteMs / 1e6);
   const float *parts[3] = {buf[1], buf[2], buf[3]};
-  double sumMs = optimizerTimeMs([&] { cu::sumParts(buf[0], parts, 3, n); }, 5);
+  double sumMs = timeMs([&] { cu::sumParts(buf[0], parts, 3, n); }, 5);
   std::printf("[ timing ] sumParts 3 x %.3g floats: %.3f ms, %.0f GB/s\n",
               double(n), sumMs, 16.0 * double(n) / sumMs / 1e6);
   for (float *b : buf)
