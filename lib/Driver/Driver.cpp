@@ -204,6 +204,12 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
     llvm::errs() << "error: nothing to lower: no plan (give --workers)\n";
     return failure();
   }
+  // bf16 precision stores the products' operands in bf16 (the emitter reads
+  // the same rondo.target for the kernels' precision).
+  FailureOr<std::optional<TargetConfig>> target = getModuleTarget(module);
+  if (failed(target))
+    return failure();
+  bool bf16Storage = *target && (*target)->isBf16();
   for (auto &[rows, plans] : byRows) {
     ImportOptions opts = importOptions;
     opts.batch = rows;
@@ -231,7 +237,7 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
       return failure();
     buildTGPipeline(**pm);
     buildTrainPipeline(**pm, trainOptions);
-    buildExecPipeline(**pm, peerHandoff);
+    buildExecPipeline(**pm, peerHandoff, bf16Storage);
     if (failed((*pm)->run(*micro)))
       return failure();
     SmallVector<Operation *> moved;

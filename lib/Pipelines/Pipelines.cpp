@@ -8,6 +8,7 @@
 
 #include "Exec/Transforms/Passes.h"
 #include "Kern/Conversion/Passes.h"
+#include "Kern/Transforms/Passes.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/Transforms/Passes.h"
 
@@ -144,13 +145,16 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
   pm.addPass(pipe::createPipeVerifyPlanPass());
 }
 
-void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff) {
+void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
+                              bool bf16Storage) {
   pm.addPass(pipe::createPipeOutlineStagesPass());
   exec::ConvertPipeToExecPassOptions convert;
   convert.peerHandoff = peerHandoff;
   pm.addPass(exec::createConvertPipeToExecPass(convert));
   pm.addPass(exec::createExecVerifyPass());
   pm.addPass(kern::createConvertTGToKernPass());
+  if (bf16Storage)
+    pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
 }
 
 void rondo::registerPipelines() {

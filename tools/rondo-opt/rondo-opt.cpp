@@ -11,6 +11,7 @@
 
 #include "Exec/Transforms/Passes.h"
 #include "Kern/Conversion/Passes.h"
+#include "Kern/Transforms/Passes.h"
 #include "Pipe/Transforms/Passes.h"
 #include "TG/IR/TGOps.h"
 #include "TG/Transforms/Passes.h"
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
   rondo::pipe::registerPipePasses();
   rondo::exec::registerExecPasses();
   rondo::kern::registerKernConversionPasses();
+  rondo::kern::registerKernTransformsPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   rondo::registerPipelines();

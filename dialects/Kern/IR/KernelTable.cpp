@@ -29,10 +29,12 @@ template <class T> struct KindOf;
     static constexpr ParamKind value = ParamKind::kind;                        \
   };
 RONDO_KIND(cpu::CFView, Input)
+RONDO_KIND(cpu::CBView, Bf16Input)
 RONDO_KIND(cpu::IView, IntInput)
 RONDO_KIND(const cpu::CFView *, InputList)
 RONDO_KIND(const cpu::IView *, IntInputList)
 RONDO_KIND(cpu::FView, Output)
+RONDO_KIND(cpu::BView, Bf16Output)
 RONDO_KIND(cpu::MIView, IntOutput)
 RONDO_KIND(float *, LossOutput)
 RONDO_KIND(int *, ErrorFlag)
@@ -126,6 +128,9 @@ namespace {
 bool isFloatTensor(Type t) {
   return cast<RankedTensorType>(t).getElementType().isF32();
 }
+bool isBf16Tensor(Type t) {
+  return cast<RankedTensorType>(t).getElementType().isBF16();
+}
 bool isIntTensor(Type t) {
   return cast<RankedTensorType>(t).getElementType().isInteger();
 }
@@ -164,15 +169,20 @@ FailureOr<SmallVector<BoundParam>> rondo::kern::bindParams(CallOp call,
     b.param = &p;
     switch (p.kind) {
     case ParamKind::Input:
+    case ParamKind::Bf16Input:
     case ParamKind::IntInput: {
       if (nextInput >= inputs.size())
         return fail(p, "has no input");
       Type t = inputs[nextInput].getType();
-      if (p.kind == ParamKind::Input ? !isFloatTensor(t) : !isIntTensor(t))
-        return fail(p,
-                    Twine("needs ") +
-                        (p.kind == ParamKind::Input ? "an f32" : "an integer") +
-                        " tensor");
+      bool ok = p.kind == ParamKind::Input       ? isFloatTensor(t)
+                : p.kind == ParamKind::Bf16Input ? isBf16Tensor(t)
+                                                 : isIntTensor(t);
+      if (!ok)
+        return fail(p, Twine("needs ") +
+                           (p.kind == ParamKind::Input       ? "an f32"
+                            : p.kind == ParamKind::Bf16Input ? "a bf16"
+                                                             : "an integer") +
+                           " tensor");
       b.operand = nextInput++;
       break;
     }
@@ -191,14 +201,16 @@ FailureOr<SmallVector<BoundParam>> rondo::kern::bindParams(CallOp call,
       b.count = bound.back().count;
       break;
     case ParamKind::Output:
+    case ParamKind::Bf16Output:
     case ParamKind::IntOutput:
     case ParamKind::LossOutput: {
       if (nextResult >= results.size())
         return fail(p, "has no result");
       Type t = results[nextResult].getType();
-      bool ok = p.kind == ParamKind::Output      ? isFloatTensor(t)
-                : p.kind == ParamKind::IntOutput ? isIntTensor(t)
-                                                 : isScalarFloat(t);
+      bool ok = p.kind == ParamKind::Output       ? isFloatTensor(t)
+                : p.kind == ParamKind::Bf16Output ? isBf16Tensor(t)
+                : p.kind == ParamKind::IntOutput  ? isIntTensor(t)
+                                                  : isScalarFloat(t);
       if (!ok)
         return fail(p, p.kind == ParamKind::LossOutput
                            ? "needs a one-element f32 result"

@@ -31,11 +31,13 @@ class CallOp;
 /// How a kernel parameter is bound (KernelList.def's header lists them).
 enum class ParamKind {
   Input,        ///< CFView: an f32 input operand
+  Bf16Input,    ///< CBView: a bf16 input operand
   IntInput,     ///< IView: an integer input operand
   InputList,    ///< const CFView *: every input operand
   IntInputList, ///< const IView *: every input operand
   ListSize,     ///< the int after a list: its length
   Output,       ///< FView: an f32 result
+  Bf16Output,   ///< BView: a bf16 result
   IntOutput,    ///< MIView: an integer result
   LossOutput,   ///< float *: a one-element f32 result
   ErrorFlag,    ///< int *: nothing (null in generated code)

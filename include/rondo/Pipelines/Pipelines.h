@@ -79,8 +79,10 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// plan's microbatch shape), lower each plan to exec.programs and prove
 /// them race-free.
 /// `peerHandoff`: activations move device-to-device between workers, else
-/// through host memory.
-void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true);
+/// through host memory. `bf16Storage` (bf16 precision): products read bf16
+/// operands (kern-bf16-storage).
+void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true,
+                       bool bf16Storage = false);
 
 /// Registers them as `rondo-tg-pipeline`, `rondo-train-pipeline`,
 /// `rondo-plan-pipeline` (which takes pipe-partition's options) and

@@ -61,9 +61,11 @@ private:
   std::string view(Value v, bool mut = false) {
     auto t = cast<RankedTensorType>(v.getType());
     bool ints = t.getElementType().isInteger();
-    const char *kind = ints  ? (mut ? "MIView" : "IView")
-                       : mut ? "FView"
-                             : "CFView";
+    bool bf16 = t.getElementType().isBF16();
+    const char *kind = ints   ? (mut ? "MIView" : "IView")
+                       : bf16 ? (mut ? "BView" : "CBView")
+                       : mut  ? "FView"
+                              : "CFView";
     return llvm::formatv("{0}{{{1}, {2}}", kind, ptr(v),
                          shapeList(t.getShape()))
         .str();
@@ -97,8 +99,12 @@ private:
   }
 
   /// Integer tensors (ids, labels, masks) are stored as int64.
+  /// bf16 tensors (kern-bf16-storage) are 16-bit words, the bits of
+  /// KernelList.def's BView.
   static const char *storageType(RankedTensorType t) {
-    return t.getElementType().isInteger() ? "int64_t" : "float";
+    if (t.getElementType().isInteger())
+      return "int64_t";
+    return t.getElementType().isBF16() ? "uint16_t" : "float";
   }
   LogicalResult emitCall(kern::CallOp call);
 

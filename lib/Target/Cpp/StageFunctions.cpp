@@ -123,6 +123,7 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
   for (const kern::BoundParam &b : *bound) {
     switch (b.param->kind) {
     case kern::ParamKind::Input:
+    case kern::ParamKind::Bf16Input:
     case kern::ParamKind::IntInput:
       add(view(input(b.operand)));
       break;
@@ -142,6 +143,7 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
       add(std::to_string(b.count));
       break;
     case kern::ParamKind::Output:
+    case kern::ParamKind::Bf16Output:
     case kern::ParamKind::IntOutput: {
       Value r = call.getResult(b.result);
       if (auto into = accumulateInto.find(r); into != accumulateInto.end()) {
@@ -248,7 +250,9 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
           call && call.getArgs()
               ? dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"))
               : BoolAttr();
-      if (call && call.getKernel() == "matmul" && call.getInits().empty() &&
+      if (call &&
+          (call.getKernel() == "matmul" || call.getKernel() == "matmulBf16") &&
+          call.getInits().empty() &&
           call->getNumResults() == 1 && v.hasOneUse() && accumulate &&
           !accumulate.getValue())
         accumulateInto[v] = gradSlot;
@@ -295,7 +299,9 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
     Value v = ret.getOperand(k);
     auto t = cast<RankedTensorType>(v.getType());
     int64_t bytes =
-        t.getNumElements() * (t.getElementType().isInteger() ? 8 : 4);
+        t.getNumElements() * (t.getElementType().isInteger() ? 8
+                              : t.getElementType().isBF16() ? 2
+                                                             : 4);
     body << llvm::formatv("  copyOut(io[{0}], {1}, {2});\n", slot++, ptr(v),
                           bytes);
   }

@@ -49,6 +49,11 @@ using CFView = View<const float>;
 using IView = View<const int64_t>;
 /// A mutable integer tensor (the results of integer data movement, masks).
 using MIView = View<int64_t>;
+/// bf16 storage: each element is the upper 16 bits of an fp32 (bfloat16),
+/// rounded to nearest even. GEMM operands on GPUs are stored this way
+/// (kern-bf16-storage); every bf16 kernel computes in fp32.
+using BView = View<uint16_t>;
+using CBView = View<const uint16_t>;
 
 //===----------------------------------------------------------------------===//
 // Enumerations

@@ -58,6 +58,8 @@ typedef struct CUstream_st *cudaStream_t;
 namespace rondo::cuda {
 
 using cpu::BinaryKind;
+using cpu::BView;
+using cpu::CBView;
 using cpu::CFView;
 using cpu::FView;
 using cpu::IView;

@@ -75,8 +75,8 @@ __device__ inline int64_t outerOffset(const Strided &s, int64_t row) {
 
 /// Copies rows of the inner run (stride 1, length 4 * runVec) by float4:
 /// gather to[v] = from[outer(row) + q], scatter the reverse.
-template <bool Small>
-__global__ void runCopyVecKernel(const float *from, float *to, int64_t nv,
+template <bool Small, typename To = float>
+__global__ void runCopyVecKernel(const float *from, To *to, int64_t nv,
                                  int64_t runVec, Strided s, bool scatter) {
   RONDO_GRID_STRIDE(v, nv) {
     int64_t row, q;
@@ -324,6 +324,53 @@ void sliceBackward(CFView dOut, const int64_t *starts, const int64_t *steps,
 void concat(const CFView *inputs, int numInputs, int axis, FView out) {
   ProfileScope profileScope("concat");
   concatImpl(inputs, numInputs, axis, out, "concat");
+}
+
+namespace {
+
+/// A gather into bf16 storage, one thread per element.
+__global__ void gatherToBf16Kernel(const float *from, __nv_bfloat16 *to,
+                                   int64_t n, Strided s) {
+  RONDO_GRID_STRIDE(i, n) { storeOut(to + i, from[stridedOffset(s, i)]); }
+}
+
+} // namespace
+
+void transposeToBf16(CFView x, const int64_t *perm, BView out) {
+  ProfileScope profileScope("transposeToBf16");
+  const char *name = "transposeToBf16";
+  if (out.shape.rank != x.shape.rank)
+    contract(name, "rank mismatch");
+  int64_t strides[kMaxRank];
+  kernels::transposeStrides(x.shape, perm, out.shape.rank, strides);
+  int64_t n = out.shape.numel();
+  if (n == 0)
+    return;
+  Strided s = makeStrided(out.shape, strides, 0);
+  __nv_bfloat16 *to = bf16Data(out);
+  // The inner run kept ([B,H,T,D] -> [B,T,H,D]): float4 in, 8 bytes out,
+  // as transpose's fast path.
+  if (s.rank >= 1 && s.strides[s.rank - 1] == 1) {
+    int64_t run = s.dims[s.rank - 1];
+    bool ok = run % 4 == 0 && aligned16(x.data) && aligned16(to);
+    for (int d = 0; d + 1 < s.rank; ++d)
+      ok = ok && s.strides[d] % 4 == 0;
+    if (ok) {
+      int64_t nv = n / 4, runVec = run / 4;
+      if (nv <= int64_t(0xffffffff))
+        runCopyVecKernel<true><<<gridFor(nv), kThreads, 0, currentStream()>>>(
+            x.data, to, nv, runVec, s, false);
+      else
+        runCopyVecKernel<false><<<gridFor(nv), kThreads, 0,
+                                   currentStream()>>>(x.data, to, nv, runVec,
+                                                      s, false);
+      checkLaunch(name);
+      return;
+    }
+  }
+  gatherToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data, to,
+                                                                   n, s);
+  checkLaunch(name);
 }
 
 void transposeInts(IView x, const int64_t *perm, MIView out) {

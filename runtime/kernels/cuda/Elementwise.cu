@@ -339,9 +339,9 @@ struct Bf16Map {
 /// false), float4 over n / 4 items, then a scalar tail. Every pointer 16-byte
 /// aligned (checked by the caller). out may alias a or b: each element is
 /// read and written by one thread.
-template <bool HasB, typename Map>
+template <bool HasB, typename Map, typename OutT = float>
 __global__ void mapVecKernel(Map f, const float *a, const float *b,
-                             float *out, int64_t n) {
+                             OutT *out, int64_t n) {
   int64_t nv = n / 4;
   RONDO_GRID_STRIDE(v, nv) {
     float4 x = load4(a + v * 4);
@@ -355,17 +355,17 @@ __global__ void mapVecKernel(Map f, const float *a, const float *b,
   }
   int64_t i = nv * 4 + globalThread();
   if (i < n)
-    out[i] = f(a[i], HasB ? b[i] : a[i]);
+    storeOut(out + i, f(a[i], HasB ? b[i] : a[i]));
 }
 
 /// Launches mapVecKernel when every pointer is aligned; false otherwise (the
 /// caller then runs its general kernel).
-template <bool HasB, typename Map>
-bool mapVec(Map f, const float *a, const float *b, float *out, int64_t n,
+template <bool HasB, typename Map, typename OutT = float>
+bool mapVec(Map f, const float *a, const float *b, OutT *out, int64_t n,
             const char *name) {
   if (!aligned16(a) || !aligned16(out) || (HasB && !aligned16(b)))
     return false;
-  mapVecKernel<HasB, Map>
+  mapVecKernel<HasB, Map, OutT>
       <<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0, currentStream()>>>(
           f, a, b, out, n);
   checkLaunch(name);
@@ -591,6 +591,74 @@ void roundToBf16(CFView x, FView out) {
   roundToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
       x.data, out.data, n);
   checkLaunch("roundToBf16");
+}
+
+//===----------------------------------------------------------------------===//
+// bf16 results (kern-bf16-storage)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+__global__ void toBf16Kernel(const float *x, __nv_bfloat16 *out, int64_t n) {
+  int64_t nv = n / 4;
+  RONDO_GRID_STRIDE(v, nv) { store4(out + v * 4, load4(x + v * 4)); }
+  int64_t i = nv * 4 + globalThread();
+  if (i < n)
+    storeOut(out + i, x[i]);
+}
+
+/// The general case of a bf16 result: the fp32 kernel into a temporary,
+/// then rounded (the same bits; the fast paths skip the temporary).
+template <typename Compute>
+void viaFp32(BView out, const char *name, Compute &&compute) {
+  int64_t n = out.shape.numel();
+  Temp tmp(size_t(n) * sizeof(float), name);
+  compute(FView{tmp.as<float>(), out.shape});
+  cuda::toBf16(CFView{tmp.as<float>(), out.shape}, out);
+  tmp.release();
+}
+
+} // namespace
+
+void toBf16(CFView x, BView out) {
+  ProfileScope profileScope("toBf16");
+  int64_t n = out.shape.numel();
+  if (x.shape.numel() != n)
+    contract("toBf16", "input and output sizes differ");
+  if (n == 0)
+    return;
+  if (aligned16(x.data) && aligned16(out.data)) {
+    toBf16Kernel<<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0,
+                   currentStream()>>>(x.data, bf16Data(out), n);
+    checkLaunch("toBf16");
+    return;
+  }
+  roundToBf16Copy(x.data, out.data, n, "toBf16");
+}
+
+void binaryToBf16(BinaryKind kind, CFView a, CFView b, BView out) {
+  ProfileScope profileScope("binaryToBf16");
+  int64_t n = out.shape.numel();
+  if (n == 0)
+    return;
+  if (a.shape == out.shape && b.shape == out.shape &&
+      mapVec<true>(BinaryMap{kind}, a.data, b.data, bf16Data(out), n,
+                   "binaryToBf16"))
+    return;
+  viaFp32(out, "binaryToBf16",
+          [&](FView t) { cuda::binary(kind, a, b, t); });
+}
+
+void unaryBackwardToBf16(UnaryKind kind, CFView x, CFView dOut, BView dX) {
+  ProfileScope profileScope("unaryBackwardToBf16");
+  int64_t n = x.shape.numel();
+  if (n == 0)
+    return;
+  if (mapVec<true>(UnaryBwdMap{kind}, x.data, dOut.data, bf16Data(dX), n,
+                   "unaryBackwardToBf16"))
+    return;
+  viaFp32(dX, "unaryBackwardToBf16",
+          [&](FView t) { cuda::unaryBackward(kind, x, dOut, t); });
 }
 
 } // namespace rondo::cuda

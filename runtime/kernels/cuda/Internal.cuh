@@ -18,6 +18,7 @@
 #include "ScalarOps.h"
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -322,6 +323,32 @@ __device__ inline float4 load4(const float *p) {
 
 __device__ inline void store4(float *p, float4 v) {
   *reinterpret_cast<float4 *>(p) = v;
+}
+
+/// bf16 storage (KernelList.def's BView, uint16_t on the host side): four
+/// values rounded to nearest even and stored as 8 bytes (p 8-byte aligned).
+__device__ inline void store4(__nv_bfloat16 *p, float4 v) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+  __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 bits;
+  bits.x = *reinterpret_cast<uint32_t *>(&lo);
+  bits.y = *reinterpret_cast<uint32_t *>(&hi);
+  *reinterpret_cast<uint2 *>(p) = bits;
+}
+
+/// One value stored as the output type: fp32 as is, bf16 rounded to nearest
+/// even (the rounding of roundToBf16 and of the GEMMs' operand copies).
+__device__ inline void storeOut(float *p, float v) { *p = v; }
+__device__ inline void storeOut(__nv_bfloat16 *p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
+
+/// The device type of a bf16 view's storage.
+inline __nv_bfloat16 *bf16Data(BView v) {
+  return reinterpret_cast<__nv_bfloat16 *>(v.data);
+}
+inline const __nv_bfloat16 *bf16Data(CBView v) {
+  return reinterpret_cast<const __nv_bfloat16 *>(v.data);
 }
 
 /// q = v / d, r = v % d for v >= 0, d > 0; 32-bit division when both fit

@@ -92,16 +92,19 @@ __device__ inline double rowSumSquares(const float *xr, int64_t width,
   return blockSum(ss, scratch);
 }
 
+/// OutT float, or __nv_bfloat16 for rmsNormToBf16 (the same fp32 values,
+/// rounded as they are stored).
+template <typename OutT>
 __global__ void rmsNormKernel(const float *x, const float *w, float eps,
-                              float *y, int64_t rows, int64_t width) {
+                              OutT *y, int64_t rows, int64_t width) {
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float *xr = x + r * width;
-    float *yr = y + r * width;
+    OutT *yr = y + r * width;
     double ss = rowSumSquares(xr, width, dscratch);
     float inv = float(1.0 / sqrt(ss / double(width) + double(eps)));
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
-      yr[c] = w ? xr[c] * inv * w[c] : xr[c] * inv;
+      storeOut(yr + c, w ? xr[c] * inv * w[c] : xr[c] * inv);
   }
 }
 
@@ -299,9 +302,9 @@ __device__ inline double sumSquares4(float4 v) {
   return s;
 }
 
-template <int V, bool WarpRows>
+template <int V, bool WarpRows, typename OutT>
 __global__ void __launch_bounds__(512)
-    rmsNormVecKernel(const float *x, const float *w, float eps, float *y,
+    rmsNormVecKernel(const float *x, const float *w, float eps, OutT *y,
                      int64_t rows, int64_t width) {
   __shared__ double scratch[32];
   RowGroup<WarpRows> g;
@@ -732,26 +735,41 @@ void softmaxBackward(CFView y, CFView dY, FView dX) {
   checkLaunch("softmaxBackward");
 }
 
-void rmsNorm(CFView x, CFView w, float eps, FView y) {
-  ProfileScope profileScope("rmsNorm");
+namespace {
+
+template <typename OutT>
+void rmsNormImpl(CFView x, CFView w, float eps, OutT *y, const char *name) {
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   if (rows == 0)
     return;
   RowConfig rc;
-  if (rowConfig(width, rc) && rowsAligned({x.data, w.data, y.data})) {
+  if (rowConfig(width, rc) && rowsAligned({x.data, w.data, y})) {
     unsigned grid = rc.warpRows ? gridFor(rows, rc.threads / 32) : rowGrid(rows);
     dispatchRows(rc, [&](auto v, auto warpRows) {
-      rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value>
-          <<<grid, rc.threads, 0, currentStream()>>>(x.data, w.data, eps,
-                                                     y.data, rows, width);
+      rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value, OutT>
+          <<<grid, rc.threads, 0, currentStream()>>>(x.data, w.data, eps, y,
+                                                     rows, width);
     });
-    checkLaunch("rmsNorm");
+    checkLaunch(name);
     return;
   }
-  rmsNormKernel<<<rowGrid(rows), rowThreads(width), 0, currentStream()>>>(
-      x.data, w.data, eps, y.data, rows, width);
-  checkLaunch("rmsNorm");
+  rmsNormKernel<OutT><<<rowGrid(rows), rowThreads(width), 0,
+                        currentStream()>>>(x.data, w.data, eps, y, rows,
+                                           width);
+  checkLaunch(name);
+}
+
+} // namespace
+
+void rmsNorm(CFView x, CFView w, float eps, FView y) {
+  ProfileScope profileScope("rmsNorm");
+  rmsNormImpl(x, w, eps, y.data, "rmsNorm");
+}
+
+void rmsNormToBf16(CFView x, CFView w, float eps, BView y) {
+  ProfileScope profileScope("rmsNormToBf16");
+  rmsNormImpl(x, w, eps, bf16Data(y), "rmsNormToBf16");
 }
 
 void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,

@@ -1,0 +1,175 @@
+//===- Bf16Storage.cpp - The kern-bf16-storage pass -----------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Decides, per stage function, which values live in bf16: the operands of
+// matrix products. A value read only by products is produced in bf16 by its
+// kernel's twin; any other gets a toBf16 copy in front of its products. Both
+// round exactly where matmul used to round its operands, so the bits stay.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kern/Transforms/Passes.h"
+
+#include "Exec/IR/ExecOps.h"
+#include "TG/IR/TGOps.h"
+
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::kern;
+
+namespace rondo::kern {
+#define GEN_PASS_DEF_KERNBF16STORAGEPASS
+#include "Kern/Transforms/Passes.h.inc"
+} // namespace rondo::kern
+
+namespace {
+
+/// The kernel that computes what `kernel` computes and stores it in bf16
+/// (KernelList.def), or "" when there is none.
+StringRef bf16Twin(StringRef kernel) {
+  return llvm::StringSwitch<StringRef>(kernel)
+      .Case("rmsNorm", "rmsNormToBf16")
+      .Case("binary", "binaryToBf16")
+      .Case("unaryBackward", "unaryBackwardToBf16")
+      .Case("transpose", "transposeToBf16")
+      .Default("");
+}
+
+bool isF32(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType().isF32();
+}
+
+RankedTensorType asBf16(Type t) {
+  auto r = cast<RankedTensorType>(t);
+  return RankedTensorType::get(r.getShape(), BFloat16Type::get(t.getContext()));
+}
+
+bool isProduct(CallOp call) { return call.getKernel() == "matmul"; }
+
+/// One operand (a or b) of a product, and the reshapes between it and the
+/// value it reads (outermost last).
+struct ProductUse {
+  OpOperand *operand;
+  SmallVector<tg::ReshapeOp> chain;
+};
+
+/// Whether every use of `v`, through reshapes, is operand a or b of a
+/// product (a function result or any other reader is not).
+bool onlyProducts(Value v) {
+  for (OpOperand &use : v.getUses()) {
+    if (auto r = dyn_cast<tg::ReshapeOp>(use.getOwner())) {
+      if (!onlyProducts(r.getResult()))
+        return false;
+      continue;
+    }
+    auto call = dyn_cast<CallOp>(use.getOwner());
+    // a and b are the first two operands (inputs come before inits).
+    if (!call || !isProduct(call) || use.getOperandNumber() >= 2)
+      return false;
+  }
+  return true;
+}
+
+/// Points `use` at `stored` (bf16), rebuilding its reshapes in bf16 just in
+/// front of the product.
+void redirect(ProductUse &use, Value stored) {
+  OpBuilder b(use.operand->getOwner());
+  for (tg::ReshapeOp r : use.chain)
+    stored = tg::ReshapeOp::create(b, r.getLoc(), asBf16(r.getType()), stored);
+  use.operand->set(stored);
+}
+
+/// Erases the reshapes of `v` that nothing reads any more.
+void eraseDeadReshapes(Value v) {
+  for (Operation *user : llvm::make_early_inc_range(v.getUsers()))
+    if (auto r = dyn_cast<tg::ReshapeOp>(user)) {
+      eraseDeadReshapes(r.getResult());
+      if (r->use_empty())
+        r.erase();
+    }
+}
+
+struct KernBf16StoragePass
+    : kern::impl::KernBf16StoragePassBase<KernBf16StoragePass> {
+  using KernBf16StoragePassBase::KernBf16StoragePassBase;
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    if (!fn->hasAttr(exec::kStageAttr) || !fn.getBody().hasOneBlock())
+      return;
+    MLIRContext *ctx = &getContext();
+    DenseMap<Operation *, unsigned> position;
+    SmallVector<CallOp> products;
+    for (Operation &op : fn.getBody().front()) {
+      position[&op] = position.size();
+      if (auto call = dyn_cast<CallOp>(op); call && isProduct(call))
+        products.push_back(call);
+    }
+    // The fp32 values products read, each with its product operands in
+    // program order.
+    llvm::MapVector<Value, SmallVector<ProductUse>> bySource;
+    for (CallOp product : products)
+      for (unsigned k : {0u, 1u}) {
+        ProductUse use{&product->getOpOperand(k), {}};
+        Value v = use.operand->get();
+        while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
+          use.chain.push_back(r);
+          v = r.getX();
+        }
+        std::reverse(use.chain.begin(), use.chain.end());
+        if (isF32(v))
+          bySource[v].push_back(std::move(use));
+      }
+
+    for (auto &[value, uses] : bySource) {
+      auto producer = value.getDefiningOp<CallOp>();
+      StringRef twin = producer ? bf16Twin(producer.getKernel()) : "";
+      if (!twin.empty() && producer->getNumResults() == 1 &&
+          producer.getInits().empty() && !producer.getSkip() &&
+          onlyProducts(value)) {
+        OpBuilder b(producer);
+        auto stored = CallOp::create(
+            b, producer.getLoc(), TypeRange{asBf16(value.getType())},
+            FlatSymbolRefAttr::get(ctx, twin), producer.getInputs(),
+            ValueRange{}, producer.getArgsAttr(), nullptr);
+        for (ProductUse &use : uses)
+          redirect(use, stored.getResult(0));
+        eraseDeadReshapes(value);
+        producer.erase();
+        continue;
+      }
+      // One copy in front of the first product of each run of products
+      // that follow it closely.
+      Value copy;
+      unsigned copyAt = 0;
+      for (ProductUse &use : uses) {
+        Operation *product = use.operand->getOwner();
+        unsigned at = position.lookup(product);
+        if (!copy || at > copyAt + shareWindow) {
+          OpBuilder b(product);
+          copy = CallOp::create(b, product->getLoc(),
+                                TypeRange{asBf16(value.getType())},
+                                FlatSymbolRefAttr::get(ctx, "toBf16"),
+                                ValueRange{value}, ValueRange{}, nullptr,
+                                nullptr)
+                     .getResult(0);
+          copyAt = at;
+        }
+        redirect(use, copy);
+      }
+      eraseDeadReshapes(value);
+    }
+
+    for (CallOp product : products)
+      if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
+        product.setKernelAttr(FlatSymbolRefAttr::get(ctx, "matmulBf16"));
+  }
+};
+
+} // namespace

@@ -1,0 +1,105 @@
+//===- Bf16Storage.cpp - Kernels with bf16 operands or results ------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The host twins of the bf16-storage kernels (KernelList.def): each runs its
+// fp32 namesake and rounds what it stores, or widens its bf16 operands and
+// runs the fp32 kernel, so they define exactly what the CUDA kernels must
+// compute. Only GPU trainers store tensors in bf16; these exist so that
+// every kernel has a reference (test/Unit/CudaKernels) and an interpreter
+// entry.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Internal.h"
+
+#include <cstring>
+#include <vector>
+
+namespace rondo::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// Round to nearest even; a NaN stays a quiet NaN (rondo::rt::floatToBf16's
+/// rule, repeated here because the kernel library does not link the
+/// runtime).
+uint16_t roundBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((bits >> 16) | 0x40u);
+  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float widenBf16(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+void store(const std::vector<float> &values, BView out) {
+  parallelBlocks(int64_t(values.size()), 1 << 16, 1,
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t i = lo; i < hi; ++i)
+                     out.data[i] = roundBf16(values[i]);
+                 });
+}
+
+std::vector<float> widen(CBView x) {
+  std::vector<float> values(size_t(x.shape.numel()));
+  parallelBlocks(int64_t(values.size()), 1 << 16, 1,
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t i = lo; i < hi; ++i)
+                     values[i] = widenBf16(x.data[i]);
+                 });
+  return values;
+}
+
+/// Runs `compute` into an fp32 temporary of out's shape, then rounds it
+/// into out.
+template <typename Compute> void viaFp32(BView out, Compute &&compute) {
+  std::vector<float> tmp(size_t(out.shape.numel()));
+  compute(FView{tmp.data(), out.shape});
+  store(tmp, out);
+}
+
+} // namespace
+
+void toBf16(CFView x, BView out) {
+  if (x.shape.numel() != out.shape.numel())
+    contract("toBf16", "input and output sizes differ");
+  parallelBlocks(out.shape.numel(), 1 << 16, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      out.data[i] = roundBf16(x.data[i]);
+  });
+}
+
+void matmulBf16(CBView a, CBView b, FView out, bool transA, bool transB,
+                bool accumulate) {
+  std::vector<float> wa = widen(a), wb = widen(b);
+  matmul(CFView{wa.data(), a.shape}, CFView{wb.data(), b.shape}, out, transA,
+         transB, accumulate);
+}
+
+void rmsNormToBf16(CFView x, CFView w, float eps, BView y) {
+  viaFp32(y, [&](FView t) { rmsNorm(x, w, eps, t); });
+}
+
+void binaryToBf16(BinaryKind kind, CFView a, CFView b, BView out) {
+  viaFp32(out, [&](FView t) { binary(kind, a, b, t); });
+}
+
+void unaryBackwardToBf16(UnaryKind kind, CFView x, CFView dOut, BView dX) {
+  viaFp32(dX, [&](FView t) { unaryBackward(kind, x, dOut, t); });
+}
+
+void transposeToBf16(CFView x, const int64_t *perm, BView out) {
+  viaFp32(out, [&](FView t) { transpose(x, perm, t); });
+}
+
+} // namespace rondo::cpu

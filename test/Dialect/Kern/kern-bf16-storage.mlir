@@ -1,0 +1,85 @@
+// RUN: rondo-opt %s --pass-pipeline='builtin.module(func.func(kern-bf16-storage{share-window=4}))' --split-input-file | FileCheck %s
+// RUN: rondo-opt %s --pass-pipeline='builtin.module(func.func(kern-bf16-storage{share-window=4}))' --split-input-file | rondo-opt --split-input-file | FileCheck %s
+
+// A norm read only by products (one through a reshape, as the backward's
+// weight-gradient product reads it) is produced in bf16 and never in fp32;
+// every product reads bf16 and becomes matmulBf16; a weight gets a copy in
+// front of each of its products that lie far apart (here more than 4
+// operations), and one shared copy for products close together.
+// CHECK-LABEL: func.func @norm_feeds_products
+// CHECK: %[[N:.*]] = kern.call @rmsNormToBf16(%arg0, %arg1) args {eps = 9.99999997E-7 : f32} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xbf16>
+// CHECK-NOT: @rmsNorm(
+// CHECK: %[[W1:.*]] = kern.call @toBf16(%arg2) : (tensor<16x32xf32>) -> tensor<16x32xbf16>
+// CHECK: kern.call @matmulBf16(%[[N]], %[[W1]]) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x16xbf16>, tensor<16x32xbf16>) -> tensor<2x8x32xf32>
+// CHECK: kern.call @matmulBf16(%[[N]], %[[W1]])
+// CHECK: kern.call @unary
+// CHECK: kern.call @unary
+// CHECK: kern.call @unary
+// CHECK: kern.call @unary
+// CHECK: kern.call @unary
+// CHECK: %[[R:.*]] = tg.reshape %[[N]] : (tensor<2x8x16xbf16>) -> tensor<16x16xbf16>
+// CHECK: %[[W2:.*]] = kern.call @toBf16(%arg2) : (tensor<16x32xf32>) -> tensor<16x32xbf16>
+// CHECK: kern.call @matmulBf16(%[[R]], %[[W2]]) args {accumulate = false, transA = false, transB = false} : (tensor<16x16xbf16>, tensor<16x32xbf16>) -> tensor<16x32xf32>
+// CHECK-NOT: kern.call @matmul(
+func.func @norm_feeds_products(%x: tensor<2x8x16xf32>, %w: tensor<16xf32>, %wq: tensor<16x32xf32>, %s: tensor<2x2xf32>) -> (tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<16x32xf32>, tensor<2x2xf32>) attributes {exec.stage} {
+  %n = kern.call @rmsNorm(%x, %w) args {eps = 1.0e-06 : f32} : (tensor<2x8x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %q = kern.call @matmul(%n, %wq) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+  %k = kern.call @matmul(%n, %wq) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+  %s1 = kern.call @unary(%s) args {kind = "Exp"} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %s2 = kern.call @unary(%s1) args {kind = "Exp"} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %s3 = kern.call @unary(%s2) args {kind = "Exp"} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %s4 = kern.call @unary(%s3) args {kind = "Exp"} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %s5 = kern.call @unary(%s4) args {kind = "Exp"} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %r = tg.reshape %n : (tensor<2x8x16xf32>) -> tensor<16x16xf32>
+  %v = kern.call @matmul(%r, %wq) args {accumulate = false, transA = false, transB = false} : (tensor<16x16xf32>, tensor<16x32xf32>) -> tensor<16x32xf32>
+  return %q, %k, %v, %s5 : tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<16x32xf32>, tensor<2x2xf32>
+}
+
+// -----
+
+// A value with another reader keeps its fp32 producer; one copy serves the
+// products that follow it closely (the backward's dX and dW of one linear).
+// The bf16 twins: binary, unaryBackward and transpose; a function result
+// keeps its type (the exec buffers are laid out), so its producer stays.
+// CHECK-LABEL: func.func @copies_and_twins
+// CHECK: %[[G:.*]] = kern.call @binary(%arg0, %arg1) args {kind = "Add"}
+// CHECK: %[[C:.*]] = kern.call @toBf16(%[[G]]) : (tensor<8x16xf32>) -> tensor<8x16xbf16>
+// CHECK: %[[W:.*]] = kern.call @toBf16(%arg2)
+// CHECK: kern.call @matmulBf16(%[[C]], %[[W]]) args {accumulate = false, transA = false, transB = true}
+// CHECK: %[[X:.*]] = kern.call @toBf16(%arg3)
+// CHECK: kern.call @matmulBf16(%[[X]], %[[C]]) args {accumulate = false, transA = true, transB = false}
+// CHECK: %[[M:.*]] = kern.call @binaryToBf16(%arg0, %arg1) args {kind = "Mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xbf16>
+// CHECK: kern.call @matmulBf16(%[[M]], %[[M]])
+// CHECK: %[[D:.*]] = kern.call @unaryBackwardToBf16(%arg0, %arg1) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xbf16>
+// CHECK: kern.call @matmulBf16(%[[D]], %[[D]]) inits
+// CHECK: %[[T:.*]] = kern.call @transposeToBf16(%arg0) args {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xbf16>
+// CHECK: %[[A:.*]] = kern.call @toBf16(%arg0)
+// CHECK: kern.call @matmulBf16(%[[T]], %[[A]]) inits
+// CHECK: %[[K:.*]] = kern.call @transpose(%arg0) args {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+// CHECK: %[[KC:.*]] = kern.call @toBf16(%[[K]])
+// CHECK: kern.call @matmulBf16(%[[KC]], %[[A]]) inits
+// CHECK: return %[[G]]
+func.func @copies_and_twins(%a: tensor<8x16xf32>, %b: tensor<8x16xf32>, %w: tensor<4x16xf32>, %x: tensor<8x4xf32>) -> (tensor<8x16xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<16x16xf32>, tensor<16x8xf32>) attributes {exec.stage} {
+  %g = kern.call @binary(%a, %b) args {kind = "Add"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %dx = kern.call @matmul(%g, %w) args {accumulate = false, transA = false, transB = true} : (tensor<8x16xf32>, tensor<4x16xf32>) -> tensor<8x4xf32>
+  %dw = kern.call @matmul(%x, %g) args {accumulate = false, transA = true, transB = false} : (tensor<8x4xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %m = kern.call @binary(%a, %b) args {kind = "Mul"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %p1 = kern.call @matmul(%m, %m) args {accumulate = false, transA = true, transB = false} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+  %d = kern.call @unaryBackward(%a, %b) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %p2 = kern.call @matmul(%d, %d) inits(%p1) args {accumulate = true, transA = true, transB = false} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %t = kern.call @transpose(%a) args {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+  %p3 = kern.call @matmul(%t, %a) inits(%p2) args {accumulate = true, transA = false, transB = false} : (tensor<16x8xf32>, tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %k = kern.call @transpose(%a) args {perm = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+  %p4 = kern.call @matmul(%k, %a) inits(%p3) args {accumulate = true, transA = false, transB = false} : (tensor<16x8xf32>, tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  return %g, %dx, %dw, %p4, %k : tensor<8x16xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<16x16xf32>, tensor<16x8xf32>
+}
+
+// -----
+
+// Only stage functions are rewritten.
+// CHECK-LABEL: func.func @not_a_stage
+// CHECK: kern.call @matmul(%arg0, %arg1)
+func.func @not_a_stage(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %p = kern.call @matmul(%a, %b) args {accumulate = false, transA = false, transB = false} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %p : tensor<4x4xf32>
+}

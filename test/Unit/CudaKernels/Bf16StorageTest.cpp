@@ -1,0 +1,261 @@
+//===- Bf16StorageTest.cpp - The bf16-storage kernels on the GPU ----------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// kern-bf16-storage is meant to change no bit of a bf16 trainer: each
+// `...ToBf16` kernel must store exactly the rounding of what its fp32
+// namesake computes on the GPU, and `matmulBf16` on rounded operands must
+// give exactly what `matmul` gives under Precision::Bf16 (which rounds its
+// fp32 operands itself). Both are checked bitwise here, on the fast paths
+// (aligned, multiple-of-4 shapes) and the general ones, and each kernel is
+// also checked against its CPU twin (bf16 results to 2e-2 relative, the
+// products to 1e-5).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CudaKernelsTestUtil.h"
+
+using cpu::BView;
+using cpu::CBView;
+
+namespace {
+
+using namespace cuda_test;
+
+class CudaBf16Storage : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!gpuAvailable())
+      GTEST_SKIP() << "no CUDA device";
+    rondo::cpu::test::seededRng(20261126);
+  }
+  void TearDown() override { cu::setPrecision(cu::Precision::Fp32); }
+};
+
+uint16_t roundBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((bits >> 16) | 0x40u);
+  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float widen(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+/// A device buffer of `n` bf16 words, read back with host().
+struct Dev16 {
+  uint16_t *p = nullptr;
+  Shape shape;
+  explicit Dev16(Shape s) : shape(s) {
+    ck(cudaMalloc(&p, std::max<int64_t>(s.numel(), 1) * 2), "cudaMalloc");
+  }
+  explicit Dev16(const std::vector<uint16_t> &h, Shape s) : Dev16(s) {
+    ck(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice),
+       "upload");
+  }
+  ~Dev16() { cudaFree(p); }
+  BView v() { return BView{p, shape}; }
+  CBView cv() const { return CBView{p, shape}; }
+  std::vector<uint16_t> host() const {
+    ck(cudaDeviceSynchronize(), "sync");
+    std::vector<uint16_t> h(size_t(shape.numel()));
+    ck(cudaMemcpy(h.data(), p, h.size() * 2, cudaMemcpyDeviceToHost),
+       "download");
+    return h;
+  }
+};
+
+/// fp32 device output, read back with host().
+struct Out32 {
+  Dev d;
+  explicit Out32(Shape s) : d(Tensor(s)) {}
+  FView v() { return FView{d.p, d.shape}; }
+  std::vector<float> host() const {
+    ck(cudaDeviceSynchronize(), "sync");
+    std::vector<float> h(d.n);
+    ck(cudaMemcpy(h.data(), d.p, d.n * 4, cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+};
+
+/// The bf16 result equals the rounding of the fp32 result, bit for bit, and
+/// is within bf16's precision of the CPU twin's.
+void expectRoundingOf(const std::vector<uint16_t> &got,
+                      const std::vector<float> &fp32,
+                      const std::vector<uint16_t> &cpuTwin,
+                      const std::string &what) {
+  ASSERT_EQ(got.size(), fp32.size()) << what;
+  size_t mismatches = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != roundBits(fp32[i]) && mismatches++ == 0)
+      first = i;
+  EXPECT_EQ(mismatches, 0u) << what << ": first at " << first << " (got "
+                            << got[first] << ", rounding of " << fp32[first]
+                            << ")";
+  std::vector<float> g(got.size()), c(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    g[i] = widen(got[i]);
+    c[i] = widen(cpuTwin[i]);
+  }
+  EXPECT_LE(normErr(g, c), 2e-2) << what << " against the CPU twin";
+}
+
+std::vector<uint16_t> cpuBf16(Shape s,
+                              const std::function<void(BView)> &kernel) {
+  std::vector<uint16_t> out(size_t(s.numel()));
+  kernel(BView{out.data(), s});
+  return out;
+}
+
+TEST_F(CudaBf16Storage, ToBf16) {
+  for (Shape s : {Shape{64, 2048}, Shape{7, 13}}) {
+    Tensor x = uniform(s, -3.0f, 3.0f);
+    x[0] = INFINITY;
+    x[1] = -0.0f;
+    x[2] = 1.0f + 1.0f / 256.0f; // a tie: rounds to even
+    Dev dx(x);
+    Dev16 out(s);
+    cu::toBf16(dx.cv(), out.v());
+    std::vector<uint16_t> got = out.host();
+    std::vector<uint16_t> twin =
+        cpuBf16(s, [&](BView o) { cpu::toBf16(x.cv(), o); });
+    EXPECT_EQ(got, twin) << str(s);
+    EXPECT_EQ(got[2], roundBits(1.0f));
+  }
+}
+
+TEST_F(CudaBf16Storage, RmsNormToBf16) {
+  // [rows, 2048] and [rows, 128] take the vector kernels; width 72 is not a
+  // vector width and 4098 is too wide: the general kernel.
+  for (Shape s : {Shape{64, 2048}, Shape{4, 6, 128}, Shape{33, 72},
+                  Shape{3, 4098}}) {
+    int64_t width = s.dims[s.rank - 1];
+    Tensor x = uniform(s, -2.0f, 2.0f), w = uniform(Shape{width}, 0.5f, 1.5f);
+    Dev dx(x), dw(w);
+    Out32 ref(s);
+    cu::rmsNorm(dx.cv(), dw.cv(), 1e-6f, ref.v());
+    Dev16 out(s);
+    cu::rmsNormToBf16(dx.cv(), dw.cv(), 1e-6f, out.v());
+    expectRoundingOf(out.host(), ref.host(), cpuBf16(s, [&](BView o) {
+                       cpu::rmsNormToBf16(x.cv(), w.cv(), 1e-6f, o);
+                     }),
+                     "rmsNormToBf16 " + str(s));
+  }
+}
+
+TEST_F(CudaBf16Storage, BinaryToBf16) {
+  struct Case {
+    Shape a, b, out;
+  };
+  // Same shapes (the vector map), then a broadcast (the fp32 kernel and a
+  // rounding pass).
+  for (Case c : {Case{Shape{16, 4096}, Shape{16, 4096}, Shape{16, 4096}},
+                 Case{Shape{5, 7}, Shape{5, 7}, Shape{5, 7}},
+                 Case{Shape{8, 64}, Shape{64}, Shape{8, 64}}})
+    for (BinaryKind kind : {BinaryKind::Mul, BinaryKind::Add}) {
+      Tensor a = uniform(c.a), b = uniform(c.b);
+      Dev da(a), db(b);
+      Out32 ref(c.out);
+      cu::binary(kind, da.cv(), db.cv(), ref.v());
+      Dev16 out(c.out);
+      cu::binaryToBf16(kind, da.cv(), db.cv(), out.v());
+      expectRoundingOf(out.host(), ref.host(), cpuBf16(c.out, [&](BView o) {
+                         cpu::binaryToBf16(kind, a.cv(), b.cv(), o);
+                       }),
+                       "binaryToBf16 " + str(c.out));
+    }
+}
+
+TEST_F(CudaBf16Storage, UnaryBackwardToBf16) {
+  for (Shape s : {Shape{16, 6144}, Shape{3, 5}}) {
+    Tensor x = uniform(s, -4.0f, 4.0f), g = uniform(s);
+    Dev dx(x), dg(g);
+    Out32 ref(s);
+    cu::unaryBackward(UnaryKind::Silu, dx.cv(), dg.cv(), ref.v());
+    Dev16 out(s);
+    cu::unaryBackwardToBf16(UnaryKind::Silu, dx.cv(), dg.cv(), out.v());
+    expectRoundingOf(out.host(), ref.host(), cpuBf16(s, [&](BView o) {
+                       cpu::unaryBackwardToBf16(UnaryKind::Silu, x.cv(),
+                                                g.cv(), o);
+                     }),
+                     "unaryBackwardToBf16 " + str(s));
+  }
+}
+
+TEST_F(CudaBf16Storage, TransposeToBf16) {
+  struct Case {
+    Shape in;
+    std::vector<int64_t> perm;
+  };
+  // [B,H,T,D] -> [B,T,H,D] keeps the inner run (vector path); the 2-D
+  // transpose and the odd inner run take the element gather.
+  for (Case c : {Case{Shape{2, 4, 32, 128}, {0, 2, 1, 3}},
+                 Case{Shape{33, 17}, {1, 0}},
+                 Case{Shape{2, 3, 5, 6}, {0, 2, 1, 3}}}) {
+    Shape outShape = c.in;
+    for (int d = 0; d < c.in.rank; ++d)
+      outShape.dims[d] = c.in.dims[c.perm[d]];
+    Tensor x = uniform(c.in);
+    Dev dx(x);
+    Out32 ref(outShape);
+    cu::transpose(dx.cv(), c.perm.data(), ref.v());
+    Dev16 out(outShape);
+    cu::transposeToBf16(dx.cv(), c.perm.data(), out.v());
+    expectRoundingOf(out.host(), ref.host(), cpuBf16(outShape, [&](BView o) {
+                       cpu::transposeToBf16(x.cv(), c.perm.data(), o);
+                     }),
+                     "transposeToBf16 " + str(outShape));
+  }
+}
+
+TEST_F(CudaBf16Storage, MatmulBf16IsMatmulOfRoundedOperands) {
+  struct Case {
+    Shape a, b, out;
+    bool transA, transB, accumulate;
+  };
+  for (Case c : {Case{Shape{2, 64, 96}, Shape{96, 48}, Shape{2, 64, 48},
+                      false, false, false},
+                 Case{Shape{128, 96}, Shape{80, 96}, Shape{128, 80}, false,
+                      true, false},
+                 Case{Shape{96, 64}, Shape{96, 40}, Shape{64, 40}, true,
+                      false, true},
+                 Case{Shape{2, 3, 16, 8}, Shape{3, 8, 12}, Shape{2, 3, 16, 12},
+                      false, false, false}}) {
+    Tensor a = uniform(c.a), b = uniform(c.b), init = uniform(c.out);
+    Dev da(a), db(b);
+    std::vector<uint16_t> a16(a.data.size()), b16(b.data.size());
+    for (size_t i = 0; i < a16.size(); ++i)
+      a16[i] = roundBits(a.data[i]);
+    for (size_t i = 0; i < b16.size(); ++i)
+      b16[i] = roundBits(b.data[i]);
+    Dev16 da16(a16, c.a), db16(b16, c.b);
+
+    cu::setPrecision(cu::Precision::Bf16);
+    Dev ref(init), got(init);
+    cu::matmul(da.cv(), db.cv(), FView{ref.p, c.out}, c.transA, c.transB,
+               c.accumulate);
+    cu::matmulBf16(da16.cv(), db16.cv(), FView{got.p, c.out}, c.transA,
+                   c.transB, c.accumulate);
+    cu::setPrecision(cu::Precision::Fp32);
+    std::vector<float> r(ref.n), g(got.n);
+    ck(cudaDeviceSynchronize(), "sync");
+    ck(cudaMemcpy(r.data(), ref.p, r.size() * 4, cudaMemcpyDeviceToHost), "r");
+    ck(cudaMemcpy(g.data(), got.p, g.size() * 4, cudaMemcpyDeviceToHost), "g");
+    EXPECT_EQ(0, std::memcmp(r.data(), g.data(), r.size() * 4))
+        << "matmulBf16 " << str(c.out);
+
+    Tensor twin = init;
+    cpu::matmulBf16(CBView{a16.data(), c.a}, CBView{b16.data(), c.b}, twin.v(),
+                    c.transA, c.transB, c.accumulate);
+    expectClose(g, twin, "matmulBf16 against the CPU twin " + str(c.out));
+  }
+}
+
+} // namespace
