@@ -48,6 +48,12 @@ if [ -n "$graph8b" ]; then
     --residency=streamed --worker-memory-gb 32 --explain=build-gpu/plans/lora8b-stream32 \
     -o build-gpu/lora8b-stream32.trainer
 fi
+# KERNEL_TESTS=1: the CUDA kernel tests too (run first by run-residency.sh).
+if [ "${KERNEL_TESTS:-0}" = 1 ]; then
+  ninja -C build -j"${RONDO_JOBS:-2}" rondo-cuda-kernels-tests
+  cp build/runtime/cudakerneltests/rondo-cuda-kernels-tests build-gpu/
+  strip build-gpu/rondo-cuda-kernels-tests
+fi
 copy_gpu_libs build-gpu/w1.trainer
 pack_gpu
 du -sh build-gpu gpu-pack.tar.xz
