@@ -37,21 +37,22 @@ static DeviceSpec h100() {
   // What Rondo's own kernels and runtime do on an H100 80GB HBM3
   // (bench/calibrate_spec.py on W1's kernel profile and traces,
   // bench/specs/h100-rondo.json, docs/CostModel.md "Calibration"), so that
-  // plans predict what runs: GEMMs at 48% of peak from 4K tokens up (the
-  // rows curve's shape is bench/measure_device.py's: half of that at ~800
-  // tokens), the fused attention at 14%, 18 us of per-op overhead, the
-  // memory-bound work at the full 3.35 TB/s of its analytic bytes (which
-  // overcount), the host AdamW at 2.16 Gparam/s and pinned copies at
-  // 50 GB/s. cuBLAS itself reaches 75% and PyTorch's SDPA 48%
-  // (bench/results/h100): the kernels' issue is to close that gap, and
-  // the calibration is redone when they do.
-  s.matmulEfficiency = 0.48;
+  // plans predict what runs. Recalibrated after kern-bf16-storage
+  // (bench/results/h100x1/bf16-storage-2026-11-26): GEMMs at 74% of peak
+  // from 4K tokens up (the rows curve's shape is bench/measure_device.py's:
+  // half of that at ~800 tokens; cuBLAS itself reaches 75%), the fused
+  // attention at 17% (PyTorch's SDPA reaches 48%), the memory-bound work
+  // at 70% of 3.35 TB/s of its analytic bytes, no per-op overhead beyond
+  // that (the two-plan fit finds none left), the host AdamW at 4.1
+  // Gparam/s and pinned copies at 50 GB/s. The fit is redone whenever the
+  // kernels change.
+  s.matmulEfficiency = 0.74;
   s.rowsForHalfEfficiency = 808;
   s.rowsCurveExponent = 1.5;
-  s.attentionEfficiency = 0.14;
+  s.attentionEfficiency = 0.167;
   s.memoryBandwidth = 3.35e12;
-  s.memoryEfficiency = 1.0;
-  s.kernelLaunchSeconds = 18e-6;
+  s.memoryEfficiency = 0.70;
+  s.kernelLaunchSeconds = 0;
   // "80GB" is 80 GiB: nvidia-smi reports 81,559 MiB on the H100 80GB HBM3
   // (the default budget stays 90% of it).
   s.memoryBytes = 81559.0 * 1024 * 1024;
@@ -59,7 +60,7 @@ static DeviceSpec h100() {
   s.hostLinkBandwidth = 50 * GB;
   s.hostLinkAggregateBandwidth = 157 * GB;
   s.peerBandwidth = 0; // the 1-GPU H100 machines have no peer
-  s.optimizerParamsPerSecond = 2.16e9;
+  s.optimizerParamsPerSecond = 4.12e9;
   return s;
 }
 
