@@ -126,8 +126,8 @@ LtPlan ltPlan(cublasLtHandle_t lt, const Shape &s, cudaDataType_t ct,
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   cublasLtMatmulHeuristicResult_t r[1];
   int n = 0;
-  CK(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.la, p.lb, p.lc, p.lc, pref,
-                                    1, r, &n));
+  CK(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1,
+                                    r, &n));
   if (n == 0) {
     std::fprintf(stderr, "no cublasLt algorithm for %s\n", s.use);
     std::exit(1);
@@ -214,8 +214,8 @@ int main(int argc, char **argv) {
     LtPlan pf = ltPlan(lt, s, CUDA_R_32F, ws);
     float alpha = 1, beta = s.accumulate ? 1 : 0;
     float tLtF32 = timeMs([&] {
-      CK(cublasLtMatmul(lt, pf.desc, &alpha, b16, pf.la, a16, pf.lb, &beta,
-                        c32, pf.lc, c32, pf.lc, &pf.algo, wsp, ws, 0));
+      CK(cublasLtMatmul(lt, pf.desc, &alpha, b16, pf.la, a16, pf.lb, &beta, c32,
+                        pf.lc, c32, pf.lc, &pf.algo, wsp, ws, 0));
     });
     float tLtBf16 = -1;
     if (!s.accumulate) {

@@ -153,11 +153,10 @@ struct KernBf16StoragePass
         unsigned at = position.lookup(product);
         if (!copy || at > copyAt + shareWindow) {
           OpBuilder b(product);
-          copy = CallOp::create(b, product->getLoc(),
-                                TypeRange{asBf16(value.getType())},
-                                FlatSymbolRefAttr::get(ctx, "toBf16"),
-                                ValueRange{value}, ValueRange{}, nullptr,
-                                nullptr)
+          copy = CallOp::create(
+                     b, product->getLoc(), TypeRange{asBf16(value.getType())},
+                     FlatSymbolRefAttr::get(ctx, "toBf16"), ValueRange{value},
+                     ValueRange{}, nullptr, nullptr)
                      .getResult(0);
           copyAt = at;
         }

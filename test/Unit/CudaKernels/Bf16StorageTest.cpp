@@ -57,8 +57,7 @@ struct Dev16 {
     ck(cudaMalloc(&p, std::max<int64_t>(s.numel(), 1) * 2), "cudaMalloc");
   }
   explicit Dev16(const std::vector<uint16_t> &h, Shape s) : Dev16(s) {
-    ck(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice),
-       "upload");
+    ck(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), "upload");
   }
   ~Dev16() { cudaFree(p); }
   BView v() { return BView{p, shape}; }
@@ -96,9 +95,9 @@ void expectRoundingOf(const std::vector<uint16_t> &got,
   for (size_t i = 0; i < got.size(); ++i)
     if (got[i] != roundBits(fp32[i]) && mismatches++ == 0)
       first = i;
-  EXPECT_EQ(mismatches, 0u) << what << ": first at " << first << " (got "
-                            << got[first] << ", rounding of " << fp32[first]
-                            << ")";
+  EXPECT_EQ(mismatches, 0u)
+      << what << ": first at " << first << " (got " << got[first]
+      << ", rounding of " << fp32[first] << ")";
   std::vector<float> g(got.size()), c(got.size());
   for (size_t i = 0; i < got.size(); ++i) {
     g[i] = widen(got[i]);
@@ -134,8 +133,8 @@ TEST_F(CudaBf16Storage, ToBf16) {
 TEST_F(CudaBf16Storage, RmsNormToBf16) {
   // [rows, 2048] and [rows, 128] take the vector kernels; width 72 is not a
   // vector width and 4098 is too wide: the general kernel.
-  for (Shape s : {Shape{64, 2048}, Shape{4, 6, 128}, Shape{33, 72},
-                  Shape{3, 4098}}) {
+  for (Shape s :
+       {Shape{64, 2048}, Shape{4, 6, 128}, Shape{33, 72}, Shape{3, 4098}}) {
     int64_t width = s.dims[s.rank - 1];
     Tensor x = uniform(s, -2.0f, 2.0f), w = uniform(Shape{width}, 0.5f, 1.5f);
     Dev dx(x), dw(w);
@@ -143,10 +142,11 @@ TEST_F(CudaBf16Storage, RmsNormToBf16) {
     cu::rmsNorm(dx.cv(), dw.cv(), 1e-6f, ref.v());
     Dev16 out(s);
     cu::rmsNormToBf16(dx.cv(), dw.cv(), 1e-6f, out.v());
-    expectRoundingOf(out.host(), ref.host(), cpuBf16(s, [&](BView o) {
-                       cpu::rmsNormToBf16(x.cv(), w.cv(), 1e-6f, o);
-                     }),
-                     "rmsNormToBf16 " + str(s));
+    expectRoundingOf(
+        out.host(), ref.host(),
+        cpuBf16(s,
+                [&](BView o) { cpu::rmsNormToBf16(x.cv(), w.cv(), 1e-6f, o); }),
+        "rmsNormToBf16 " + str(s));
   }
 }
 
@@ -166,10 +166,11 @@ TEST_F(CudaBf16Storage, BinaryToBf16) {
       cu::binary(kind, da.cv(), db.cv(), ref.v());
       Dev16 out(c.out);
       cu::binaryToBf16(kind, da.cv(), db.cv(), out.v());
-      expectRoundingOf(out.host(), ref.host(), cpuBf16(c.out, [&](BView o) {
-                         cpu::binaryToBf16(kind, a.cv(), b.cv(), o);
-                       }),
-                       "binaryToBf16 " + str(c.out));
+      expectRoundingOf(
+          out.host(), ref.host(),
+          cpuBf16(c.out,
+                  [&](BView o) { cpu::binaryToBf16(kind, a.cv(), b.cv(), o); }),
+          "binaryToBf16 " + str(c.out));
     }
 }
 
@@ -181,10 +182,12 @@ TEST_F(CudaBf16Storage, UnaryBackwardToBf16) {
     cu::unaryBackward(UnaryKind::Silu, dx.cv(), dg.cv(), ref.v());
     Dev16 out(s);
     cu::unaryBackwardToBf16(UnaryKind::Silu, dx.cv(), dg.cv(), out.v());
-    expectRoundingOf(out.host(), ref.host(), cpuBf16(s, [&](BView o) {
-                       cpu::unaryBackwardToBf16(UnaryKind::Silu, x.cv(),
-                                                g.cv(), o);
-                     }),
+    expectRoundingOf(out.host(), ref.host(),
+                     cpuBf16(s,
+                             [&](BView o) {
+                               cpu::unaryBackwardToBf16(UnaryKind::Silu, x.cv(),
+                                                        g.cv(), o);
+                             }),
                      "unaryBackwardToBf16 " + str(s));
   }
 }
@@ -196,9 +199,9 @@ TEST_F(CudaBf16Storage, TransposeToBf16) {
   };
   // [B,H,T,D] -> [B,T,H,D] keeps the inner run (vector path); the 2-D
   // transpose and the odd inner run take the element gather.
-  for (Case c : {Case{Shape{2, 4, 32, 128}, {0, 2, 1, 3}},
-                 Case{Shape{33, 17}, {1, 0}},
-                 Case{Shape{2, 3, 5, 6}, {0, 2, 1, 3}}}) {
+  for (Case c :
+       {Case{Shape{2, 4, 32, 128}, {0, 2, 1, 3}}, Case{Shape{33, 17}, {1, 0}},
+        Case{Shape{2, 3, 5, 6}, {0, 2, 1, 3}}}) {
     Shape outShape = c.in;
     for (int d = 0; d < c.in.rank; ++d)
       outShape.dims[d] = c.in.dims[c.perm[d]];
@@ -208,9 +211,11 @@ TEST_F(CudaBf16Storage, TransposeToBf16) {
     cu::transpose(dx.cv(), c.perm.data(), ref.v());
     Dev16 out(outShape);
     cu::transposeToBf16(dx.cv(), c.perm.data(), out.v());
-    expectRoundingOf(out.host(), ref.host(), cpuBf16(outShape, [&](BView o) {
-                       cpu::transposeToBf16(x.cv(), c.perm.data(), o);
-                     }),
+    expectRoundingOf(out.host(), ref.host(),
+                     cpuBf16(outShape,
+                             [&](BView o) {
+                               cpu::transposeToBf16(x.cv(), c.perm.data(), o);
+                             }),
                      "transposeToBf16 " + str(outShape));
   }
 }
@@ -220,14 +225,13 @@ TEST_F(CudaBf16Storage, MatmulBf16IsMatmulOfRoundedOperands) {
     Shape a, b, out;
     bool transA, transB, accumulate;
   };
-  for (Case c : {Case{Shape{2, 64, 96}, Shape{96, 48}, Shape{2, 64, 48},
-                      false, false, false},
-                 Case{Shape{128, 96}, Shape{80, 96}, Shape{128, 80}, false,
-                      true, false},
-                 Case{Shape{96, 64}, Shape{96, 40}, Shape{64, 40}, true,
-                      false, true},
-                 Case{Shape{2, 3, 16, 8}, Shape{3, 8, 12}, Shape{2, 3, 16, 12},
-                      false, false, false}}) {
+  for (Case c :
+       {Case{Shape{2, 64, 96}, Shape{96, 48}, Shape{2, 64, 48}, false, false,
+             false},
+        Case{Shape{128, 96}, Shape{80, 96}, Shape{128, 80}, false, true, false},
+        Case{Shape{96, 64}, Shape{96, 40}, Shape{64, 40}, true, false, true},
+        Case{Shape{2, 3, 16, 8}, Shape{3, 8, 12}, Shape{2, 3, 16, 12}, false,
+             false, false}}) {
     Tensor a = uniform(c.a), b = uniform(c.b), init = uniform(c.out);
     Dev da(a), db(b);
     std::vector<uint16_t> a16(a.data.size()), b16(b.data.size());
