@@ -421,7 +421,13 @@ def torch_child(a):
         from transformers import Qwen3Config, Qwen3ForCausalLM
         config = Qwen3Config(**QWEN3_17B)
         config._attn_implementation = "sdpa"
-        model = Qwen3ForCausalLM(config).cuda()
+        if a.torch_init_from:
+            # The initial weights of a Rondo trainer (--steps 0
+            # --export-safetensors), for bench/loss_parity.py.
+            model = Qwen3ForCausalLM.from_pretrained(
+                a.torch_init_from, config=config, torch_dtype=torch.float32).cuda()
+        else:
+            model = Qwen3ForCausalLM(config).cuda()
         run = torch.compile(model) if variant == "hf-compile" else model
 
         def loss_of(x):
@@ -708,6 +714,7 @@ def main():
                         "(kernel_ms_by_category)")
     p.add_argument("--torch-child", choices=PYTORCH_VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--torch-data", help=argparse.SUPPRESS)
+    p.add_argument("--torch-init-from", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.self_check:
         return self_check()
