@@ -217,7 +217,8 @@ FailureOr<SmallVector<BoundParam>> rondo::kern::bindParams(CallOp call,
                            : "has a result of the wrong element type");
       b.result = nextResult++;
       b.skipped = llvm::is_contained(skip, b.result);
-      if (b.skipped && p.kind != ParamKind::Output)
+      if (b.skipped && p.kind != ParamKind::Output &&
+          p.kind != ParamKind::Bf16Output)
         return fail(p, "cannot be skipped");
       break;
     }

@@ -38,6 +38,8 @@ StringRef bf16Twin(StringRef kernel) {
       .Case("binary", "binaryToBf16")
       .Case("unaryBackward", "unaryBackwardToBf16")
       .Case("transpose", "transposeToBf16")
+      .Case("gatedAct", "gatedActToBf16")
+      .Case("gatedActBackward", "gatedActBackwardToBf16")
       .Default("");
 }
 
@@ -95,6 +97,37 @@ void eraseDeadReshapes(Value v) {
     }
 }
 
+using UsesBySource = llvm::MapVector<Value, SmallVector<ProductUse>>;
+
+/// Replaces `producer` by its bf16 twin when every result it computes is
+/// read only by products (a skipped or unread result stays unread): each
+/// result's products then read the twin's result. The caller erases
+/// `producer` on success.
+LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource) {
+  StringRef twin = bf16Twin(producer.getKernel());
+  if (twin.empty() || !producer.getInits().empty())
+    return failure();
+  for (Value r : producer->getResults())
+    if (!r.use_empty() && (!bySource.count(r) || !onlyProducts(r)))
+      return failure();
+  SmallVector<Type> types;
+  for (Value r : producer->getResults())
+    types.push_back(asBf16(r.getType()));
+  OpBuilder b(producer);
+  auto stored = CallOp::create(
+      b, producer.getLoc(), types,
+      FlatSymbolRefAttr::get(producer.getContext(), twin),
+      producer.getInputs(), ValueRange{}, producer.getArgsAttr(),
+      producer.getSkipAttr());
+  for (auto [k, r] : llvm::enumerate(producer->getResults())) {
+    if (auto it = bySource.find(r); it != bySource.end())
+      for (ProductUse &use : it->second)
+        redirect(use, stored.getResult(k));
+    eraseDeadReshapes(r);
+  }
+  return success();
+}
+
 struct KernBf16StoragePass
     : kern::impl::KernBf16StoragePassBase<KernBf16StoragePass> {
   using KernBf16StoragePassBase::KernBf16StoragePassBase;
@@ -127,20 +160,20 @@ struct KernBf16StoragePass
           bySource[v].push_back(std::move(use));
       }
 
-    for (auto &[value, uses] : bySource) {
-      auto producer = value.getDefiningOp<CallOp>();
-      StringRef twin = producer ? bf16Twin(producer.getKernel()) : "";
-      if (!twin.empty() && producer->getNumResults() == 1 &&
-          producer.getInits().empty() && !producer.getSkip() &&
-          onlyProducts(value)) {
-        OpBuilder b(producer);
-        auto stored = CallOp::create(
-            b, producer.getLoc(), TypeRange{asBf16(value.getType())},
-            FlatSymbolRefAttr::get(ctx, twin), producer.getInputs(),
-            ValueRange{}, producer.getArgsAttr(), nullptr);
-        for (ProductUse &use : uses)
-          redirect(use, stored.getResult(0));
-        eraseDeadReshapes(value);
+    // Producers are looked up before any is replaced (a replaced
+    // producer's results are gone).
+    SmallVector<CallOp> producers;
+    for (auto &entry : bySource)
+      producers.push_back(entry.first.getDefiningOp<CallOp>());
+    DenseSet<Operation *> replaced;
+    for (auto [index, entry] : llvm::enumerate(bySource)) {
+      CallOp producer = producers[index];
+      if (producer && replaced.contains(producer))
+        continue; // stored in bf16 with a sibling result
+      Value value = entry.first;
+      SmallVector<ProductUse> &uses = entry.second;
+      if (producer && succeeded(storeResultsInBf16(producer, bySource))) {
+        replaced.insert(producer);
         producer.erase();
         continue;
       }

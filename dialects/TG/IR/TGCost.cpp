@@ -185,6 +185,8 @@ double LinearCrossEntropyGradOp::getFlops() {
 }
 double LinearCrossEntropyGradOp::getActivationBytes() { return 0; }
 
+double GatedActGradOp::getFlops() { return 4 * numel(getDy()); }
+double GatedActGradOp::getActivationBytes() { return 0; }
 double UnaryGradOp::getFlops() { return 2 * numel(getX()); }
 double UnaryGradOp::getActivationBytes() { return 0; }
 double BinaryGradOp::getFlops() { return 3 * numel(getDy()); }

@@ -46,24 +46,16 @@ LogicalResult UnaryOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-// d up = dy * act(gate); d gate = act'(gate) * (dy * up). Recomputing
-// act(gate) is cheaper than keeping it.
+// d up = dy * act(gate); d gate = act'(gate) * (dy * up), one op for both
+// (tg.gated_act_grad). Recomputing act(gate) is cheaper than keeping it.
 LogicalResult GatedActOp::buildGradient(OpBuilder &b,
                                         ArrayRef<Value> resultGrads,
                                         ArrayRef<bool> needs,
                                         SmallVectorImpl<Value> &grads) {
-  Location loc = getLoc();
-  Value dy = resultGrads[0];
-  Value dGate, dUp;
-  if (needs[0])
-    dGate = UnaryGradOp::create(
-        b, loc, getAct(), getGate(),
-        BinaryOp::create(b, loc, BinaryKind::mul, dy, getUp()));
-  if (needs[1])
-    dUp = BinaryOp::create(b, loc, BinaryKind::mul, dy,
-                           UnaryOp::create(b, loc, getAct(), getGate()));
-  grads.push_back(dGate);
-  grads.push_back(dUp);
+  auto grad = GatedActGradOp::create(b, getLoc(), getAct(), getGate(), getUp(),
+                                     resultGrads[0]);
+  grads.push_back(needs[0] ? grad.getDgate() : Value());
+  grads.push_back(needs[1] ? grad.getDup() : Value());
   return success();
 }
 

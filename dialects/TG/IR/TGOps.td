@@ -656,6 +656,26 @@ def TG_UnaryGradOp : TG_Op<"unary_grad", [AllTypesMatch<["x", "dy", "result"]>]>
   let assemblyFormat = "$kind $x `,` $dy attr-dict `:` type($x)";
 }
 
+def TG_GatedActGradOp : TG_Op<"gated_act_grad",
+    [AllTypesMatch<["gate", "up", "dy", "dgate", "dup"]>]> {
+  let summary = "Both operand gradients of tg.gated_act";
+  let description = [{
+    `dgate = act'(gate) * (dy * up)` and `dup = dy * act(gate)`, the gradient
+    of `tg.gated_act`: one op, so that its kernel reads `gate`, `up` and `dy`
+    once and writes both gradients in the same pass (the composition of
+    unary and binary ops it replaces read `gate` twice and wrote two
+    temporaries). A result nothing reads is not computed.
+
+    ```mlir
+    %dg, %du = tg.gated_act_grad silu %gate, %up, %dy : tensor<2x32x176xf32>
+    ```
+  }];
+  let arguments = (ins TG_UnaryKind:$act, TG_FloatTensor:$gate, TG_FloatTensor:$up,
+                       TG_FloatTensor:$dy);
+  let results = (outs TG_FloatTensor:$dgate, TG_FloatTensor:$dup);
+  let assemblyFormat = "$act $gate `,` $up `,` $dy attr-dict `:` type($gate)";
+}
+
 def TG_BinaryGradOp : TG_Op<"binary_grad"> {
   let summary = "Both operand gradients of a tg.binary, reduced to their shapes";
   let arguments = (ins TG_BinaryKind:$kind, TG_FloatTensor:$lhs, TG_FloatTensor:$rhs,

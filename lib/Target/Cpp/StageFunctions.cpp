@@ -154,7 +154,9 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
       }
       if (b.skipped) {
         add(llvm::formatv(
-                "FView{{nullptr, {0}}",
+                "{0}{{nullptr, {1}}",
+                b.param->kind == kern::ParamKind::Bf16Output ? "BView"
+                                                             : "FView",
                 shapeList(cast<RankedTensorType>(r.getType()).getShape()))
                 .str());
         break;

@@ -102,4 +102,21 @@ void transposeToBf16(CFView x, const int64_t *perm, BView out) {
   viaFp32(out, [&](FView t) { transpose(x, perm, t); });
 }
 
+void gatedActToBf16(UnaryKind kind, CFView gate, CFView up, BView out) {
+  viaFp32(out, [&](FView t) { gatedAct(kind, gate, up, t); });
+}
+
+void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up,
+                            CFView dOut, BView dGate, BView dUp) {
+  std::vector<float> g(dGate.data ? size_t(dGate.shape.numel()) : 0),
+      u(dUp.data ? size_t(dUp.shape.numel()) : 0);
+  gatedActBackward(kind, gate, up, dOut,
+                   FView{dGate.data ? g.data() : nullptr, dGate.shape},
+                   FView{dUp.data ? u.data() : nullptr, dUp.shape});
+  if (dGate.data)
+    store(g, dGate);
+  if (dUp.data)
+    store(u, dUp);
+}
+
 } // namespace rondo::cpu

@@ -283,6 +283,42 @@ void unaryBackward(UnaryKind kind, CFView x, CFView dOut, FView dX) {
   });
 }
 
+void gatedAct(UnaryKind kind, CFView gate, CFView up, FView out) {
+  if (!(gate.shape == up.shape) || !(gate.shape == out.shape))
+    detail::contract("gatedAct", "gate, up and out must have one shape");
+  int64_t n = out.shape.numel();
+  dispatchUnary(kind, [&](auto k) {
+    parallelBlocks(n, kBlock, 8, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        out.data[i] = kernels::binaryFwd(
+            BinaryKind::Mul, kernels::unaryFwd(decltype(k)::value, gate.data[i]),
+            up.data[i]);
+    });
+  });
+}
+
+void gatedActBackward(UnaryKind kind, CFView gate, CFView up, CFView dOut,
+                      FView dGate, FView dUp) {
+  if (!(gate.shape == up.shape) || !(gate.shape == dOut.shape))
+    detail::contract("gatedActBackward",
+                     "gate, up and dOut must have one shape");
+  int64_t n = dOut.shape.numel();
+  dispatchUnary(kind, [&](auto k) {
+    constexpr UnaryKind K = decltype(k)::value;
+    parallelBlocks(n, kBlock, 8, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float g = gate.data[i], d = dOut.data[i];
+        if (dGate.data)
+          dGate.data[i] = kernels::unaryBwd(
+              K, g, kernels::binaryFwd(BinaryKind::Mul, d, up.data[i]));
+        if (dUp.data)
+          dUp.data[i] = kernels::binaryFwd(BinaryKind::Mul, d,
+                                           kernels::unaryFwd(K, g));
+      }
+    });
+  });
+}
+
 void scale(CFView x, float s, FView out) {
   parallelBlocks(x.shape.numel(), kBlock, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)

@@ -308,6 +308,12 @@ struct UnaryBwdMap {
     return unaryBwd(k, x, g);
   }
 };
+struct GatedMap {
+  UnaryKind k;
+  __device__ float operator()(float gate, float up) const {
+    return binaryFwd(BinaryKind::Mul, unaryFwd(k, gate), up);
+  }
+};
 struct BinaryMap {
   BinaryKind k;
   __device__ float operator()(float a, float b) const {
@@ -659,6 +665,125 @@ void unaryBackwardToBf16(UnaryKind kind, CFView x, CFView dOut, BView dX) {
     return;
   viaFp32(dX, "unaryBackwardToBf16",
           [&](FView t) { cuda::unaryBackward(kind, x, dOut, t); });
+}
+
+//===----------------------------------------------------------------------===//
+// Gated activation (tg.gated_act and its gradient)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+template <typename OutT>
+__device__ inline void gatedBwdOne(UnaryKind k, float g, float u, float d,
+                                   OutT *dGate, OutT *dUp, int64_t i) {
+  if (dGate)
+    storeOut(dGate + i, unaryBwd(k, g, binaryFwd(BinaryKind::Mul, d, u)));
+  if (dUp)
+    storeOut(dUp + i, binaryFwd(BinaryKind::Mul, d, unaryFwd(k, g)));
+}
+
+/// Both gradients in one pass: float4 over n / 4 items when Vec (every
+/// pointer 16-byte aligned), then a scalar tail; null outputs are skipped.
+template <bool Vec, typename OutT>
+__global__ void gatedBwdKernel(UnaryKind k, const float *gate, const float *up,
+                               const float *dOut, OutT *dGate, OutT *dUp,
+                               int64_t n) {
+  int64_t nv = Vec ? n / 4 : 0;
+  if (Vec) {
+    RONDO_GRID_STRIDE(v, nv) {
+      float4 g = load4(gate + v * 4), u = load4(up + v * 4),
+             d = load4(dOut + v * 4);
+      if (dGate)
+        store4(dGate + v * 4,
+               make_float4(unaryBwd(k, g.x, binaryFwd(BinaryKind::Mul, d.x, u.x)),
+                           unaryBwd(k, g.y, binaryFwd(BinaryKind::Mul, d.y, u.y)),
+                           unaryBwd(k, g.z, binaryFwd(BinaryKind::Mul, d.z, u.z)),
+                           unaryBwd(k, g.w, binaryFwd(BinaryKind::Mul, d.w, u.w))));
+      if (dUp)
+        store4(dUp + v * 4,
+               make_float4(binaryFwd(BinaryKind::Mul, d.x, unaryFwd(k, g.x)),
+                           binaryFwd(BinaryKind::Mul, d.y, unaryFwd(k, g.y)),
+                           binaryFwd(BinaryKind::Mul, d.z, unaryFwd(k, g.z)),
+                           binaryFwd(BinaryKind::Mul, d.w, unaryFwd(k, g.w))));
+    }
+    int64_t i = nv * 4 + globalThread();
+    if (i < n)
+      gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i);
+    return;
+  }
+  RONDO_GRID_STRIDE(i, n) { gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i); }
+}
+
+template <typename OutT>
+__global__ void gatedScalarKernel(GatedMap f, const float *gate,
+                                  const float *up, OutT *out, int64_t n) {
+  RONDO_GRID_STRIDE(i, n) { storeOut(out + i, f(gate[i], up[i])); }
+}
+
+void checkGatedShapes(const Shape &gate, const Shape &up, const Shape &other,
+                      const char *name) {
+  if (!(gate == up) || !(gate == other))
+    contract(name, "operands and results must have one shape");
+}
+
+template <typename OutT>
+void gatedActImpl(UnaryKind kind, CFView gate, CFView up, OutT *out,
+                  const Shape &outShape, const char *name) {
+  checkGatedShapes(gate.shape, up.shape, outShape, name);
+  int64_t n = outShape.numel();
+  if (n == 0)
+    return;
+  if (mapVec<true>(GatedMap{kind}, gate.data, up.data, out, n, name))
+    return;
+  // Misaligned: the same map, one element per thread.
+  gatedScalarKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+      GatedMap{kind}, gate.data, up.data, out, n);
+  checkLaunch(name);
+}
+
+template <typename OutT>
+void gatedActBackwardImpl(UnaryKind kind, CFView gate, CFView up, CFView dOut,
+                          OutT *dGate, OutT *dUp, const char *name) {
+  checkGatedShapes(gate.shape, up.shape, dOut.shape, name);
+  int64_t n = dOut.shape.numel();
+  if (n == 0 || (!dGate && !dUp))
+    return;
+  cudaStream_t st = currentStream();
+  if (aligned16(gate.data) && aligned16(up.data) && aligned16(dOut.data) &&
+      aligned16(dGate) && aligned16(dUp))
+    gatedBwdKernel<true, OutT><<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0,
+                                 st>>>(kind, gate.data, up.data, dOut.data,
+                                       dGate, dUp, n);
+  else
+    gatedBwdKernel<false, OutT><<<gridFor(n), kThreads, 0, st>>>(
+        kind, gate.data, up.data, dOut.data, dGate, dUp, n);
+  checkLaunch(name);
+}
+
+} // namespace
+
+void gatedAct(UnaryKind kind, CFView gate, CFView up, FView out) {
+  ProfileScope profileScope("gatedAct");
+  gatedActImpl(kind, gate, up, out.data, out.shape, "gatedAct");
+}
+
+void gatedActToBf16(UnaryKind kind, CFView gate, CFView up, BView out) {
+  ProfileScope profileScope("gatedActToBf16");
+  gatedActImpl(kind, gate, up, bf16Data(out), out.shape, "gatedActToBf16");
+}
+
+void gatedActBackward(UnaryKind kind, CFView gate, CFView up, CFView dOut,
+                      FView dGate, FView dUp) {
+  ProfileScope profileScope("gatedActBackward");
+  gatedActBackwardImpl(kind, gate, up, dOut, dGate.data, dUp.data,
+                       "gatedActBackward");
+}
+
+void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up,
+                            CFView dOut, BView dGate, BView dUp) {
+  ProfileScope profileScope("gatedActBackwardToBf16");
+  gatedActBackwardImpl(kind, gate, up, dOut, bf16Data(dGate), bf16Data(dUp),
+                       "gatedActBackwardToBf16");
 }
 
 } // namespace rondo::cuda

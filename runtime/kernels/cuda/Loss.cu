@@ -73,19 +73,22 @@ __global__ void rowLossKernel(const float *logits, int64_t n, int64_t V,
   }
 }
 
-/// In place: x = scale * (softmax(x) - onehot(label)), zero rows for ignored
-/// or invalid labels.
-__global__ void rowGradKernel(float *logits, int64_t n, int64_t V,
-                              const int64_t *labels, int64_t r0,
+/// out = scale * (softmax(logits) - onehot(label)), zero rows for ignored
+/// or invalid labels; out may be logits itself (fp32, in place) or a bf16
+/// buffer (the rounding the backward's products read, stored directly).
+template <typename OutT>
+__global__ void rowGradKernel(const float *logits, OutT *out, int64_t n,
+                              int64_t V, const int64_t *labels, int64_t r0,
                               int64_t ignoreIndex, float scale) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     int64_t l = labels[r0 + r];
-    float *x = logits + r * V;
+    const float *x = logits + r * V;
+    OutT *y = out + r * V;
     if (!validLabel(l, ignoreIndex, V)) {
       for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-        x[c] = 0.0f;
+        storeOut(y + c, 0.0f);
       continue;
     }
     float m;
@@ -97,7 +100,7 @@ __global__ void rowGradKernel(float *logits, int64_t n, int64_t V,
       float v = float(double(expf(x[c] - m)) * inv);
       if (c == l)
         v -= scale;
-      x[c] = v;
+      storeOut(y + c, v);
     }
   }
 }
@@ -235,7 +238,8 @@ void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
     return;
   ::rondo::cuda::copy(logits, dLogits);
   rowGradKernel<<<rowGrid(N), kLossThreads, 0, currentStream()>>>(
-      dLogits.data, N, V, labels.data, 0, ignoreIndex, gradScale);
+      dLogits.data, dLogits.data, N, V, labels.data, 0, ignoreIndex,
+      gradScale);
   checkLaunch(name);
 }
 
@@ -293,13 +297,15 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
   for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
     int64_t n = std::min(chunk, d.N - r0);
     chunkLogits(h, w, w16.get(), transW, d, r0, n, g, name);
-    rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-        g, n, d.V, labels.data, r0, ignoreIndex, gradScale);
-    checkLaunch(name);
     if (w16.get()) {
-      // The logits gradient and the h rows rounded once for both products.
+      // The logits gradient stored in bf16 as it is computed (the rounding
+      // both products read; no fp32 gradient pass), the h rows rounded once
+      // for both.
       Temp g16(size_t(n * d.V) * 2, name), h16(size_t(n * d.D) * 2, name);
-      roundToBf16Copy(g, g16.as<void>(), n * d.V, name);
+      rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+          g, g16.as<__nv_bfloat16>(), n, d.V, labels.data, r0, ignoreIndex,
+          gradScale);
+      checkLaunch(name);
       roundToBf16Copy(h.data + r0 * d.D, h16.as<void>(), n * d.D, name);
       if (dH.data)
         gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, g16.as<void>(),
@@ -317,6 +323,9 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
       h16.release();
       continue;
     }
+    rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+        g, g, n, d.V, labels.data, r0, ignoreIndex, gradScale);
+    checkLaunch(name);
     if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
       gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
                    transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,

@@ -1,13 +1,13 @@
 // RUN: rondo-opt %s --convert-tg-to-kern --split-input-file | FileCheck %s
 // RUN: rondo-opt %s --convert-tg-to-kern --split-input-file | rondo-opt --split-input-file | FileCheck %s
 
-// Elementwise: one call each; a gated activation is two calls through a
-// temporary; a mean is sumToShape, scale and a reshape to the result shape.
+// Elementwise: one call each (a gated activation and its gradient too, both
+// results of the gradient in one call, a result nothing reads skipped); a
+// mean is sumToShape, scale and a reshape to the result shape.
 // CHECK-LABEL: func.func @elementwise
 // CHECK: %[[U:.*]] = kern.call @unary(%arg0) args {kind = "Silu"}
 // CHECK: %[[B:.*]] = kern.call @binary(%[[U]], %arg1) args {kind = "Add"}
-// CHECK: %[[A:.*]] = kern.call @unary(%arg0) args {kind = "GeluTanh"}
-// CHECK: %[[G:.*]] = kern.call @binary(%[[A]], %arg1) args {kind = "Mul"}
+// CHECK: %[[G:.*]] = kern.call @gatedAct(%arg0, %arg1) args {kind = "GeluTanh"} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
 // CHECK: %[[S:.*]] = kern.call @sumToShape(%[[G]]) : (tensor<2x4xf32>) -> tensor<2x1xf32>
 // CHECK: %[[M:.*]] = kern.call @scale(%[[S]]) args {factor = 2.500000e-01 : f32}
 // CHECK: %[[R:.*]] = tg.reshape %[[M]] : (tensor<2x1xf32>) -> tensor<2xf32>
@@ -28,6 +28,19 @@ func.func @elementwise(%x: tensor<2x4xf32>, %y: tensor<2x4xf32>) -> (tensor<2x4x
   %c = tg.clamp %x {min = -7.0 : f32, max = 7.0 : f32} : tensor<2x4xf32>
   %dc = tg.clamp_grad %x, %c {min = -7.0 : f32, max = 7.0 : f32} : tensor<2x4xf32>
   return %b, %m, %dl, %dr, %s, %dc : tensor<2x4xf32>, tensor<2xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// The gated activation's gradient: both results in one call; a result
+// nothing reads (a frozen up projection's) is skipped.
+// CHECK-LABEL: func.func @gated_grad
+// CHECK: kern.call @gatedActBackward(%arg0, %arg1, %arg2) args {kind = "Silu"} : (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>)
+// CHECK: kern.call @gatedActBackward(%arg0, %arg1, %arg2) args {kind = "Silu"} {skip = array<i64: 1>}
+func.func @gated_grad(%g: tensor<2x4xf32>, %u: tensor<2x4xf32>, %dy: tensor<2x4xf32>) -> (tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) attributes {exec.stage} {
+  %dg, %du = tg.gated_act_grad silu %g, %u, %dy : tensor<2x4xf32>
+  %dg2, %du2 = tg.gated_act_grad silu %g, %u, %dy : tensor<2x4xf32>
+  return %dg, %du, %dg2 : tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xf32>
 }
 
 // -----

@@ -83,3 +83,26 @@ func.func @not_a_stage(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf
   %p = kern.call @matmul(%a, %b) args {accumulate = false, transA = false, transB = false} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %p : tensor<4x4xf32>
 }
+
+// -----
+
+// The gated activation and its gradient: results read only by products are
+// produced in bf16, both of the gradient's (a skipped one stays skipped).
+// CHECK-LABEL: func.func @gated
+// CHECK: %[[H:.*]] = kern.call @gatedActToBf16(%arg0, %arg1) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xbf16>
+// CHECK: kern.call @matmulBf16(%[[H]], %{{.*}})
+// CHECK: %[[D:.*]]:2 = kern.call @gatedActBackwardToBf16(%arg0, %arg1, %arg2) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<8x16xbf16>, tensor<8x16xbf16>)
+// CHECK: kern.call @matmulBf16(%[[D]]#0, %{{.*}})
+// CHECK: kern.call @matmulBf16(%[[D]]#1, %{{.*}})
+// CHECK: %[[S:.*]]:2 = kern.call @gatedActBackwardToBf16(%arg0, %arg1, %arg2) args {kind = "Silu"} {skip = array<i64: 1>}
+// CHECK: kern.call @matmulBf16(%[[S]]#0, %{{.*}})
+func.func @gated(%g: tensor<8x16xf32>, %u: tensor<8x16xf32>, %dy: tensor<8x16xf32>, %w: tensor<16x4xf32>) -> (tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>) attributes {exec.stage} {
+  %h = kern.call @gatedAct(%g, %u) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %p = kern.call @matmul(%h, %w) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %dg, %du = kern.call @gatedActBackward(%g, %u, %dy) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>)
+  %p1 = kern.call @matmul(%dg, %w) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %p2 = kern.call @matmul(%du, %w) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %sg, %su = kern.call @gatedActBackward(%g, %u, %dy) args {kind = "Silu"} {skip = array<i64: 1>} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>)
+  %p3 = kern.call @matmul(%sg, %w) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  return %p, %p1, %p2, %p3 : tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>
+}

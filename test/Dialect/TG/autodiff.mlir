@@ -66,13 +66,12 @@ func.func @main(%q: tensor<1x2x4x8xf32> {tg.param = "q", tg.trainable}, %k: tens
 
 // -----
 
-// Checks the gated activation's backward: act'(gate) * (dy * up) for the
-// gate and dy * act(gate) for the up projection.
+// Checks the gated activation's backward: one tg.gated_act_grad gives
+// act'(gate) * (dy * up) for the gate and dy * act(gate) for the up
+// projection (its kernels compute both in one pass).
 // CHECK-LABEL: func.func @main
-// CHECK: %[[DYU:.*]] = tg.binary mul %{{.*}}, %arg1
-// CHECK: %[[DG:.*]] = tg.unary_grad silu %arg0, %[[DYU]]
-// CHECK: %[[ACT:.*]] = tg.unary silu %arg0
-// CHECK: %[[DU:.*]] = tg.binary mul %{{.*}}, %[[ACT]]
+// CHECK: %[[DG:.*]], %[[DU:.*]] = tg.gated_act_grad silu %arg0, %arg1, %{{.*}} : tensor<4xf32>
+// CHECK-NOT: tg.unary_grad
 // CHECK: return %{{.*}}, %[[DG]], %[[DU]]
 func.func @main(%g: tensor<4xf32> {tg.param = "g", tg.trainable}, %u: tensor<4xf32> {tg.param = "u", tg.trainable},
                 %x: tensor<4xf32> {tg.input = "x"}) -> tensor<f32> {

@@ -220,6 +220,62 @@ TEST_F(CudaBf16Storage, TransposeToBf16) {
   }
 }
 
+TEST_F(CudaBf16Storage, GatedActIsItsCompositionAndItsTwinRoundsIt) {
+  // The fused gated activation and its gradient against the unfused CUDA
+  // kernels (bitwise: the same formulas, no contraction), against the CPU
+  // (1e-5), and their bf16 twins against the rounding of their results.
+  for (Shape s : {Shape{16, 6144}, Shape{5, 7}})
+    for (UnaryKind kind : {UnaryKind::Silu, UnaryKind::GeluTanh}) {
+      Tensor gate = uniform(s, -6.0f, 6.0f), up = uniform(s), dy = uniform(s);
+      Dev dg(gate), du(up), ddy(dy);
+      Out32 act(s), unfused(s), fused(s);
+      cu::unary(kind, dg.cv(), act.v());
+      cu::binary(BinaryKind::Mul, CFView{act.d.p, s}, du.cv(), unfused.v());
+      cu::gatedAct(kind, dg.cv(), du.cv(), fused.v());
+      std::vector<float> f = fused.host();
+      EXPECT_EQ(f, unfused.host()) << "gatedAct " << str(s);
+      Tensor cpuOut(s);
+      cpu::gatedAct(kind, gate.cv(), up.cv(), cpuOut.v());
+      expectClose(f, cpuOut, "gatedAct against the CPU " + str(s));
+      Dev16 out16(s);
+      cu::gatedActToBf16(kind, dg.cv(), du.cv(), out16.v());
+      expectRoundingOf(out16.host(), f, cpuBf16(s, [&](BView o) {
+                         cpu::gatedActToBf16(kind, gate.cv(), up.cv(), o);
+                       }),
+                       "gatedActToBf16 " + str(s));
+
+      Out32 dyUp(s), wantGate(s), wantUp(s), gotGate(s), gotUp(s);
+      cu::binary(BinaryKind::Mul, ddy.cv(), du.cv(), dyUp.v());
+      cu::unaryBackward(kind, dg.cv(), CFView{dyUp.d.p, s}, wantGate.v());
+      cu::binary(BinaryKind::Mul, ddy.cv(), CFView{act.d.p, s}, wantUp.v());
+      cu::gatedActBackward(kind, dg.cv(), du.cv(), ddy.cv(), gotGate.v(),
+                           gotUp.v());
+      std::vector<float> gg = gotGate.host(), gu = gotUp.host();
+      EXPECT_EQ(gg, wantGate.host()) << "gatedActBackward dGate " << str(s);
+      EXPECT_EQ(gu, wantUp.host()) << "gatedActBackward dUp " << str(s);
+      Tensor cpuGate(s), cpuUp(s);
+      cpu::gatedActBackward(kind, gate.cv(), up.cv(), dy.cv(), cpuGate.v(),
+                            cpuUp.v());
+      expectClose(gg, cpuGate, "gatedActBackward dGate against the CPU");
+      expectClose(gu, cpuUp, "gatedActBackward dUp against the CPU");
+      Dev16 g16(s), u16(s);
+      cu::gatedActBackwardToBf16(kind, dg.cv(), du.cv(), ddy.cv(), g16.v(),
+                                 u16.v());
+      std::vector<uint16_t> twinGate(size_t(s.numel())),
+          twinUp(size_t(s.numel()));
+      cpu::gatedActBackwardToBf16(kind, gate.cv(), up.cv(), dy.cv(),
+                                  BView{twinGate.data(), s},
+                                  BView{twinUp.data(), s});
+      expectRoundingOf(g16.host(), gg, twinGate, "dGate bf16 " + str(s));
+      expectRoundingOf(u16.host(), gu, twinUp, "dUp bf16 " + str(s));
+      // A skipped result is not written.
+      Dev16 only(s);
+      cu::gatedActBackwardToBf16(kind, dg.cv(), du.cv(), ddy.cv(), only.v(),
+                                 BView{nullptr, s});
+      expectRoundingOf(only.host(), gg, twinGate, "dGate alone " + str(s));
+    }
+}
+
 TEST_F(CudaBf16Storage, MatmulBf16IsMatmulOfRoundedOperands) {
   struct Case {
     Shape a, b, out;

@@ -80,6 +80,41 @@ TEST(KernelListTest, IntegerMovementMatchesTheFloatKernels) {
   sameAsFloat(ki, kf);
 }
 
+TEST(KernelListTest, GatedActIsTheUnaryThenBinaryComposition) {
+  // tg.gated_act and its gradient in one pass each: the bits of the unary
+  // and binary kernels they replace, and a skipped result stays untouched.
+  Shape s{3, 37};
+  int64_t n = s.numel();
+  std::vector<float> gate(n), up(n), dy(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gate[i] = -6.0f + 12.0f * float(i) / float(n) + 1e-3f * float(i % 7);
+    up[i] = std::sin(0.37f * float(i));
+    dy[i] = std::cos(0.11f * float(i)) * 0.5f;
+  }
+  CFView g{gate.data(), s}, u{up.data(), s}, d{dy.data(), s};
+  for (UnaryKind kind : {UnaryKind::Silu, UnaryKind::GeluTanh,
+                         UnaryKind::GeluErf, UnaryKind::Sigmoid,
+                         UnaryKind::Relu}) {
+    std::vector<float> act(n), want(n), got(n);
+    unary(kind, g, {act.data(), s});
+    binary(BinaryKind::Mul, {act.data(), s}, u, {want.data(), s});
+    gatedAct(kind, g, u, {got.data(), s});
+    EXPECT_EQ(got, want);
+
+    std::vector<float> dyUp(n), wantGate(n), wantUp(n), gotGate(n), gotUp(n);
+    binary(BinaryKind::Mul, d, u, {dyUp.data(), s});
+    unaryBackward(kind, g, {dyUp.data(), s}, {wantGate.data(), s});
+    binary(BinaryKind::Mul, d, {act.data(), s}, {wantUp.data(), s});
+    gatedActBackward(kind, g, u, d, {gotGate.data(), s}, {gotUp.data(), s});
+    EXPECT_EQ(gotGate, wantGate);
+    EXPECT_EQ(gotUp, wantUp);
+
+    std::vector<float> only(n, 42.0f);
+    gatedActBackward(kind, g, u, d, {only.data(), s}, {nullptr, s});
+    EXPECT_EQ(only, wantGate);
+  }
+}
+
 TEST(KernelListTest, SelectBroadcastsLikeBinary) {
   std::vector<int64_t> cond = {1, 0, 0, 1};
   std::vector<float> a = {1, 2, 3, 4, 5, 6, 7, 8}, b = {-1, -2};

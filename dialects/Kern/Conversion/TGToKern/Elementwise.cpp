@@ -122,13 +122,21 @@ LogicalResult lowerClampGrad(tg::ClampGradOp op, PatternRewriter &rw) {
   return success();
 }
 
-/// act(gate) * up: two calls through a temporary.
+/// act(gate) * up in one pass.
 LogicalResult lowerGatedAct(tg::GatedActOp op, PatternRewriter &rw) {
-  Value act = call(rw, op.getLoc(), "unary", op.getType(), op.getGate(),
-                   {kindArg(rw, op.getAct())})
-                  .getResult(0);
-  rw.replaceOp(op, call(rw, op.getLoc(), "binary", op.getType(),
-                        {act, op.getUp()}, {kindArg(rw, tg::BinaryKind::mul)}));
+  rw.replaceOp(op, call(rw, op.getLoc(), "gatedAct", op.getType(),
+                        {op.getGate(), op.getUp()}, {kindArg(rw, op.getAct())}));
+  return success();
+}
+
+/// Both gradients in one pass; one nothing reads is skipped.
+LogicalResult lowerGatedActGrad(tg::GatedActGradOp op, PatternRewriter &rw) {
+  SmallVector<int64_t> skip = unusedResults(op, {0, 1});
+  rw.replaceOp(op, call(rw, op.getLoc(), "gatedActBackward",
+                        op->getResultTypes(),
+                        {op.getGate(), op.getUp(), op.getDy()},
+                        {kindArg(rw, op.getAct())}, {}, skip)
+                       .getResults());
   return success();
 }
 
@@ -190,6 +198,7 @@ void rondo::kern::populateTGToKernElementwisePatterns(
   add<tg::BinaryOp>(patterns, lowerBinary);
   add<tg::BinaryGradOp>(patterns, lowerBinaryGrad);
   add<tg::GatedActOp>(patterns, lowerGatedAct);
+  add<tg::GatedActGradOp>(patterns, lowerGatedActGrad);
   add<tg::ClampOp>(patterns, lowerClamp);
   add<tg::ClampGradOp>(patterns, lowerClampGrad);
   add<tg::SelectOp>(patterns, lowerSelect);
