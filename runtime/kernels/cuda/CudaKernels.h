@@ -161,6 +161,22 @@ struct AdamWParam {
 void adamwUpdate(const AdamWParam *tensors, size_t count,
                  const AdamWHyper &hyper, double lr, int64_t step);
 
+/// n floats at data, in device memory.
+struct FloatSpan {
+  const float *data = nullptr;
+  int64_t n = 0;
+};
+
+/// gradNormPartials of every span in one launch and one synchronisation:
+/// span k's partials follow span k - 1's in the HOST array (ceil(n_k /
+/// blockElems) each), with exactly the bits gradNormPartials gives it.
+void gradNormPartialsMany(const FloatSpan *spans, size_t count,
+                          int64_t blockElems, double *partials);
+
+/// The index of the first span holding a NaN or an infinity, or -1, in one
+/// launch and one synchronisation.
+int firstNonFiniteSpan(const FloatSpan *spans, size_t count);
+
 /// The squares of data[0, n) summed in double per block of `blockElems`
 /// elements, into the HOST array partials[ceil(n / blockElems)]. The order
 /// of the additions within a block differs from rt::gradNormPartials (a

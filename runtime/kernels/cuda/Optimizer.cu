@@ -28,6 +28,9 @@
 #include "Internal.cuh"
 #include "Profile.cuh"
 
+#include <algorithm>
+#include <vector>
+
 #include <climits>
 #include <cmath>
 #include <memory>
@@ -181,14 +184,8 @@ constexpr int kNormThreads = 256;
 /// t + kNormThreads, ... in that order (float4 or scalar loads alike, so the
 /// bits do not depend on alignment), then blockSum's fixed tree adds the
 /// threads: the order depends on n and blockElems only.
-__global__ void __launch_bounds__(kNormThreads)
-    sumSquaresKernel(const float *data, int64_t n, int64_t blockElems,
-                     double *partials) {
-  __shared__ double scratch[32];
-  const int64_t begin = int64_t(blockIdx.x) * blockElems;
-  const int64_t rest = n - begin;
-  const int64_t len = rest < blockElems ? rest : blockElems;
-  const float *x = data + begin;
+__device__ double blockSumSquares(const float *x, int64_t len,
+                                  double *scratch) {
   const bool vec = aligned16Device(x);
   double acc = 0.0;
   for (int64_t e = 4 * int64_t(threadIdx.x); e < len; e += 4 * kNormThreads) {
@@ -209,7 +206,26 @@ __global__ void __launch_bounds__(kNormThreads)
     acc += double(x2) * double(x2);
     acc += double(x3) * double(x3);
   }
-  acc = blockSum(acc, scratch);
+  return blockSum(acc, scratch);
+}
+
+/// One block of one span: partials[i] = its sum of squares.
+struct NormBlock {
+  const float *data;
+  int64_t len;
+};
+
+/// partials[b] = sum of the squares of block b (blocks[b]: blockElems
+/// elements of a span, fewer at its end). Thread t adds elements 4q,
+/// 4q + 1, 4q + 2, 4q + 3 for q = t, t + kNormThreads, ... in that order
+/// (float4 or scalar loads alike, so the bits do not depend on alignment),
+/// then blockSum's fixed tree adds the threads: the order depends on the
+/// block's length only.
+__global__ void __launch_bounds__(kNormThreads)
+    sumSquaresKernel(const NormBlock *blocks, double *partials) {
+  __shared__ double scratch[32];
+  NormBlock b = blocks[blockIdx.x];
+  double acc = blockSumSquares(b.data, b.len, scratch);
   if (threadIdx.x == 0)
     partials[blockIdx.x] = acc;
 }
@@ -349,49 +365,79 @@ void adamwUpdate(const AdamWParam *tensors, size_t count,
     launchAdamW(batch, small);
 }
 
-void gradNormPartials(const float *data, int64_t n, int64_t blockElems,
-                      double *partials) {
+void gradNormPartialsMany(const FloatSpan *spans, size_t count,
+                          int64_t blockElems, double *partials) {
   ProfileScope profileScope("gradNormPartials");
   const char *name = "gradNormPartials";
   if (blockElems <= 0)
     contract(name, "blockElems %lld must be positive", (long long)blockElems);
-  if (n <= 0)
+  std::vector<NormBlock> blocks;
+  for (size_t k = 0; k < count; ++k)
+    for (int64_t b = 0; b < spans[k].n; b += blockElems)
+      blocks.push_back({spans[k].data + b, std::min(blockElems, spans[k].n - b)});
+  if (blocks.empty())
     return;
-  const int64_t blocks = (n + blockElems - 1) / blockElems;
-  if (blocks > INT_MAX)
-    contract(name, "%lld blocks are too many", (long long)blocks);
+  if (blocks.size() > size_t(INT_MAX))
+    contract(name, "%zu blocks are too many", blocks.size());
   cudaStream_t stream = currentStream();
-  Temp device(size_t(blocks) * sizeof(double), name);
-  sumSquaresKernel<<<unsigned(blocks), kNormThreads, 0, stream>>>(
-      data, n, blockElems, device.as<double>());
+  Temp table(blocks.size() * sizeof(NormBlock), name);
+  Temp device(blocks.size() * sizeof(double), name);
+  RONDO_CHECK(cudaMemcpyAsync(table.as<NormBlock>(), blocks.data(),
+                              blocks.size() * sizeof(NormBlock),
+                              cudaMemcpyHostToDevice, stream),
+              name);
+  sumSquaresKernel<<<unsigned(blocks.size()), kNormThreads, 0, stream>>>(
+      table.as<NormBlock>(), device.as<double>());
   checkLaunch(name);
   RONDO_CHECK(cudaMemcpyAsync(partials, device.as<double>(),
-                              size_t(blocks) * sizeof(double),
+                              blocks.size() * sizeof(double),
                               cudaMemcpyDeviceToHost, stream),
               name);
+  table.release();
   device.release();
   RONDO_CHECK(cudaStreamSynchronize(stream), name);
 }
 
-bool allFinite(const float *data, int64_t n) {
+void gradNormPartials(const float *data, int64_t n, int64_t blockElems,
+                      double *partials) {
+  FloatSpan span{data, n};
+  gradNormPartialsMany(&span, 1, blockElems, partials);
+}
+
+int firstNonFiniteSpan(const FloatSpan *spans, size_t count) {
   ProfileScope profileScope("allFinite");
   const char *name = "allFinite";
-  if (n <= 0)
-    return true;
+  if (count == 0)
+    return -1;
   cudaStream_t stream = currentStream();
-  Temp flag(sizeof(int), name);
-  RONDO_CHECK(cudaMemsetAsync(flag.as<int>(), 0, sizeof(int), stream), name);
-  const bool vec = aligned16(data);
-  nonFiniteKernel<<<gridFor(vec ? (n / 4 > 0 ? n / 4 : 1) : n), kThreads, 0,
-                    stream>>>(data, n, vec, flag.as<int>());
-  checkLaunch(name);
-  int bad = 0;
-  RONDO_CHECK(cudaMemcpyAsync(&bad, flag.as<int>(), sizeof(int),
+  Temp flags(count * sizeof(int), name);
+  RONDO_CHECK(cudaMemsetAsync(flags.as<int>(), 0, count * sizeof(int), stream),
+              name);
+  // One launch per span, one synchronisation for all of them.
+  for (size_t k = 0; k < count; ++k) {
+    int64_t n = spans[k].n;
+    if (n <= 0)
+      continue;
+    const bool vec = aligned16(spans[k].data);
+    nonFiniteKernel<<<gridFor(vec ? (n / 4 > 0 ? n / 4 : 1) : n), kThreads, 0,
+                      stream>>>(spans[k].data, n, vec, flags.as<int>() + k);
+    checkLaunch(name);
+  }
+  std::vector<int> bad(count);
+  RONDO_CHECK(cudaMemcpyAsync(bad.data(), flags.as<int>(), count * sizeof(int),
                               cudaMemcpyDeviceToHost, stream),
               name);
-  flag.release();
+  flags.release();
   RONDO_CHECK(cudaStreamSynchronize(stream), name);
-  return bad == 0;
+  for (size_t k = 0; k < count; ++k)
+    if (bad[k])
+      return int(k);
+  return -1;
+}
+
+bool allFinite(const float *data, int64_t n) {
+  FloatSpan span{data, n};
+  return firstNonFiniteSpan(&span, 1) < 0;
 }
 
 void scaleInPlace(float *data, int64_t n, float factor) {

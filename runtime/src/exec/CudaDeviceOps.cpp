@@ -208,18 +208,26 @@ public:
     });
   }
 
-  void gradNormPartials(int32_t worker, const float *data, int64_t n,
+  void gradNormPartials(int32_t worker, const FloatSpan *spans, size_t count,
                         double *partials) override {
+    std::vector<cuda::FloatSpan> list(count);
+    for (size_t k = 0; k < count; ++k)
+      list[k] = {spans[k].data, spans[k].n};
     onOptimizerStream(worker, "the device gradient norm", [&](cudaStream_t) {
-      cuda::gradNormPartials(data, n, kGradNormBlock, partials);
+      cuda::gradNormPartialsMany(list.data(), count, kGradNormBlock, partials);
     });
   }
 
-  bool allFinite(int32_t worker, const float *data, int64_t n) override {
-    bool finite = true;
-    onOptimizerStream(worker, "the device finiteness check",
-                      [&](cudaStream_t) { finite = cuda::allFinite(data, n); });
-    return finite;
+  int firstNonFinite(int32_t worker, const FloatSpan *spans,
+                     size_t count) override {
+    std::vector<cuda::FloatSpan> list(count);
+    for (size_t k = 0; k < count; ++k)
+      list[k] = {spans[k].data, spans[k].n};
+    int first = -1;
+    onOptimizerStream(worker, "the device finiteness check", [&](cudaStream_t) {
+      first = cuda::firstNonFiniteSpan(list.data(), count);
+    });
+    return first;
   }
 
   void scale(int32_t worker, float *data, int64_t n, float factor) override {

@@ -23,16 +23,20 @@ void DeviceOps::adamw(int32_t, const AdamWTensor *tensors, size_t count,
   adamwUpdate(tensors, count, config, lr, step);
 }
 
-void DeviceOps::gradNormPartials(int32_t, const float *data, int64_t n,
-                                 double *partials) {
-  rondo::rt::gradNormPartials(data, n, partials);
+void DeviceOps::gradNormPartials(int32_t, const FloatSpan *spans,
+                                 size_t count, double *partials) {
+  for (size_t k = 0; k < count; ++k) {
+    rondo::rt::gradNormPartials(spans[k].data, spans[k].n, partials);
+    partials += gradNormBlocks(spans[k].n);
+  }
 }
 
-bool DeviceOps::allFinite(int32_t, const float *data, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(data[i]))
-      return false;
-  return true;
+int DeviceOps::firstNonFinite(int32_t, const FloatSpan *spans, size_t count) {
+  for (size_t k = 0; k < count; ++k)
+    for (int64_t i = 0; i < spans[k].n; ++i)
+      if (!std::isfinite(spans[k].data[i]))
+        return int(k);
+  return -1;
 }
 
 void DeviceOps::scale(int32_t, float *data, int64_t n, float factor) {

@@ -56,12 +56,23 @@ double gradNormOf(const std::vector<GradRef> &grads, DeviceOps *device) {
     blocks += gradNormBlocks(g.numel);
   std::vector<double> partials(static_cast<size_t>(blocks));
   double *out = partials.data();
-  for (const GradRef &g : grads) {
-    if (g.worker >= 0)
-      device->gradNormPartials(g.worker, g.data, g.numel, out);
-    else
+  // A run of tensors on one worker goes to the device in one call; the
+  // partials keep the tensors' order, so the sum is the same.
+  for (size_t k = 0; k < grads.size();) {
+    const GradRef &g = grads[k];
+    if (g.worker < 0) {
       gradNormPartials(g.data, g.numel, out);
-    out += gradNormBlocks(g.numel);
+      out += gradNormBlocks(g.numel);
+      ++k;
+      continue;
+    }
+    std::vector<FloatSpan> run;
+    for (; k < grads.size() && grads[k].worker == g.worker; ++k) {
+      run.push_back({grads[k].data, grads[k].numel});
+    }
+    device->gradNormPartials(g.worker, run.data(), run.size(), out);
+    for (const FloatSpan &span : run)
+      out += gradNormBlocks(span.n);
   }
   double sum = 0.0;
   for (double s : partials)

@@ -101,13 +101,26 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
 }
 
 int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
+  // The worker's parts are checked in one call (one synchronisation on a
+  // GPU), then every part in order.
+  std::vector<FloatSpan> onWorker;
+  std::vector<size_t> spanOf(parts.size(), 0);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const rondo_grad_part &part = program.gradParts[parts[k]];
+    if (!part.onWorker)
+      continue;
+    const Shard range = replicas.owned(numElements(model.params[part.param]));
+    spanOf[k] = onWorker.size();
+    onWorker.push_back({resident.partData(part) + range.begin, range.size()});
+  }
+  const int firstOnWorker =
+      onWorker.empty() ? -1
+                       : resident.device().firstNonFinite(
+                             resident.worker(), onWorker.data(), onWorker.size());
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];
     if (part.onWorker) {
-      const Shard range = replicas.owned(numElements(model.params[part.param]));
-      if (!resident.device().allFinite(resident.worker(),
-                                       resident.partData(part) + range.begin,
-                                       range.size()))
+      if (firstOnWorker >= 0 && spanOf[k] == size_t(firstOnWorker))
         return int(k);
       continue;
     }

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <climits>
+#include <limits>
 #include <memory>
 
 namespace cuda_test {
@@ -227,6 +228,44 @@ TEST_F(CudaKernels, OptimizerGradNormPartials) {
                              size_t(blocks) * sizeof(double)))
         << "n " << n << ": aligned and unaligned partials differ";
   }
+}
+
+TEST_F(CudaKernels, OptimizerManySpansAreEachSpansOwn) {
+  // The trainer checks and measures all of a worker's gradients in one call:
+  // the partials are each span's own, concatenated, bit for bit, and the
+  // first non-finite span is found whatever follows it.
+  std::vector<int64_t> sizes = {7, 65537, 3, (int64_t(1) << 17) + 5, 1};
+  std::vector<std::vector<float>> host;
+  std::vector<std::unique_ptr<OptBuf>> dev;
+  std::vector<cu::FloatSpan> spans;
+  size_t blocks = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    host.push_back(randomVector(size_t(sizes[k]), -1.0f, 1.0f));
+    dev.push_back(std::make_unique<OptBuf>(host.back(), k % 2));
+    spans.push_back({dev.back()->p, sizes[k]});
+    blocks += size_t(rt::gradNormBlocks(sizes[k]));
+  }
+  std::vector<double> many(blocks, -1.0), one;
+  cu::gradNormPartialsMany(spans.data(), spans.size(), rt::kGradNormBlock,
+                           many.data());
+  for (const cu::FloatSpan &span : spans) {
+    std::vector<double> p(size_t(rt::gradNormBlocks(span.n)));
+    cu::gradNormPartials(span.data, span.n, rt::kGradNormBlock, p.data());
+    one.insert(one.end(), p.begin(), p.end());
+  }
+  ASSERT_EQ(many.size(), one.size());
+  EXPECT_EQ(0, std::memcmp(many.data(), one.data(), blocks * sizeof(double)));
+
+  EXPECT_EQ(cu::firstNonFiniteSpan(spans.data(), spans.size()), -1);
+  EXPECT_EQ(cu::firstNonFiniteSpan(nullptr, 0), -1);
+  for (int bad : {3, 1}) {
+    float inf = std::numeric_limits<float>::infinity();
+    host[size_t(bad)].back() = bad == 3 ? inf : std::nanf("");
+    dev[size_t(bad)] = std::make_unique<OptBuf>(host[size_t(bad)], 0);
+    spans[size_t(bad)].data = dev[size_t(bad)]->p;
+  }
+  EXPECT_EQ(cu::firstNonFiniteSpan(spans.data(), spans.size()), 1);
+  EXPECT_EQ(cu::firstNonFiniteSpan(spans.data() + 2, 3), 1);
 }
 
 TEST_F(CudaKernels, OptimizerAllFinite) {

@@ -28,6 +28,12 @@
 
 namespace rondo::rt {
 
+/// n floats at data, in some worker's memory.
+struct FloatSpan {
+  const float *data = nullptr;
+  int64_t n = 0;
+};
+
 class PinnedPool;
 
 class DeviceOps {
@@ -65,11 +71,14 @@ public:
   /// streamed state then give the same bits.
   virtual void adamw(int32_t worker, const AdamWTensor *tensors, size_t count,
                      const AdamWConfig &config, double lr, int64_t step);
-  /// gradNormPartials of `n` floats at `data`: partials[gradNormBlocks(n)].
-  virtual void gradNormPartials(int32_t worker, const float *data, int64_t n,
-                                double *partials);
-  /// Whether no element is NaN or infinite.
-  virtual bool allFinite(int32_t worker, const float *data, int64_t n);
+  /// gradNormPartials of every span, concatenated: span k's
+  /// gradNormBlocks(n_k) partials follow span k - 1's. One call for all of
+  /// a worker's gradients (a GPU then launches and synchronises once).
+  virtual void gradNormPartials(int32_t worker, const FloatSpan *spans,
+                                size_t count, double *partials);
+  /// The index of the first span holding a NaN or an infinity, or -1.
+  virtual int firstNonFinite(int32_t worker, const FloatSpan *spans,
+                             size_t count);
   /// data[i] = data[i] * factor (clipping).
   virtual void scale(int32_t worker, float *data, int64_t n, float factor);
   /// sum[i] = parts[0][i] + parts[1][i] + ..., added in that order.
