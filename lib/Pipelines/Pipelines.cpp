@@ -146,13 +146,15 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
 }
 
 void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
-                              bool bf16Storage) {
+                              bool bf16Storage, bool accumulateProducts) {
   pm.addPass(pipe::createPipeOutlineStagesPass());
   exec::ConvertPipeToExecPassOptions convert;
   convert.peerHandoff = peerHandoff;
   pm.addPass(exec::createConvertPipeToExecPass(convert));
   pm.addPass(exec::createExecVerifyPass());
   pm.addPass(kern::createConvertTGToKernPass());
+  if (accumulateProducts)
+    pm.addNestedPass<func::FuncOp>(kern::createKernAccumulateProductsPass());
   if (bf16Storage)
     pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
 }

@@ -58,4 +58,36 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
   let dependentDialects = ["::rondo::kern::KernDialect"];
 }
 
+def KernAccumulateProductsPass
+    : Pass<"kern-accumulate-products", "mlir::func::FuncOp"> {
+  let summary = "Add products into the value they are summed with";
+  let description = [{
+    In each stage function (`exec.stage`), a `binary` Add of a product
+    (`matmul` read by nothing else) and a computed value read by nothing
+    else becomes the product accumulating into that value (`inits`,
+    `accumulate = true`: cuBLAS adds it in its epilogue, beta = 1). The
+    backward's input gradients of the projections that read one value (q, k
+    and v of attention; gate and up of a gated MLP) are summed this way, so
+    the two-operand adds over [tokens, hidden] in fp32 disappear. The sum
+    is rounded once in the epilogue as the add rounded it, but cuBLAS may
+    choose another algorithm with beta = 1, so the bits can differ; GPU
+    trainers only (the host keeps the separate add its references were
+    taken with).
+
+    ```mlir
+    %a = kern.call @matmul(%dq, %wq) args {accumulate = false,
+        transA = false, transB = true} : ... -> tensor<64x32xf32>
+    %b = kern.call @matmul(%dk, %wk) args {accumulate = false,
+        transA = false, transB = true} : ... -> tensor<64x32xf32>
+    %s = kern.call @binary(%a, %b) args {kind = "Add"} : ...
+    // becomes
+    %a = kern.call @matmul(%dq, %wq) args {accumulate = false,
+        transA = false, transB = true} : ... -> tensor<64x32xf32>
+    %s = kern.call @matmul(%dk, %wk) inits(%a) args {accumulate = true,
+        transA = false, transB = true} : ... -> tensor<64x32xf32>
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
 #endif // RONDO_KERN_TRANSFORMS_PASSES

@@ -79,10 +79,13 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// plan's microbatch shape), lower each plan to exec.programs and prove
 /// them race-free.
 /// `peerHandoff`: activations move device-to-device between workers, else
-/// through host memory. `bf16Storage` (bf16 precision): products read bf16
-/// operands (kern-bf16-storage).
+/// through host memory. `accumulateProducts` (GPU trainers): products add
+/// into the value they are summed with (kern-accumulate-products).
+/// `bf16Storage` (bf16 precision): products read bf16 operands
+/// (kern-bf16-storage).
 void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true,
-                       bool bf16Storage = false);
+                       bool bf16Storage = false,
+                       bool accumulateProducts = false);
 
 /// Registers them as `rondo-tg-pipeline`, `rondo-train-pipeline`,
 /// `rondo-plan-pipeline` (which takes pipe-partition's options) and
