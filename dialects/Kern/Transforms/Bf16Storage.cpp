@@ -14,10 +14,10 @@
 #include "Kern/Transforms/Passes.h"
 
 #include "Exec/IR/ExecOps.h"
+#include "Kern/IR/KernelTable.h"
 #include "TG/IR/TGOps.h"
 
 #include "llvm/ADT/MapVector.h"
-#include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
 using namespace rondo;
@@ -30,17 +30,12 @@ namespace rondo::kern {
 
 namespace {
 
-/// The kernel that computes what `kernel` computes and stores it in bf16
-/// (KernelList.def), or "" when there is none.
-StringRef bf16Twin(StringRef kernel) {
-  return llvm::StringSwitch<StringRef>(kernel)
-      .Case("rmsNorm", "rmsNormToBf16")
-      .Case("binary", "binaryToBf16")
-      .Case("unaryBackward", "unaryBackwardToBf16")
-      .Case("transpose", "transposeToBf16")
-      .Case("gatedAct", "gatedActToBf16")
-      .Case("gatedActBackward", "gatedActBackwardToBf16")
-      .Default("");
+/// The kernel that computes what `kernel` computes and stores it in bf16:
+/// by KernelList.def's naming rule, `<kernel>ToBf16`, when the list has it
+/// ("" otherwise). The call's verifier checks its parameters.
+std::string bf16Twin(StringRef kernel) {
+  std::string twin = (kernel + "ToBf16").str();
+  return lookupKernel(twin) ? twin : std::string();
 }
 
 bool isF32(Value v) {
@@ -104,7 +99,7 @@ using UsesBySource = llvm::MapVector<Value, SmallVector<ProductUse>>;
 /// result's products then read the twin's result. The caller erases
 /// `producer` on success.
 LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource) {
-  StringRef twin = bf16Twin(producer.getKernel());
+  std::string twin = bf16Twin(producer.getKernel());
   if (twin.empty() || !producer.getInits().empty())
     return failure();
   for (Value r : producer->getResults())
@@ -116,9 +111,8 @@ LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource) {
   OpBuilder b(producer);
   auto stored = CallOp::create(
       b, producer.getLoc(), types,
-      FlatSymbolRefAttr::get(producer.getContext(), twin),
-      producer.getInputs(), ValueRange{}, producer.getArgsAttr(),
-      producer.getSkipAttr());
+      FlatSymbolRefAttr::get(producer.getContext(), twin), producer.getInputs(),
+      ValueRange{}, producer.getArgsAttr(), producer.getSkipAttr());
   for (auto [k, r] : llvm::enumerate(producer->getResults())) {
     if (auto it = bySource.find(r); it != bySource.end())
       for (ProductUse &use : it->second)

@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define RONDO_HOST_DEVICE __host__ __device__
@@ -220,6 +221,47 @@ RONDO_HOST_DEVICE inline float unaryBwd(UnaryKind k, float x, float g) {
     return -g * sinf(x);
   }
   return 0.0f;
+}
+
+//===----------------------------------------------------------------------===//
+// Gated activation (tg.gated_act): the unary and binary formulas composed,
+// so the fused kernels round exactly as the composition of kernels did
+//===----------------------------------------------------------------------===//
+
+/// act(gate) * up.
+RONDO_HOST_DEVICE inline float gatedFwd(UnaryKind k, float gate, float up) {
+  return binaryFwd(BinaryKind::Mul, unaryFwd(k, gate), up);
+}
+/// d gate = act'(gate) * (dy * up).
+RONDO_HOST_DEVICE inline float gatedBwdGate(UnaryKind k, float gate, float up,
+                                            float dy) {
+  return unaryBwd(k, gate, binaryFwd(BinaryKind::Mul, dy, up));
+}
+/// d up = dy * act(gate).
+RONDO_HOST_DEVICE inline float gatedBwdUp(UnaryKind k, float gate, float dy) {
+  return binaryFwd(BinaryKind::Mul, dy, unaryFwd(k, gate));
+}
+
+//===----------------------------------------------------------------------===//
+// bf16 storage (host only: the device rounds with cuda_bf16.h's _rn
+// conversions, which give the same bits)
+//===----------------------------------------------------------------------===//
+
+/// The bf16 bits of f, rounded to nearest even; a NaN stays a quiet NaN.
+inline uint16_t floatToBf16Bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return uint16_t((bits >> 16) | 0x40u);
+  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/// The float whose upper 16 bits are h (exact).
+inline float bf16BitsToFloat(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 //===----------------------------------------------------------------------===//

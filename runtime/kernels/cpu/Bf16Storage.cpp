@@ -15,7 +15,6 @@
 
 #include "Internal.h"
 
-#include <cstring>
 #include <vector>
 
 namespace rondo::cpu {
@@ -24,29 +23,14 @@ using namespace detail;
 
 namespace {
 
-/// Round to nearest even; a NaN stays a quiet NaN (rondo::rt::floatToBf16's
-/// rule, repeated here because the kernel library does not link the
-/// runtime).
-uint16_t roundBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return uint16_t((bits >> 16) | 0x40u);
-  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float widenBf16(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+using kernels::bf16BitsToFloat;
+using kernels::floatToBf16Bits;
 
 void store(const std::vector<float> &values, BView out) {
   parallelBlocks(int64_t(values.size()), 1 << 16, 1,
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t i = lo; i < hi; ++i)
-                     out.data[i] = roundBf16(values[i]);
+                     out.data[i] = floatToBf16Bits(values[i]);
                  });
 }
 
@@ -55,7 +39,7 @@ std::vector<float> widen(CBView x) {
   parallelBlocks(int64_t(values.size()), 1 << 16, 1,
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t i = lo; i < hi; ++i)
-                     values[i] = widenBf16(x.data[i]);
+                     values[i] = bf16BitsToFloat(x.data[i]);
                  });
   return values;
 }
@@ -75,7 +59,7 @@ void toBf16(CFView x, BView out) {
     contract("toBf16", "input and output sizes differ");
   parallelBlocks(out.shape.numel(), 1 << 16, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
-      out.data[i] = roundBf16(x.data[i]);
+      out.data[i] = floatToBf16Bits(x.data[i]);
   });
 }
 
@@ -106,8 +90,8 @@ void gatedActToBf16(UnaryKind kind, CFView gate, CFView up, BView out) {
   viaFp32(out, [&](FView t) { gatedAct(kind, gate, up, t); });
 }
 
-void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up,
-                            CFView dOut, BView dGate, BView dUp) {
+void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up, CFView dOut,
+                            BView dGate, BView dUp) {
   std::vector<float> g(dGate.data ? size_t(dGate.shape.numel()) : 0),
       u(dUp.data ? size_t(dUp.shape.numel()) : 0);
   gatedActBackward(kind, gate, up, dOut,

@@ -290,9 +290,8 @@ void gatedAct(UnaryKind kind, CFView gate, CFView up, FView out) {
   dispatchUnary(kind, [&](auto k) {
     parallelBlocks(n, kBlock, 8, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i)
-        out.data[i] = kernels::binaryFwd(
-            BinaryKind::Mul, kernels::unaryFwd(decltype(k)::value, gate.data[i]),
-            up.data[i]);
+        out.data[i] =
+            kernels::gatedFwd(decltype(k)::value, gate.data[i], up.data[i]);
     });
   });
 }
@@ -307,13 +306,11 @@ void gatedActBackward(UnaryKind kind, CFView gate, CFView up, CFView dOut,
     constexpr UnaryKind K = decltype(k)::value;
     parallelBlocks(n, kBlock, 8, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        float g = gate.data[i], d = dOut.data[i];
         if (dGate.data)
-          dGate.data[i] = kernels::unaryBwd(
-              K, g, kernels::binaryFwd(BinaryKind::Mul, d, up.data[i]));
+          dGate.data[i] =
+              kernels::gatedBwdGate(K, gate.data[i], up.data[i], dOut.data[i]);
         if (dUp.data)
-          dUp.data[i] = kernels::binaryFwd(BinaryKind::Mul, d,
-                                           kernels::unaryFwd(K, g));
+          dUp.data[i] = kernels::gatedBwdUp(K, gate.data[i], dOut.data[i]);
       }
     });
   });
@@ -504,17 +501,9 @@ void accumulate(CFView x, FView out) {
 
 void roundToBf16(CFView x, FView out) {
   parallelBlocks(out.shape.numel(), kBlock, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &x.data[i], sizeof(bits));
-      if ((bits & 0x7fffffffu) > 0x7f800000u) {
-        bits = (bits | 0x00400000u) & 0xffff0000u; // keep NaN a (quiet) NaN
-      } else {
-        bits += 0x7fffu + ((bits >> 16) & 1u); // round to nearest even
-        bits &= 0xffff0000u;
-      }
-      std::memcpy(&out.data[i], &bits, sizeof(bits));
-    }
+    for (int64_t i = lo; i < hi; ++i)
+      out.data[i] =
+          kernels::bf16BitsToFloat(kernels::floatToBf16Bits(x.data[i]));
   });
 }
 

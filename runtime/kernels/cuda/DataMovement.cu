@@ -124,28 +124,42 @@ __global__ void transposeTileKernel(const float *in, float *out,
   }
 }
 
+/// Whether a walk keeps its inner run (stride 1) and can be copied by
+/// runCopyVecKernel: run, base and outer strides multiples of 4, both
+/// pointers 16-byte aligned.
+bool innerRunVectorisable(const Strided &s, const void *from, const void *to) {
+  if (s.rank < 1 || s.strides[s.rank - 1] != 1)
+    return false;
+  bool ok = s.dims[s.rank - 1] % 4 == 0 && s.base % 4 == 0 &&
+            aligned16(from) && aligned16(to);
+  for (int d = 0; d + 1 < s.rank; ++d)
+    ok = ok && s.strides[d] % 4 == 0;
+  return ok;
+}
+
+/// runCopyVecKernel over the n elements of a vectorisable walk.
+template <typename To>
+void runCopyVec(bool scatter, const float *from, To *to, const Strided &s,
+                int64_t n, const char *name) {
+  int64_t nv = n / 4, runVec = s.dims[s.rank - 1] / 4;
+  if (nv <= int64_t(0xffffffff))
+    runCopyVecKernel<true><<<gridFor(nv), kThreads, 0, currentStream()>>>(
+        from, to, nv, runVec, s, scatter);
+  else
+    runCopyVecKernel<false><<<gridFor(nv), kThreads, 0, currentStream()>>>(
+        from, to, nv, runVec, s, scatter);
+  checkLaunch(name);
+}
+
 /// The fast paths of stridedCopy; false when none applies.
 bool stridedCopyFast(bool scatter, const float *from, float *to,
                      const Strided &s, int64_t n, bool allowTiles,
                      const char *name) {
   cudaStream_t st = currentStream();
   if (s.rank >= 1 && s.strides[s.rank - 1] == 1) {
-    int64_t run = s.dims[s.rank - 1];
-    bool ok = run % 4 == 0 && s.base % 4 == 0 && aligned16(from) &&
-              aligned16(to);
-    for (int d = 0; d + 1 < s.rank; ++d)
-      ok = ok && s.strides[d] % 4 == 0;
-    if (!ok)
+    if (!innerRunVectorisable(s, from, to))
       return false;
-    int64_t nv = n / 4, runVec = run / 4;
-    bool small = nv <= int64_t(0xffffffff);
-    if (small)
-      runCopyVecKernel<true><<<gridFor(nv), kThreads, 0, st>>>(
-          from, to, nv, runVec, s, scatter);
-    else
-      runCopyVecKernel<false><<<gridFor(nv), kThreads, 0, st>>>(
-          from, to, nv, runVec, s, scatter);
-    checkLaunch(name);
+    runCopyVec(scatter, from, to, s, n, name);
     return true;
   }
   if (!allowTiles || scatter || (s.rank != 2 && s.rank != 3) ||
@@ -350,23 +364,9 @@ void transposeToBf16(CFView x, const int64_t *perm, BView out) {
   __nv_bfloat16 *to = bf16Data(out);
   // The inner run kept ([B,H,T,D] -> [B,T,H,D]): float4 in, 8 bytes out,
   // as transpose's fast path.
-  if (s.rank >= 1 && s.strides[s.rank - 1] == 1) {
-    int64_t run = s.dims[s.rank - 1];
-    bool ok = run % 4 == 0 && aligned16(x.data) && aligned16(to);
-    for (int d = 0; d + 1 < s.rank; ++d)
-      ok = ok && s.strides[d] % 4 == 0;
-    if (ok) {
-      int64_t nv = n / 4, runVec = run / 4;
-      if (nv <= int64_t(0xffffffff))
-        runCopyVecKernel<true><<<gridFor(nv), kThreads, 0, currentStream()>>>(
-            x.data, to, nv, runVec, s, false);
-      else
-        runCopyVecKernel<false><<<gridFor(nv), kThreads, 0,
-                                   currentStream()>>>(x.data, to, nv, runVec,
-                                                      s, false);
-      checkLaunch(name);
-      return;
-    }
+  if (innerRunVectorisable(s, x.data, to)) {
+    runCopyVec(false, x.data, to, s, n, name);
+    return;
   }
   gatherToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data, to,
                                                                    n, s);

@@ -81,6 +81,9 @@ __global__ void binaryGradKernel(BinaryKind k, const float *a, const float *b,
 
 using kernels::unaryBwd;
 using kernels::unaryFwd;
+using kernels::gatedBwdGate;
+using kernels::gatedBwdUp;
+using kernels::gatedFwd;
 
 __global__ void unaryKernel(UnaryKind k, const float *x, float *out,
                             int64_t n) {
@@ -311,7 +314,7 @@ struct UnaryBwdMap {
 struct GatedMap {
   UnaryKind k;
   __device__ float operator()(float gate, float up) const {
-    return binaryFwd(BinaryKind::Mul, unaryFwd(k, gate), up);
+    return gatedFwd(k, gate, up);
   }
 };
 struct BinaryMap {
@@ -677,9 +680,9 @@ template <typename OutT>
 __device__ inline void gatedBwdOne(UnaryKind k, float g, float u, float d,
                                    OutT *dGate, OutT *dUp, int64_t i) {
   if (dGate)
-    storeOut(dGate + i, unaryBwd(k, g, binaryFwd(BinaryKind::Mul, d, u)));
+    storeOut(dGate + i, gatedBwdGate(k, g, u, d));
   if (dUp)
-    storeOut(dUp + i, binaryFwd(BinaryKind::Mul, d, unaryFwd(k, g)));
+    storeOut(dUp + i, gatedBwdUp(k, g, d));
 }
 
 /// Both gradients in one pass: float4 over n / 4 items when Vec (every
@@ -694,24 +697,24 @@ __global__ void gatedBwdKernel(UnaryKind k, const float *gate, const float *up,
       float4 g = load4(gate + v * 4), u = load4(up + v * 4),
              d = load4(dOut + v * 4);
       if (dGate)
-        store4(dGate + v * 4,
-               make_float4(unaryBwd(k, g.x, binaryFwd(BinaryKind::Mul, d.x, u.x)),
-                           unaryBwd(k, g.y, binaryFwd(BinaryKind::Mul, d.y, u.y)),
-                           unaryBwd(k, g.z, binaryFwd(BinaryKind::Mul, d.z, u.z)),
-                           unaryBwd(k, g.w, binaryFwd(BinaryKind::Mul, d.w, u.w))));
+        store4(dGate + v * 4, make_float4(gatedBwdGate(k, g.x, u.x, d.x),
+                                          gatedBwdGate(k, g.y, u.y, d.y),
+                                          gatedBwdGate(k, g.z, u.z, d.z),
+                                          gatedBwdGate(k, g.w, u.w, d.w)));
       if (dUp)
-        store4(dUp + v * 4,
-               make_float4(binaryFwd(BinaryKind::Mul, d.x, unaryFwd(k, g.x)),
-                           binaryFwd(BinaryKind::Mul, d.y, unaryFwd(k, g.y)),
-                           binaryFwd(BinaryKind::Mul, d.z, unaryFwd(k, g.z)),
-                           binaryFwd(BinaryKind::Mul, d.w, unaryFwd(k, g.w))));
+        store4(dUp + v * 4, make_float4(gatedBwdUp(k, g.x, d.x),
+                                        gatedBwdUp(k, g.y, d.y),
+                                        gatedBwdUp(k, g.z, d.z),
+                                        gatedBwdUp(k, g.w, d.w)));
     }
     int64_t i = nv * 4 + globalThread();
     if (i < n)
       gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i);
     return;
   }
-  RONDO_GRID_STRIDE(i, n) { gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i); }
+  RONDO_GRID_STRIDE(i, n) {
+    gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i);
+  }
 }
 
 template <typename OutT>

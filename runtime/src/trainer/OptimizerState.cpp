@@ -67,9 +67,8 @@ double gradNormOf(const std::vector<GradRef> &grads, DeviceOps *device) {
       continue;
     }
     std::vector<FloatSpan> run;
-    for (; k < grads.size() && grads[k].worker == g.worker; ++k) {
+    for (; k < grads.size() && grads[k].worker == g.worker; ++k)
       run.push_back({grads[k].data, grads[k].numel});
-    }
     device->gradNormPartials(g.worker, run.data(), run.size(), out);
     for (const FloatSpan &span : run)
       out += gradNormBlocks(span.n);

@@ -102,34 +102,33 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
 
 int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {
   // The worker's parts are checked in one call (one synchronisation on a
-  // GPU), then every part in order.
+  // GPU); the host's in order up to the first bad one on the worker.
   std::vector<FloatSpan> onWorker;
-  std::vector<size_t> spanOf(parts.size(), 0);
+  std::vector<size_t> partOf;
   for (size_t k = 0; k < parts.size(); ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];
     if (!part.onWorker)
       continue;
     const Shard range = replicas.owned(numElements(model.params[part.param]));
-    spanOf[k] = onWorker.size();
     onWorker.push_back({resident.partData(part) + range.begin, range.size()});
+    partOf.push_back(k);
   }
-  const int firstOnWorker =
-      onWorker.empty() ? -1
-                       : resident.device().firstNonFinite(
-                             resident.worker(), onWorker.data(), onWorker.size());
-  for (size_t k = 0; k < parts.size(); ++k) {
+  const int badOnWorker =
+      onWorker.empty()
+          ? -1
+          : resident.device().firstNonFinite(resident.worker(), onWorker.data(),
+                                             onWorker.size());
+  const size_t end = badOnWorker < 0 ? parts.size() : partOf[badOnWorker];
+  for (size_t k = 0; k < end; ++k) {
     const rondo_grad_part &part = program.gradParts[parts[k]];
-    if (part.onWorker) {
-      if (firstOnWorker >= 0 && spanOf[k] == size_t(firstOnWorker))
-        return int(k);
+    if (part.onWorker)
       continue;
-    }
     const Shard range = replicas.owned(numElements(model.params[part.param]));
     if (!allFinite(image + part.hostOffset + range.begin * sizeof(float),
                    range.size()))
       return int(k);
   }
-  return -1;
+  return badOnWorker < 0 ? -1 : int(end);
 }
 
 std::string ProgramGrads::describe(const std::vector<int32_t> &parts,

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CudaKernelsTestUtil.h"
+#include "ScalarOps.h"
 
 using cpu::BView;
 using cpu::CBView;
@@ -34,20 +35,9 @@ protected:
   void TearDown() override { cu::setPrecision(cu::Precision::Fp32); }
 };
 
-uint16_t roundBits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return uint16_t((bits >> 16) | 0x40u);
-  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float widen(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+// The host's rounding (ScalarOps.h), the reference of the device's.
+uint16_t roundBits(float f) { return rondo::kernels::floatToBf16Bits(f); }
+float widen(uint16_t h) { return rondo::kernels::bf16BitsToFloat(h); }
 
 /// A device buffer of `n` bf16 words, read back with host().
 struct Dev16 {
