@@ -57,59 +57,17 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Internal.cuh"
-
-#include <cuda_bf16.h>
-
-#include <cmath>
-#include <cstdint>
-#include <cstring>
+#include "FlashAttention.cuh"
 
 namespace rondo::cuda::detail {
 
+namespace flash {
+
 namespace {
-
-using bf16 = __nv_bfloat16;
-
-// Every warp owns 16 rows of the block's resident tile (query rows in the
-// forward and dQ kernels, key rows in the dK/dV kernel); the other side is
-// streamed through double-buffered tiles. Sequence lengths are padded to
-// kPad, a multiple of every tile size.
-constexpr int kPad = 128;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-struct FlashParams {
-  // bf16 copies, rows padded to Tpad / Spad with zeros.
-  const bf16 *q, *k, *v, *dout;
-  // [B * Hq, Tpad]: lse * log2e (+inf where lse = -inf or padding), delta.
-  const float *lse2, *delta;
-  const float *sinks; // [Hq] or null (forward only: lse carries them)
-  float *out, *lse, *dq, *dk, *dv;
-  int B, Hq, Hkv, group, T, S, Tpad, Spad;
-  bool causal;
-  int window; // > 0: sliding window (causal only)
-  float scale, scaleLog2;
-};
 
 //===----------------------------------------------------------------------===//
 // PTX wrappers
 //===----------------------------------------------------------------------===//
-
-__device__ inline uint32_t smemAddr(const void *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ inline void cpAsync16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-               "l"(src));
-}
-__device__ inline void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ inline void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ inline void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
@@ -132,25 +90,6 @@ __device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                "{%0, %1, %2, %3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/// Two floats rounded to bf16 (nearest even), `lo` in the low half.
-__device__ inline uint32_t packBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t r;
-  memcpy(&r, &v, sizeof(r));
-  return r;
-}
-
-/// The A operand (16 rows x 16 of the k dimension) for k-step kk from
-/// accumulator fragments c[n] of 8 columns each: columns 16 kk .. 16 kk + 15.
-template <int N>
-__device__ inline void accToA(const float (&c)[N][4], int kk,
-                              uint32_t (&a)[4]) {
-  a[0] = packBf16(c[2 * kk][0], c[2 * kk][1]);
-  a[1] = packBf16(c[2 * kk][2], c[2 * kk][3]);
-  a[2] = packBf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-  a[3] = packBf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
 //===----------------------------------------------------------------------===//
@@ -236,68 +175,6 @@ __device__ inline void mmaAccByRowsT(float (&acc)[D / 8][4],
     mma(acc[2 * dp], a, b[0], b[1]);
     mma(acc[2 * dp + 1], a, b[2], b[3]);
   }
-}
-
-template <int N> __device__ inline void zero(float (&c)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      c[n][e] = 0.0f;
-}
-
-/// Keys a causal/non-causal row range can see: keys [0, end) for the last
-/// row `lastRow` (the largest range in the tile).
-__device__ inline int keyEnd(const FlashParams &p, int lastRow) {
-  if (!p.causal)
-    return p.S;
-  int end = lastRow + (p.S - p.T) + 1;
-  return end < p.S ? end : p.S;
-}
-
-/// The first key tile (of `cols` keys) a row range starting at `firstRow` can
-/// see: with a sliding window, tiles wholly before the band of its first row
-/// are skipped.
-__device__ inline int keyTileBegin(const FlashParams &p, int firstRow,
-                                   int cols) {
-  if (p.window <= 0)
-    return 0;
-  int begin = firstRow + (p.S - p.T) + 1 - p.window;
-  return begin > 0 ? begin / cols : 0;
-}
-
-/// Whether a score tile (`rows` query rows from i0, keys from j0) has a key
-/// before the band of one of its rows (every row counted, padding too).
-__device__ inline bool windowCuts(const FlashParams &p, int i0, int rows,
-                                  int j0) {
-  return p.window > 0 && j0 <= i0 + rows - 1 + (p.S - p.T) - p.window;
-}
-
-/// Whether no score of a tile (query rows [i0, i0 + rows), keys [j0, j0 +
-/// cols)) is visible: every key after the diagonal or before the band of
-/// every row. Warps skip such tiles' products; P = 0 on them, so skipping
-/// leaves every accumulator's bits unchanged.
-__device__ inline bool tileHidden(const FlashParams &p, int i0, int rows,
-                                  int j0, int cols) {
-  const int diag = p.S - p.T;
-  if (p.causal && j0 > i0 + rows - 1 + diag)
-    return true;
-  return p.window > 0 && j0 + cols - 1 <= i0 + diag - p.window;
-}
-
-/// The (tile slot, head, batch) of this block. Heads vary fastest in the
-/// launch order, so that the heaviest tiles of every head start first.
-struct BlockPos {
-  int slot, head, batch;
-};
-__device__ inline BlockPos blockPos(const FlashParams &p, int heads) {
-  const int bh = int(blockIdx.x % unsigned(p.B * heads));
-  return {int(blockIdx.x / unsigned(p.B * heads)), bh % heads, bh / heads};
-}
-
-/// Whether key j is before the band of row i.
-__device__ inline bool beforeWindow(const FlashParams &p, int i, int j) {
-  return p.window > 0 && j <= i + (p.S - p.T) - p.window;
 }
 
 //===----------------------------------------------------------------------===//
@@ -791,18 +668,92 @@ __global__ void toBf16PaddedKernel(const float *src, bf16 *dst, int64_t mats,
 
 int64_t padTo(int64_t n) { return (n + kPad - 1) / kPad * kPad; }
 
-/// A padded bf16 copy of [mats, rows, D] in a stream-ordered temporary.
+/// dst [mats, rowsPad, D] and dstT [mats, D, rowsPad] (bf16, nearest even)
+/// from src [mats, rows, D], zero rows from `rows` on: the plain and the
+/// transposed copy the wgmma kernels read, from one read of src. One block
+/// per 64 rows x 64 columns through a shared tile, so that both copies are
+/// written in whole 16-byte chunks. rowsPad and D are multiples of 64.
+__global__ void __launch_bounds__(256)
+    toBf16PaddedBothKernel(const float *src, bf16 *dst, bf16 *dstT, int rows,
+                           int rowsPad, int D) {
+  __shared__ float tile[64][65];
+  const int rowBlocks = rowsPad / 64;
+  const int64_t m = blockIdx.x / unsigned(rowBlocks);
+  const int r0 = int(blockIdx.x % unsigned(rowBlocks)) * 64;
+  const int c0 = int(blockIdx.y) * 64;
+  const int tid = int(threadIdx.x);
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 15) == 0;
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int idx = it * 256 + tid;
+    const int r = idx / 16, c = (idx % 16) * 4;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r0 + r < rows) {
+      const float *s = src + (m * rows + r0 + r) * D + c0 + c;
+      if (aligned)
+        x = *reinterpret_cast<const float4 *>(s);
+      else
+        x = make_float4(s[0], s[1], s[2], s[3]);
+    }
+    tile[r][c] = x.x;
+    tile[r][c + 1] = x.y;
+    tile[r][c + 2] = x.z;
+    tile[r][c + 3] = x.w;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int it = 0; it < 2; ++it) {
+    const int idx = it * 256 + tid;
+    const int a = idx / 8, b = (idx % 8) * 8;
+    // Plain: row a, columns b .. b + 7.
+    uint4 out;
+    out.x = packBf16(tile[a][b], tile[a][b + 1]);
+    out.y = packBf16(tile[a][b + 2], tile[a][b + 3]);
+    out.z = packBf16(tile[a][b + 4], tile[a][b + 5]);
+    out.w = packBf16(tile[a][b + 6], tile[a][b + 7]);
+    *reinterpret_cast<uint4 *>(dst + (m * rowsPad + r0 + a) * D + c0 + b) =
+        out;
+    // Transposed: column a, rows b .. b + 7.
+    out.x = packBf16(tile[b][a], tile[b + 1][a]);
+    out.y = packBf16(tile[b + 2][a], tile[b + 3][a]);
+    out.z = packBf16(tile[b + 4][a], tile[b + 5][a]);
+    out.w = packBf16(tile[b + 6][a], tile[b + 7][a]);
+    *reinterpret_cast<uint4 *>(dstT + (m * D + c0 + a) * rowsPad + r0 + b) =
+        out;
+  }
+}
+
+/// A padded bf16 copy of [mats, rows, D] in a stream-ordered temporary, and
+/// with `transposed` also a [mats, D, rowsPad] copy (for the wgmma kernels).
 struct Bf16Copy {
   Temp temp;
+  size_t elems;
+  bool transposed;
   Bf16Copy(const float *src, int64_t mats, int64_t rows, int64_t D,
-           const char *name)
-      : temp(size_t(mats * padTo(rows) * D) * sizeof(bf16), name) {
-    const int64_t n = mats * padTo(rows) * (D / 8);
-    toBf16PaddedKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
-        src, temp.as<bf16>(), mats, int(rows), int(padTo(rows)), int(D));
+           const char *name, bool transposed = false)
+      : temp(size_t(mats * padTo(rows) * D) * sizeof(bf16) *
+                 (transposed ? 2 : 1),
+             name),
+        elems(size_t(mats * padTo(rows) * D)), transposed(transposed) {
+    if (transposed) {
+      const int64_t blocks = mats * (padTo(rows) / 64);
+      if (blocks > int64_t(0x7fffffff))
+        contract(name, "too many rows for the bf16 conversion");
+      dim3 grid(unsigned(blocks), unsigned(D / 64));
+      toBf16PaddedBothKernel<<<grid, 256, 0, currentStream()>>>(
+          src, temp.as<bf16>(), temp.as<bf16>() + elems, int(rows),
+          int(padTo(rows)), int(D));
+    } else {
+      const int64_t n = mats * padTo(rows) * (D / 8);
+      toBf16PaddedKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+          src, temp.as<bf16>(), mats, int(rows), int(padTo(rows)), int(D));
+    }
     checkLaunch(name);
   }
   const bf16 *get() const { return temp.as<bf16>(); }
+  const bf16 *getT() const {
+    return transposed ? temp.as<bf16>() + elems : nullptr;
+  }
 };
 
 FlashParams baseParams(const FlashDims &d, bool causal, float scale,
@@ -825,26 +776,6 @@ FlashParams baseParams(const FlashDims &d, bool causal, float scale,
   p.scale = scale;
   p.scaleLog2 = scale * kLog2e;
   return p;
-}
-
-template <typename Kernel>
-void launchFlash(Kernel kernel, int64_t slots, int heads, int threads,
-                 size_t smem, const FlashParams &p, const char *name) {
-  const int64_t blocks = int64_t(slots) * heads;
-  if (blocks > int64_t(0x7fffffff))
-    contract(name, "too many attention tiles for one launch");
-  RONDO_CHECK(cudaFuncSetAttribute(kernel,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   int(smem)),
-              name);
-  RONDO_CHECK(cudaFuncSetAttribute(
-                  kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                  int(cudaSharedmemCarveoutMaxShared)),
-              name);
-  // One dimension, heads fastest (blockPos): the block scheduler starts
-  // blocks in index order, so every head's heaviest tiles go first.
-  kernel<<<unsigned(blocks), threads, smem, currentStream()>>>(p);
-  checkLaunch(name);
 }
 
 template <int D, int BR, int BC, int MB>
@@ -889,6 +820,10 @@ void backwardD(const FlashParams &p, bool wantDq, bool wantDkv,
 
 } // namespace
 
+} // namespace flash
+
+using namespace flash;
+
 bool flashAttentionSupports(int64_t headDim) {
   return headDim == 64 || headDim == 128;
 }
@@ -902,16 +837,20 @@ void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
   if (d.B * d.Hq == 0 || d.T == 0)
     return;
   FlashParams p = baseParams(d, causal, scale, name);
+  const bool sm90 = flashSm90Usable();
   Bf16Copy qb(q, d.B * d.Hq, d.T, d.D, name);
   Bf16Copy kb(k, d.B * d.Hkv, d.S, d.D, name);
-  Bf16Copy vb(v, d.B * d.Hkv, d.S, d.D, name);
+  Bf16Copy vb(v, d.B * d.Hkv, d.S, d.D, name, /*transposed=*/sm90);
   p.q = qb.get();
   p.k = kb.get();
   p.v = vb.get();
+  p.vT = vb.getT();
   p.out = out;
   p.lse = lse;
   p.sinks = d.sinks;
-  if (d.D == 64)
+  if (sm90)
+    flashForwardSm90(p, int(d.D), name);
+  else if (d.D == 64)
     forwardD<64>(p, name);
   else
     forwardD<128>(p, name);
@@ -938,20 +877,28 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
                     currentStream()>>>(dOut, out, lse, delta, lse2, mats, p.T,
                                        p.Tpad, int(d.D));
   checkLaunch(name);
-  Bf16Copy qb(q, mats, d.T, d.D, name);
-  Bf16Copy ob(dOut, mats, d.T, d.D, name);
-  Bf16Copy kb(k, d.B * d.Hkv, d.S, d.D, name);
+  // The wgmma dQ kernel reads k^T; its dK/dV kernel reads q^T and dO^T.
+  const bool sm90 = flashSm90Usable();
+  const bool wantDkv = dK || dV;
+  Bf16Copy qb(q, mats, d.T, d.D, name, sm90 && wantDkv);
+  Bf16Copy ob(dOut, mats, d.T, d.D, name, sm90 && wantDkv);
+  Bf16Copy kb(k, d.B * d.Hkv, d.S, d.D, name, sm90 && dQ);
   Bf16Copy vb(v, d.B * d.Hkv, d.S, d.D, name);
   p.q = qb.get();
   p.dout = ob.get();
   p.k = kb.get();
   p.v = vb.get();
+  p.qT = qb.getT();
+  p.doutT = ob.getT();
+  p.kT = kb.getT();
   p.lse2 = lse2;
   p.delta = delta;
   p.dq = dQ;
   p.dk = dK;
   p.dv = dV;
-  if (d.D == 64)
+  if (sm90)
+    flashBackwardSm90(p, int(d.D), dQ != nullptr, wantDkv, name);
+  else if (d.D == 64)
     backwardD<64>(p, dQ != nullptr, dK || dV, name);
   else
     backwardD<128>(p, dQ != nullptr, dK || dV, name);

@@ -12,6 +12,8 @@
 
 #include "CudaKernelsTestUtil.h"
 
+#include <cstdlib>
+
 namespace cuda_test {
 
 //===----------------------------------------------------------------------===//
@@ -415,6 +417,59 @@ TEST_F(CudaKernels, DISABLED_FlashTimingW1) {
               "dQ only %.3f ms, dK/dV only %.3f ms\n",
               fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, bwdQ,
               bwdKV);
+}
+
+// The bf16 attention on each path (the wgmma kernels where the GPU has them,
+// then the mma.sync ones) at W1's shape and beside it, one line per case for
+// bench/: fwd, bwd (conversions included, as the trainer calls them), and
+// the backward's dQ and dK/dV kernels alone. Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingPaths'.
+TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  struct Case {
+    int64_t T, D;
+  };
+  const Case cases[] = {{4096, 128}, {2048, 128}, {4096, 64}, {8192, 128}};
+  for (const char *path : {"default", "mma.sync"}) {
+    if (std::string(path) == "mma.sync")
+      setenv("RONDO_FLASH_SM90", "0", 1);
+    for (const Case &c : cases) {
+      const int64_t B = 1, Hq = 16, Hkv = 8, T = c.T, D = c.D;
+      const int reps = 20;
+      DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
+          v(Shape{B, Hkv, T, D});
+      DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+      DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+          dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
+          dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+      const float scale = 1.0f / std::sqrt(float(D));
+      const double flops = 4.0 * B * Hq * T * T * D / 2;
+      FView noneQ{nullptr, Shape{B, Hq, T, D}},
+          noneK{nullptr, Shape{B, Hkv, T, D}};
+      double fwd = timeMs(
+          [&] {
+            cu::attention(q.cv(), k.cv(), v.cv(), true, 0, scale, o.v(), l.v());
+          },
+          reps);
+      auto backward = [&](FView dQ, FView dK, FView dV) {
+        return timeMs(
+            [&] {
+              cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(),
+                                    g.cv(), true, 0, scale, dQ, dK, dV);
+            },
+            reps);
+      };
+      double bwd = backward(dq.v(), dk.v(), dv.v());
+      double bwdQ = backward(dq.v(), noneK, noneK);
+      double bwdKV = backward(noneQ, dk.v(), dv.v());
+      std::printf("[ flash ] path=%s B=1 Hq=16 Hkv=8 T=%lld D=%lld causal "
+                  "fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f bwd_tflops=%.1f "
+                  "bwd_dq_only_ms=%.4f bwd_dkv_only_ms=%.4f\n",
+                  path, (long long)T, (long long)D, fwd, bwd,
+                  flops / fwd / 1e9, 2.5 * flops / bwd / 1e9, bwdQ, bwdKV);
+    }
+  }
+  unsetenv("RONDO_FLASH_SM90");
 }
 
 TEST_F(CudaKernels, ReportWorstError) {

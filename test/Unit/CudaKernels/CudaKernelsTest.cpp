@@ -18,6 +18,8 @@
 
 #include "CudaKernelsTestUtil.h"
 
+#include <cstdlib>
+
 namespace cuda_test {
 
 //===----------------------------------------------------------------------===//
@@ -555,7 +557,15 @@ bool rowSeesNoKey(const AttnCase &c, int64_t row) {
 // head dims 64 and 128, MHA and GQA, causal and not, tails of the 64-row
 // tiles, S > T and S < T (rows with no key: out = 0 and lse = -inf, dQ = 0,
 // exactly). Each run is also done twice and compared bit for bit.
-TEST_F(CudaKernels, AttentionBf16) {
+/// Sets RONDO_FLASH_SM90=0 for its lifetime: the bf16 attention takes its
+/// mma.sync kernels (FlashAttention.cu) even on a Hopper GPU, where it would
+/// otherwise take the wgmma ones (FlashAttentionSm90.cu); the tests run both.
+struct MmaSyncOnly {
+  MmaSyncOnly() { setenv("RONDO_FLASH_SM90", "0", 1); }
+  ~MmaSyncOnly() { unsetenv("RONDO_FLASH_SM90"); }
+};
+
+void checkAttentionBf16(const char *path) {
   PrecisionGuard guard(cu::Precision::Bf16);
   const AttnCase cases[] = {
       {1, 2, 2, 1, 1, 64, true},       {1, 2, 2, 77, 77, 64, true},
@@ -574,9 +584,13 @@ TEST_F(CudaKernels, AttentionBf16) {
       {1, 8, 2, 200, 330, 64, true, 70},
       {1, 4, 2, 130, 50, 128, true, 20},
       {2, 2, 2, 257, 257, 128, true, 1},
+      // Several 128-row tiles of the wgmma kernels (group 4; a window with
+      // S > T).
+      {1, 4, 1, 520, 520, 128, true},
+      {1, 4, 2, 400, 600, 64, true, 150},
   };
   for (const AttnCase &c : cases) {
-    std::string what = "attention bf16 " + attnName(c);
+    std::string what = std::string("attention bf16 ") + path + " " + attnName(c);
     AttnRun r = runAttention(c, what);
     const std::vector<std::vector<float>> &got = r.got;
     const char *names[] = {"out", "lse", "dQ", "dK", "dV"};
@@ -620,7 +634,14 @@ TEST_F(CudaKernels, AttentionBf16) {
 // Forward then backward on the forward's own out/lse, twice, at a multi-tile
 // GQA shape: bit-identical results; and the backward with some gradients
 // skipped (null data) gives the same bits for the others.
-TEST_F(CudaKernels, AttentionBf16Deterministic) {
+TEST_F(CudaKernels, AttentionBf16) { checkAttentionBf16("default"); }
+
+TEST_F(CudaKernels, AttentionBf16MmaSync) {
+  MmaSyncOnly only;
+  checkAttentionBf16("mma.sync");
+}
+
+void checkAttentionBf16Deterministic() {
   PrecisionGuard guard(cu::Precision::Bf16);
   const AttnCase c{2, 8, 2, 700, 700, 128, true};
   Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
@@ -665,6 +686,15 @@ TEST_F(CudaKernels, AttentionBf16Deterministic) {
               std::memcmp(partial[size_t(i)].data(), full[size_t(i) + 2].data(),
                           full[size_t(i) + 2].size() * sizeof(float)))
         << what << ": gradient " << i << " differs when others are skipped";
+}
+
+TEST_F(CudaKernels, AttentionBf16Deterministic) {
+  checkAttentionBf16Deterministic();
+}
+
+TEST_F(CudaKernels, AttentionBf16DeterministicMmaSync) {
+  MmaSyncOnly only;
+  checkAttentionBf16Deterministic();
 }
 
 } // namespace cuda_test

@@ -1,0 +1,199 @@
+//===- FlashAttention.cuh - Shared parts of the bf16 attention -*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Included by FlashAttention.cu (the mma.sync kernels, conversions and
+// dispatch) and FlashAttentionSm90.cu (the wgmma kernels, built for sm_90a
+// only): the kernel parameters, the mask geometry and the small PTX wrappers
+// both use. See FlashAttention.cu's header comment for the design.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef RONDO_RUNTIME_KERNELS_CUDA_FLASHATTENTION_CUH
+#define RONDO_RUNTIME_KERNELS_CUDA_FLASHATTENTION_CUH
+
+#include "Internal.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace rondo::cuda::detail::flash {
+
+using bf16 = __nv_bfloat16;
+
+// Sequence lengths are padded to kPad, a multiple of every tile size.
+constexpr int kPad = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct FlashParams {
+  // bf16 copies, rows padded to Tpad / Spad with zeros.
+  const bf16 *q, *k, *v, *dout;
+  // Transposed bf16 copies [mats, D, Tpad / Spad] for the wgmma kernels, whose
+  // B operands are all K-major (null on the mma.sync path): v^T (forward),
+  // q^T, dO^T and k^T (backward).
+  const bf16 *qT, *kT, *vT, *doutT;
+  // [B * Hq, Tpad]: lse * log2e (+inf where lse = -inf or padding), delta.
+  const float *lse2, *delta;
+  const float *sinks; // [Hq] or null (forward only: lse carries them)
+  float *out, *lse, *dq, *dk, *dv;
+  int B, Hq, Hkv, group, T, S, Tpad, Spad;
+  bool causal;
+  int window; // > 0: sliding window (causal only)
+  float scale, scaleLog2;
+};
+
+//===----------------------------------------------------------------------===//
+// PTX wrappers
+//===----------------------------------------------------------------------===//
+
+__device__ inline uint32_t smemAddr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void cpAsync16(uint32_t dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+               "l"(src));
+}
+__device__ inline void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ inline void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// Two floats rounded to bf16 (nearest even), `lo` in the low half.
+__device__ inline uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t r;
+  memcpy(&r, &v, sizeof(r));
+  return r;
+}
+
+/// The A operand (16 rows x 16 of the k dimension) for k-step kk from
+/// accumulator fragments c[n] of 8 columns each: columns 16 kk .. 16 kk + 15.
+/// mma.sync's m16n8 accumulators and a warp's 16 rows of a wgmma m64nN
+/// accumulator share this layout, and so do the A fragments of mma.sync
+/// m16n8k16 and of a register-A wgmma.
+template <int N>
+__device__ inline void accToA(const float (&c)[N][4], int kk,
+                              uint32_t (&a)[4]) {
+  a[0] = packBf16(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = packBf16(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = packBf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = packBf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+template <int N> __device__ inline void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      c[n][e] = 0.0f;
+}
+
+//===----------------------------------------------------------------------===//
+// Mask geometry
+//===----------------------------------------------------------------------===//
+
+/// Keys a causal/non-causal row range can see: keys [0, end) for the last
+/// row `lastRow` (the largest range in the tile).
+__device__ inline int keyEnd(const FlashParams &p, int lastRow) {
+  if (!p.causal)
+    return p.S;
+  int end = lastRow + (p.S - p.T) + 1;
+  return end < p.S ? end : p.S;
+}
+
+/// The first key tile (of `cols` keys) a row range starting at `firstRow` can
+/// see: with a sliding window, tiles wholly before the band of its first row
+/// are skipped.
+__device__ inline int keyTileBegin(const FlashParams &p, int firstRow,
+                                   int cols) {
+  if (p.window <= 0)
+    return 0;
+  int begin = firstRow + (p.S - p.T) + 1 - p.window;
+  return begin > 0 ? begin / cols : 0;
+}
+
+/// Whether a score tile (`rows` query rows from i0, keys from j0) has a key
+/// before the band of one of its rows (every row counted, padding too).
+__device__ inline bool windowCuts(const FlashParams &p, int i0, int rows,
+                                  int j0) {
+  return p.window > 0 && j0 <= i0 + rows - 1 + (p.S - p.T) - p.window;
+}
+
+/// Whether no score of a tile (query rows [i0, i0 + rows), keys [j0, j0 +
+/// cols)) is visible: every key after the diagonal or before the band of
+/// every row. Warps skip such tiles' products; P = 0 on them, so skipping
+/// leaves every accumulator's bits unchanged.
+__device__ inline bool tileHidden(const FlashParams &p, int i0, int rows,
+                                  int j0, int cols) {
+  const int diag = p.S - p.T;
+  if (p.causal && j0 > i0 + rows - 1 + diag)
+    return true;
+  return p.window > 0 && j0 + cols - 1 <= i0 + diag - p.window;
+}
+
+/// The (tile slot, head, batch) of this block. Heads vary fastest in the
+/// launch order, so that the heaviest tiles of every head start first.
+struct BlockPos {
+  int slot, head, batch;
+};
+__device__ inline BlockPos blockPos(const FlashParams &p, int heads) {
+  const int bh = int(blockIdx.x % unsigned(p.B * heads));
+  return {int(blockIdx.x / unsigned(p.B * heads)), bh % heads, bh / heads};
+}
+
+/// Whether key j is before the band of row i.
+__device__ inline bool beforeWindow(const FlashParams &p, int i, int j) {
+  return p.window > 0 && j <= i + (p.S - p.T) - p.window;
+}
+
+//===----------------------------------------------------------------------===//
+// Launch
+//===----------------------------------------------------------------------===//
+
+template <typename Kernel>
+void launchFlash(Kernel kernel, int64_t slots, int heads, int threads,
+                 size_t smem, const FlashParams &p, const char *name) {
+  const int64_t blocks = int64_t(slots) * heads;
+  if (blocks > int64_t(0x7fffffff))
+    contract(name, "too many attention tiles for one launch");
+  RONDO_CHECK(cudaFuncSetAttribute(kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(smem)),
+              name);
+  RONDO_CHECK(cudaFuncSetAttribute(
+                  kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                  int(cudaSharedmemCarveoutMaxShared)),
+              name);
+  // One dimension, heads fastest (blockPos): the block scheduler starts
+  // blocks in index order, so every head's heaviest tiles go first.
+  kernel<<<unsigned(blocks), threads, smem, currentStream()>>>(p);
+  checkLaunch(name);
+}
+
+//===----------------------------------------------------------------------===//
+// The Hopper kernels (FlashAttentionSm90.cu)
+//===----------------------------------------------------------------------===//
+
+/// Whether the wgmma kernels run on the current device: compute capability
+/// 9.0 (their sm_90a code runs nowhere else), unless RONDO_FLASH_SM90=0 asks
+/// for the mma.sync kernels (tests compare the two paths).
+bool flashSm90Usable();
+/// The forward on p (q, k, vT set; D = 64 or 128).
+void flashForwardSm90(const FlashParams &p, int D, const char *name);
+/// The dQ and / or dK, dV kernels on p (q, k, v, dout, qT, kT, doutT, lse2,
+/// delta set).
+void flashBackwardSm90(const FlashParams &p, int D, bool wantDq, bool wantDkv,
+                       const char *name);
+
+} // namespace rondo::cuda::detail::flash
+
+#endif // RONDO_RUNTIME_KERNELS_CUDA_FLASHATTENTION_CUH

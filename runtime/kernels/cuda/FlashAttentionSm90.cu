@@ -1,0 +1,752 @@
+//===- FlashAttentionSm90.cu - bf16 attention with wgmma (sm_90a) ---------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The Hopper kernels of the Precision::Bf16 attention (FlashAttention.cu
+// dispatches here on compute capability 9.0; its header comment gives the
+// design they share with the mma.sync kernels). Built for sm_90a alone
+// (CMakeLists.txt), since wgmma exists only there.
+//
+// What differs from the mma.sync kernels:
+//  - Products are warpgroup-wide wgmma.mma_async m64nNk16 (bf16 -> fp32): a
+//    block is two warpgroups (8 warps), each owning 64 rows of the resident
+//    tile. The tensor cores read B (and A, when it is a staged tile) straight
+//    from shared memory, once per 64 rows, instead of every warp pulling
+//    fragments through ldmatrix (which bound the mma.sync loops).
+//  - Every shared-memory operand is K-major in the 128-byte-swizzled layout
+//    that a wgmma descriptor names (64-column blocks of 128-byte rows, the
+//    16-byte chunk c of row r stored at chunk c ^ (r % 8); the hardware
+//    applies the same XOR to the address bits, so tiles are 1024-byte
+//    aligned). The products whose B is K-major in the natural layout of the
+//    other operand (P V, dS K, P^T dO, dS^T Q) read transposed bf16 copies
+//    (v^T, k^T, dO^T, q^T) that the conversion pass writes beside the plain
+//    ones, so no descriptor needs the MN-major (transposed) form.
+//  - P and dS go from the S / dP accumulators straight into register A
+//    fragments: a warp's 16 rows of an m64nN accumulator have mma.sync's
+//    m16n8 layout, and a register-A wgmma takes mma.sync's m16k16 fragment.
+//  - Hidden tiles are skipped per warpgroup (wgmma is warpgroup-collective).
+// Each output element is still owned by one thread with a fixed
+// accumulation order, so results are deterministic.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FlashAttention.cuh"
+
+#include <cstdlib>
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "FlashAttentionSm90.cu must be built for sm_90a only (CMakeLists.txt)"
+#endif
+
+namespace rondo::cuda::detail::flash {
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// wgmma
+//===----------------------------------------------------------------------===//
+
+/// d (64 x 64 per warpgroup) += A (64 x 16, smem descriptor) B^T (64 x 16,
+/// smem descriptor); both K-major.
+__device__ inline void wgmmaSS(float (&d)[8][4], uint64_t descA,
+                               uint64_t descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(descA), "l"(descB), "r"(1));
+}
+
+/// d (64 x 64 per warpgroup) += A (64 x 16, registers: this thread's four
+/// words of the m16k16 fragment of its warp's rows) B^T (64 x 16, smem
+/// descriptor, K-major).
+__device__ inline void wgmmaRS(float (&d)[8][4], const uint32_t (&a)[4],
+                               uint64_t descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
+/// d (64 x 128 per warpgroup) += A (64 x 16, smem descriptor) B^T (128 x 16,
+/// smem descriptor); both K-major.
+__device__ inline void wgmmaSS(float (&d)[16][4], uint64_t descA,
+                               uint64_t descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(descA), "l"(descB), "r"(1));
+}
+
+/// d (64 x 128 per warpgroup) += A (64 x 16, registers: this thread's four
+/// words of the m16k16 fragment of its warp's rows) B^T (128 x 16, smem
+/// descriptor, K-major).
+__device__ inline void wgmmaRS(float (&d)[16][4], const uint32_t (&a)[4],
+                               uint64_t descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+}
+
+__device__ inline void wgFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgWait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/// Orders the ordinary stores (cp.async included) of this thread to shared
+/// memory before later reads by the tensor cores (the async proxy).
+__device__ inline void proxyFence() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/// Pins accumulator / fragment registers at this point of the program: the
+/// compiler may not move their reads or writes across it, so none lands
+/// between a wgmma's issue and its wait_group.
+template <int N> __device__ inline void regFence(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      asm volatile("" : "+f"(c[n][e])::"memory");
+}
+template <int N> __device__ inline void regFence(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      asm volatile("" : "+r"(a[n][e])::"memory");
+}
+
+/// The descriptor of a K-major, 128-byte-swizzled operand at `addr`: 8-row
+/// groups 1024 bytes apart (stride byte offset); the leading byte offset is
+/// unused when a k-step (16 bf16, 32 bytes) stays inside one 128-byte row.
+__device__ inline uint64_t descOf(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+/// The descriptor for k-step kk (columns 16 kk ..) of rows r0 .. (r0 % 8 ==
+/// 0) of a swizzled tile of Rows rows (swizzled tile layout: loadSw).
+template <int Rows>
+__device__ inline uint64_t descAt(uint32_t tile, int r0, int kk) {
+  return descOf(tile + uint32_t((kk >> 2) * Rows * 128 + r0 * 128 +
+                                (kk & 3) * 32));
+}
+
+/// Enqueues the cp.async copies (by NT threads) of a Rows x Cols bf16 tile
+/// (global rows `ld` elements apart) into shared memory at `dst` (1024-byte
+/// aligned) in the swizzled K-major layout: Cols / 64 blocks of Rows rows of
+/// 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r % 8).
+template <int Rows, int Cols, int NT>
+__device__ inline void loadSw(uint32_t dst, const bf16 *src, int64_t ld) {
+  constexpr int kChunks = Cols / 8; // 16-byte chunks a row
+  static_assert(Cols % 64 == 0 && Rows % 8 == 0, "whole swizzle atoms");
+  static_assert(Rows * kChunks % NT == 0, "whole rounds of copies");
+#pragma unroll
+  for (int it = 0; it < Rows * kChunks / NT; ++it) {
+    const int idx = it * NT + int(threadIdx.x);
+    const int r = idx / kChunks, c = idx % kChunks;
+    cpAsync16(dst + uint32_t((c >> 3) * Rows * 128 + r * 128 +
+                             (((c & 7) ^ (r & 7)) << 4)),
+              src + int64_t(r) * ld + c * 8);
+  }
+}
+
+/// acc (this warpgroup's 64 rows x N) += A B^T over K = 16 KSteps: A is rows
+/// aR0 .. aR0 + 63 of the swizzled tile aTile (ARows rows), B the N rows of
+/// bTile.
+template <int ARows, int KSteps, int NB>
+__device__ inline void gemmSS(float (&acc)[NB][4], uint32_t aTile, int aR0,
+                              uint32_t bTile) {
+#pragma unroll
+  for (int kk = 0; kk < KSteps; ++kk)
+    wgmmaSS(acc, descAt<ARows>(aTile, aR0, kk), descAt<NB * 8>(bTile, 0, kk));
+}
+
+/// acc (64 rows x N) += A B^T with A in registers (k-steps a[kk]) and B the
+/// N rows of the swizzled tile bTile.
+template <int KSteps, int NB>
+__device__ inline void gemmRS(float (&acc)[NB][4],
+                              const uint32_t (&a)[KSteps][4], uint32_t bTile) {
+#pragma unroll
+  for (int kk = 0; kk < KSteps; ++kk)
+    wgmmaRS(acc, a[kk], descAt<NB * 8>(bTile, 0, kk));
+}
+
+constexpr int kNT = 256; // two warpgroups
+constexpr int kRows = 128; // resident rows a block: 64 a warpgroup
+
+//===----------------------------------------------------------------------===//
+// Forward
+//===----------------------------------------------------------------------===//
+
+template <int D, int BC>
+__global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
+  constexpr int BR = kRows;
+  constexpr int kNB = BC / 8; // key n-blocks of a score tile
+  constexpr int kDB = D / 8;  // n-blocks of an output row
+  constexpr uint32_t kQBytes = BR * D * 2;
+  constexpr uint32_t kBytes = BC * D * 2; // a K tile, or a V^T tile
+  extern __shared__ unsigned char smem[];
+  const uint32_t sQ = (smemAddr(smem) + 1023u) & ~1023u;
+  const uint32_t sK = sQ + kQBytes;    // two buffers
+  const uint32_t sV = sK + 2 * kBytes; // V^T, two buffers
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t4 = lane & 3;
+  const BlockPos pos = blockPos(p, p.Hq);
+  const int qt = p.Tpad / BR - 1 - pos.slot; // heavy tiles first
+  const int h = pos.head, b = pos.batch, hk = h / p.group;
+  const int i0 = qt * BR;
+  const int64_t bh = int64_t(b) * p.Hq + h, bhk = int64_t(b) * p.Hkv + hk;
+  const bf16 *qg = p.q + (bh * p.Tpad + i0) * D;
+  const bf16 *kg = p.k + bhk * p.Spad * D;
+  const bf16 *vtg = p.vT + bhk * D * p.Spad;
+  const int diag = p.S - p.T; // row i sees keys j <= i + diag
+  const int lastRow = (i0 + BR < p.T ? i0 + BR : p.T) - 1;
+  const int nEnd = keyEnd(p, lastRow);
+  const int nTiles = nEnd > 0 ? (nEnd + BC - 1) / BC : 0;
+  const int jtBegin = keyTileBegin(p, i0, BC);
+  const int w0 = i0 + warp * 16; // this warp's rows
+  const int row0 = w0 + g;       // this thread's rows: row0, row0 + 8
+  const int wgRow0 = i0 + wg * 64;
+
+  float o[kDB][4];
+  zero(o);
+  const float m0 = p.sinks ? p.sinks[h] * kLog2e : -INFINITY;
+  const float l0 = m0 != -INFINITY && t4 == 0 ? 1.0f : 0.0f;
+  float mRow[2] = {m0, m0}, lRow[2] = {l0, l0};
+
+  if (jtBegin < nTiles) {
+    loadSw<BR, D, kNT>(sQ, qg, D);
+    loadSw<BC, D, kNT>(sK, kg + int64_t(jtBegin) * BC * D, D);
+    loadSw<D, BC, kNT>(sV, vtg + int64_t(jtBegin) * BC, p.Spad);
+    cpAsyncCommit();
+  }
+  for (int jt = jtBegin; jt < nTiles; ++jt) {
+    const int j0 = jt * BC;
+    const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
+    if (jt + 1 < nTiles) {
+      loadSw<BC, D, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D, D);
+      loadSw<D, BC, kNT>(sV + (kBytes - buf), vtg + (j0 + BC), p.Spad);
+    }
+    cpAsyncCommit();
+    cpAsyncWait<1>(); // this tile's group (and Q) have landed
+    proxyFence();
+    __syncthreads();
+    if (tileHidden(p, wgRow0, 64, j0, BC)) {
+      __syncthreads(); // the buffer is refilled two iterations on
+      continue;
+    }
+
+    float s[kNB][4];
+    zero(s);
+    regFence(s);
+    wgFence();
+    gemmSS<BR, D / 16>(s, sQ, wg * 64, sK + buf);
+    wgCommit();
+    wgWait0();
+    regFence(s);
+
+    // Scores in log2 units; masked ones -inf.
+    const bool masked = j0 + BC > p.S ||
+                        (p.causal && j0 + BC - 1 > w0 + diag) ||
+                        windowCuts(p, w0, 16, j0);
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * p.scaleLog2;
+        if (masked) {
+          int j = j0 + n * 8 + 2 * t4 + (e & 1);
+          int i = row0 + (e >> 1) * 8;
+          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
+            x = -INFINITY;
+        }
+        s[n][e] = x;
+      }
+
+      // Online softmax; s becomes P.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kNB; ++n)
+        mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mNew = fmaxf(mRow[r], mx);
+      // A row with nothing visible yet keeps P = 0 and a zero state.
+      const float mUse = mNew == -INFINITY ? 0.0f : mNew;
+      const float alpha = exp2f(mRow[r] - mUse);
+      mRow[r] = mNew;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kNB; ++n) {
+        float p0 = exp2f(s[n][2 * r] - mUse);
+        float p1 = exp2f(s[n][2 * r + 1] - mUse);
+        s[n][2 * r] = p0;
+        s[n][2 * r + 1] = p1;
+        sum += p0;
+        sum += p1;
+      }
+      lRow[r] = lRow[r] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < kDB; ++n) {
+        o[n][2 * r] *= alpha;
+        o[n][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V (P rounded to bf16; V^T is the K-major B).
+    uint32_t pa[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      accToA(s, kk, pa[kk]);
+    regFence(o);
+    regFence(pa);
+    wgFence();
+    gemmRS(o, pa, sV + buf);
+    wgCommit();
+    wgWait0();
+    regFence(o);
+    regFence(pa);
+    __syncthreads(); // the buffer is refilled two iterations on
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = lRow[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = row0 + 8 * r;
+    if (i >= p.T)
+      continue;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float *orow = p.out + (bh * p.T + i) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n)
+      *reinterpret_cast<float2 *>(orow + n * 8) =
+          make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    if (p.lse && t4 == 0)
+      p.lse[bh * p.T + i] = l > 0.0f ? mRow[r] * kLn2 + logf(l) : -INFINITY;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+/// dQ of one 128-row query tile of one head: S = Q K^T and dP = dO V^T per
+/// 64-key tile, dQ += dS K (k^T is the K-major B).
+template <int D>
+__global__ void __launch_bounds__(kNT, 1) flashDqSm90Kernel(FlashParams p) {
+  constexpr int BR = kRows, BC = 64;
+  constexpr int kNB = BC / 8;
+  constexpr int kDB = D / 8;
+  constexpr uint32_t kQBytes = BR * D * 2;
+  constexpr uint32_t kBytes = BC * D * 2;
+  extern __shared__ unsigned char smem[];
+  const uint32_t sQ = (smemAddr(smem) + 1023u) & ~1023u;
+  const uint32_t sO = sQ + kQBytes; // dO
+  // Per buffer: K, V, K^T.
+  const uint32_t sKV = sO + kQBytes;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t4 = lane & 3;
+  const BlockPos pos = blockPos(p, p.Hq);
+  const int qt = p.Tpad / BR - 1 - pos.slot; // heavy tiles first
+  const int h = pos.head, b = pos.batch, hk = h / p.group;
+  const int i0 = qt * BR;
+  const int64_t bh = int64_t(b) * p.Hq + h, bhk = int64_t(b) * p.Hkv + hk;
+  const bf16 *qg = p.q + (bh * p.Tpad + i0) * D;
+  const bf16 *og = p.dout + (bh * p.Tpad + i0) * D;
+  const bf16 *kg = p.k + bhk * p.Spad * D;
+  const bf16 *vg = p.v + bhk * p.Spad * D;
+  const bf16 *ktg = p.kT + bhk * D * p.Spad;
+  const int diag = p.S - p.T;
+  const int lastRow = (i0 + BR < p.T ? i0 + BR : p.T) - 1;
+  const int nEnd = keyEnd(p, lastRow);
+  const int nTiles = nEnd > 0 ? (nEnd + BC - 1) / BC : 0;
+  const int jtBegin = keyTileBegin(p, i0, BC);
+  const int w0 = i0 + warp * 16;
+  const int row0 = w0 + g;
+  const int wgRow0 = i0 + wg * 64;
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) { // rows < Tpad: always inside the arrays
+    lse2[r] = p.lse2[bh * p.Tpad + row0 + 8 * r];
+    dl[r] = p.delta[bh * p.Tpad + row0 + 8 * r];
+  }
+
+  auto loadKeys = [&](int jt, uint32_t dst) {
+    const int j0 = jt * BC;
+    loadSw<BC, D, kNT>(dst, kg + int64_t(j0) * D, D);
+    loadSw<BC, D, kNT>(dst + kBytes, vg + int64_t(j0) * D, D);
+    loadSw<D, BC, kNT>(dst + 2 * kBytes, ktg + j0, p.Spad);
+  };
+
+  float dq[kDB][4];
+  zero(dq);
+  if (jtBegin < nTiles) {
+    loadSw<BR, D, kNT>(sQ, qg, D);
+    loadSw<BR, D, kNT>(sO, og, D);
+    loadKeys(jtBegin, sKV);
+    cpAsyncCommit();
+  }
+  for (int jt = jtBegin; jt < nTiles; ++jt) {
+    const int j0 = jt * BC;
+    const uint32_t buf = ((jt - jtBegin) & 1) ? 3 * kBytes : 0u;
+    if (jt + 1 < nTiles)
+      loadKeys(jt + 1, sKV + (3 * kBytes - buf));
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    proxyFence();
+    __syncthreads();
+    if (tileHidden(p, wgRow0, 64, j0, BC)) {
+      __syncthreads();
+      continue;
+    }
+    const uint32_t sK = sKV + buf, sV = sK + kBytes, sKt = sK + 2 * kBytes;
+
+    float s[kNB][4], dp[kNB][4];
+    zero(s);
+    zero(dp);
+    regFence(s);
+    regFence(dp);
+    wgFence();
+    gemmSS<BR, D / 16>(s, sQ, wg * 64, sK);
+    gemmSS<BR, D / 16>(dp, sO, wg * 64, sV);
+    wgCommit();
+    wgWait0();
+    regFence(s);
+    regFence(dp);
+
+    // s becomes dS = P (dP - delta).
+    const bool masked = j0 + BC > p.S ||
+                        (p.causal && j0 + BC - 1 > w0 + diag) ||
+                        windowCuts(p, w0, 16, j0);
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float pv = exp2f(fmaf(s[n][e], p.scaleLog2, -lse2[r]));
+        if (masked) {
+          int j = j0 + n * 8 + 2 * t4 + (e & 1);
+          int i = row0 + 8 * r;
+          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
+            pv = 0.0f;
+        }
+        s[n][e] = pv * (dp[n][e] - dl[r]);
+      }
+
+    // dQ += dS K (dS rounded to bf16).
+    uint32_t da[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      accToA(s, kk, da[kk]);
+    regFence(dq);
+    regFence(da);
+    wgFence();
+    gemmRS(dq, da, sKt);
+    wgCommit();
+    wgWait0();
+    regFence(dq);
+    regFence(da);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = row0 + 8 * r;
+    if (i >= p.T)
+      continue;
+    float *row = p.dq + (bh * p.T + i) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n)
+      *reinterpret_cast<float2 *>(row + n * 8) =
+          make_float2(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
+  }
+}
+
+/// dK and dV of one 128-key tile of one kv head: for each query head of the
+/// group and each 64-row query tile that sees the keys (ascending), S^T = K
+/// Q^T and dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q (dO^T and q^T
+/// are the K-major Bs).
+template <int D>
+__global__ void __launch_bounds__(kNT, 1) flashDkvSm90Kernel(FlashParams p) {
+  constexpr int BR = kRows, BC = 64;
+  constexpr int kNQ = BC / 8;
+  constexpr int kDB = D / 8;
+  constexpr uint32_t kKBytes = BR * D * 2;
+  constexpr uint32_t kBytes = BC * D * 2;
+  constexpr uint32_t kVecBytes = BC * 4;
+  static_assert(2 * BC / 4 <= kNT, "one 16-byte vector chunk a thread");
+  extern __shared__ unsigned char smem[];
+  const uint32_t sK = (smemAddr(smem) + 1023u) & ~1023u;
+  const uint32_t sV = sK + kKBytes;
+  // Per buffer: Q, dO, Q^T, dO^T.
+  const uint32_t sQO = sV + kKBytes;
+  const uint32_t sVec = sQO + 8 * kBytes;
+  // Per buffer: lse2[BC] then delta[BC].
+  const float *vecs = reinterpret_cast<const float *>(
+      smem + (sVec - smemAddr(smem)));
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  const int g = lane >> 2, t4 = lane & 3;
+  const BlockPos pos = blockPos(p, p.Hkv);
+  const int j0 = pos.slot * BR; // heavy (early) key tiles first
+  const int hk = pos.head, b = pos.batch;
+  const int64_t bhk = int64_t(b) * p.Hkv + hk;
+  const int diag = p.S - p.T;
+  // The first query that sees key j0, and its tile.
+  int first = p.causal ? j0 - diag : 0;
+  first = first < 0 ? 0 : first;
+  const int qtStart = first / BC;
+  // With a window, the last query that sees the tile's last key, and its
+  // tile: later query tiles are skipped.
+  int qtEnd = p.Tpad / BC;
+  if (p.window > 0) {
+    const int last = j0 + BR - 1 - diag + p.window - 1;
+    qtEnd = last < 0 ? 0 : (last / BC + 1 < qtEnd ? last / BC + 1 : qtEnd);
+  }
+  const int nq = qtEnd - qtStart;
+  const int nWork = nq > 0 ? p.group * nq : 0;
+  const int wk0 = j0 + warp * 16; // this warp's keys
+  const int key0 = wk0 + g;       // this thread's keys: key0, key0 + 8
+  const int wgKey0 = j0 + wg * 64;
+
+  // Enqueues the Q, dO, Q^T, dO^T, lse2, delta tiles of work item w into
+  // buffer `buf`.
+  auto loadWork = [&](int w, int buf) {
+    const int hq = hk * p.group + w / nq;
+    const int i0 = (qtStart + w % nq) * BC;
+    const int64_t mat = int64_t(b) * p.Hq + hq;
+    const int64_t rowBase = mat * p.Tpad + i0;
+    const uint32_t dst = sQO + uint32_t(buf) * 4 * kBytes;
+    loadSw<BC, D, kNT>(dst, p.q + rowBase * D, D);
+    loadSw<BC, D, kNT>(dst + kBytes, p.dout + rowBase * D, D);
+    loadSw<D, BC, kNT>(dst + 2 * kBytes, p.qT + mat * D * p.Tpad + i0, p.Tpad);
+    loadSw<D, BC, kNT>(dst + 3 * kBytes, p.doutT + mat * D * p.Tpad + i0,
+                       p.Tpad);
+    const int c = threadIdx.x;
+    if (c < 2 * BC / 4) { // 16-byte chunks of lse2, then of delta
+      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
+                                    : p.delta + rowBase + (c - BC / 4) * 4;
+      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
+    }
+  };
+
+  float dk[kDB][4], dv[kDB][4];
+  zero(dk);
+  zero(dv);
+  if (nWork > 0) {
+    loadSw<BR, D, kNT>(sK, p.k + (bhk * p.Spad + j0) * D, D);
+    loadSw<BR, D, kNT>(sV, p.v + (bhk * p.Spad + j0) * D, D);
+    loadWork(0, 0);
+    cpAsyncCommit();
+  }
+  for (int w = 0; w < nWork; ++w) {
+    const int buf = w & 1;
+    if (w + 1 < nWork)
+      loadWork(w + 1, buf ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    proxyFence();
+    __syncthreads();
+
+    const int i0 = (qtStart + w % nq) * BC;
+    if (tileHidden(p, i0, BC, wgKey0, 64)) {
+      __syncthreads();
+      continue;
+    }
+    const uint32_t qTile = sQO + uint32_t(buf) * 4 * kBytes;
+    const uint32_t oTile = qTile + kBytes, qtTile = qTile + 2 * kBytes,
+                   otTile = qTile + 3 * kBytes;
+    const float *lse2 = vecs + buf * 2 * BC;
+    const float *dl = lse2 + BC;
+    const bool masked =
+        (p.causal && wk0 + 15 > i0 + diag) || windowCuts(p, i0, BC, wk0);
+
+    // S^T and dP^T for this warpgroup's 64 keys x BC queries.
+    float st[kNQ][4], dpt[kNQ][4];
+    zero(st);
+    zero(dpt);
+    regFence(st);
+    regFence(dpt);
+    wgFence();
+    gemmSS<BR, D / 16>(st, sK, wg * 64, qTile);
+    gemmSS<BR, D / 16>(dpt, sV, wg * 64, oTile);
+    wgCommit();
+    wgWait0();
+    regFence(st);
+    regFence(dpt);
+    // st becomes P^T, dpt becomes dS^T.
+#pragma unroll
+    for (int n = 0; n < kNQ; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = n * 8 + 2 * t4 + (e & 1); // in the tile
+        float pv = exp2f(fmaf(st[n][e], p.scaleLog2, -lse2[qi]));
+        const int key = key0 + 8 * (e >> 1);
+        if (masked && (key > i0 + qi + diag || beforeWindow(p, i0 + qi, key)))
+          pv = 0.0f;
+        st[n][e] = pv;
+        dpt[n][e] = pv * (dpt[n][e] - dl[qi]);
+      }
+    // dV += P^T dO, dK += dS^T Q (bf16 operands).
+    uint32_t pa[BC / 16][4], da[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      accToA(st, kk, pa[kk]);
+      accToA(dpt, kk, da[kk]);
+    }
+    regFence(dv);
+    regFence(dk);
+    regFence(pa);
+    regFence(da);
+    wgFence();
+    gemmRS(dv, pa, otTile);
+    gemmRS(dk, da, qtTile);
+    wgCommit();
+    wgWait0();
+    regFence(dv);
+    regFence(dk);
+    regFence(pa);
+    regFence(da);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key0 + 8 * r;
+    if (j >= p.S)
+      continue;
+    const int64_t rowOff = (bhk * p.S + j) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n) {
+      if (p.dk)
+        *reinterpret_cast<float2 *>(p.dk + rowOff + n * 8) =
+            make_float2(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+      if (p.dv)
+        *reinterpret_cast<float2 *>(p.dv + rowOff + n * 8) =
+            make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
+}
+
+template <int D> void forwardSm90(const FlashParams &p, const char *name) {
+  constexpr int BC = 128;
+  const size_t smem = 1024 + size_t(kRows) * D * 2 + 4 * size_t(BC) * D * 2;
+  launchFlash(flashFwdSm90Kernel<D, BC>, p.Tpad / kRows, p.B * p.Hq, kNT, smem,
+              p, name);
+}
+
+template <int D>
+void backwardSm90(const FlashParams &p, bool wantDq, bool wantDkv,
+                  const char *name) {
+  constexpr int BC = 64;
+  if (wantDq) {
+    const size_t smem = 1024 + 2 * size_t(kRows) * D * 2 + 6 * size_t(BC) * D * 2;
+    launchFlash(flashDqSm90Kernel<D>, p.Tpad / kRows, p.B * p.Hq, kNT, smem,
+                p, name);
+  }
+  if (wantDkv) {
+    const size_t smem = 1024 + 2 * size_t(kRows) * D * 2 +
+                        8 * size_t(BC) * D * 2 + 2 * 2 * BC * sizeof(float);
+    launchFlash(flashDkvSm90Kernel<D>, p.Spad / kRows, p.B * p.Hkv, kNT, smem,
+                p, name);
+  }
+}
+
+} // namespace
+
+bool flashSm90Usable() {
+  const char *env = std::getenv("RONDO_FLASH_SM90");
+  if (env && env[0] == '0')
+    return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) !=
+          cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+void flashForwardSm90(const FlashParams &p, int D, const char *name) {
+  if (D == 64)
+    forwardSm90<64>(p, name);
+  else
+    forwardSm90<128>(p, name);
+}
+
+void flashBackwardSm90(const FlashParams &p, int D, bool wantDq, bool wantDkv,
+                       const char *name) {
+  if (D == 64)
+    backwardSm90<64>(p, wantDq, wantDkv, name);
+  else
+    backwardSm90<128>(p, wantDq, wantDkv, name);
+}
+
+} // namespace rondo::cuda::detail::flash
