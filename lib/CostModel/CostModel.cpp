@@ -92,6 +92,18 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   auto measured = spec.opTimings.find(opTimingKey(op));
   if (measured != spec.opTimings.end())
     return measured->second / m * share;
+  if (spec.measureOps && !isa<tg::ConstantOp, tg::RotaryTableOp,
+                              tg::CausalMaskOp, tg::ReshapeOp>(op)) {
+    // A worker's kernels run on its share of the cores (ThreadPools.cpp).
+    int threads =
+        spec.cores > 0
+            ? std::max(1, int(spec.cores) / int(std::max<int64_t>(
+                                               1, options.workers)))
+            : 1;
+    if (std::optional<double> s =
+            measuredHostOpSeconds(op, options.microbatches, threads))
+      return *s * share;
+  }
   auto cost = dyn_cast<tg::CostOpInterface>(op);
   if (!cost)
     return 0;

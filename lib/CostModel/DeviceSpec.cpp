@@ -236,7 +236,8 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
   for (auto &[key, _] : *root) {
     llvm::StringRef k = key;
     bool known = k == "name" || k == "base" || k == "op_timings" ||
-                 k == "shared_compute" || k == "is_gpu";
+                 k == "shared_compute" || k == "is_gpu" ||
+                 k == "measure_ops";
     for (Field &f : fields)
       known |= k == f.key;
     if (!known)
@@ -255,6 +256,8 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
     spec.sharedCompute = *b;
   if (auto b = root->getBoolean("is_gpu"))
     spec.isGpu = *b;
+  if (auto b = root->getBoolean("measure_ops"))
+    spec.measureOps = *b;
   if (const llvm::json::Array *timings = root->getArray("op_timings")) {
     for (auto [i, entry] : llvm::enumerate(*timings)) {
       const llvm::json::Object *o = entry.getAsObject();

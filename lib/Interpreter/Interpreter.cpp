@@ -34,11 +34,19 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <unordered_map>
 #include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 using namespace mlir;
 using namespace rondo;
@@ -246,8 +254,11 @@ template <class Enum> Enum enumerator(Attribute a, ArrayRef<StringRef> names) {
 
 class Interpreter {
 public:
-  explicit Interpreter(func::FuncOp func) : func(func) {}
+  explicit Interpreter(func::FuncOp func, bool timeKernels = false)
+      : func(func), timeKernels(timeKernels) {}
   FailureOr<std::vector<HostBuffer>> run(ArrayRef<HostBuffer> args);
+  /// With timeKernels: the seconds the last run spent inside kernels.
+  double kernelSeconds = 0;
 
 private:
   LogicalResult execute(Operation *op);
@@ -266,6 +277,7 @@ private:
     size_t operator()(Value v) const { return hash_value(v); }
   };
   func::FuncOp func;
+  bool timeKernels;
   /// Node-based, so that references to operands stay valid while results
   /// are inserted.
   std::unordered_map<Value, Tensor, ValueHash> env;
@@ -523,7 +535,15 @@ LogicalResult Interpreter::call(kern::CallOp op) {
       break;
     }
   }
-  lookupInvoker(kernel)(args);
+  if (timeKernels) {
+    auto start = std::chrono::steady_clock::now();
+    lookupInvoker(kernel)(args);
+    kernelSeconds += std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - start)
+                         .count();
+  } else {
+    lookupInvoker(kernel)(args);
+  }
   if (!flag)
     return success();
   auto ignore = op.getArgsAttr().getAs<IntegerAttr>("ignoreIndex");
@@ -548,4 +568,41 @@ rondo::runFunction(func::FuncOp func, ArrayRef<HostBuffer> args) {
     return failure();
   Interpreter interpreter(*lowered);
   return interpreter.run(args);
+}
+
+FailureOr<double> rondo::timeKernels(func::FuncOp func,
+                                     ArrayRef<HostBuffer> args, int threads,
+                                     double budgetSeconds) {
+  OwningOpRef<func::FuncOp> lowered = func.clone();
+  if (failed(kern::convertToKernelCalls(*lowered)))
+    return failure();
+#ifdef _OPENMP
+  const int ompBefore = omp_get_max_threads();
+  omp_set_num_threads(std::max(1, threads));
+#endif
+  // As in a trainer: every GEMM runs on the calling (worker's) thread.
+  const int blasBefore = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  double best = std::numeric_limits<double>::infinity(), total = 0;
+  bool ok = true;
+  // One untimed run warms caches and pages, as every step after a
+  // trainer's first finds them.
+  for (int rep = -1; rep < 3 || (total < budgetSeconds && rep < 200); ++rep) {
+    Interpreter interpreter(*lowered, /*timeKernels=*/true);
+    if (failed(interpreter.run(args))) {
+      ok = false;
+      break;
+    }
+    if (rep < 0)
+      continue;
+    best = std::min(best, interpreter.kernelSeconds);
+    total += interpreter.kernelSeconds;
+  }
+  openblas_set_num_threads(blasBefore);
+#ifdef _OPENMP
+  omp_set_num_threads(ompBefore);
+#endif
+  if (!ok)
+    return failure();
+  return best;
 }

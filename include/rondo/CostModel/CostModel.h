@@ -68,6 +68,10 @@ struct DeviceSpec {
   /// costs N times as much with N workers.
   double cores = 0;
   bool isGpu = true;
+  /// This machine's CPU (a spec rondo-calibrate-host wrote): an op's time
+  /// is its kernels' measured time at the microbatch's shape
+  /// (measuredHostOpSeconds), not a roofline.
+  bool measureOps = false;
   /// Measured op times: key "opname operand-types" (as `--explain=DIR`
   /// writes them in op-timings.json), value seconds for the op at the
   /// step's full batch; the cost model scales it to a microbatch.
@@ -111,6 +115,13 @@ struct CostOptions {
 /// Device bytes of a tensor at the plan's precision (floats shrink to two
 /// bytes in bf16; integers keep their width).
 double deviceBytes(mlir::Type type, bool bf16);
+
+/// The seconds one microbatch's share of `op` takes in this process's CPU
+/// kernels with `threads` OpenMP threads (one BLAS thread), measured once
+/// per distinct op, microbatch count and thread count; nullopt for an op
+/// that cannot be run alone (the roofline prices it then).
+std::optional<double> measuredHostOpSeconds(mlir::Operation *op,
+                                            int64_t microbatches, int threads);
 
 /// Predicted seconds of one microbatch's share of `op`.
 double opSeconds(mlir::Operation *op, const DeviceSpec &spec,

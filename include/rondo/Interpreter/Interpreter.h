@@ -74,6 +74,15 @@ std::string resultName(mlir::func::FuncOp func, unsigned index);
 mlir::FailureOr<std::vector<HostBuffer>>
 runFunction(mlir::func::FuncOp func, llvm::ArrayRef<HostBuffer> args);
 
+/// Runs `func` on `args` repeatedly (lowered once; at least three timed runs
+/// after an untimed one, more while their total is under `budgetSeconds`)
+/// with `threads` OpenMP threads and one BLAS thread, as a trainer's worker
+/// runs its kernels, and returns the least time one run spent inside kernel
+/// calls: what the cost model's host op timings are measured with.
+mlir::FailureOr<double> timeKernels(mlir::func::FuncOp func,
+                                    llvm::ArrayRef<HostBuffer> args,
+                                    int threads, double budgetSeconds);
+
 } // namespace rondo
 
 #endif // RONDO_INTERPRETER_INTERPRETER_H

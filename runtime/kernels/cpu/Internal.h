@@ -34,6 +34,14 @@ namespace rondo::cpu::detail {
 
 using kernels::contiguousStrides;
 
+/// The work (iterations times cost per iteration, roughly element
+/// operations) from which a kernel forks a thread team. In a trainer a
+/// team's second thread usually sleeps between kernels (its worker's other
+/// streams share the cores), so a fork is a futex wake-up and a join: on a
+/// 2-core machine, 2^15 made a small model's kernels fork ~2,000 times a
+/// step and run 1.3x slower than on one thread.
+inline constexpr int64_t kParallelWork = int64_t(1) << 18;
+
 /// Calls fn(begin, end) for consecutive blocks [begin, end) of [0, n) of
 /// `block` iterations each (the last may be shorter), in parallel when the
 /// total work (n * costPerIter) is large enough to pay for a thread team.
@@ -44,13 +52,22 @@ void parallelBlocks(int64_t n, int64_t block, int64_t costPerIter, Fn &&fn) {
   if (block < 1)
     block = 1;
   int64_t numBlocks = (n + block - 1) / block;
-  bool parallel = numBlocks > 1 && n * costPerIter >= (int64_t(1) << 15);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t b = 0; b < numBlocks; ++b) {
+  // The same blocks either way, so the bits do not depend on the team.
+  auto runBlock = [&](int64_t b) {
     int64_t begin = b * block;
     int64_t end = begin + block < n ? begin + block : n;
     fn(begin, end);
+  };
+  if (numBlocks == 1 || n * costPerIter < kParallelWork) {
+    // Not even a team of one: libgomp's `if (false)` region still took
+    // futex calls to park the team's idle threads.
+    for (int64_t b = 0; b < numBlocks; ++b)
+      runBlock(b);
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < numBlocks; ++b)
+    runBlock(b);
 }
 
 /// Calls fn(i) for every i in [0, n), in parallel when n * costPerIter is
@@ -59,8 +76,12 @@ template <typename Fn>
 void parallelFor(int64_t n, int64_t costPerIter, Fn &&fn) {
   if (n <= 0)
     return;
-  bool parallel = n > 1 && n * costPerIter >= (int64_t(1) << 15);
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  if (n == 1 || n * costPerIter < kParallelWork) {
+    for (int64_t i = 0; i < n; ++i)
+      fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i)
     fn(i);
 }

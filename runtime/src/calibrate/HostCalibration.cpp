@@ -221,6 +221,7 @@ std::string hostSpecJson(const HostCalibration &c) {
       "{\n"
       "  \"name\": \"host-calibrated\",\n"
       "  \"base\": \"cpu\",\n"
+      "  \"measure_ops\": true,\n"
       "  \"cores\": %d,\n"
       "  \"peak_flops_fp32\": %.6e,\n"
       "  \"peak_flops_bf16\": %.6e,\n"

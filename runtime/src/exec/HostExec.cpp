@@ -141,7 +141,7 @@ HostExec::~HostExec() {
     std::lock_guard<std::mutex> lock(mu);
     stopping = true;
   }
-  cv.notify_all();
+  wakeEveryone();
   for (auto &s : streams)
     if (s->thread.joinable())
       s->thread.join();
@@ -478,6 +478,7 @@ void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
 }
 
 void HostExec::enqueue(Stream &stream, Op op) {
+  bool startable;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (failed)
@@ -485,8 +486,25 @@ void HostExec::enqueue(Stream &stream, Op op) {
     (stream.worker >= 0         ? pendingWorker
      : stream.role == kDataRole ? pendingData
                                 : pendingHost)++;
+    // Most ops wait for an earlier one; the completion that makes them
+    // ready wakes their stream, so waking it now would only cost a
+    // futex call and a context switch.
+    startable = !stream.busy && stream.queue.empty() && ready(op);
     stream.queue.push_back(std::move(op));
   }
+  if (startable)
+    stream.wake.notify_one();
+}
+
+void HostExec::wakeReadyStreams() {
+  for (auto &s : streams)
+    if (!s->busy && !s->queue.empty() && (failed || ready(s->queue.front())))
+      s->wake.notify_one();
+}
+
+void HostExec::wakeEveryone() {
+  for (auto &s : streams)
+    s->wake.notify_all();
   cv.notify_all();
 }
 
@@ -515,7 +533,7 @@ void HostExec::run(Stream &s) {
                                            : pendingHost;
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    cv.wait(lock, [&] {
+    s.wake.wait(lock, [&] {
       return stopping ||
              (!s.queue.empty() && (failed || ready(s.queue.front())));
     });
@@ -583,6 +601,10 @@ void HostExec::run(Stream &s) {
         s.trace.push_back(r);
       }
     }
+    if (failed)
+      wakeEveryone();
+    else
+      wakeReadyStreams();
     cv.notify_all();
   }
 }
@@ -702,7 +724,7 @@ void HostExec::waitFor(std::unique_lock<std::mutex> &lock,
                     (oldest ? " has not finished" : " has not started");
           failed = true;
           watchdogFired = oldest != nullptr;
-          cv.notify_all();
+          wakeEveryone();
           return;
         }
       }
@@ -730,7 +752,7 @@ void HostExec::waitFor(std::unique_lock<std::mutex> &lock,
     message += ", which no issued op completes";
     failed = true;
     failure = message;
-    cv.notify_all();
+    wakeEveryone();
     return;
   }
 }
@@ -794,7 +816,7 @@ void HostExec::fail(const std::string &message) {
       failure = message;
     }
   }
-  cv.notify_all();
+  wakeEveryone();
 }
 
 char *HostExec::hostBuffer(int32_t buffer) const {

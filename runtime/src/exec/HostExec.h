@@ -264,6 +264,11 @@ private:
     std::chrono::steady_clock::time_point startedAt;
     std::vector<TraceRecord> trace;
     std::thread thread;
+    /// Signalled when this stream's front op may have become ready (or on
+    /// stop/failure): a completion wakes only the streams it can unblock,
+    /// not every thread of every worker, which on a machine with fewer
+    /// cores than threads cost more than the ops themselves.
+    std::condition_variable wake;
   };
 
   /// Where an issued op comes from, for errors; text only on failure, so
@@ -293,6 +298,11 @@ private:
   void checkJob(const Site &what, int32_t job, bool hostAllowed) const;
   Stream &streamOf(int32_t worker, int32_t role);
   void enqueue(Stream &stream, Op op);
+  /// With `mu` held: wakes every idle stream whose front op is ready.
+  void wakeReadyStreams();
+  /// With or without `mu`: wakes every stream and the issuing thread (stop,
+  /// failure).
+  void wakeEveryone();
   void addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
                  const Site &what);
   /// Enqueues the held-back stale update, if any, waiting also for
@@ -359,6 +369,8 @@ private:
   std::unique_ptr<char, FreeDeleter> gradStash;
 
   mutable std::mutex mu;
+  /// The issuing thread's waits (barrier, drains); streams wait on their
+  /// own `wake`.
   std::condition_variable cv;
   std::vector<int64_t> generation; ///< Program events, then internal ones.
   std::vector<std::unique_ptr<Stream>> streams;

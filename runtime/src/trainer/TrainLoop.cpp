@@ -13,6 +13,7 @@
 #include "FileUtil.h"
 #include "HfExport.h"
 #include "Lora.h"
+#include "HostMemory.h"
 #include "ThreadPools.h"
 #include "exec/Trace.h"
 
@@ -184,6 +185,7 @@ int64_t Trainer::setUp() {
   // BLAS's pool is process-wide: left at every core, each worker's GEMM
   // fans out to all of them (ThreadPools.h).
   runGemmsOnCallingThread();
+  keepFreedHostMemory();
   // Each phase of the set-up says its time once it ends: a large model's
   // weights take tens of seconds, which must not look like a hang.
   auto phaseStart = Clock::now();
