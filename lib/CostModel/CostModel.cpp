@@ -84,11 +84,18 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
                               const CostOptions &options) {
   double m = static_cast<double>(options.microbatches);
   double share = 1;
-  if (spec.sharedCompute)
+  if (spec.sharedCompute && spec.measureOps) {
+    if (spec.cores > 1) {
+      double concurrent = std::min<double>(options.workers, spec.cores);
+      share = 1 + (spec.concurrentSlowdown - 1) * (concurrent - 1) /
+                      (spec.cores - 1);
+    }
+  } else if (spec.sharedCompute) {
     share =
         spec.cores > 0
             ? std::max(1.0, static_cast<double>(options.workers) / spec.cores)
             : static_cast<double>(options.workers);
+  }
   auto measured = spec.opTimings.find(opTimingKey(op));
   if (measured != spec.opTimings.end())
     return measured->second / m * share;

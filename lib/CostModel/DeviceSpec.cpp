@@ -232,6 +232,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"optimizer_params_per_second", &spec.optimizerParamsPerSecond},
       {"kernel_launch_seconds", &spec.kernelLaunchSeconds},
       {"cores", &spec.cores},
+      {"concurrent_slowdown", &spec.concurrentSlowdown},
   };
   for (auto &[key, _] : *root) {
     llvm::StringRef k = key;

@@ -183,7 +183,11 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                       "microbatches of {3} rows\n\n",
                       plan.getBatch(), tokens, m, plan.getRowsPerMicrobatch());
 
-  os << "Layers (costs of one microbatch):\n";
+  os << "Layers (costs of one microbatch";
+  if (problem.sharedCores > 0)
+    os << "; each op's time is its CPU kernels' measured on this machine at "
+          "the microbatch's shape";
+  os << "):\n";
   os << llvm::formatv("{0,4} {1,-7} {2,10} {3,10} {4,9} {5,9} {6,10} "
                       "{7,9} {8,9} {9,12}\n",
                       "#", "kind", "fwd GFLOP", "bwd GFLOP", "fwd ms", "bwd ms",
@@ -338,6 +342,11 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                                           problem.peerBytesPerSecond / 1e9)
                                 .str()
                           : std::string(", hand-offs staged through the host"));
+  if (problem.sharedCores > 0)
+    os << llvm::formatv("  (the workers and the host optimizer share {0} "
+                        "cores: a step takes at least their work spread over "
+                        "them)\n",
+                        problem.sharedCores);
   if (auto replicas = plan.getReplicas()) {
     // The same plan with 1, 2, 4, ... replicas: each one adds its tokens,
     // and its share of the gradient traffic lengthens every optimizer task.

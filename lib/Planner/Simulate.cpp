@@ -28,6 +28,8 @@
 //                           stale: sync's task, which also waits until the
 //                           parameter uploads of step s+1 have read the
 //                           weights.
+// On shared cores (PlanProblem::sharedCores) the step is at least the
+// CPU work over the cores.
 // Jobs are replayed in issue order, which is a topological order of these
 // dependencies (a stale task is replayed after the next step's jobs), so
 // one pass computes the whole timeline.
@@ -241,6 +243,15 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
                  : (stepEnd[steps - 1] - stepEnd[steps - 1 - window]) / window;
   for (const StageCost &c : costs)
     result.computeSecondsPerStep += numMicrobatches * c.computeSeconds;
+  if (problem.sharedCores > 0) {
+    double optimizerPerStep = 0;
+    for (double o : optimizerSeconds)
+      optimizerPerStep += o;
+    result.stepSeconds =
+        std::max(result.stepSeconds,
+                 result.computeSecondsPerStep / problem.sharedCores +
+                     optimizerPerStep);
+  }
   result.bubbleFraction =
       result.stepSeconds > 0
           ? std::max(0.0, 1.0 - result.computeSecondsPerStep /

@@ -291,6 +291,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
   problem.peerBytesPerSecond = getPeerBandwidth().convertToDouble();
   problem.optimizerParamsPerSecond =
       getOptimizerParamsPerSecond().convertToDouble();
+  if (std::optional<uint64_t> cores = getSharedCores())
+    problem.sharedCores = static_cast<int>(*cores);
   if (auto r = getReplicas()) {
     problem.replicas = static_cast<int>(*r);
     if (auto bw = getReplicaLinkBandwidth())

@@ -141,6 +141,10 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     maps each residency the planner weighed (`streamed`, `device`, `mixed`)
     to the step it predicted for it, for `--explain`.
 
+    `shared_cores` (calibrated host specs): the cores the host workers and
+    the host optimizer share; the predicted step is at least their CPU work
+    spread over them.
+
     Example:
     ```mlir
     pipe.plan @plan_w2 for @main workers 2 microbatches 4 {
@@ -191,7 +195,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<DictArrayAttr>:$shared_params,
                        OptionalAttr<DenseI64ArrayAttr>:$resident_layers,
                        OptionalAttr<StrArrayAttr>:$resident_params,
-                       OptionalAttr<DictionaryAttr>:$residency_alternatives);
+                       OptionalAttr<DictionaryAttr>:$residency_alternatives,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$shared_cores);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -459,6 +459,10 @@ struct PipePartitionPass
                  spec.hostLinkAggregateBandwidth / static_cast<double>(n));
     p.peerBytesPerSecond = n > 1 ? spec.peerBandwidth : 0;
     p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
+    // A calibrated host's op times hold its concurrency (measured ops,
+    // concurrentSlowdown); the cores bound the step (PlanProblem).
+    if (spec.sharedCompute && spec.measureOps && spec.cores > 0)
+      p.sharedCores = static_cast<int>(spec.cores);
     // Resident AdamW: on a GPU one fused pass reading the weight, gradient
     // and both moments and writing three (28 bytes a parameter); a host
     // worker's memory is host memory, updated by the host optimizer's code.
@@ -852,7 +856,10 @@ struct PipePartitionPass
         /*max_seq_len=*/nullptr, /*mapped_weight_bytes=*/nullptr,
         /*stale_step_seconds=*/f64(c.stale.stepSeconds),
         /*shared_params=*/nullptr, /*resident_layers=*/nullptr,
-        /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr);
+        /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr,
+        /*shared_cores=*/nullptr);
+    if (p.sharedCores > 0)
+      plan.setSharedCoresAttr(i64(p.sharedCores));
     if (llvm::is_contained(p.resident, 1)) {
       SmallVector<int64_t> layers;
       for (size_t l = 0; l < p.resident.size(); ++l)

@@ -72,6 +72,13 @@ struct DeviceSpec {
   /// is its kernels' measured time at the microbatch's shape
   /// (measuredHostOpSeconds), not a roofline.
   bool measureOps = false;
+  /// With measureOps: how much slower a kernel runs while every core runs
+  /// one (shared caches, memory bandwidth, sibling hyperthreads), measured
+  /// by rondo-calibrate-host. With W workers on C cores, min(W, C) kernels
+  /// run at once and each op is slowed by the share of this that many
+  /// cause; more workers than cores take turns (PlanProblem::sharedCores),
+  /// not a slower op.
+  double concurrentSlowdown = 1;
   /// Measured op times: key "opname operand-types" (as `--explain=DIR`
   /// writes them in op-timings.json), value seconds for the op at the
   /// step's full batch; the cost model scales it to a microbatch.

@@ -126,6 +126,13 @@ struct PlanProblem {
   /// best plan with finer stages (the compiler sweeps it and lets the
   /// simulator choose).
   int minJobs = 0;
+  /// Host workers on a calibrated host: the cores every worker's kernels
+  /// and the host optimizer share. A step then takes at least its CPU
+  /// work spread over them (the workers' compute divided by the cores,
+  /// plus the optimizer, which runs on all of them), however the pipeline
+  /// packs: with more workers than cores, jobs that the replay overlaps
+  /// take turns. 0: workers have their own compute (GPUs).
+  int sharedCores = 0;
 };
 
 enum class StageKind { Forward, Tail, Backward };

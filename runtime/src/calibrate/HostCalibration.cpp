@@ -194,6 +194,62 @@ HostCalibration calibrateHost(void (*progress)(const char *)) {
     say(progress, "copies: %.1f GB/s", c.memcpyBandwidth / 1e9);
   }
 
+  // A worker's kernel mix alone, then on every core at once (each thread
+  // its own buffers, as each worker has its own arena).
+  if (c.cores > 1) {
+    const int64_t rows = 64, width = 256, n = int64_t(1) << 18;
+    struct Buffers {
+      std::vector<float> a, b, out, x, y, z;
+    };
+    auto makeBuffers = [&] {
+      return Buffers{filled(rows * width, 11), filled(width * width, 12),
+                     std::vector<float>(rows * width), filled(n, 13),
+                     filled(n, 14), std::vector<float>(n)};
+    };
+    auto mix = [&](Buffers &u) {
+      for (int rep = 0; rep < 20; ++rep) {
+        cpu::matmul(cpu::CFView{u.a.data(), cpu::Shape{rows, width}},
+                    cpu::CFView{u.b.data(), cpu::Shape{width, width}},
+                    cpu::FView{u.out.data(), cpu::Shape{rows, width}}, false,
+                    false, false);
+        cpu::binary(cpu::BinaryKind::Add, cpu::CFView{u.x.data(), cpu::Shape{n}},
+                    cpu::CFView{u.y.data(), cpu::Shape{n}},
+                    cpu::FView{u.z.data(), cpu::Shape{n}});
+      }
+    };
+    Buffers solo = makeBuffers();
+    double alone = bestSeconds([&] { mix(solo); });
+    std::vector<Buffers> each;
+    for (int t = 0; t < c.cores; ++t)
+      each.push_back(makeBuffers());
+    mix(each[0]); // warm
+    double together = 1e30;
+    for (int trial = 0; trial < 5; ++trial) {
+      std::vector<std::thread> threads;
+      std::vector<double> seconds(size_t(c.cores));
+      for (int t = 0; t < c.cores; ++t)
+        threads.emplace_back([&, t] {
+          auto start = Clock::now();
+          mix(each[size_t(t)]);
+          seconds[size_t(t)] =
+              std::chrono::duration<double>(Clock::now() - start).count();
+        });
+      for (std::thread &t : threads)
+        t.join();
+      // The threads' mean: a straggler the scheduler started late is not
+      // the kernels' slowdown.
+      double sum = 0;
+      for (double s : seconds)
+        sum += s;
+      together = std::min(together, sum / double(c.cores));
+    }
+    c.concurrentSlowdown = std::max(1.0, together / alone);
+    c.samples.push_back({"mix-alone", 1, 0, alone});
+    c.samples.push_back({"mix-every-core", double(c.cores), 0, together});
+    say(progress, "kernels on every core at once: %.2fx as long as alone",
+        c.concurrentSlowdown);
+  }
+
   // AdamW as the trainer's host optimizer runs it: every core.
 #ifdef _OPENMP
   omp_set_num_threads(ompThreads);
@@ -237,13 +293,14 @@ std::string hostSpecJson(const HostCalibration &c) {
       "  \"host_link_bandwidth\": %.6e,\n"
       "  \"host_link_aggregate_bandwidth\": %.6e,\n"
       "  \"peer_bandwidth\": %.6e,\n"
-      "  \"optimizer_params_per_second\": %.6e\n"
+      "  \"optimizer_params_per_second\": %.6e,\n"
+      "  \"concurrent_slowdown\": %.6g\n"
       "}\n",
       c.cores, c.gemmPeakFlops, c.gemmPeakFlops, c.gemmRowsForHalf,
       c.gemmCurveExponent, c.attentionEfficiency, c.memoryBandwidth,
       c.callSeconds, c.physicalMemoryBytes, c.physicalMemoryBytes,
       c.memcpyBandwidth, c.memcpyBandwidth, c.memcpyBandwidth,
-      c.adamwParamsPerSecond);
+      c.adamwParamsPerSecond, c.concurrentSlowdown);
   return text;
 }
 

@@ -43,6 +43,10 @@ struct HostCalibration {
   double memcpyBandwidth = 0;
   /// AdamW over all cores, as the trainer's host optimizer runs it.
   double adamwParamsPerSecond = 0;
+  /// How much slower a worker's kernels (a GEMM and an elementwise pass)
+  /// run while every core runs them: shared caches, memory bandwidth and
+  /// sibling hyperthreads (at least 1).
+  double concurrentSlowdown = 1;
   std::vector<CalibrationSample> samples;
 };
 

@@ -162,6 +162,24 @@ TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
   EXPECT_DOUBLE_EQ(shifted.stepSeconds, 12);
 }
 
+TEST(SimulateTest, SharedCoresBoundTheStep) {
+  // The balanced plan keeps two workers busy: 24 s of compute in a 12 s
+  // step. On one shared core the workers take turns: 24 s. On two, the
+  // replay's 12 s already spreads the work. Four workers' worth of jobs on
+  // two cores is the 4-worker case of a 2-core host.
+  PlanProblem p = balancedProblem();
+  Plan plan = balancedPlan();
+  SimResult own = simulate(p, plan, {4, 0, OptimizerMode::Stale});
+  p.sharedCores = 2;
+  SimResult two = simulate(p, plan, {4, 0, OptimizerMode::Stale});
+  EXPECT_DOUBLE_EQ(two.stepSeconds, own.stepSeconds);
+  p.sharedCores = 1;
+  SimResult one = simulate(p, plan, {4, 0, OptimizerMode::Stale});
+  EXPECT_DOUBLE_EQ(one.stepSeconds, 24);
+  EXPECT_DOUBLE_EQ(one.computeSecondsPerStep, 24);
+  EXPECT_NEAR(one.bubbleFraction, 0.5, 1e-12);
+}
+
 TEST(SimulateTest, OptimizerModes) {
   // The balanced case with 1e9 parameters per layer at 1e9/s: 1 s of
   // optimizer per layer. Step 0: T ends at 8, B1 at 12, B2 at 14.
