@@ -231,8 +231,37 @@ __device__ inline void gemmRS(float (&acc)[NB][4],
     wgmmaRS(acc, a[kk], descAt<NB * 8>(bTile, 0, kk));
 }
 
+__device__ inline void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+               "[%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+/// This warp's A fragment (rows r0 .. r0 + 15, k-step kk) of a swizzled tile
+/// of Rows rows, for a register-A wgmma.
+template <int Rows>
+__device__ inline void ldsmA(uint32_t tile, int r0, int kk, uint32_t (&a)[4]) {
+  const int lane = int(threadIdx.x) & 31;
+  const int r = r0 + (lane & 15), c = kk * 2 + (lane >> 4);
+  ldsm4(tile + uint32_t((c >> 3) * Rows * 128 + r * 128 +
+                        (((c & 7) ^ (r & 7)) << 4)),
+        a);
+}
+
+/// Zeroes `bytes` of shared memory at `addr` (all kNT threads).
+__device__ inline void zeroSmem(unsigned char *smem, uint32_t addr,
+                                uint32_t bytes);
+
 constexpr int kNT = 256; // two warpgroups
 constexpr int kRows = 128; // resident rows a block: 64 a warpgroup
+
+__device__ inline void zeroSmem(unsigned char *smem, uint32_t addr,
+                                uint32_t bytes) {
+  uint4 *z = reinterpret_cast<uint4 *>(smem + (addr - smemAddr(smem)));
+  for (int i = int(threadIdx.x); i < int(bytes / 16); i += kNT)
+    z[i] = make_uint4(0u, 0u, 0u, 0u);
+}
 
 //===----------------------------------------------------------------------===//
 // Forward
@@ -267,7 +296,6 @@ __global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
   const int jtBegin = keyTileBegin(p, i0, BC);
   const int w0 = i0 + warp * 16; // this warp's rows
   const int row0 = w0 + g;       // this thread's rows: row0, row0 + 8
-  const int wgRow0 = i0 + wg * 64;
 
   float o[kDB][4];
   zero(o);
@@ -275,35 +303,73 @@ __global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
   const float l0 = m0 != -INFINITY && t4 == 0 ? 1.0f : 0.0f;
   float mRow[2] = {m0, m0}, lRow[2] = {l0, l0};
 
+  // Software pipeline (after FlashAttention-3's intra-warpgroup overlap): in
+  // iteration j the tensor cores run S_j = Q K_j^T and then O += P_{j-1}
+  // V_{j-1}, and the warps wait only for S_j before its softmax. O is
+  // rescaled to the new row maximum once that product has landed. So K runs
+  // one tile ahead of V: iteration j prefetches K_{j+1} and V_j into the
+  // buffers that S_{j-1} and P_{j-2} V_{j-2} (both waited for before this
+  // iteration's barrier) have released.
+  // Measured (SASS, CUDA 13.0): ptxas still places the wait for P_{j-1}
+  // V_{j-1} before the row maxima and exponentials, so the softmax does not
+  // yet overlap that product; the variants that kept the wait after it (P
+  // alternating between two register arrays, the wait moved to the next
+  // iteration) were serialised by ptxas (C7513 / C7515) and slower. The
+  // masking below is branch-free: with a branch per element the wait moved
+  // above the masking as well.
+  // No wgmma sits on a conditional path (ptxas would serialise them all): the
+  // first iteration's pending product is P = 0 times a zeroed V buffer, and
+  // tiles hidden from a warpgroup are computed and fully masked (P = 0, the
+  // row state unchanged) rather than skipped; they occur only at the edges
+  // of a sliding window or of S != T.
+  uint32_t pa[BC / 16][4]; // P_{j-1}, the A operand of the pending P V
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; ++kk)
+    pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  zeroSmem(smem, sV + kBytes, kBytes);
+  float alpha[2] = {1.0f, 1.0f}; // rescale owed to O by the last softmax
+  auto rescaleO = [&] {
+#pragma unroll
+    for (int n = 0; n < kDB; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+  };
+  auto issuePV = [&](int jPrev) {
+    const uint32_t vBuf = ((jPrev - jtBegin) & 1) ? kBytes : 0u;
+    regFence(o);
+    regFence(pa);
+    wgFence();
+    gemmRS(o, pa, sV + vBuf);
+    wgCommit();
+  };
   if (jtBegin < nTiles) {
     loadSw<BR, D, kNT>(sQ, qg, D);
     loadSw<BC, D, kNT>(sK, kg + int64_t(jtBegin) * BC * D, D);
-    loadSw<D, BC, kNT>(sV, vtg + int64_t(jtBegin) * BC, p.Spad);
     cpAsyncCommit();
   }
   for (int jt = jtBegin; jt < nTiles; ++jt) {
     const int j0 = jt * BC;
     const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
-    if (jt + 1 < nTiles) {
-      loadSw<BC, D, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D, D);
-      loadSw<D, BC, kNT>(sV + (kBytes - buf), vtg + (j0 + BC), p.Spad);
-    }
-    cpAsyncCommit();
-    cpAsyncWait<1>(); // this tile's group (and Q) have landed
+    cpAsyncWait<0>(); // K_j and V_{j-1} (issued one iteration ago) landed
     proxyFence();
     __syncthreads();
-    if (tileHidden(p, wgRow0, 64, j0, BC)) {
-      __syncthreads(); // the buffer is refilled two iterations on
-      continue;
-    }
+    if (jt + 1 < nTiles)
+      loadSw<BC, D, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D, D);
+    loadSw<D, BC, kNT>(sV + buf, vtg + j0, p.Spad);
+    cpAsyncCommit();
 
+    rescaleO(); // by the last softmax's alpha, before P_{j-1} V_{j-1}
     float s[kNB][4];
     zero(s);
     regFence(s);
     wgFence();
     gemmSS<BR, D / 16>(s, sQ, wg * 64, sK + buf);
     wgCommit();
-    wgWait0();
+    issuePV(jt - 1);
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     regFence(s);
 
     // Scores in log2 units; masked ones -inf.
@@ -314,17 +380,16 @@ __global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
     for (int n = 0; n < kNB; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * p.scaleLog2;
-        if (masked) {
-          int j = j0 + n * 8 + 2 * t4 + (e & 1);
-          int i = row0 + (e >> 1) * 8;
-          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
-            x = -INFINITY;
-        }
-        s[n][e] = x;
+        // Branch-free (see the pipeline comment above).
+        const int j = j0 + n * 8 + 2 * t4 + (e & 1);
+        const int i = row0 + (e >> 1) * 8;
+        const bool cut = (j >= p.S) | (p.causal & (j > i + diag)) |
+                         ((p.window > 0) & (j <= i + diag - p.window));
+        const float x = s[n][e] * p.scaleLog2;
+        s[n][e] = masked & cut ? -INFINITY : x;
       }
 
-      // Online softmax; s becomes P.
+    // Online softmax; s becomes P.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -336,7 +401,7 @@ __global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
       const float mNew = fmaxf(mRow[r], mx);
       // A row with nothing visible yet keeps P = 0 and a zero state.
       const float mUse = mNew == -INFINITY ? 0.0f : mNew;
-      const float alpha = exp2f(mRow[r] - mUse);
+      alpha[r] = exp2f(mRow[r] - mUse);
       mRow[r] = mNew;
       float sum = 0.0f;
 #pragma unroll
@@ -348,29 +413,29 @@ __global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
         sum += p0;
         sum += p1;
       }
-      lRow[r] = lRow[r] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < kDB; ++n) {
-        o[n][2 * r] *= alpha;
-        o[n][2 * r + 1] *= alpha;
-      }
+      lRow[r] = lRow[r] * alpha[r] + sum;
     }
 
-    // O += P V (P rounded to bf16; V^T is the K-major B).
-    uint32_t pa[BC / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk)
-      accToA(s, kk, pa[kk]);
-    regFence(o);
-    regFence(pa);
-    wgFence();
-    gemmRS(o, pa, sV + buf);
-    wgCommit();
+    // P_{j-1} V_{j-1} has landed; P_j (rounded to bf16) becomes the pending
+    // product's A. O is rescaled only at the next iteration's start: with
+    // the rescale here, ptxas hoisted this wait above the whole softmax.
+    regFence(s);
     wgWait0();
     regFence(o);
     regFence(pa);
-    __syncthreads(); // the buffer is refilled two iterations on
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      accToA(s, kk, pa[kk]);
   }
+  // The last tile's P V (P = 0 on the zeroed buffer if no tile was seen).
+  cpAsyncWait<0>();
+  proxyFence();
+  __syncthreads();
+  rescaleO();
+  issuePV(nTiles > jtBegin ? nTiles - 1 : jtBegin - 1);
+  wgWait0();
+  regFence(o);
+  regFence(pa);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -407,10 +472,10 @@ __global__ void __launch_bounds__(kNT, 1) flashDqSm90Kernel(FlashParams p) {
   extern __shared__ unsigned char smem[];
   const uint32_t sQ = (smemAddr(smem) + 1023u) & ~1023u;
   const uint32_t sO = sQ + kQBytes; // dO
-  // Per buffer: K, V, K^T.
+  // K, V (two buffers each, interleaved), then K^T (two buffers).
   const uint32_t sKV = sO + kQBytes;
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const BlockPos pos = blockPos(p, p.Hq);
   const int qt = p.Tpad / BR - 1 - pos.slot; // heavy tiles first
@@ -429,7 +494,6 @@ __global__ void __launch_bounds__(kNT, 1) flashDqSm90Kernel(FlashParams p) {
   const int jtBegin = keyTileBegin(p, i0, BC);
   const int w0 = i0 + warp * 16;
   const int row0 = w0 + g;
-  const int wgRow0 = i0 + wg * 64;
   float lse2[2], dl[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) { // rows < Tpad: always inside the arrays
@@ -437,48 +501,77 @@ __global__ void __launch_bounds__(kNT, 1) flashDqSm90Kernel(FlashParams p) {
     dl[r] = p.delta[bh * p.Tpad + row0 + 8 * r];
   }
 
-  auto loadKeys = [&](int jt, uint32_t dst) {
+  // Pipeline as the forward's: iteration j runs S_j = Q K_j^T and dP_j =
+  // dO V_j^T (Q and dO as register A fragments, loaded once), then dQ +=
+  // dS_{j-1} K_{j-1}, and computes dS_j while that product runs. K and V run
+  // one tile ahead of K^T. No wgmma on a conditional path: the first pending
+  // product is dS = 0 times a zeroed K^T buffer, and tiles hidden from a
+  // warpgroup are computed and fully masked.
+  const uint32_t sK0 = sKV, sKt0 = sKV + 4 * kBytes; // K, V x2 | K^T x2
+  auto loadKV = [&](int jt, uint32_t buf) {
     const int j0 = jt * BC;
-    loadSw<BC, D, kNT>(dst, kg + int64_t(j0) * D, D);
-    loadSw<BC, D, kNT>(dst + kBytes, vg + int64_t(j0) * D, D);
-    loadSw<D, BC, kNT>(dst + 2 * kBytes, ktg + j0, p.Spad);
+    loadSw<BC, D, kNT>(sK0 + 2 * buf, kg + int64_t(j0) * D, D);
+    loadSw<BC, D, kNT>(sK0 + 2 * buf + kBytes, vg + int64_t(j0) * D, D);
   };
+  zeroSmem(smem, sKt0 + kBytes, kBytes);
 
   float dq[kDB][4];
   zero(dq);
+  uint32_t da[BC / 16][4]; // dS_{j-1}, the A operand of the pending dQ
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; ++kk)
+    da[kk][0] = da[kk][1] = da[kk][2] = da[kk][3] = 0u;
   if (jtBegin < nTiles) {
     loadSw<BR, D, kNT>(sQ, qg, D);
     loadSw<BR, D, kNT>(sO, og, D);
-    loadKeys(jtBegin, sKV);
+    loadKV(jtBegin, 0);
     cpAsyncCommit();
   }
+  cpAsyncWait<0>();
+  __syncthreads();
+  uint32_t qa[D / 16][4], oa[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    ldsmA<BR>(sQ, warp * 16, kk, qa[kk]);
+    ldsmA<BR>(sO, warp * 16, kk, oa[kk]);
+  }
+  auto issueDq = [&](int jPrev) {
+    const uint32_t tBuf = ((jPrev - jtBegin) & 1) ? kBytes : 0u;
+    regFence(dq);
+    regFence(da);
+    wgFence();
+    gemmRS(dq, da, sKt0 + tBuf);
+    wgCommit();
+  };
   for (int jt = jtBegin; jt < nTiles; ++jt) {
     const int j0 = jt * BC;
-    const uint32_t buf = ((jt - jtBegin) & 1) ? 3 * kBytes : 0u;
-    if (jt + 1 < nTiles)
-      loadKeys(jt + 1, sKV + (3 * kBytes - buf));
-    cpAsyncCommit();
-    cpAsyncWait<1>();
+    const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
+    cpAsyncWait<0>(); // K_j, V_j and K^T_{j-1} landed
     proxyFence();
     __syncthreads();
-    if (tileHidden(p, wgRow0, 64, j0, BC)) {
-      __syncthreads();
-      continue;
-    }
-    const uint32_t sK = sKV + buf, sV = sK + kBytes, sKt = sK + 2 * kBytes;
+    if (jt + 1 < nTiles)
+      loadKV(jt + 1, kBytes - buf);
+    loadSw<D, BC, kNT>(sKt0 + buf, ktg + j0, p.Spad);
+    cpAsyncCommit();
+    const uint32_t sK = sK0 + 2 * buf, sV = sK + kBytes;
 
     float s[kNB][4], dp[kNB][4];
     zero(s);
     zero(dp);
     regFence(s);
     regFence(dp);
+    regFence(qa);
+    regFence(oa);
     wgFence();
-    gemmSS<BR, D / 16>(s, sQ, wg * 64, sK);
-    gemmSS<BR, D / 16>(dp, sO, wg * 64, sV);
+    gemmRS(s, qa, sK);
+    gemmRS(dp, oa, sV);
     wgCommit();
-    wgWait0();
+    issueDq(jt - 1);
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
     regFence(s);
     regFence(dp);
+    regFence(qa);
+    regFence(oa);
 
     // s becomes dS = P (dP - delta).
     const bool masked = j0 + BC > p.S ||
@@ -499,21 +592,24 @@ __global__ void __launch_bounds__(kNT, 1) flashDqSm90Kernel(FlashParams p) {
         s[n][e] = pv * (dp[n][e] - dl[r]);
       }
 
-    // dQ += dS K (dS rounded to bf16).
-    uint32_t da[BC / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk)
-      accToA(s, kk, da[kk]);
-    regFence(dq);
-    regFence(da);
-    wgFence();
-    gemmRS(dq, da, sKt);
-    wgCommit();
+    // dQ_{j-1} has landed; dS_j (rounded to bf16) becomes the pending A
+    // (dS_j pinned before the wait, as in the forward).
+    regFence(s);
     wgWait0();
     regFence(dq);
     regFence(da);
-    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      accToA(s, kk, da[kk]);
   }
+  // The last tile's dQ += dS K.
+  cpAsyncWait<0>();
+  proxyFence();
+  __syncthreads();
+  issueDq(nTiles > jtBegin ? nTiles - 1 : jtBegin - 1);
+  wgWait0();
+  regFence(dq);
+  regFence(da);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
