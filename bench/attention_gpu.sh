@@ -6,8 +6,10 @@
 # paths (DISABLED_FlashTimingPaths, with the memory pool releasing and
 # keeping freed memory), the base binary at W1's shape, PyTorch SDPA
 # (bench/attention_sdpa.py) in the same run, and the whole CUDA kernel suite.
-# Logs go to $OUT. COMPARE=0 skips base and PyTorch, FULL=0 the suite; SASS=1
-# prints where the wgmma waits and exponentials sit in the Hopper kernels.
+# Logs go to $OUT; bench/attention_table.py turns them into the table.
+# REPEAT=n repeats the timings; COMPARE=0 skips base and PyTorch, FULL=0 the
+# suite; SASS=1 prints where the wgmma waits and exponentials sit in the
+# Hopper kernels.
 set -u
 tar xJf build-attn/gpu-attn.tar.xz -C /tmp
 P=/tmp/pack
@@ -15,8 +17,10 @@ export LD_LIBRARY_PATH=$P/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv > $OUT/gpu.txt 2>&1
 T=$P/new/rondo-cuda-kernels-tests
 timeout 150 $T --gtest_filter='*Attention*' 2>&1 | tee $OUT/attn-tests.log | grep -E "FAILED|PASSED|tests ran|error" | head -30
-for pool in 0 1; do
-  RONDO_BENCH_KEEP_POOL=$pool timeout 120 $T --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingPaths' 2>&1 | tee -a $OUT/timing-new.log | grep "\[ flash \]"
+for rep in $(seq ${REPEAT:-1}); do
+  for pool in 0 1; do
+    RONDO_BENCH_KEEP_POOL=$pool timeout 120 $T --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingPaths' 2>&1 | tee -a $OUT/timing-new.log | grep "\[ flash \]"
+  done
 done
 if [ "${SASS:-0}" = 1 ]; then # where the softmax's exponentials sit between the waits
   /usr/local/cuda/bin/cuobjdump -sass $T > /tmp/all.sass 2>&1
@@ -26,8 +30,10 @@ if [ "${SASS:-0}" = 1 ]; then # where the softmax's exponentials sit between the
   done
 fi
 if [ "${COMPARE:-1}" = 1 ]; then
-  timeout 60 $P/base/rondo-cuda-kernels-tests --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingW1' 2>&1 | tee $OUT/timing-base.log | grep "timing"
-  PYTHONUNBUFFERED=1 timeout 120 python3 bench/attention_sdpa.py 2>&1 | tee $OUT/sdpa.jsonl
+  for rep in $(seq ${REPEAT:-1}); do
+    timeout 60 $P/base/rondo-cuda-kernels-tests --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingW1' 2>&1 | tee -a $OUT/timing-base.log | grep "timing"
+    PYTHONUNBUFFERED=1 timeout 120 python3 bench/attention_sdpa.py 2>&1 | tee -a $OUT/sdpa.jsonl
+  done
 fi
 if [ "${FULL:-1}" = 1 ]; then
   timeout 200 $T > $OUT/all-tests.log 2>&1; tail -5 $OUT/all-tests.log; grep -E "^\[  FAILED" $OUT/all-tests.log | head

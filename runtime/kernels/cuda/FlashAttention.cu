@@ -9,6 +9,15 @@
 // sm_80+ warp-level tensor cores (mma.sync m16n8k16 bf16 -> fp32, operands
 // from shared memory through ldmatrix).
 //
+// Hopper: on compute capability 9.0 the same algorithm runs on warpgroup
+// wgmma kernels instead (FlashAttentionSm90.cu, built for sm_90a only; its
+// header comment says what differs): the mma.sync kernels left about half of
+// the H100's tensor throughput unused, bound by ldmatrix traffic. Their
+// conversion pass also writes transposed bf16 copies (v^T for the forward,
+// q^T, dO^T and k^T for the backward) so that every wgmma B operand is
+// K-major. RONDO_FLASH_SM90=0 keeps the mma.sync kernels (the tests run both
+// paths). Everything below describes both paths unless it says otherwise.
+//
 // Staging: q, k, v (and dO) are first rounded to bf16 (nearest even) by a
 // conversion pass into stream-ordered temporaries whose row counts are padded
 // to the tile size with zero rows. Converting once costs one read of the

@@ -26,7 +26,26 @@
 //  - P and dS go from the S / dP accumulators straight into register A
 //    fragments: a warp's 16 rows of an m64nN accumulator have mma.sync's
 //    m16n8 layout, and a register-A wgmma takes mma.sync's m16k16 fragment.
-//  - Hidden tiles are skipped per warpgroup (wgmma is warpgroup-collective).
+//  - The forward and dQ kernels are software-pipelined (after
+//    FlashAttention-3): each iteration issues this tile's S (and dP) product
+//    and then the previous tile's P V (dQ += dS K) product, waits only for
+//    the first, and computes the softmax (dS) while the second runs. dQ keeps
+//    Q and dO as register A fragments. The dK/dV kernel is not pipelined: at
+//    252 registers a pipelined version spilled and ran slower.
+//  - No wgmma sits on a conditional path, and no register a wgmma in flight
+//    reads or accumulates into is written by other instructions: ptxas
+//    otherwise serialises every wgmma of the kernel (C7513 / C7515 / C7518),
+//    which cost up to 20% here. So the first pending product of a pipeline
+//    is a zero operand times a zeroed buffer, and the forward and dQ kernels
+//    compute and fully mask tiles hidden from a warpgroup (only at the edges
+//    of a window or of S != T) instead of skipping them; the dK/dV kernel
+//    skips them per warpgroup.
+//  - Measured in the SASS (CUDA 13.0): ptxas places the forward's wait for
+//    P V before the row maxima, so its softmax does not yet overlap that
+//    product (the dQ kernel's dS does). The variants tried to fix that (P
+//    double-buffered in registers or in shared memory, the O rescale moved)
+//    were serialised by ptxas and slower; FlashAttention-3's producer warp and
+//    two-warpgroup ping-pong are the next step.
 // Each output element is still owned by one thread with a fixed
 // accumulation order, so results are deterministic.
 //
@@ -310,13 +329,9 @@ __global__ void __launch_bounds__(kNT, 1) flashFwdSm90Kernel(FlashParams p) {
   // one tile ahead of V: iteration j prefetches K_{j+1} and V_j into the
   // buffers that S_{j-1} and P_{j-2} V_{j-2} (both waited for before this
   // iteration's barrier) have released.
-  // Measured (SASS, CUDA 13.0): ptxas still places the wait for P_{j-1}
-  // V_{j-1} before the row maxima and exponentials, so the softmax does not
-  // yet overlap that product; the variants that kept the wait after it (P
-  // alternating between two register arrays, the wait moved to the next
-  // iteration) were serialised by ptxas (C7513 / C7515) and slower. The
-  // masking below is branch-free: with a branch per element the wait moved
-  // above the masking as well.
+  // ptxas still places the wait for P_{j-1} V_{j-1} before the row maxima
+  // (see the file comment). The masking below is branch-free: with a branch
+  // per element the wait moved above the masking as well.
   // No wgmma sits on a conditional path (ptxas would serialise them all): the
   // first iteration's pending product is P = 0 times a zeroed V buffer, and
   // tiles hidden from a warpgroup are computed and fully masked (P = 0, the
