@@ -84,13 +84,7 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
                               const CostOptions &options) {
   double m = static_cast<double>(options.microbatches);
   double share = 1;
-  if (spec.sharedCompute && spec.measureOps) {
-    if (spec.cores > 1) {
-      double concurrent = std::min<double>(options.workers, spec.cores);
-      share = 1 + (spec.concurrentSlowdown - 1) * (concurrent - 1) /
-                      (spec.cores - 1);
-    }
-  } else if (spec.sharedCompute) {
+  if (spec.sharedCompute && !spec.measureOps) {
     share =
         spec.cores > 0
             ? std::max(1.0, static_cast<double>(options.workers) / spec.cores)
@@ -99,17 +93,15 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   auto measured = spec.opTimings.find(opTimingKey(op));
   if (measured != spec.opTimings.end())
     return measured->second / m * share;
-  if (spec.measureOps && !isa<tg::ConstantOp, tg::RotaryTableOp,
-                              tg::CausalMaskOp, tg::ReshapeOp>(op)) {
-    // A worker's kernels run on its share of the cores (ThreadPools.cpp).
-    int threads =
-        spec.cores > 0
-            ? std::max(1, int(spec.cores) / int(std::max<int64_t>(
-                                               1, options.workers)))
-            : 1;
-    if (std::optional<double> s =
-            measuredHostOpSeconds(op, options.microbatches, threads))
-      return *s * share;
+  if (spec.measureOps) {
+    // A worker's kernels run on its share of the cores (ThreadPools.cpp);
+    // min(W, cores) workers compute at once.
+    int cores = std::max(1, static_cast<int>(spec.cores));
+    int workers = static_cast<int>(std::max<int64_t>(1, options.workers));
+    if (std::optional<double> s = measuredHostOpSecondsInStep(
+            op, options.microbatches, std::max(1, cores / workers),
+            std::min(workers, cores), spec.concurrentSlowdown))
+      return *s;
   }
   auto cost = dyn_cast<tg::CostOpInterface>(op);
   if (!cost)

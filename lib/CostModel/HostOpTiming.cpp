@@ -43,9 +43,14 @@ using namespace rondo;
 
 namespace {
 
-/// The step's rows and tokens (the shape of its `tg.input` argument).
+/// The step's rows and tokens (the shape of its `tg.input` argument), and
+/// the tokens that have a next token to predict (a causal LM's shifted
+/// labels: rows x (seq - 1)).
 struct StepSize {
-  int64_t rows = 0, tokens = 0;
+  int64_t rows = 0, tokens = 0, shiftedTokens = 0;
+  bool isTokenDim(int64_t d) const {
+    return d == rows || d == tokens || d == shiftedTokens;
+  }
 };
 
 StepSize stepSizeOf(func::FuncOp func) {
@@ -53,20 +58,15 @@ StepSize stepSizeOf(func::FuncOp func) {
     if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
       if (auto t = dyn_cast<RankedTensorType>(arg.getType()))
         if (t.getRank() >= 1)
-          return {t.getDimSize(0), t.getNumElements()};
+          return {t.getDimSize(0), t.getNumElements(),
+                  t.getNumElements() - t.getDimSize(0)};
   return {};
 }
 
-/// Values of @main that depend on the step's inputs or labels, computed once
-/// per function (the planner costs every op of it for every M).
-const llvm::DenseSet<Value> &perTokenValues(func::FuncOp func) {
-  static std::mutex mu;
-  static llvm::DenseMap<Operation *, llvm::DenseSet<Value>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto [it, inserted] = cache.try_emplace(func.getOperation());
-  if (!inserted)
-    return it->second;
-  llvm::DenseSet<Value> &set = it->second;
+/// Values of @main that depend on the step's inputs or labels: the ones a
+/// microbatch holds a share of.
+llvm::DenseSet<Value> perTokenValues(func::FuncOp func) {
+  llvm::DenseSet<Value> set;
   for (BlockArgument arg : func.getArguments())
     if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr) ||
         func.getArgAttr(arg.getArgNumber(), tg::kLabelsAttr))
@@ -80,10 +80,83 @@ const llvm::DenseSet<Value> &perTokenValues(func::FuncOp func) {
   return set;
 }
 
+/// The type of `v` in a microbatch of 1/microbatches of the step: its
+/// leading dimension divided when it is per-token and that dimension is the
+/// step's rows or tokens; `scaled` turns false when such a dimension is not
+/// a multiple of the microbatches. (A shape this gets wrong fails the op's
+/// verifier, and the op is priced by the roofline.)
+Type microbatchType(Value v, const llvm::DenseSet<Value> &perToken,
+                    StepSize step, int64_t microbatches, bool &scaled) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  if (!t || !perToken.contains(v) || t.getRank() == 0)
+    return v.getType();
+  int64_t d0 = t.getDimSize(0);
+  // A per-token value led by another dimension sums over the tokens (a
+  // weight's gradient): a microbatch makes all of it.
+  if (!step.isTokenDim(d0))
+    return v.getType();
+  if (d0 % microbatches != 0) {
+    scaled = false;
+    return v.getType();
+  }
+  SmallVector<int64_t> shape(t.getShape());
+  shape[0] = d0 / microbatches;
+  return t.clone(shape);
+}
+
+/// Inputs for a function's arguments: small finite floats (no denormals, no
+/// overflow in exp); indices and labels of zero, valid for every table.
+std::optional<std::vector<HostBuffer>> syntheticArguments(TypeRange types) {
+  std::vector<HostBuffer> args;
+  for (Type t : types) {
+    auto tensor = dyn_cast<RankedTensorType>(t);
+    FailureOr<ElementKind> kind =
+        tensor ? elementKindOf(tensor) : FailureOr<ElementKind>(failure());
+    if (failed(kind))
+      return std::nullopt;
+    HostBuffer buffer;
+    buffer.kind = *kind;
+    buffer.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
+    int64_t n = tensor.getNumElements();
+    if (*kind == ElementKind::F32) {
+      buffer.f.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i)
+        buffer.f[size_t(i)] = 0.25f * std::sin(0.37f * float(i % 1009) + 1);
+    } else {
+      buffer.i.assign(size_t(n), 0);
+    }
+    args.push_back(std::move(buffer));
+  }
+  return args;
+}
+
+/// timeKernels without diagnostics: a function the kernels refuse is
+/// priced by the roofline instead.
+std::optional<double> quietTime(func::FuncOp fn, ArrayRef<HostBuffer> args,
+                                int threads, double budgetSeconds,
+                                int copies = 1) {
+  ScopedDiagnosticHandler quiet(fn.getContext(),
+                                [](Diagnostic &) { return success(); });
+  FailureOr<double> seconds =
+      timeKernels(fn, args, threads, budgetSeconds, copies);
+  if (failed(seconds))
+    return std::nullopt;
+  return *seconds;
+}
+
 /// The measured seconds of (op, microbatches, threads), including failures
-/// (nullopt), so that each is measured once per compilation.
+/// (nullopt), and the whole function's factors, so that each is measured
+/// once per compilation.
 std::mutex cacheMutex;
 llvm::StringMap<std::optional<double>> measured;
+llvm::StringMap<std::optional<double>> functionFactors;
+
+/// Ops that run no kernel of their own: constants and tables made once at
+/// start-up, the never-materialised causal mask, and reshapes (views).
+bool runsNoKernel(Operation *op) {
+  return isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp,
+             tg::ReshapeOp, func::ReturnOp>(op);
+}
 
 std::optional<double> measure(Operation *op, int64_t microbatches,
                               int threads) {
@@ -91,22 +164,12 @@ std::optional<double> measure(Operation *op, int64_t microbatches,
   if (!func)
     return std::nullopt;
   StepSize step = stepSizeOf(func);
-  const llvm::DenseSet<Value> &perToken = perTokenValues(func);
+  llvm::DenseSet<Value> perToken = perTokenValues(func);
 
   // Scale every per-token value's leading dimension, or none.
   bool scaled = microbatches > 1;
-  auto scaleOf = [&](Value v) -> Type {
-    auto t = dyn_cast<RankedTensorType>(v.getType());
-    if (!t || !perToken.contains(v) || t.getRank() == 0)
-      return v.getType();
-    int64_t d0 = t.getDimSize(0);
-    if ((d0 != step.rows && d0 != step.tokens) || d0 % microbatches != 0) {
-      scaled = false;
-      return v.getType();
-    }
-    SmallVector<int64_t> shape(t.getShape());
-    shape[0] = d0 / microbatches;
-    return t.clone(shape);
+  auto scaleOf = [&](Value v) {
+    return microbatchType(v, perToken, step, microbatches, scaled);
   };
   SmallVector<Type> operandTypes, resultTypes;
   for (Value v : op->getOperands())
@@ -143,43 +206,111 @@ std::optional<double> measure(Operation *op, int64_t microbatches,
       return std::nullopt;
   }
 
-  std::vector<HostBuffer> args;
-  for (Type t : operandTypes) {
-    auto tensor = dyn_cast<RankedTensorType>(t);
-    FailureOr<ElementKind> kind =
-        tensor ? elementKindOf(tensor) : FailureOr<ElementKind>(failure());
-    if (failed(kind))
-      return std::nullopt;
-    HostBuffer buffer;
-    buffer.kind = *kind;
-    buffer.shape.assign(tensor.getShape().begin(), tensor.getShape().end());
-    int64_t n = tensor.getNumElements();
-    // Small finite values (no denormals, no overflow in exp); indices and
-    // labels of zero are valid for every table.
-    if (*kind == ElementKind::F32) {
-      buffer.f.resize(size_t(n));
-      for (int64_t i = 0; i < n; ++i)
-        buffer.f[size_t(i)] = 0.25f * std::sin(0.37f * float(i % 1009) + 1);
-    } else {
-      buffer.i.assign(size_t(n), 0);
-    }
-    args.push_back(std::move(buffer));
-  }
-  FailureOr<double> seconds;
-  {
-    ScopedDiagnosticHandler quiet(ctx, [](Diagnostic &) { return success(); });
-    seconds = timeKernels(fn, args, threads, /*budgetSeconds=*/0.02);
-  }
-  if (failed(seconds))
+  std::optional<std::vector<HostBuffer>> args =
+      syntheticArguments(operandTypes);
+  if (!args)
+    return std::nullopt;
+  std::optional<double> seconds =
+      quietTime(fn, *args, threads, /*budgetSeconds=*/0.02);
+  if (!seconds)
     return std::nullopt;
   return scaled || microbatches <= 1 ? *seconds : *seconds / microbatches;
 }
 
+/// The kernels of the whole function at the microbatch's shape, run in its
+/// order with its buffers, or nullopt when it cannot be run so.
+std::optional<double> measureFunction(func::FuncOp func, int64_t microbatches,
+                                      int threads, int copies) {
+  OwningOpRef<func::FuncOp> clone = func.clone();
+  StepSize step = stepSizeOf(*clone);
+  llvm::DenseSet<Value> perToken = perTokenValues(*clone);
+  bool scaled = true;
+  SmallVector<std::pair<Value, Type>> retype;
+  for (BlockArgument arg : clone->getArguments())
+    retype.push_back(
+        {arg, microbatchType(arg, perToken, step, microbatches, scaled)});
+  clone->walk([&](Operation *op) {
+    for (Value r : op->getResults())
+      retype.push_back(
+          {r, microbatchType(r, perToken, step, microbatches, scaled)});
+  });
+  if (!scaled)
+    return std::nullopt;
+  for (auto [value, type] : retype)
+    value.setType(type);
+  auto ret = cast<func::ReturnOp>(clone->getBody().front().getTerminator());
+  clone->setFunctionType(
+      FunctionType::get(clone->getContext(),
+                        clone->getBody().front().getArgumentTypes(),
+                        ret.getOperandTypes()));
+  {
+    ScopedDiagnosticHandler quiet(clone->getContext(),
+                                  [](Diagnostic &) { return success(); });
+    if (failed(verify(*clone)))
+      return std::nullopt;
+  }
+  std::optional<std::vector<HostBuffer>> args =
+      syntheticArguments(clone->getArgumentTypes());
+  if (!args)
+    return std::nullopt;
+  return quietTime(*clone, *args, threads, /*budgetSeconds=*/0.1, copies);
+}
+
+/// Ops measured alone run on warm caches, each after itself and alone on
+/// the machine; in a step each follows others that evicted part of what it
+/// reads, and the other workers' kernels run beside it. The whole
+/// function's kernel time at the microbatch's shape, run by `concurrent`
+/// threads at once, over the sum of its ops' alone carries both into every
+/// op. nullopt when the function cannot be run at that shape.
+std::optional<double> functionFactor(func::FuncOp func, int64_t microbatches,
+                                     int threads, int concurrent) {
+  std::string key = (func.getSymName() + " / " + llvm::Twine(microbatches) +
+                     " on " + llvm::Twine(threads) + " x " +
+                     llvm::Twine(concurrent))
+                        .str();
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    auto it = functionFactors.find(key);
+    if (it != functionFactors.end())
+      return it->second;
+  }
+  std::optional<double> factor;
+  if (std::optional<double> whole =
+          measureFunction(func, microbatches, threads, concurrent)) {
+    double alone = 0;
+    for (Operation &op : func.getBody().front())
+      if (std::optional<double> s =
+              rondo::cost::measuredHostOpSeconds(&op, microbatches, threads))
+        alone += *s;
+    if (alone > 0 && std::isfinite(*whole / alone))
+      factor = *whole / alone;
+  }
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  functionFactors[key] = factor;
+  return factor;
+}
+
 } // namespace
+
+std::optional<double>
+rondo::cost::measuredHostOpSecondsInStep(Operation *op, int64_t microbatches,
+                                        int threads, int concurrentWorkers,
+                                        double fallbackSlowdown) {
+  std::optional<double> alone = measuredHostOpSeconds(op, microbatches, threads);
+  auto func = op->getParentOfType<func::FuncOp>();
+  if (!alone || !func)
+    return alone;
+  if (std::optional<double> factor = functionFactor(
+          func, microbatches, threads, std::max(1, concurrentWorkers)))
+    return *alone * *factor;
+  return *alone * (concurrentWorkers > 1 ? fallbackSlowdown : 1);
+}
 
 std::optional<double> rondo::cost::measuredHostOpSeconds(Operation *op,
                                                          int64_t microbatches,
                                                          int threads) {
+  if (runsNoKernel(op))
+    return std::nullopt;
   std::string key;
   {
     llvm::raw_string_ostream os(key);

@@ -74,14 +74,17 @@ std::string resultName(mlir::func::FuncOp func, unsigned index);
 mlir::FailureOr<std::vector<HostBuffer>>
 runFunction(mlir::func::FuncOp func, llvm::ArrayRef<HostBuffer> args);
 
-/// Runs `func` on `args` repeatedly (lowered once; at least three timed runs
+/// Runs `func` on `args` repeatedly (lowered once; at least five timed runs
 /// after an untimed one, more while their total is under `budgetSeconds`)
 /// with `threads` OpenMP threads and one BLAS thread, as a trainer's worker
 /// runs its kernels, and returns the least time one run spent inside kernel
-/// calls: what the cost model's host op timings are measured with.
+/// calls: what the cost model's host op timings are measured with. With
+/// `copies` > 1, that many threads run it at once (as that many workers
+/// share the machine) and the result is the mean of their least times.
 mlir::FailureOr<double> timeKernels(mlir::func::FuncOp func,
                                     llvm::ArrayRef<HostBuffer> args,
-                                    int threads, double budgetSeconds);
+                                    int threads, double budgetSeconds,
+                                    int copies = 1);
 
 } // namespace rondo
 

@@ -35,6 +35,7 @@ public:
     arenaPool->release(arena);
   }
   void bindThread(int32_t, int32_t) override {}
+  bool streamsShareCores() const override { return true; }
   void copy(int32_t, void *dst, const void *src, size_t bytes) override {
     std::memmove(dst, src, bytes);
   }

@@ -132,8 +132,31 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
     s->role = r;
     streams.push_back(std::move(s));
   }
+  // A host worker's streams share a thread, the compute stream's (first,
+  // so that it binds the thread); hand-offs in and gradients out go before
+  // its kernels, the next job's parameters after them.
+  const bool shared = device->streamsShareCores();
+  for (int32_t w = 0; w < program.workers; ++w) {
+    if (!shared)
+      break;
+    auto server = std::make_unique<Server>();
+    for (int32_t r : {RONDO_STREAM_COMPUTE, RONDO_STREAM_ACT_UPLOAD,
+                      RONDO_STREAM_DOWNLOAD, RONDO_STREAM_PARAM_UPLOAD})
+      server->streams.push_back(&streamOf(w, r));
+    servers.push_back(std::move(server));
+  }
   for (auto &s : streams)
-    s->thread = std::thread([this, st = s.get()] { run(*st); });
+    if (!shared || s->worker < 0) {
+      auto server = std::make_unique<Server>();
+      server->streams.push_back(s.get());
+      servers.push_back(std::move(server));
+    }
+  for (auto &server : servers)
+    for (Stream *s : server->streams)
+      s->server = server.get();
+  for (auto &server : servers)
+    server->thread =
+        std::thread([this, sv = server.get()] { run(*sv); });
 }
 
 HostExec::~HostExec() {
@@ -142,9 +165,9 @@ HostExec::~HostExec() {
     stopping = true;
   }
   wakeEveryone();
-  for (auto &s : streams)
-    if (s->thread.joinable())
-      s->thread.join();
+  for (auto &server : servers)
+    if (server->thread.joinable())
+      server->thread.join();
   for (size_t w = 0; w < arenas.size(); ++w)
     device->releaseArena(int32_t(w), arenas[w]);
   for (void *p : registered)
@@ -493,18 +516,18 @@ void HostExec::enqueue(Stream &stream, Op op) {
     stream.queue.push_back(std::move(op));
   }
   if (startable)
-    stream.wake.notify_one();
+    stream.server->wake.notify_one();
 }
 
 void HostExec::wakeReadyStreams() {
   for (auto &s : streams)
     if (!s->busy && !s->queue.empty() && (failed || ready(s->queue.front())))
-      s->wake.notify_one();
+      s->server->wake.notify_one();
 }
 
 void HostExec::wakeEveryone() {
-  for (auto &s : streams)
-    s->wake.notify_all();
+  for (auto &server : servers)
+    server->wake.notify_all();
   cv.notify_all();
 }
 
@@ -515,36 +538,51 @@ bool HostExec::ready(const Op &op) const {
   return true;
 }
 
-void HostExec::run(Stream &s) {
+void HostExec::run(Server &server) {
+  Stream &first = *server.streams.front();
 #ifdef _OPENMP
   // Workers share the cores; kernels give the same bits for any count.
   // The trainer sized BLAS's pool to the same share (ThreadPools.h).
-  omp_set_num_threads(s.worker >= 0 && s.role != RONDO_STREAM_COMPUTE
+  omp_set_num_threads(first.worker >= 0 && first.role != RONDO_STREAM_COMPUTE
                           ? 1
                           : threadsPerWorker(program.workers));
 #endif
   try {
-    device->bindThread(s.worker, s.worker >= 0 ? s.role : RONDO_STREAM_HOST);
+    device->bindThread(first.worker,
+                       first.worker >= 0 ? first.role : RONDO_STREAM_HOST);
   } catch (const std::exception &e) {
     fail(e.what());
   }
-  int64_t &pending = s.worker >= 0         ? pendingWorker
-                     : s.role == kDataRole ? pendingData
-                                           : pendingHost;
+  auto pendingOf = [&](const Stream &st) -> int64_t & {
+    return st.worker >= 0         ? pendingWorker
+           : st.role == kDataRole ? pendingData
+                                  : pendingHost;
+  };
+  // The first of its streams whose front op can start.
+  auto startable = [&]() -> Stream * {
+    for (Stream *st : server.streams)
+      if (!st->queue.empty() && (failed || ready(st->queue.front())))
+        return st;
+    return nullptr;
+  };
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    s.wake.wait(lock, [&] {
-      return stopping ||
-             (!s.queue.empty() && (failed || ready(s.queue.front())));
+    Stream *next = nullptr;
+    server.wake.wait(lock, [&] {
+      return stopping || (next = startable()) != nullptr;
     });
     if (stopping || failed) {
-      pending -= int64_t(s.queue.size());
-      s.queue.clear();
+      for (Stream *st : server.streams) {
+        pendingOf(*st) -= int64_t(st->queue.size());
+        st->queue.clear();
+      }
       cv.notify_all();
       if (stopping)
         return;
       continue;
     }
+    Stream &s = *next;
+    int64_t &pending = pendingOf(s);
     Op op = std::move(s.queue.front());
     s.queue.pop_front();
     s.busy = true;

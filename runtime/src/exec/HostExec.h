@@ -255,6 +255,7 @@ private:
     std::vector<void *> io;
     std::vector<Wait> waits;
   };
+  struct Server;
   struct Stream {
     int32_t worker = -1; ///< -1: host.
     int32_t role = 0;    ///< rondo_stream, or kDataRole / kOptimizerRole.
@@ -263,12 +264,23 @@ private:
     const Op *running = nullptr; ///< While busy.
     std::chrono::steady_clock::time_point startedAt;
     std::vector<TraceRecord> trace;
-    std::thread thread;
-    /// Signalled when this stream's front op may have become ready (or on
-    /// stop/failure): a completion wakes only the streams it can unblock,
-    /// not every thread of every worker, which on a machine with fewer
-    /// cores than threads cost more than the ops themselves.
+    Server *server = nullptr;
+  };
+  /// A thread that runs the ops of one or more streams, each stream's in
+  /// order, whichever front is ready first (its streams in priority
+  /// order). A GPU worker's streams each get their own, since each thread
+  /// waits for its CUDA stream; a host worker's four share one
+  /// (DeviceOps::streamsShareCores): its copies are memcpy on the same
+  /// cores as its kernels, and a thread per stream made every hand-off a
+  /// wake-up on oversubscribed cores (a 2-worker step of a small model on
+  /// 2 cores: 25% idle between stage-jobs).
+  struct Server {
+    std::vector<Stream *> streams;
+    /// Signalled when a front op of its streams may have become ready (or
+    /// on stop/failure): a completion wakes only the servers it can
+    /// unblock, not every thread.
     std::condition_variable wake;
+    std::thread thread;
   };
 
   /// Where an issued op comes from, for errors; text only on failure, so
@@ -298,6 +310,7 @@ private:
   void checkJob(const Site &what, int32_t job, bool hostAllowed) const;
   Stream &streamOf(int32_t worker, int32_t role);
   void enqueue(Stream &stream, Op op);
+  void run(Server &server);
   /// With `mu` held: wakes every idle stream whose front op is ready.
   void wakeReadyStreams();
   /// With or without `mu`: wakes every stream and the issuing thread (stop,
@@ -311,7 +324,6 @@ private:
   char *resolve(const rondo_ref &ref, int64_t bytes, bool exact,
                 const Site &what);
   std::string describe(const char *op, int32_t job, int32_t microbatch) const;
-  void run(Stream &stream);
   void execute(Op &op);
   void gatherParams(int32_t worker, int32_t stage, int64_t offset,
                     int64_t bytes, char *dst) const;
@@ -374,6 +386,7 @@ private:
   std::condition_variable cv;
   std::vector<int64_t> generation; ///< Program events, then internal ones.
   std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<Server>> servers;
   int64_t pendingWorker = 0, pendingHost = 0, pendingData = 0;
   bool stopping = false;
   bool failed = false;

@@ -52,6 +52,9 @@ public:
   virtual void releaseArena(int32_t worker, char *arena) = 0;
   /// Called on each stream thread before its first op (role: rondo_stream).
   virtual void bindThread(int32_t worker, int32_t role) = 0;
+  /// Whether a worker's copies and kernels run on the host's own cores (the
+  /// host backend): then one thread serves all of a worker's streams.
+  virtual bool streamsShareCores() const { return false; }
   virtual void copy(int32_t worker, void *dst, const void *src,
                     size_t bytes) = 0;
   virtual void zero(int32_t worker, void *dst, size_t bytes) = 0;
