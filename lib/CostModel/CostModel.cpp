@@ -98,9 +98,13 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
     // min(W, cores) workers compute at once.
     int cores = std::max(1, static_cast<int>(spec.cores));
     int workers = static_cast<int>(std::max<int64_t>(1, options.workers));
+    double concurrent = std::min(workers, cores);
+    double slowdown =
+        cores > 1 ? 1 + (spec.concurrentSlowdown - 1) * (concurrent - 1) /
+                            (cores - 1)
+                  : 1;
     if (std::optional<double> s = measuredHostOpSecondsInStep(
-            op, options.microbatches, std::max(1, cores / workers),
-            std::min(workers, cores), spec.concurrentSlowdown))
+            op, options.microbatches, std::max(1, cores / workers), slowdown))
       return *s;
   }
   auto cost = dyn_cast<tg::CostOpInterface>(op);

@@ -133,12 +133,11 @@ std::optional<std::vector<HostBuffer>> syntheticArguments(TypeRange types) {
 /// timeKernels without diagnostics: a function the kernels refuse is
 /// priced by the roofline instead.
 std::optional<double> quietTime(func::FuncOp fn, ArrayRef<HostBuffer> args,
-                                int threads, double budgetSeconds,
-                                int copies = 1) {
+                                int threads, double budgetSeconds) {
   ScopedDiagnosticHandler quiet(fn.getContext(),
                                 [](Diagnostic &) { return success(); });
   FailureOr<double> seconds =
-      timeKernels(fn, args, threads, budgetSeconds, copies);
+      timeKernels(fn, args, threads, budgetSeconds);
   if (failed(seconds))
     return std::nullopt;
   return *seconds;
@@ -220,7 +219,7 @@ std::optional<double> measure(Operation *op, int64_t microbatches,
 /// The kernels of the whole function at the microbatch's shape, run in its
 /// order with its buffers, or nullopt when it cannot be run so.
 std::optional<double> measureFunction(func::FuncOp func, int64_t microbatches,
-                                      int threads, int copies) {
+                                      int threads) {
   OwningOpRef<func::FuncOp> clone = func.clone();
   StepSize step = stepSizeOf(*clone);
   llvm::DenseSet<Value> perToken = perTokenValues(*clone);
@@ -253,20 +252,19 @@ std::optional<double> measureFunction(func::FuncOp func, int64_t microbatches,
       syntheticArguments(clone->getArgumentTypes());
   if (!args)
     return std::nullopt;
-  return quietTime(*clone, *args, threads, /*budgetSeconds=*/0.1, copies);
+  return quietTime(*clone, *args, threads, /*budgetSeconds=*/0.2);
 }
 
-/// Ops measured alone run on warm caches, each after itself and alone on
-/// the machine; in a step each follows others that evicted part of what it
-/// reads, and the other workers' kernels run beside it. The whole
-/// function's kernel time at the microbatch's shape, run by `concurrent`
-/// threads at once, over the sum of its ops' alone carries both into every
-/// op. nullopt when the function cannot be run at that shape.
+/// Ops measured alone run on warm caches, each after itself; in a step
+/// each follows others that evicted part of what it reads. The whole
+/// function's kernel time at the microbatch's shape over the sum of
+/// its ops' alone carries that into every op (so that the ops of a step sum
+/// to the function's measured time). nullopt when the function cannot be
+/// run at that shape.
 std::optional<double> functionFactor(func::FuncOp func, int64_t microbatches,
-                                     int threads, int concurrent) {
+                                     int threads) {
   std::string key = (func.getSymName() + " / " + llvm::Twine(microbatches) +
-                     " on " + llvm::Twine(threads) + " x " +
-                     llvm::Twine(concurrent))
+                     " on " + llvm::Twine(threads))
                         .str();
   {
     std::lock_guard<std::mutex> lock(cacheMutex);
@@ -276,7 +274,7 @@ std::optional<double> functionFactor(func::FuncOp func, int64_t microbatches,
   }
   std::optional<double> factor;
   if (std::optional<double> whole =
-          measureFunction(func, microbatches, threads, concurrent)) {
+          measureFunction(func, microbatches, threads)) {
     double alone = 0;
     for (Operation &op : func.getBody().front())
       if (std::optional<double> s =
@@ -294,16 +292,17 @@ std::optional<double> functionFactor(func::FuncOp func, int64_t microbatches,
 
 std::optional<double>
 rondo::cost::measuredHostOpSecondsInStep(Operation *op, int64_t microbatches,
-                                        int threads, int concurrentWorkers,
-                                        double fallbackSlowdown) {
+                                        int threads,
+                                        double concurrentSlowdown) {
   std::optional<double> alone = measuredHostOpSeconds(op, microbatches, threads);
   auto func = op->getParentOfType<func::FuncOp>();
   if (!alone || !func)
     return alone;
-  if (std::optional<double> factor = functionFactor(
-          func, microbatches, threads, std::max(1, concurrentWorkers)))
-    return *alone * *factor;
-  return *alone * (concurrentWorkers > 1 ? fallbackSlowdown : 1);
+  double seconds = *alone;
+  if (std::optional<double> factor =
+          functionFactor(func, microbatches, threads))
+    seconds *= *factor;
+  return seconds * concurrentSlowdown;
 }
 
 std::optional<double> rondo::cost::measuredHostOpSeconds(Operation *op,

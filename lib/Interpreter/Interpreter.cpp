@@ -37,12 +37,10 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -574,57 +572,39 @@ rondo::runFunction(func::FuncOp func, ArrayRef<HostBuffer> args) {
 
 FailureOr<double> rondo::timeKernels(func::FuncOp func,
                                      ArrayRef<HostBuffer> args, int threads,
-                                     double budgetSeconds, int copies) {
+                                     double budgetSeconds) {
   OwningOpRef<func::FuncOp> lowered = func.clone();
   if (failed(kern::convertToKernelCalls(*lowered)))
     return failure();
+#ifdef _OPENMP
+  const int ompBefore = omp_get_max_threads();
+  omp_set_num_threads(std::max(1, threads));
+#endif
   // As in a trainer: every GEMM runs on the calling (worker's) thread.
   const int blasBefore = openblas_get_num_threads();
   openblas_set_num_threads(1);
-  // Each copy's least time; the lowered function is only read.
-  std::vector<double> best(size_t(std::max(1, copies)),
-                           std::numeric_limits<double>::infinity());
-  std::atomic<bool> ok = true;
-  auto measure = [&](size_t copy) {
-#ifdef _OPENMP
-    omp_set_num_threads(std::max(1, threads));
-#endif
-    double total = 0;
-    // One untimed run warms caches and pages, as every step after a
-    // trainer's first finds them.
-    for (int rep = -1; rep < 5 || (total < budgetSeconds && rep < 200);
-         ++rep) {
-      Interpreter interpreter(*lowered, /*timeKernels=*/true);
-      if (failed(interpreter.run(args))) {
-        ok = false;
-        return;
-      }
-      if (rep < 0)
-        continue;
-      best[copy] = std::min(best[copy], interpreter.kernelSeconds);
-      total += interpreter.kernelSeconds;
+  std::vector<double> runs;
+  double total = 0;
+  bool ok = true;
+  // One untimed run warms caches and pages, as every step after a
+  // trainer's first finds them.
+  for (int rep = -1; rep < 5 || (total < budgetSeconds && rep < 200); ++rep) {
+    Interpreter interpreter(*lowered, /*timeKernels=*/true);
+    if (failed(interpreter.run(args))) {
+      ok = false;
+      break;
     }
-  };
-  if (best.size() == 1) {
-#ifdef _OPENMP
-    const int ompBefore = omp_get_max_threads();
-#endif
-    measure(0);
-#ifdef _OPENMP
-    omp_set_num_threads(ompBefore);
-#endif
-  } else {
-    std::vector<std::thread> running;
-    for (size_t copy = 0; copy < best.size(); ++copy)
-      running.emplace_back(measure, copy);
-    for (std::thread &t : running)
-      t.join();
+    if (rep < 0)
+      continue;
+    runs.push_back(interpreter.kernelSeconds);
+    total += interpreter.kernelSeconds;
   }
   openblas_set_num_threads(blasBefore);
+#ifdef _OPENMP
+  omp_set_num_threads(ompBefore);
+#endif
   if (!ok)
     return failure();
-  double sum = 0;
-  for (double b : best)
-    sum += b;
-  return sum / double(best.size());
+  // The least run: the machine's rate, not its noise.
+  return *std::min_element(runs.begin(), runs.end());
 }

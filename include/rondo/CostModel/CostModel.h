@@ -74,10 +74,10 @@ struct DeviceSpec {
   bool measureOps = false;
   /// With measureOps: how much slower a kernel runs while every core runs
   /// one (shared caches, memory bandwidth, sibling hyperthreads), measured
-  /// by rondo-calibrate-host. Used for a model whose function cannot be
-  /// measured whole; otherwise min(W, C) copies of it measure the
-  /// slowdown of its own kernels. More workers than cores take turns
-  /// (PlanProblem::sharedCores), not a slower op.
+  /// by rondo-calibrate-host. With W workers on C cores, min(W, C) kernels
+  /// run at once and each op is slowed by the share of this that many
+  /// cause; more workers than cores take turns (PlanProblem::sharedCores),
+  /// not a slower op.
   double concurrentSlowdown = 1;
   /// Measured op times: key "opname operand-types" (as `--explain=DIR`
   /// writes them in op-timings.json), value seconds for the op at the
@@ -129,16 +129,14 @@ double deviceBytes(mlir::Type type, bool bf16);
 /// nullopt for an op that runs no kernel or cannot be run alone.
 std::optional<double> measuredHostOpSeconds(mlir::Operation *op,
                                             int64_t microbatches, int threads);
-/// The same op in a step that `concurrentWorkers` workers run at once:
-/// scaled by how much slower its function's kernels run in sequence, on
-/// that many threads at once, than its ops alone (HostOpTiming.cpp); by
-/// `fallbackSlowdown` for concurrent workers when the function cannot be
-/// run at the microbatch's shape. nullopt: the roofline prices it.
+/// The same op in a step: scaled by how much slower its function's
+/// kernels run in sequence than its ops alone (HostOpTiming.cpp), and by
+/// `concurrentSlowdown` for the other workers computing beside it.
+/// nullopt: the roofline prices it.
 std::optional<double> measuredHostOpSecondsInStep(mlir::Operation *op,
                                                   int64_t microbatches,
                                                   int threads,
-                                                  int concurrentWorkers,
-                                                  double fallbackSlowdown);
+                                                  double concurrentSlowdown);
 
 /// Predicted seconds of one microbatch's share of `op`.
 double opSeconds(mlir::Operation *op, const DeviceSpec &spec,

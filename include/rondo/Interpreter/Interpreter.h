@@ -77,14 +77,11 @@ runFunction(mlir::func::FuncOp func, llvm::ArrayRef<HostBuffer> args);
 /// Runs `func` on `args` repeatedly (lowered once; at least five timed runs
 /// after an untimed one, more while their total is under `budgetSeconds`)
 /// with `threads` OpenMP threads and one BLAS thread, as a trainer's worker
-/// runs its kernels, and returns the least time one run spent inside kernel
-/// calls: what the cost model's host op timings are measured with. With
-/// `copies` > 1, that many threads run it at once (as that many workers
-/// share the machine) and the result is the mean of their least times.
+/// runs its kernels, and returns the least time one run spent inside
+/// kernel calls: what the cost model's host op timings are measured with.
 mlir::FailureOr<double> timeKernels(mlir::func::FuncOp func,
                                     llvm::ArrayRef<HostBuffer> args,
-                                    int threads, double budgetSeconds,
-                                    int copies = 1);
+                                    int threads, double budgetSeconds);
 
 } // namespace rondo
 
