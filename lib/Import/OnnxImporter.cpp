@@ -794,6 +794,16 @@ OwningOpRef<ModuleOp> Importer::run() {
                      << "' does not depend on the input data";
       return nullptr;
     }
+    // Gathered expert matrices stay symbolic: a batched MatMul is their
+    // only use, and there is no tensor to return.
+    if (it->second.experts) {
+      emitError(loc) << "graph output '" << out.name()
+                     << "' is the expert matrices gathered by "
+                     << it->second.experts->source
+                     << ", which may only be an operand of a batched MatMul "
+                        "(they are never built as one copy per row)";
+      return nullptr;
+    }
     results.push_back(it->second.value);
     resultTypes.push_back(it->second.value.getType());
   }
