@@ -21,6 +21,13 @@ jobs=${RONDO_JOBS:-2}
 bash scripts/install-deps.sh
 
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
+# A build directory configured from another checkout would fuzz that
+# checkout's importer: start it again for this one.
+if [ -f "$build/CMakeCache.txt" ] &&
+   ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(pwd -P)" "$build/CMakeCache.txt"; then
+  echo "fuzz: $build was configured from another checkout; configuring it for $(pwd -P)"
+  rm -rf "$build"
+fi
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_COMPILER=clang-22 -DCMAKE_CXX_COMPILER=clang++-22 \
