@@ -380,22 +380,25 @@ TEST_F(CudaKernels, DISABLED_FlashTiming) {
   }
 }
 
-// The bf16 attention at W1's shape (Qwen3-1.7B: one row of T = 4096, 16
-// query heads, 8 kv heads, D = 128, causal): the forward, the backward, and
-// the backward with only dQ / only dK and dV wanted (each of those includes
-// the shared conversions). Run with --gtest_also_run_disabled_tests.
-TEST_F(CudaKernels, DISABLED_FlashTimingW1) {
-  PrecisionGuard guard(cu::Precision::Bf16);
-  const int64_t B = 1, Hq = 16, Hkv = 8, T = 4096, D = 128;
+/// One row of causal bf16 attention with 16 query and 8 kv heads: the
+/// forward, the backward, and the backward with only dQ / only dK and dV
+/// wanted (each including the shared conversions), in ms, with the
+/// forward's FLOPs (counted as causal).
+struct FlashTimes {
+  double fwd, bwd, bwdQ, bwdKV, flops;
+};
+FlashTimes timeFlash(int64_t T, int64_t D) {
+  const int64_t B = 1, Hq = 16, Hkv = 8;
   const int reps = 20;
   DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}), v(Shape{B, Hkv, T, D});
   DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
   DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
       dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f), dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
   const float scale = 1.0f / std::sqrt(float(D));
-  const double flops = 4.0 * B * Hq * T * T * D / 2;
   FView noneQ{nullptr, Shape{B, Hq, T, D}}, noneK{nullptr, Shape{B, Hkv, T, D}};
-  double fwd = timeMs(
+  FlashTimes t;
+  t.flops = 4.0 * B * Hq * T * T * D / 2;
+  t.fwd = timeMs(
       [&] {
         cu::attention(q.cv(), k.cv(), v.cv(), true, 0, scale, o.v(), l.v());
       },
@@ -409,14 +412,23 @@ TEST_F(CudaKernels, DISABLED_FlashTimingW1) {
         },
         reps);
   };
-  double bwd = backward(dq.v(), dk.v(), dv.v());
-  double bwdQ = backward(dq.v(), noneK, noneK);
-  double bwdKV = backward(noneQ, dk.v(), dv.v());
+  t.bwd = backward(dq.v(), dk.v(), dv.v());
+  t.bwdQ = backward(dq.v(), noneK, noneK);
+  t.bwdKV = backward(noneQ, dk.v(), dv.v());
+  return t;
+}
+
+// The bf16 attention at W1's shape (Qwen3-1.7B: one row of T = 4096, 16
+// query heads, 8 kv heads, D = 128, causal). Run with
+// --gtest_also_run_disabled_tests.
+TEST_F(CudaKernels, DISABLED_FlashTimingW1) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  FlashTimes t = timeFlash(4096, 128);
   std::printf("[ timing ] attention bf16 W1 (B1 Hq16 Hkv8 T4096 D128 causal): "
               "fwd %.3f ms (%.1f TFLOP/s), bwd %.3f ms (%.1f TFLOP/s); bwd "
               "dQ only %.3f ms, dK/dV only %.3f ms\n",
-              fwd, flops / fwd / 1e9, bwd, 2.5 * flops / bwd / 1e9, bwdQ,
-              bwdKV);
+              t.fwd, t.flops / t.fwd / 1e9, t.bwd, 2.5 * t.flops / t.bwd / 1e9,
+              t.bwdQ, t.bwdKV);
 }
 
 // The bf16 attention on each path (the wgmma kernels where the GPU has them,
@@ -450,40 +462,13 @@ TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
     if (std::string(path) == "mma.sync")
       setenv("RONDO_FLASH_SM90", "0", 1);
     for (const Case &c : cases) {
-      const int64_t B = 1, Hq = 16, Hkv = 8, T = c.T, D = c.D;
-      const int reps = 20;
-      DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}),
-          v(Shape{B, Hkv, T, D});
-      DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
-      DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
-          dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f),
-          dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
-      const float scale = 1.0f / std::sqrt(float(D));
-      const double flops = 4.0 * B * Hq * T * T * D / 2;
-      FView noneQ{nullptr, Shape{B, Hq, T, D}},
-          noneK{nullptr, Shape{B, Hkv, T, D}};
-      double fwd = timeMs(
-          [&] {
-            cu::attention(q.cv(), k.cv(), v.cv(), true, 0, scale, o.v(), l.v());
-          },
-          reps);
-      auto backward = [&](FView dQ, FView dK, FView dV) {
-        return timeMs(
-            [&] {
-              cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(),
-                                    g.cv(), true, 0, scale, dQ, dK, dV);
-            },
-            reps);
-      };
-      double bwd = backward(dq.v(), dk.v(), dv.v());
-      double bwdQ = backward(dq.v(), noneK, noneK);
-      double bwdKV = backward(noneQ, dk.v(), dv.v());
+      FlashTimes t = timeFlash(c.T, c.D);
       std::printf("[ flash ] path=%s pool=%s B=1 Hq=16 Hkv=8 T=%lld D=%lld causal "
                   "fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f bwd_tflops=%.1f "
                   "bwd_dq_only_ms=%.4f bwd_dkv_only_ms=%.4f\n",
-                  path, keepPool ? "keep" : "release", (long long)T,
-                  (long long)D, fwd, bwd,
-                  flops / fwd / 1e9, 2.5 * flops / bwd / 1e9, bwdQ, bwdKV);
+                  path, keepPool ? "keep" : "release", (long long)c.T,
+                  (long long)c.D, t.fwd, t.bwd, t.flops / t.fwd / 1e9,
+                  2.5 * t.flops / t.bwd / 1e9, t.bwdQ, t.bwdKV);
     }
   }
   unsetenv("RONDO_FLASH_SM90");
