@@ -23,21 +23,39 @@ recompute):
 The steps left out of the rate (--skip, at least 1 for the compiled
 variants) absorb the compilation.
 
+Data-parallel PyTorch, named in --pytorch, on the GPUs of each --pytorch-gpus
+LIST (default: one GPU), G = len(LIST) processes started here as torchrun
+would (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT; NCCL), each training
+its 16 / G rows of the same 16-row step in chunks of --torch-rows, the loss
+its mean over them, the gradients averaged over the ranks (rank_rows below):
+  ddp-compile     module-compile's model and compiled blocks (no
+                  DDPOptimizer split) wrapped in DistributedDataParallel
+                  (default buckets; no_sync() on all but the last chunk),
+                  fused AdamW on each GPU;
+  fsdp2-compile   the same model, each block a torch.compile wrapper, under
+                  FSDP2 (fully_shard per block and the root; bf16 parameters,
+                  fp32 gradient reduction), fused AdamW on the shards.
+Their rows are "ddp-compile xG", with "gpus": G; the step time is the
+slowest rank's, the rate the global 16 x 4096 tokens per step.
+
 All of them run as child processes, one after the other, so that each one's
 peak host memory (ru_maxrss) and peak GPU memory (nvidia-smi, polled every
 100 ms) are its own; a child that fails or outlives --timeout leaves its
 error in its row and the run goes on. Prints a table (the ratio column is
-against the fastest PyTorch row) and writes OUT/w1-<machine>.json.
+against the fastest PyTorch row, on as many GPUs as the row's where a
+data-parallel row ran) and writes OUT/w1-<machine>.json.
 
     python3 bench/w1.py --trainer build-gpu/w1.trainer --workers 1 \\
         --machine h100x1 --out bench/results/h100
 """
 import argparse
+import contextlib
 import json
 import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -180,6 +198,73 @@ def run_group(cmds, envs, logs, timeout):
     return statuses, rss, gpu.peak
 
 
+def run_ranks(cmds, envs, logs, timeout=None):
+    """run_child for the ranks of one data-parallel PyTorch job: each rank in
+    a process group of its own, every group killed after `timeout` seconds,
+    or as soon as one rank fails (the others would wait for it in NCCL),
+    and at the end (torch.compile's workers). Returns (statuses, summed peak
+    RSS in GiB, seconds, peak GPU MiB, whether killed for the timeout, the
+    first rank that failed on its own or None)."""
+    start = time.monotonic()
+    timed_out = threading.Event()
+    procs = []
+
+    def kill_groups():
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def on_timeout():
+        timed_out.set()
+        kill_groups()
+    statuses, rss, failed = [None] * len(cmds), 0.0, None
+    with GpuMemoryPoller() as gpu:
+        killer = threading.Timer(timeout, on_timeout) if timeout else None
+        try:
+            for cmd, env, log in zip(cmds, envs, logs):
+                procs.append(subprocess.Popen(cmd, env=env, stdout=log,
+                                              stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            if killer:
+                killer.start()
+            while None in statuses:
+                for r, proc in enumerate(procs):
+                    if statuses[r] is not None:
+                        continue
+                    # This process's own children only (not -1: the poller's
+                    # nvidia-smi is waited for by its thread).
+                    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                    if not pid:
+                        continue
+                    statuses[r] = proc.returncode = os.waitstatus_to_exitcode(status)
+                    rss += usage.ru_maxrss / 2**20
+                    if statuses[r] != 0 and failed is None and not timed_out.is_set():
+                        failed = r
+                        kill_groups()
+                if None in statuses:
+                    time.sleep(0.2)
+        except BaseException:
+            # Interrupted (^C, SIGTERM through main's handler): the ranks are
+            # in sessions of their own, out of reach of the terminal's signal.
+            kill_groups()
+            raise
+        finally:
+            if killer:
+                killer.cancel()
+        kill_groups()
+    return (statuses, rss, time.monotonic() - start, gpu.peak,
+            timed_out.is_set(), failed)
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now, for MASTER_PORT."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def rondo(a, out_dir, cfg, port):
     ids = os.path.join(out_dir, "w1-ids.npy")
     tag = cfg["name"]
@@ -250,9 +335,49 @@ def rondo(a, out_dir, cfg, port):
 
 
 PYTORCH_VARIANTS = ("eager", "hf-compile", "module-compile")
+# On the GPUs of each --pytorch-gpus list; run only when --pytorch names them.
+DATA_PARALLEL_VARIANTS = ("ddp-compile", "fsdp2-compile")
 
 
-def build_w1_module(config, compile_parts=False):
+def rank_rows(world, rank, torch_rows):
+    """A data-parallel rank's share of each 16-row global batch: rows first
+    ... first + count - 1 (count = 16 / world, contiguous), trained `per`
+    rows per forward/backward (--torch-rows, at most the share) in `chunks`
+    chunks. Each chunk's loss is its mean over its targets divided by
+    `chunks`, and DDP and FSDP average the gradients over the ranks, so every
+    row weighs 1 / (world x chunks x per) = 1/16 of the step's gradient, as in
+    the one-GPU variants (16 / --torch-rows chunks of --torch-rows rows).
+    Returns (first, count, per, chunks)."""
+    if world < 1 or 16 % world:
+        raise ValueError("%d GPUs do not divide the 16 rows of a step" % world)
+    if torch_rows < 1 or 16 % torch_rows:
+        raise ValueError("--torch-rows %d does not divide 16" % torch_rows)
+    count = 16 // world
+    # Both divide 16, so the smaller divides the larger.
+    per = min(torch_rows, count)
+    return rank * count, count, per, count // per
+
+
+def parse_gpu_lists(texts):
+    """--pytorch-gpus, each a comma list of GPU ids: the lists, each with
+    distinct GPUs, a count that divides 16, and no two of the same count
+    (a row's name is its variant and count, "ddp-compile x4")."""
+    lists, counts = [], set()
+    for text in texts:
+        gpus = [g.strip() for g in text.split(",") if g.strip()]
+        if not gpus or len(set(gpus)) != len(gpus):
+            raise ValueError("--pytorch-gpus %r: empty or a GPU twice" % text)
+        if 16 % len(gpus):
+            raise ValueError("--pytorch-gpus %r: %d GPUs do not divide the 16 "
+                             "rows of a step" % (text, len(gpus)))
+        if len(gpus) in counts:
+            raise ValueError("--pytorch-gpus: two lists of %d GPUs" % len(gpus))
+        counts.add(len(gpus))
+        lists.append(gpus)
+    return lists
+
+
+def build_w1_module(config, compile_parts=False, wrap_blocks=False):
     """module-compile's model: Qwen3 as a plain PyTorch module (no Hugging
     Face) from a QWEN3_17B-style dict. Needs torch, not CUDA: build it under
     `with torch.device(...)`. Parameter names are those of Hugging Face's
@@ -261,7 +386,11 @@ def build_w1_module(config, compile_parts=False):
     mean over the tokens of ids[:, 1:] (Hugging Face's, with labels=ids).
 
     compile_parts: each decoder block torch.compile'd (Module.compile, in
-    place), and the final norm + LM head + loss compiled as one function."""
+    place), and the final norm + LM head + loss compiled as one function.
+    wrap_blocks (with compile_parts): each block replaced by its
+    torch.compile wrapper instead, so that hooks put on the blocks later
+    (FSDP2's fully_shard) run outside the compiled code, as torchtitan
+    compiles before it shards."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -387,14 +516,20 @@ def build_w1_module(config, compile_parts=False):
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(dynamo, name):
                 setattr(dynamo, name, max(getattr(dynamo, name), 64))
-        for layer in model.layers:
-            layer.compile()
+        if wrap_blocks:
+            for i in range(len(model.layers)):
+                model.layers[i] = torch.compile(model.layers[i])
+        else:
+            for layer in model.layers:
+                layer.compile()
     return model
 
 
 # PyTorch's kernels by name (cuBLAS/CUTLASS GEMMs, SDPA's flash or cuDNN
 # attention, the fused AdamW, copies and casts), for --profile-torch.
 KERNEL_CATEGORIES = [
+    # Only the data-parallel variants launch NCCL kernels.
+    ("communication (NCCL)", re.compile(r"nccl", re.I)),
     ("attention", re.compile(r"flash|fmha|sdpa|attention|_mha", re.I)),
     ("GEMMs (LM head included)",
      re.compile(r"gemm|xmma|cutlass|nvjet|cublas|sm90_|sm80_|ampere_|triton_tem", re.I)),
@@ -409,6 +544,22 @@ def kernel_category(name):
         if pattern.search(name):
             return category
     return "elementwise, norms, rotary, accumulation"
+
+
+def kernel_ms_by_category(run):
+    """run() (one more step) under torch.profiler: GPU ms per kernel
+    category, the categories of docs/Performance.md's table."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+    categories = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        cat = kernel_category(e.name)
+        categories[cat] = categories.get(cat, 0.0) + e.time_range.elapsed_us() / 1e3
+    return categories
 
 
 def torch_child(a):
@@ -474,17 +625,7 @@ def torch_child(a):
               file=sys.stderr, flush=True)
     categories = None
     if a.profile_torch:
-        # One more step under torch.profiler: GPU time per kernel category,
-        # the categories of docs/Performance.md's table.
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            one_step(a.steps)
-        categories = {}
-        for e in prof.events():
-            if e.device_type != torch.autograd.DeviceType.CUDA:
-                continue
-            cat = kernel_category(e.name)
-            categories[cat] = categories.get(cat, 0.0) + e.time_range.elapsed_us() / 1e3
+        categories = kernel_ms_by_category(lambda: one_step(a.steps))
     steady = times[a.skip:]
     print(json.dumps({
         "kernel_ms_by_category": categories,
@@ -500,13 +641,134 @@ def torch_child(a):
     }), flush=True)
 
 
+def torch_data_parallel_child(a):
+    """One rank of data-parallel PyTorch variant a.torch_child (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT in the environment,
+    as torchrun sets them): its share of each step's 16 rows (rank_rows);
+    rank 0 prints one JSON line, the step time the slowest rank's."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    variant = a.torch_child
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    first, count, per, chunks = rank_rows(world, rank, a.torch_rows)
+    # module-compile's model and initial weights on every rank (DDP
+    # broadcasts rank 0's anyway; FSDP2 keeps each rank's shard of its own).
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = build_w1_module(QWEN3_17B, compile_parts=True,
+                                wrap_blocks=variant == "fsdp2-compile")
+    model.train()
+    if variant == "ddp-compile":
+        from torch.nn.parallel import DistributedDataParallel
+        # The blocks compile to module-compile's graphs: no DDPOptimizer
+        # split at bucket boundaries (each block's gradients, ready at the end
+        # of its backward, are reduced during the next block's anyway).
+        torch._dynamo.config.optimize_ddp = False
+        # static_graph stays off: with no_sync() it fails its first backward
+        # (expect_autograd_hooks_ INTERNAL ASSERT, pytorch/pytorch#143580)
+        # and then stops reducing (pytorch/pytorch#187732, not merged).
+        train = DistributedDataParallel(model, device_ids=[local])
+
+        def syncing(sync):
+            return contextlib.nullcontext() if sync else train.no_sync()
+    elif variant == "fsdp2-compile":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                      reduce_dtype=torch.float32)
+        for layer in model.layers:
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        train = model
+
+        def syncing(sync):
+            # Without: the chunk's gradients stay unsharded, accumulated in
+            # fp32, until the last chunk's reduce-scatter.
+            model.set_requires_gradient_sync(sync)
+            return contextlib.nullcontext()
+    else:
+        raise SystemExit("unknown data-parallel PyTorch variant " + variant)
+    # After fully_shard: its parameters are the shards (DTensors).
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = np.load(a.torch_data, mmap_mode="r")
+    if ids.ndim != 2 or ids.shape[1] != 4096:
+        raise SystemExit("%s: shape %s, not [rows, 4096]" % (a.torch_data, ids.shape))
+    times, losses = [], []
+
+    def one_step(step):
+        # The one-GPU variants' rows of step `step`; this rank's share.
+        index = (16 * step + np.arange(16)) % ids.shape[0]
+        batch = torch.from_numpy(np.ascontiguousarray(
+            ids[index[first:first + count]], dtype=np.int64)).cuda()
+        # The ranks start the clock together.
+        dist.all_reduce(torch.zeros(1, device="cuda"))
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        total = torch.zeros(1, device="cuda")
+        for i in range(chunks):
+            x = batch[i * per:(i + 1) * per]
+            with syncing(i == chunks - 1):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = train(x) / chunks
+                loss.backward()
+            total += loss.detach().float()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        seconds = torch.tensor([time.perf_counter() - t], dtype=torch.float64,
+                               device="cuda")
+        # The slowest rank's time; the loss over the global batch (the mean
+        # of the ranks' means over equal shares).
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        dist.all_reduce(total)
+        return float(seconds), float(total) / world
+
+    for step in range(a.steps):
+        seconds, loss = one_step(step)
+        times.append(seconds)
+        losses.append(loss)
+        print("rank %d step %d: %.3f s, loss %.4f" % (rank, step, seconds, loss),
+              file=sys.stderr, flush=True)
+    categories = None
+    if a.profile_torch:
+        # Every rank runs the step (its collectives); rank 0 profiles it.
+        if rank == 0:
+            categories = kernel_ms_by_category(lambda: one_step(a.steps))
+        else:
+            one_step(a.steps)
+    if rank == 0:
+        steady = times[a.skip:]
+        result = {
+            "kernel_ms_by_category": categories,
+            "variant": "%s x%d" % (variant, world),
+            "gpus": world,
+            "tokens_per_s": 16 * 4096 * len(steady) / sum(steady),
+            "step_seconds": sum(steady) / len(steady),
+            "step_times": times,
+            "skipped_steps": a.skip,
+            "losses": losses,
+            "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "rows_per_rank": count,
+            "rows_per_backward": per,
+            "torch": torch.__version__,
+        }
+        print(json.dumps(result), flush=True)
+    dist.destroy_process_group()
+
+
 def pytorch(a, out_dir, variant, ids_path):
     """Runs one PyTorch variant as a child process; returns its row, with
     "error" (and the log's tail) where it failed, was killed or printed no
     result."""
     name = "pytorch-" + variant
     log_path = os.path.join(out_dir, "w1-%s.log" % name)
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=(a.gpus or "0").split(",")[0])
+    # The first of the first --pytorch-gpus list, or else of --gpus.
+    first_gpu = (parse_gpu_lists(a.pytorch_gpus)[0][0] if a.pytorch_gpus
+                 else (a.gpus or "0").split(",")[0])
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=first_gpu)
     skip = max(a.skip, 1) if variant != "eager" else a.skip
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", variant,
            "--torch-data", ids_path, "--steps", str(a.steps), "--skip", str(skip),
@@ -540,15 +802,126 @@ def pytorch(a, out_dir, variant, ids_path):
     return row
 
 
+def pytorch_data_parallel(a, out_dir, variant, gpus, ids_path):
+    """Runs data-parallel variant `variant` on the GPUs `gpus` (ids), one
+    rank each, as torchrun would start them; returns its row ("ddp-compile
+    x4"), with "error" (and the failing rank's log tail) where a rank failed,
+    they were killed for --timeout or rank 0 printed no result."""
+    world = len(gpus)
+    label = "%s x%d" % (variant, world)
+    name = "pytorch-" + label
+    logs = [os.path.join(out_dir, "w1-pytorch-%s-x%d.r%d.log" % (variant, world, r))
+            for r in range(world)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", variant,
+           "--torch-data", ids_path, "--steps", str(a.steps),
+           "--skip", str(max(a.skip, 1)), "--torch-rows", str(a.torch_rows)]
+    if a.profile_torch:
+        cmd.append("--profile-torch")
+    port = free_port()
+    envs = [dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(gpus), RANK=str(r),
+                 LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                 LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=str(port), NCCL_NVLS_ENABLE="0")
+            for r in range(world)]
+    row = {"name": name, "variant": label, "gpus": world, "gpu_ids": ",".join(gpus)}
+    try:
+        files = [open(path, "w") for path in logs]
+        try:
+            statuses, rss, seconds, gpu, timed_out, failed = run_ranks(
+                [cmd] * world, envs, files, timeout=a.timeout)
+        finally:
+            for f in files:
+                f.close()
+        row.update(peak_gpu_mib=gpu, peak_host_gib=rss, wall_seconds=seconds)
+        with open(logs[0], errors="replace") as f:
+            results = [l for l in f.read().splitlines() if l.startswith("{")]
+        if any(statuses) or not results:
+            with open(logs[failed or 0], errors="replace") as f:
+                text = f.read()
+            lines = [l for l in text.splitlines() if l.strip()]
+            if timed_out:
+                why = "killed after --timeout %g s" % a.timeout
+            elif failed is not None:
+                why = "rank %d exited with status %d" % (failed, statuses[failed])
+            elif any(statuses):
+                why = "exited with statuses %s" % statuses
+            else:
+                why = "printed no result"
+            row["error"] = why + (": " + lines[-1][:300] if lines else "")
+            row["log_tail"] = text[-3000:]
+            sys.stderr.write(text[-4000:])
+            return row
+        row.update(json.loads(results[-1]))
+    except Exception as e:  # a broken child must not end the run
+        row["error"] = "%s: %s" % (type(e).__name__, e)
+    return row
+
+
 def mfu(tokens_per_s, gpus):
     return tokens_per_s * FLOP_PER_TOKEN / (PEAK_BF16 * gpus)
 
 
+def check_rank_rows():
+    """self_check's pure-Python part: for 1 to 16 ranks and every
+    --torch-rows, rank_rows gives the ranks equal shares that cover the 16
+    rows of a step once, in chunks that divide them and are at most
+    --torch-rows, every row weighing 1/16 of the gradient as on one GPU; one
+    rank is the one-GPU split; parse_gpu_lists takes the lists it should."""
+    from fractions import Fraction
+    bad = []
+    for world in (1, 2, 4, 8, 16):
+        for torch_rows in (1, 2, 4, 8, 16):
+            shares = [rank_rows(world, r, torch_rows) for r in range(world)]
+            rows = sorted(i for first, count, _, _ in shares
+                          for i in range(first, first + count))
+            good = (rows == list(range(16))
+                    and len({s[1:] for s in shares}) == 1
+                    and all(per * chunks == count and per <= torch_rows
+                            for _, count, per, chunks in shares)
+                    and {Fraction(1, world * chunks * per)
+                         for _, _, per, chunks in shares} == {Fraction(1, 16)})
+            if not good:
+                bad.append("%d ranks, --torch-rows %d: %s" % (world, torch_rows, shares))
+    # One rank: the one-GPU variants' 16 / --torch-rows chunks.
+    if rank_rows(1, 0, 2) != (0, 16, 2, 8) or rank_rows(4, 3, 2) != (12, 4, 2, 2):
+        bad.append("rank_rows(1, 0, 2) %s, rank_rows(4, 3, 2) %s" % (
+            rank_rows(1, 0, 2), rank_rows(4, 3, 2)))
+    for world, torch_rows in ((0, 2), (3, 2), (32, 2), (2, 3), (2, 0)):
+        try:
+            rank_rows(world, 0, torch_rows)
+            bad.append("rank_rows(%d, 0, %d) accepted" % (world, torch_rows))
+        except ValueError:
+            pass
+    if parse_gpu_lists(["0", " 0, 1", "4,5,6,7"]) != [["0"], ["0", "1"], ["4", "5", "6", "7"]]:
+        bad.append("parse_gpu_lists of 0 / 0,1 / 4,5,6,7")
+    for texts in (["0,0"], ["0,1,2"], [""], ["0,1", "2,3"]):
+        try:
+            parse_gpu_lists(texts)
+            bad.append("--pytorch-gpus %s accepted" % texts)
+        except ValueError:
+            pass
+    print("data-parallel split (rank_rows, parse_gpu_lists): %s" % (
+        "ok" if not bad else "FAIL: " + "; ".join(bad)))
+    return not bad
+
+
 def self_check():
-    """--self-check: build_w1_module against Hugging Face's Qwen3ForCausalLM
-    on a tiny configuration: loss and every gradient on the CPU in fp32, and,
-    where there is a GPU, the compiled module under autocast bf16. Needs
-    torch (and transformers for the comparison), not CUDA."""
+    """--self-check: check_rank_rows (pure Python), then module_check where
+    there is torch."""
+    split_ok = check_rank_rows()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch not available: no module comparison")
+        return 0 if split_ok else 1
+    return module_check() or (0 if split_ok else 1)
+
+
+def module_check():
+    """build_w1_module against Hugging Face's Qwen3ForCausalLM on a tiny
+    configuration: loss and every gradient on the CPU in fp32, and, where
+    there is a GPU, the compiled module under autocast bf16. Needs torch
+    (and transformers for the comparison), not CUDA."""
     import torch
     tiny = dict(QWEN3_17B, vocab_size=512, hidden_size=64, intermediate_size=96,
                 num_hidden_layers=2, num_attention_heads=4,
@@ -616,18 +989,30 @@ def self_check():
 def report(result):
     """Adds MFU and the ratios to PyTorch to the rows of `result`; returns
     the table's lines. The ratio column is against the fastest PyTorch row
-    (result["best_pytorch"])."""
+    (result["best_pytorch"]); where a PyTorch row ran on several GPUs
+    (--pytorch-gpus), against the fastest PyTorch row on as many GPUs as the
+    row's (result["best_pytorch_by_gpus"], "-" where there is none)."""
     torch_rows = result.get("pytorch_variants") or {}
     ok_torch = {v: x for v, x in torch_rows.items() if x and "error" not in x}
     best = max(ok_torch, key=lambda v: ok_torch[v]["tokens_per_s"]) if ok_torch else None
     result["best_pytorch"] = best
+    by_gpus = {}  # GPUs -> the fastest PyTorch row on that many
+    for v, x in ok_torch.items():
+        g = x.get("gpus", 1)
+        if g not in by_gpus or x["tokens_per_s"] > ok_torch[by_gpus[g]]["tokens_per_s"]:
+            by_gpus[g] = v
+    per_gpus = any(g > 1 for g in by_gpus)
+    if per_gpus:
+        result["best_pytorch_by_gpus"] = {str(g): v for g, v in sorted(by_gpus.items())}
     lines = ["W1 on %s (16 x 4096 tokens per step)" % result["machine"],
              "  %-24s %9s %6s %7s %9s %10s  %s" % (
                  "", "tok/s", "MFU", "step", "GPU peak", "host peak",
-                 "vs pytorch-" + best if best else "")]
+                 "vs the fastest pytorch on as many GPUs" if per_gpus
+                 else "vs pytorch-" + best if best else "")]
     entries = [("rondo " + k, x, x.get("gpus", 1) if x else 1)
                for k, x in result["rondo"].items()]
-    entries += [("pytorch-" + v, x, 1) for v, x in torch_rows.items()]
+    entries += [("pytorch-" + v, x, x.get("gpus", 1) if x else 1)
+                for v, x in torch_rows.items()]
     if not torch_rows:
         entries.append(("pytorch", None, 1))
     for name, x, g in entries:
@@ -637,8 +1022,13 @@ def report(result):
         peak = (max(x["peak_gpu_mib"].values()) / 1024 if x.get("peak_gpu_mib")
                 else float("nan"))
         x["mfu"] = mfu(x["tokens_per_s"], g)
-        ratio = ("%.2fx" % (x["tokens_per_s"] / ok_torch[best]["tokens_per_s"])
-                 if best else "")
+        if per_gpus:
+            ref = by_gpus.get(g)
+            ratio = ("%.2fx %s" % (x["tokens_per_s"] / ok_torch[ref]["tokens_per_s"], ref)
+                     if ref else "-")
+        else:
+            ratio = ("%.2fx" % (x["tokens_per_s"] / ok_torch[best]["tokens_per_s"])
+                     if best else "")
         lines.append("  %-24s %9.0f %5.1f%% %6.2fs %5.1f GiB %6.1f GiB  %s" % (
             name, x["tokens_per_s"], 100 * x["mfu"], x["step_seconds"], peak,
             x["peak_host_gib"], ratio))
@@ -657,20 +1047,33 @@ def report(result):
         if r["vs_pytorch"]:
             text += "; PyTorch: " + ", ".join(
                 "%.2fx %s" % (q, v) for v, q in r["vs_pytorch"].items())
+        if per_gpus and r["gpus"] in by_gpus:
+            ref = by_gpus[r["gpus"]]
+            r["vs_pytorch_same_gpus"] = {ref: r["vs_pytorch"][ref]}
+            text += "; on as many GPUs %.2fx %s" % (r["vs_pytorch"][ref], ref)
         if one and r is not one:
             r["scaling_over_1gpu"] = r["tokens_per_s"] / one["tokens_per_s"]
             r["scaling_efficiency"] = r["scaling_over_1gpu"] / r["gpus"]
             text += "; %.2fx 1 GPU (%.0f%% efficiency)" % (
                 r["scaling_over_1gpu"], 100 * r["scaling_efficiency"])
         lines.append("  %s: %s" % (k, text))
+    if per_gpus and 1 in by_gpus:
+        base = ok_torch[by_gpus[1]]
+        for v, x in ok_torch.items():
+            if x.get("gpus", 1) > 1:
+                x["scaling_over_1gpu_pytorch"] = x["tokens_per_s"] / base["tokens_per_s"]
+                lines.append("  pytorch-%s: %.2fx pytorch-%s on 1 GPU (%.0f%% efficiency)" % (
+                    v, x["scaling_over_1gpu_pytorch"], by_gpus[1],
+                    100 * x["scaling_over_1gpu_pytorch"] / x["gpus"]))
     return lines
 
 
 def parse_variants(text):
     variants = [v.strip() for v in text.split(",") if v.strip()]
+    known = PYTORCH_VARIANTS + DATA_PARALLEL_VARIANTS
     for v in variants:
-        if v not in PYTORCH_VARIANTS:
-            raise SystemExit("--pytorch: %r is none of %s" % (v, ",".join(PYTORCH_VARIANTS)))
+        if v not in known:
+            raise SystemExit("--pytorch: %r is none of %s" % (v, ",".join(known)))
     return list(dict.fromkeys(variants))
 
 
@@ -679,7 +1082,7 @@ def main():
     p.add_argument("--trainer", help="the compiled W1 trainer")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--gpus", default="", help="--gpus of the trainer (PyTorch "
-                   "runs on the first of them)")
+                   "runs on the first of them, unless --pytorch-gpus)")
     p.add_argument("--optimizer-mode", default="overlap")
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--skip", type=int, default=2,
@@ -695,7 +1098,16 @@ def main():
     p.add_argument("--out", default=".")
     p.add_argument("--pytorch", default=",".join(PYTORCH_VARIANTS), metavar="LIST",
                    help="the PyTorch variants to run, a comma list of %s "
-                   "(default: all; empty: none)" % ",".join(PYTORCH_VARIANTS))
+                   "(default: these; empty: none) and the data-parallel %s, "
+                   "run on each --pytorch-gpus list" % (
+                       ",".join(PYTORCH_VARIANTS), ",".join(DATA_PARALLEL_VARIANTS)))
+    p.add_argument("--pytorch-gpus", action="append", default=[], metavar="LIST",
+                   help="GPU ids, e.g. 0,1,2,3, repeatable (--pytorch-gpus 0 "
+                   "--pytorch-gpus 0,1 ...): each data-parallel variant of "
+                   "--pytorch runs once per LIST, one process per GPU, each "
+                   "training 16/len(LIST) rows of every step (its row: "
+                   "\"ddp-compile x4\"); the one-GPU variants run on the first "
+                   "GPU of the first LIST. Default: the first of --gpus, or 0")
     p.add_argument("--skip-pytorch", action="store_true", help="run no PyTorch variant")
     p.add_argument("--config", action="append", default=[],
                    help="NAME=WORKERS:GPUS[:REPLICAS[:TRAINER[:STEPS[:ARGS]]]], repeatable: "
@@ -712,16 +1124,30 @@ def main():
                    help="after the timed steps, one more PyTorch step under "
                         "torch.profiler: GPU ms per kernel category in the JSON "
                         "(kernel_ms_by_category)")
-    p.add_argument("--torch-child", choices=PYTORCH_VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--torch-child", choices=PYTORCH_VARIANTS + DATA_PARALLEL_VARIANTS,
+                   help=argparse.SUPPRESS)
     p.add_argument("--torch-data", help=argparse.SUPPRESS)
     p.add_argument("--torch-init-from", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.self_check:
         return self_check()
+    if a.torch_child in DATA_PARALLEL_VARIANTS:
+        torch_data_parallel_child(a)
+        return 0
     if a.torch_child:
         torch_child(a)
         return 0
     variants = [] if a.skip_pytorch else parse_variants(a.pytorch)
+    try:
+        gpu_lists = (parse_gpu_lists(a.pytorch_gpus) if a.pytorch_gpus
+                     else [[(a.gpus or "0").split(",")[0]]])
+    except ValueError as e:
+        raise SystemExit(str(e))
+    if (variants and any(len(g) > 1 for g in gpu_lists)
+            and not set(variants) & set(DATA_PARALLEL_VARIANTS)):
+        raise SystemExit("--pytorch-gpus: several GPUs, but --pytorch names none "
+                         "of the data-parallel variants %s"
+                         % ",".join(DATA_PARALLEL_VARIANTS))
     # The PyTorch children run in sessions of their own (run_child), out of
     # reach of a signal sent to this process's group (an outer `timeout`):
     # exiting through SystemExit lets run_child end the running one.
@@ -738,6 +1164,8 @@ def main():
     result = {"workload": "W1", "machine": a.machine,
               "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d"),
               "rondo": {}, "pytorch": None, "pytorch_variants": {}}
+    if a.pytorch_gpus:
+        result["pytorch_gpus"] = [",".join(g) for g in gpu_lists]
     ids = os.path.join(a.out, "w1-ids.npy")
     if configs or variants:
         # One token file for every configuration and PyTorch variant: the
@@ -755,6 +1183,13 @@ def main():
 
     def run_pytorch():
         for v in variants:
+            if v in DATA_PARALLEL_VARIANTS:
+                # One row per GPU list, "ddp-compile x4".
+                for gpus in gpu_lists:
+                    row = pytorch_data_parallel(a, a.out, v, gpus, ids)
+                    result["pytorch_variants"]["%s x%d" % (v, len(gpus))] = row
+                    save()
+                continue
             row = pytorch(a, a.out, v, ids)
             result["pytorch_variants"][v] = row
             if v == "eager":

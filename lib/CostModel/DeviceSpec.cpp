@@ -59,7 +59,9 @@ static DeviceSpec h100() {
   s.hostMemoryBytes = 128 * GiB;
   s.hostLinkBandwidth = 50 * GB;
   s.hostLinkAggregateBandwidth = 157 * GB;
-  s.peerBandwidth = 0; // the 1-GPU H100 machines have no peer
+  // NVLink 4, as on the H200 boards (the 2- and 4-GPU H100 machines); a
+  // 1-GPU machine never hands off between GPUs.
+  s.peerBandwidth = 390 * GB;
   s.optimizerParamsPerSecond = 4.12e9;
   return s;
 }

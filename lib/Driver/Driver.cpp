@@ -414,10 +414,11 @@ int rondo::compile(CompileOptions options) {
   bool lowering = emit == Emit::Exec || emit == Emit::Cpp || emit == Emit::Exe;
   // A trainer runs a compiled plan; without --workers it gets the plan for
   // one worker, the round-robin pipeline's degenerate case.
-  if (lowering && options.plan.workers.empty())
+  // With --gpus the planner chooses every layout's workers.
+  if (lowering && options.plan.workers.empty() && options.plan.gpus == 0)
     options.plan.workers.push_back(1);
-  bool planning =
-      emit == Emit::Pipe || options.explain || !options.plan.workers.empty();
+  bool planning = emit == Emit::Pipe || options.explain ||
+                  !options.plan.workers.empty() || options.plan.gpus != 0;
   // The target is resolved once, for the planner, the emitter and
   // --explain alike (rondo/Driver/Target.h).
   TargetConfig target{options.target.empty() ? "host" : options.target, "",

@@ -71,6 +71,19 @@ struct CompileFlags::Impl {
         workers("workers", cl::desc("worker counts to plan for (N[,N...])"),
                 cl::CommaSeparated, cl::location(o.plan.workers),
                 cl::cat(category)),
+        gpus("gpus",
+             cl::desc("plan for this many GPUs of one machine (host: worker "
+                      "threads x processes): weighs every layout of R "
+                      "data-parallel replicas x N pipeline workers (R N = "
+                      "GPUs) at the global --batch and compiles them all, "
+                      "the fastest predicted as the trainer's default "
+                      "(--explain lists them); instead of --workers"),
+             cl::location(o.plan.gpus), cl::init(0), cl::cat(category)),
+        layouts("layouts",
+                cl::desc("with --gpus: only these layouts, RxN[,RxN...] "
+                         "(R replicas of N workers)"),
+                cl::CommaSeparated, cl::location(o.plan.layouts),
+                cl::cat(category)),
         microbatches("microbatches",
                      cl::desc("microbatches per step (default: chosen by the "
                               "planner, at least workers + 1)"),
@@ -176,6 +189,8 @@ struct CompileFlags::Impl {
   cl::opt<std::string> target;
   cl::opt<int64_t, true> chunkRows;
   cl::list<int64_t, llvm::SmallVector<int64_t>> workers;
+  cl::opt<int64_t, true> gpus;
+  cl::list<std::string, llvm::SmallVector<std::string>> layouts;
   cl::opt<int64_t, true> microbatches;
   cl::opt<std::string, true> device;
   cl::opt<std::string, true> precision;

@@ -426,7 +426,79 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   os << "\n\n";
 }
 
+/// rondo-compile --gpus: every layout weighed, with its predicted step and
+/// throughput at the global batch, and why the chosen one won.
+static void explainLayouts(ModuleOp module, llvm::raw_ostream &os) {
+  SmallVector<PlanOp> layouts;
+  PlanOp chosen;
+  for (PlanOp plan : module.getOps<PlanOp>())
+    if (plan.getLayoutGpus()) {
+      layouts.push_back(plan);
+      if (plan.getLayoutChosen())
+        chosen = plan;
+    }
+  if (layouts.empty() || !chosen)
+    return;
+  const int64_t gpus = *chosen.getLayoutGpus();
+  const int64_t replicas0 = chosen.getReplicas().value_or(1);
+  const double globalTokens =
+      double(chosen.getTokensPerStep()) * double(replicas0);
+  auto residency = [](PlanOp plan) -> std::string {
+    if (!plan.getResidentLayers())
+      return "streamed";
+    return plan.getResidentLayers()->size() == plan.getLayers().size()
+               ? "device"
+               : "mixed";
+  };
+  os << llvm::formatv(
+      "== Layouts for {0} GPUs ({1} tokens per step, every layout the same "
+      "global batch; replicas x workers, each replica training its share):\n",
+      gpus, int64_t(globalTokens));
+  os << llvm::formatv("  {0,-8} {1,-9} {2,-12} {3,10} {4,12} {5,8}\n", "layout",
+                      "residency", "microbatches", "ms/step", "tokens/s",
+                      "vs best");
+  const double best = chosen.getPredictedStepSeconds().convertToDouble();
+  PlanOp runnerUp;
+  for (PlanOp plan : layouts) {
+    const double step = plan.getPredictedStepSeconds().convertToDouble();
+    const int64_t r = plan.getReplicas().value_or(1);
+    os << llvm::formatv("  {0,-8} {1,-9} {2,-12} {3,10} {4,12} {5,7}x{6}\n",
+                        llvm::formatv("{0}x{1}", r, plan.getWorkers()).str(),
+                        residency(plan),
+                        llvm::formatv("{0} x {1}", plan.getMicrobatches(),
+                                      plan.getRowsPerMicrobatch())
+                            .str(),
+                        ms(step), sig(globalTokens / step), sig(best / step),
+                        plan == chosen ? "  <- chosen" : "");
+    if (plan != chosen &&
+        (!runnerUp ||
+         step < runnerUp.getPredictedStepSeconds().convertToDouble()))
+      runnerUp = plan;
+  }
+  if (ArrayAttr unfit = chosen.getLayoutsUnfitAttr())
+    for (Attribute a : unfit)
+      os << "  " << cast<StringAttr>(a).getValue()
+         << ": no plan within the memory budgets\n";
+  os << llvm::formatv(
+      "Chosen: {0} replica(s) x {1} worker(s) (@{2}), the fastest predicted "
+      "step",
+      replicas0, chosen.getWorkers(), chosen.getSymName());
+  if (runnerUp)
+    os << llvm::formatv(
+        "; the next, {0}x{1}, is predicted {2}% slower",
+        runnerUp.getReplicas().value_or(1), runnerUp.getWorkers(),
+        llvm::formatv(
+            "{0:f0}",
+            100 * (runnerUp.getPredictedStepSeconds().convertToDouble() / best -
+                   1))
+            .str());
+  os << ". The trainer runs it by default (starting its replicas itself "
+        "when nothing launched them); --replicas R --workers N picks another"
+        ".\n\n";
+}
+
 void rondo::printExplanation(ModuleOp module, llvm::raw_ostream &os) {
+  explainLayouts(module, os);
   for (PlanOp plan : module.getOps<PlanOp>())
     explainPlan(plan, os);
 }
@@ -463,6 +535,15 @@ LogicalResult rondo::writeExplainDir(ModuleOp module, StringRef dir,
   if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
     error = "cannot create '" + dir.str() + "': " + ec.message();
     return failure();
+  }
+  {
+    std::string text;
+    llvm::raw_string_ostream tos(text);
+    explainLayouts(module, tos);
+    llvm::SmallString<256> path(dir);
+    llvm::sys::path::append(path, "layouts.txt");
+    if (!text.empty() && failed(writeFileAtomically(path, text, error)))
+      return failure();
   }
   for (PlanOp plan : module.getOps<PlanOp>()) {
     std::string text;

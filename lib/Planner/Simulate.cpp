@@ -94,12 +94,15 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
         (isResident(problem, l) ? resident : params) +=
             problem.trainableParams[l];
     // Resident parameters are updated by the worker (one fused AdamW over
-    // its memory), orchestrated by the same host task.
+    // its memory, over its shard with replicas), orchestrated by the same
+    // host task, after their gradients were summed across replicas in the
+    // worker's memory.
     if (resident > 0)
-      optimizerSeconds[n] +=
-          problem.deviceOptimizerParamsPerSecond > 0
-              ? resident / problem.deviceOptimizerParamsPerSecond
-              : std::numeric_limits<double>::infinity();
+      optimizerSeconds[n] += (problem.deviceOptimizerParamsPerSecond > 0
+                                  ? resident / optimizerShards(problem) /
+                                        problem.deviceOptimizerParamsPerSecond
+                                  : std::numeric_limits<double>::infinity()) +
+                             replicaSumSeconds(problem, resident);
     optimizerSeconds[n] +=
         params / optimizerShards(problem) /
         (problem.optimizerParamsPerSecond /

@@ -323,14 +323,17 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          if (x < 1 || x > 65536)
            return std::string("must be in [1, 65536]");
          o.replicas = int(x);
+         o.replicasGiven = true;
          return std::string();
        }},
       {"replica-engine", "mpi|nccl",
-       "With --replicas: how gradients are summed. mpi (default): under "
-       "mpirun, host and GPU trainers. nccl (GPU trainers, experimental): "
-       "processes started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
-       "set (torchrun, Slurm, or by hand), no mpirun needed; each replica's "
-       "GPUs are --gpus, or LOCAL_RANK's share.",
+       "With --replicas: how gradients are summed. nccl (the default for "
+       "GPU trainers): on the GPUs, in place for state kept on the GPU; "
+       "processes started by mpirun, torchrun, Slurm or by hand (RANK and "
+       "WORLD_SIZE or their mpirun/Slurm names; MASTER_ADDR and MASTER_PORT "
+       "when not 127.0.0.1:29500); each replica's GPUs are --gpus, or its "
+       "local rank's share of them. mpi (the default for host trainers): "
+       "under mpirun, through host memory.",
        oneOf(o.replicaEngine, {{"mpi", "mpi"}, {"nccl", "nccl"}})},
       {"map-weights", "auto|on|off",
        "Frozen weights (LoRA's base model) whose ONNX external data is fp32: "

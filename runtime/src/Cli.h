@@ -93,6 +93,9 @@ struct TrainerOptions {
   double watchdogSeconds = 300;
   /// Data-parallel replicas of the pipeline (one process each, under MPI).
   int replicas = 1;
+  /// Whether --replicas was given (a trainer compiled for several layouts
+  /// otherwise takes its chosen layout's, or the launcher's WORLD_SIZE).
+  bool replicasGiven = false;
   /// Compare the replicas' weight checksums every this many steps (and at
   /// every checkpoint); 0: only at checkpoints.
   int64_t replicaCheckEvery = 50;

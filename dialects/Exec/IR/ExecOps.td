@@ -37,6 +37,9 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
     `predicted_step_seconds` is the plan's step in that mode; a `sync`
     program also carries `stale_step_seconds`, the step when the trainer
     runs it with one-step-stale updates (`--optimizer-mode=stale`).
+    `replicas` (absent: 1) is the number of data-parallel replicas the plan
+    was made for: each runs this program on its share of a global batch of
+    `replicas` x `microbatches` x `rows_per_microbatch` rows.
 
     Example:
     ```mlir
@@ -64,7 +67,8 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
                        StrAttr:$optimizer,
                        SymbolRefArrayAttr:$jobs,
                        F64Attr:$predicted_step_seconds,
-                       OptionalAttr<F64Attr>:$stale_step_seconds);
+                       OptionalAttr<F64Attr>:$stale_step_seconds,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `plan` $plan `workers` $workers `microbatches` $microbatches

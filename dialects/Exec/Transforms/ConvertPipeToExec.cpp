@@ -361,7 +361,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   OpBuilder builder(ctx);
   builder.setInsertionPointToEnd(module.getBody());
   std::string name = ("exec_w" + Twine(N) + "_" + mode).str();
-  if (llvm::count_if(module.getOps<pipe::PlanOp>(), [&](pipe::PlanOp p) {
+  if (plan.getReplicas().value_or(1) > 1 ||
+      llvm::count_if(module.getOps<pipe::PlanOp>(), [&](pipe::PlanOp p) {
         return int64_t(p.getWorkers()) == N;
       }) > 1)
     name = ("exec_" + plan.getSymName() + "_" + mode).str();
@@ -379,7 +380,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       builder.getF64FloatAttr(
           mode == "sync" ? plan.getSyncStepSeconds().convertToDouble()
                          : plan.getPredictedStepSeconds().convertToDouble()),
-      mode == "sync" ? plan.getStaleStepSecondsAttr() : FloatAttr());
+      mode == "sync" ? plan.getStaleStepSecondsAttr() : FloatAttr(),
+      plan.getReplicasAttr());
   Block *body = new Block();
   program.getBody().push_back(body);
   OpBuilder b = OpBuilder::atBlockBegin(body);

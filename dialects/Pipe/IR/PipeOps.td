@@ -145,6 +145,13 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     the host optimizer share; the predicted step is at least their CPU work
     spread over them.
 
+    Layouts (`rondo-compile --gpus G`): `layout_gpus` is the G this plan is
+    one layout of (`replicas` x `workers` = G; `batch` is then one
+    replica's share of the global batch), `layout_chosen` marks the layout
+    the planner chose (the fastest predicted step; the trainer's default),
+    and the chosen plan's `layouts_unfit` names the layouts (`RxN`) that had
+    no plan within the budgets.
+
     Example:
     ```mlir
     pipe.plan @plan_w2 for @main workers 2 microbatches 4 {
@@ -196,7 +203,10 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<DenseI64ArrayAttr>:$resident_layers,
                        OptionalAttr<StrArrayAttr>:$resident_params,
                        OptionalAttr<DictionaryAttr>:$residency_alternatives,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$shared_cores);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$shared_cores,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$layout_gpus,
+                       OptionalAttr<UnitAttr>:$layout_chosen,
+                       OptionalAttr<StrArrayAttr>:$layouts_unfit);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -23,6 +23,7 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 
@@ -152,6 +153,13 @@ struct PipePartitionPass
     : rondo::pipe::impl::PipePartitionPassBase<PipePartitionPass> {
   using Base::Base;
 
+  /// The layout being searched (--gpus): its replicas, each training
+  /// batch / layoutReplicas rows of the global batch. 0 outside a layout
+  /// search (the `replicas` option then holds).
+  int64_t layoutReplicas = 0;
+  /// A layout search reports no error for a layout without a plan.
+  bool quietNoFit = false;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto func = module.lookupSymbol<func::FuncOp>("main");
@@ -240,17 +248,20 @@ struct PipePartitionPass
                  "--workers 1)";
           return signalPassFailure();
         }
-    if (residency == "device" && replicas > 1) {
-      module.emitError("--residency=device: replicas sum their gradients "
-                       "through host memory, which needs streamed state "
-                       "(--replicas ")
-          << static_cast<int64_t>(replicas) << ")";
-      return signalPassFailure();
-    }
     if (optimizerMode != "overlap" && optimizerMode != "sync" &&
         optimizerMode != "stale") {
       module.emitError("--optimizer-mode=")
           << optimizerMode << " is not one of overlap, sync, stale";
+      return signalPassFailure();
+    }
+    if (gpus != 0) {
+      if (failed(planLayouts(module, func, *spec, bf16, batch, tokens)))
+        return signalPassFailure();
+      return;
+    }
+    if (!layouts.empty()) {
+      module.emitError("--layouts chooses among the layouts of --gpus, "
+                       "which is not given");
       return signalPassFailure();
     }
     SmallVector<int64_t> workerCounts(workers.begin(), workers.end());
@@ -313,6 +324,134 @@ struct PipePartitionPass
     }
   }
 
+  /// --gpus G: every layout of R replicas x N workers (R N = G, R dividing
+  /// the batch), each replica training batch / R rows of the global batch,
+  /// searched like a worker count (its microbatch counts, residencies and
+  /// stages) with the replicas' gradient sums in its step. One plan per
+  /// layout that fits, the fastest first (the trainer's default) and marked
+  /// `layout_chosen`; every plan records the G it is a layout of.
+  LogicalResult planLayouts(ModuleOp module, func::FuncOp func,
+                            const cost::DeviceSpec &spec, bool bf16,
+                            int64_t batch, int64_t tokens) {
+    if (gpus < 1 || gpus > 4096)
+      return module.emitError("--gpus=")
+             << static_cast<int64_t>(gpus) << " must be in [1, 4096]";
+    if (!workers.empty())
+      return module.emitError("--gpus plans the workers of every layout "
+                              "itself; drop --workers");
+    if (replicas != 1)
+      return module.emitError("--gpus plans the replicas of every layout "
+                              "itself; drop --replicas");
+    // --layouts RxN[,RxN...] keeps some of them.
+    SmallVector<std::pair<int64_t, int64_t>> wanted;
+    for (const std::string &l : layouts) {
+      int64_t r = 0, n = 0;
+      char tail = 0;
+      if (std::sscanf(l.c_str(), "%" SCNd64 "x%" SCNd64 "%c", &r, &n, &tail) !=
+              2 ||
+          r < 1 || n < 1 || r * n != gpus)
+        return module.emitError("--layouts: '")
+               << l << "' is not a layout of --gpus "
+               << static_cast<int64_t>(gpus)
+               << " (REPLICASxWORKERS with REPLICAS * WORKERS = "
+               << static_cast<int64_t>(gpus) << ")";
+      wanted.push_back({r, n});
+    }
+    if (microbatches > 0 && batch % microbatches != 0)
+      return func.emitError("--microbatches=")
+             << static_cast<int64_t>(microbatches)
+             << " does not divide the batch of " << batch << " rows";
+    struct Layout {
+      int64_t replicas, workers;
+      std::optional<Candidate> best;
+      int tried = 0;
+      SmallVector<int64_t> counts;
+    };
+    std::vector<Layout> found;
+    // --microbatches is the global batch's count under --gpus: every
+    // layout keeps its microbatch shape.
+    const int64_t globalM = microbatches;
+    quietNoFit = true;
+    for (int64_t r = 1; r <= gpus; ++r) {
+      if (gpus % r != 0 || batch % r != 0)
+        continue;
+      if (globalM > 0 && globalM % r != 0)
+        continue;
+      const int64_t n = gpus / r;
+      if (!wanted.empty() &&
+          !llvm::is_contained(wanted, std::pair<int64_t, int64_t>{r, n}))
+        continue;
+      layoutReplicas = r;
+      microbatches = globalM > 0 ? globalM / r : 0;
+      FailureOr<Searched> searched =
+          searchAllCounts(func, spec, bf16, n, batch / r);
+      microbatches = globalM;
+      layoutReplicas = 0;
+      if (failed(searched)) {
+        quietNoFit = false;
+        return failure();
+      }
+      Layout layout{r, n, std::nullopt, searched->tried, searched->counts};
+      for (Candidate &c : searched->perCount)
+        if (!layout.best || score(c) < score(*layout.best))
+          layout.best = std::move(c);
+      found.push_back(std::move(layout));
+    }
+    quietNoFit = false;
+    const Layout *chosen = nullptr;
+    for (const Layout &l : found)
+      if (l.best &&
+          (!chosen || score(*l.best) < score(*chosen->best) * (1 - 1e-9)))
+        chosen = &l;
+    if (!chosen) {
+      InFlightDiagnostic diag = module.emitError();
+      diag << "--gpus " << static_cast<int64_t>(gpus)
+           << ": no layout has a plan that fits the memory budgets (weighed:";
+      for (const Layout &l : found)
+        diag << " " << l.replicas << "x" << l.workers;
+      if (found.empty())
+        diag << " none: no replica count divides both --gpus and the batch "
+                "of "
+             << batch << " rows";
+      diag << "); plan one layout with --workers to see its numbers";
+      return diag;
+    }
+    OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+    auto emit = [&](const Layout &l) {
+      auto attr = SearchAttr::get(
+          &getContext(), l.tried,
+          DenseI64ArrayAttr::get(&getContext(), l.counts), globalM == 0,
+          strategy == "exact" && stages.empty() && l.best->objectiveOptimal,
+          optimizerMode, /*shared_microbatches=*/false);
+      std::string name =
+          l.replicas == 1
+              ? llvm::formatv("plan_w{0}", l.workers).str()
+              : llvm::formatv("plan_r{0}_w{1}", l.replicas, l.workers).str();
+      PlanOp plan =
+          buildPlanOp(b, func, spec, bf16, l.workers, batch / l.replicas,
+                      tokens / l.replicas, *l.best, attr, name);
+      plan.setLayoutGpusAttr(b.getI64IntegerAttr(gpus));
+      if (&l == chosen)
+        plan.setLayoutChosenAttr(b.getUnitAttr());
+    };
+    emit(*chosen);
+    for (const Layout &l : found)
+      if (&l != chosen && l.best)
+        emit(l);
+    // Layouts without a plan are recorded on the chosen one, so that
+    // --explain can say what did not fit.
+    SmallVector<Attribute> unfit;
+    for (const Layout &l : found)
+      if (!l.best)
+        unfit.push_back(b.getStringAttr(
+            llvm::formatv("{0}x{1}", l.replicas, l.workers).str()));
+    if (!unfit.empty())
+      for (PlanOp plan : module.getOps<PlanOp>())
+        if (plan.getLayoutChosen())
+          plan.setLayoutsUnfitAttr(b.getArrayAttr(unfit));
+    return success();
+  }
+
   /// The residencies a plan of `problem`'s workers may take: every layer
   /// streamed; with one worker, every layer resident and, when the whole
   /// state leaves too little room, the deepest layers whose state fits
@@ -327,7 +466,7 @@ struct PipePartitionPass
     // Stale updates overlap the next step on the host; resident state is
     // updated on the worker between steps, with nothing left to hide.
     if (residency == "streamed" || problem.workers != 1 ||
-        problem.replicas != 1 || optimizerMode == "stale")
+        optimizerMode == "stale")
       return options;
     std::vector<char> all(numLayers, 1);
     options.push_back(all);
@@ -473,6 +612,14 @@ struct PipePartitionPass
     p.replicaBytesPerSecond = replicaLinkGBps * 1e9;
     p.shardOptimizer = shardOptimizer;
     p.replicasPerHost = static_cast<int>(replicasPerHost);
+    if (layoutReplicas > 0) {
+      // The GPUs of one machine: the replicas share its host and sum over
+      // its GPU links where the spec has them.
+      p.replicas = static_cast<int>(layoutReplicas);
+      p.replicasPerHost = p.replicas;
+      if (spec.peerBandwidth > 0)
+        p.replicaBytesPerSecond = spec.peerBandwidth;
+    }
     return p;
   }
 
@@ -515,8 +662,10 @@ struct PipePartitionPass
     std::string lastFailure;
     double smallestWorkerPeak = std::numeric_limits<double>::infinity();
     int64_t smallestWorkerPeakM = 0;
+    // @main is the global batch: a replica's microbatch is 1/(R m) of it.
+    const int64_t share = std::max<int64_t>(layoutReplicas, 1);
     for (int64_t m : counts) {
-      cost::CostOptions options{m, n, bf16};
+      cost::CostOptions options{m * share, n, bf16};
       llvm::Expected<cost::LayerTable> table =
           cost::buildLayerTable(func, spec, options);
       if (!table)
@@ -682,6 +831,8 @@ struct PipePartitionPass
     }
 
     if (searched.perCount.empty()) {
+      if (quietNoFit)
+        return searched;
       (void)reportNoFit(func, spec, bf16, n, batch, counts, lastFailure,
                         smallestWorkerPeak, smallestWorkerPeakM);
       return failure();
@@ -694,7 +845,8 @@ struct PipePartitionPass
                             ArrayRef<int64_t> counts, StringRef failure,
                             double smallestWorkerPeak,
                             int64_t smallestWorkerPeakM) {
-    cost::CostOptions options{counts.back(), n, bf16};
+    cost::CostOptions options{
+        counts.back() * std::max<int64_t>(layoutReplicas, 1), n, bf16};
     llvm::Expected<cost::LayerTable> table =
         cost::buildLayerTable(func, spec, options);
     if (!table)
@@ -822,10 +974,10 @@ struct PipePartitionPass
         exact(c.sync.bubbleFraction), balanced, exact(balancedStep), unfit);
   }
 
-  void buildPlanOp(OpBuilder &b, func::FuncOp func,
-                   const cost::DeviceSpec &spec, bool bf16, int64_t n,
-                   int64_t batch, int64_t tokens, const Candidate &c,
-                   SearchAttr searched) {
+  PlanOp buildPlanOp(OpBuilder &b, func::FuncOp func,
+                     const cost::DeviceSpec &spec, bool bf16, int64_t n,
+                     int64_t batch, int64_t tokens, const Candidate &c,
+                     SearchAttr searched, StringRef planName = "") {
     MLIRContext *ctx = &getContext();
     Location loc = func.getLoc();
     // Six significant digits: the plan stays readable (and exact in
@@ -838,7 +990,9 @@ struct PipePartitionPass
     auto str = [&](StringRef v) { return b.getStringAttr(v); };
     const planner::PlanProblem &p = c.problem;
     auto plan = PlanOp::create(
-        b, loc, b.getStringAttr(llvm::formatv("plan_w{0}", n).str()),
+        b, loc,
+        b.getStringAttr(planName.empty() ? llvm::formatv("plan_w{0}", n).str()
+                                         : planName.str()),
         FlatSymbolRefAttr::get(func.getSymNameAttr()), i64(n),
         i64(c.microbatches), i64(batch), i64(batch / c.microbatches),
         i64(tokens), str(spec.name), str(bf16 ? "bf16" : "fp32"),
@@ -857,7 +1011,8 @@ struct PipePartitionPass
         /*stale_step_seconds=*/f64(c.stale.stepSeconds),
         /*shared_params=*/nullptr, /*resident_layers=*/nullptr,
         /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr,
-        /*shared_cores=*/nullptr);
+        /*shared_cores=*/nullptr, /*layout_gpus=*/nullptr,
+        /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr);
     if (p.sharedCores > 0)
       plan.setSharedCoresAttr(i64(p.sharedCores));
     if (llvm::is_contained(p.resident, 1)) {
@@ -973,6 +1128,7 @@ struct PipePartitionPass
       jobRefs.push_back(FlatSymbolRefAttr::get(ctx, name));
     }
     ScheduleOp::create(inner, loc, i64(0), b.getArrayAttr(jobRefs));
+    return plan;
   }
 };
 } // namespace

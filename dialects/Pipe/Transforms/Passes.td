@@ -65,6 +65,16 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
     the fastest that fits the budgets; `streamed` and `device` force one.
     Plans of several workers stream.
 
+    Layouts (`gpus`): instead of `workers`, the pass weighs every way to
+    spread G GPUs over R data-parallel replicas of an N-worker pipeline
+    (R N = G; R divides the batch), each replica training batch / R rows
+    of every global batch, with the replicas' gradient sums (over the
+    spec's GPU links) and their sharded optimizer in the predicted step.
+    Each layout is searched like a worker count (microbatches, residency,
+    stages); one plan per layout that fits, the fastest first and marked
+    `layout_chosen`. Under `gpus`, `microbatches` counts the global batch's
+    microbatches (a layout of R replicas runs 1/R of them per replica).
+
     An impossible budget is an error that states the numbers and the
     smallest configuration that fits.
   }];
@@ -103,6 +113,12 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
            /*default=*/"\"overlap\"",
            "overlap | sync | stale: the trainer's optimizer mode, whose "
            "predicted step the plans minimise (the trainer's default mode)">,
+    Option<"gpus", "gpus", "int64_t", /*default=*/"0",
+           "plan for this many GPUs of one machine (host workers x processes "
+           "on the host): every layout of R replicas x N workers with R N = "
+           "gpus at the global batch, one plan each, the fastest chosen">,
+    ListOption<"layouts", "layouts", "std::string",
+               "with gpus: only these layouts (RxN)">,
     Option<"residency", "residency", "std::string", /*default=*/"\"auto\"",
            "auto | device | streamed: where parameters, gradients and "
            "AdamW moments live (auto: the planner weighs streamed, "

@@ -269,7 +269,8 @@ Emitter::emitProgram(exec::ProgramOp program,
   programsOs << llvm::formatv(
       "    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
       "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
-      "{16}, {17}, {18}, {19}, {7}_issue, {7}_resident, {20}, {21}, {22}},\n",
+      "{16}, {17}, {18}, {19}, {7}_issue, {7}_resident, {20}, {21}, {22}, "
+      "{23}},\n",
       cString(program.getSymName()), cString(program.getOptimizer()),
       program.getWorkers(), program.getMicrobatches(),
       program.getRowsPerMicrobatch(), program.getFirstWorker(),
@@ -286,7 +287,7 @@ Emitter::emitProgram(exec::ProgramOp program,
                         ? program.getStaleStepSeconds()->convertToDouble()
                         : 0.0),
       numResident, bufferOr(exec::kResidentBuffer),
-      bufferOr(exec::kResidentGradsBuffer));
+      bufferOr(exec::kResidentGradsBuffer), program.getReplicas().value_or(1));
   return success();
 }
 

@@ -89,13 +89,17 @@ LogicalResult Emitter::run() {
     if (g.getIds() == ids)
       vocab = cast<RankedTensorType>(g.getTable().getType()).getDimSize(0);
   });
-  int64_t globalBatch = programs.front().getMicrobatches() *
-                        programs.front().getRowsPerMicrobatch();
+  // Every program trains the same global batch: its replicas' shares.
+  auto globalRows = [](exec::ProgramOp p) {
+    return p.getReplicas().value_or(1) * p.getMicrobatches() *
+           p.getRowsPerMicrobatch();
+  };
+  int64_t globalBatch = globalRows(programs.front());
   for (exec::ProgramOp p : programs)
-    if (p.getMicrobatches() * p.getRowsPerMicrobatch() != globalBatch)
+    if (globalRows(p) != globalBatch)
       return p.emitOpError("runs ")
-             << p.getMicrobatches() * p.getRowsPerMicrobatch()
-             << " rows per step, another program " << globalBatch;
+             << globalRows(p) << " rows per step, another program "
+             << globalBatch;
 
   llvm::StringSet<> emitted;
   for (exec::ProgramOp p : programs)

@@ -20,6 +20,13 @@
 // replica's own shard travels back (after the reduce) or up (before the
 // broadcast).
 //
+// Device-resident state (a one-worker plan that keeps weights, gradients
+// and moments on its GPU) hands the engine device pointers on the replica's
+// own GPU: those are summed, reduced and broadcast in place, with no trip
+// through host memory. The callers' device work on them has completed (every
+// DeviceOps call synchronises), and every collective here is waited for
+// before it returns, so no stream ordering crosses this interface.
+//
 // NCCL does not notice a peer that died inside a collective on NVLink: its
 // kernels spin. So the rendezvous connections stay open for the whole run,
 // and every wait polls the stream, NCCL's asynchronous error, those
@@ -285,10 +292,19 @@ public:
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string engine() const override { return engine_; }
+  bool takesDeviceMemory() const override { return true; }
 
   void sumGradients(float *data, int64_t n) override {
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
+    if (onThisGpu(data, "gradient sum")) {
+      enqueue(ncclAllReduce(data, data, size_t(n), ncclFloat, ncclSum,
+                            comms_[0], streams_[0]),
+              "ncclAllReduce");
+      wait(0, "gradients");
+      ++gradSums_;
+      return;
+    }
     const uint64_t before = debug_ ? hashOf(data, n) : 0;
     // One stream: chunk k+1's upload starts after chunk k's download, so
     // the one buffer is never overwritten early.
@@ -317,6 +333,15 @@ public:
   void reduceScatterGradients(float *data, int64_t n) override {
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
+    if (onThisGpu(data, "gradient reduce-scatter")) {
+      group(n, 0, n, "ncclReduce", [&](int r, Shard part) {
+        float *p = data + part.begin;
+        return ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
+                          comms_[0], streams_[0]);
+      });
+      wait(0, "gradient shards");
+      return;
+    }
     const Shard mine = shardOf(n, rank_, size_);
     for (int64_t off = 0; off < n; off += kChunk) {
       const int64_t end = std::min(n, off + kChunk);
@@ -336,6 +361,15 @@ public:
   void allGatherShards(float *data, int64_t n) override {
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
+    if (onThisGpu(data, "weight all-gather")) {
+      group(n, 0, n, "ncclBroadcast", [&](int r, Shard part) {
+        float *p = data + part.begin;
+        return ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r, comms_[0],
+                             streams_[0]);
+      });
+      wait(0, "weight shards");
+      return;
+    }
     const Shard mine = shardOf(n, rank_, size_);
     for (int64_t off = 0; off < n; off += kChunk) {
       const int64_t end = std::min(n, off + kChunk);
@@ -350,6 +384,64 @@ public:
       copyGradients(data + off, scratchAt(0), end - off,
                     cudaMemcpyDeviceToHost);
     }
+    wait(0, "weight shards");
+  }
+  // Spans in the GPU's memory are issued as grouped collectives and waited
+  // for once: a stage's hundreds of tensors would otherwise cost a
+  // synchronisation each. Adjacent spans (a stage's gradient block) are
+  // summed as one.
+  void sumGradientsMany(const GradientSpan *spans, size_t count) override {
+    if (!allOnThisGpu(spans, count, "gradient sum"))
+      return ReplicaGroup::sumGradientsMany(spans, count);
+    std::vector<GradientSpan> merged;
+    for (size_t i = 0; i < count; ++i) {
+      if (!merged.empty() &&
+          merged.back().data + merged.back().n == spans[i].data)
+        merged.back().n += spans[i].n;
+      else if (spans[i].n > 0)
+        merged.push_back(spans[i]);
+    }
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    grouped(merged.size(), "ncclAllReduce", [&](size_t i) {
+      enqueue(ncclAllReduce(merged[i].data, merged[i].data, size_t(merged[i].n),
+                            ncclFloat, ncclSum, comms_[0], streams_[0]),
+              "ncclAllReduce");
+    });
+    wait(0, "gradients");
+    gradSums_ += int64_t(count);
+  }
+  void reduceScatterGradientsMany(const GradientSpan *spans,
+                                  size_t count) override {
+    if (!allOnThisGpu(spans, count, "gradient reduce-scatter"))
+      return ReplicaGroup::reduceScatterGradientsMany(spans, count);
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    grouped(count, "ncclReduce", [&](size_t i) {
+      for (int r = 0; r < size_; ++r)
+        if (Shard part = shardOf(spans[i].n, r, size_); part.size() > 0) {
+          float *p = spans[i].data + part.begin;
+          enqueue(ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
+                             comms_[0], streams_[0]),
+                  "ncclReduce");
+        }
+    });
+    wait(0, "gradient shards");
+  }
+  void allGatherShardsMany(const GradientSpan *spans, size_t count) override {
+    if (!allOnThisGpu(spans, count, "weight all-gather"))
+      return ReplicaGroup::allGatherShardsMany(spans, count);
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    grouped(count, "ncclBroadcast", [&](size_t i) {
+      for (int r = 0; r < size_; ++r)
+        if (Shard part = shardOf(spans[i].n, r, size_); part.size() > 0) {
+          float *p = spans[i].data + part.begin;
+          enqueue(ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r,
+                                comms_[0], streams_[0]),
+                  "ncclBroadcast");
+        }
+    });
     wait(0, "weight shards");
   }
   std::vector<double> gatherOnOptimizer(const double *data, int n) override {
@@ -468,6 +560,44 @@ private:
       if (Shard part = shardOf(n, r, size_).within(off, end); part.size() > 0)
         enqueue(issue(r, part), call);
     enqueue(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  /// Whether `data` is device memory, which must then be this replica's
+  /// GPU (the worker that holds resident state is the GPU the engine was
+  /// started on); host memory, pinned or not, is staged through the
+  /// scratch buffer.
+  bool onThisGpu(const void *data, const char *what) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+      cudaGetLastError(); // Unregistered host memory on older drivers.
+      return false;
+    }
+    if (attributes.type != cudaMemoryTypeDevice)
+      return false;
+    if (attributes.device != device_)
+      throw Error(std::string("replica ") + what + ": the data is on GPU " +
+                  std::to_string(attributes.device) +
+                  " but this replica's NCCL communicator is on GPU " +
+                  std::to_string(device_) +
+                  " (pass the replica's worker GPU first in --gpus)");
+    return true;
+  }
+  bool allOnThisGpu(const GradientSpan *spans, size_t count, const char *what) {
+    for (size_t i = 0; i < count; ++i)
+      if (!onThisGpu(spans[i].data, what))
+        return false;
+    return count > 0;
+  }
+  /// `issue(i)` for i < count in NCCL groups of a bounded size, all on the
+  /// gradient stream (the caller waits once).
+  template <typename Issue>
+  void grouped(size_t count, const char *call, Issue &&issue) {
+    constexpr size_t kPerGroup = 64;
+    for (size_t begin = 0; begin < count; begin += kPerGroup) {
+      enqueue(ncclGroupStart(), "ncclGroupStart");
+      for (size_t i = begin; i < std::min(count, begin + kPerGroup); ++i)
+        issue(i);
+      enqueue(ncclGroupEnd(), call);
+    }
   }
   float *scratchAt(int64_t element) {
     return static_cast<float *>(gradScratch_) + element;

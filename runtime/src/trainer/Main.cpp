@@ -16,6 +16,7 @@
 #include "rondo/runtime/Trainer.h"
 
 #include "Cli.h"
+#include "trainer/Launch.h"
 #include "trainer/Trainer.h"
 
 #include <algorithm>
@@ -37,6 +38,9 @@ std::string describePlans(const rondo_program *programs, int numPrograms) {
     if (i)
       s += ", ";
     s += std::string(programs[i].name ? programs[i].name : "?") + " (" +
+         (programs[i].replicas > 1
+              ? std::to_string(programs[i].replicas) + " replicas x "
+              : std::string()) +
          std::to_string(programs[i].workers) +
          (programs[i].workers == 1 ? " worker, " : " workers, ") +
          (programs[i].optimizer ? programs[i].optimizer : "?") + ")";
@@ -58,14 +62,83 @@ std::string defaultOptimizerMode(const TrainerOptions &opts,
   return compiled == "stale" && opts.replicas > 1 ? "overlap" : compiled;
 }
 
-/// Picks the program for --workers and --optimizer-mode (resolved); returns
-/// an error message or "".
+/// The number of entries of a comma-separated --gpus list (0 for none).
+int countGpus(const std::string &list) {
+  return list.empty() ? 0 : 1 + int(std::count(list.begin(), list.end(), ','));
+}
+
+/// A trainer compiled with --gpus holds one program per layout (replicas x
+/// workers), the planner's choice first. Picks the layout: the one --workers
+/// and --replicas (or the launcher's WORLD_SIZE) name, else the one whose
+/// GPUs --gpus lists, else the chosen one. Sets opts.workers and, for a
+/// layout of several replicas, opts.replicas. Returns an error or "".
+std::string selectLayout(const rondo_program *programs, int numPrograms,
+                         TrainerOptions &opts, const char *worldSize) {
+  bool layouts = false;
+  for (int i = 0; i < numPrograms; ++i)
+    layouts = layouts || programs[i].replicas > 1;
+  // (Programs built by hand, as the runtime's tests do, leave replicas 0.)
+  if (!layouts)
+    return "";
+  const int replicas = opts.replicasGiven ? opts.replicas
+                       : worldSize        ? std::atoi(worldSize)
+                                          : 0;
+  // Inside a launched job every process may see every GPU: --gpus then
+  // lists the whole job's.
+  const int gpus = opts.workers > 0 || replicas > 0 ? 0 : countGpus(opts.gpus);
+  std::string list;
+  std::vector<std::string> named;
+  for (int i = 0; i < numPrograms; ++i) {
+    const rondo_program &p = programs[i];
+    // Each layout has a program per optimizer mode: name it once.
+    const std::string name =
+        std::to_string(p.replicas) + "x" + std::to_string(p.workers);
+    if (std::find(named.begin(), named.end(), name) == named.end()) {
+      named.push_back(name);
+      list += std::string(list.empty() ? "" : ", ") + name;
+    }
+    if ((opts.workers > 0 && p.workers != opts.workers) ||
+        (replicas > 0 && p.replicas != replicas) ||
+        (gpus > 0 && p.replicas * p.workers != gpus))
+      continue;
+    opts.workers = p.workers;
+    if (p.replicas > 1)
+      opts.replicas = p.replicas;
+    return "";
+  }
+  if (gpus > 0)
+    return "--gpus " + opts.gpus + ": this trainer was compiled for " +
+           std::to_string(programs[0].replicas * programs[0].workers) +
+           " GPUs (layouts replicas x workers: " + list +
+           "); list that many, or pick a layout with --replicas and --workers";
+  return "no compiled layout has " +
+         (replicas > 0 ? std::to_string(replicas) + " replicas" +
+                             (opts.workers > 0 ? " of " : "")
+                       : std::string()) +
+         (opts.workers > 0 ? std::to_string(opts.workers) + " workers"
+                           : std::string()) +
+         " (layouts replicas x workers: " + list + ")";
+}
+
+/// Picks the program for --workers, --replicas and --optimizer-mode
+/// (resolved); returns an error message or "".
 std::string selectProgram(const rondo_program *programs, int numPrograms,
                           const TrainerOptions &opts,
                           const rondo_program *&chosen) {
   if (numPrograms < 1 || !programs)
     return "this trainer has no compiled program";
   const int workers = opts.workers > 0 ? opts.workers : programs[0].workers;
+  // A program made for this many replicas, else (a trainer compiled for
+  // one) any: its step is then the replicas' batches together.
+  for (int i = 0; i < numPrograms; ++i)
+    if (programs[i].workers == workers && programs[i].optimizer &&
+        std::max(programs[i].replicas, 1) == opts.replicas &&
+        (opts.optimizerMode == "stale"
+             ? std::string("sync")
+             : opts.optimizerMode) == programs[i].optimizer) {
+      chosen = &programs[i];
+      return "";
+    }
   // The stale step runs the sync program (one update per step), late.
   const std::string mode =
       opts.optimizerMode == "stale" ? "sync" : opts.optimizerMode;
@@ -120,21 +193,31 @@ std::string checkFlags(const TrainerOptions &options, const ModelSpec &model,
   return "";
 }
 
+/// This process's rank among the replicas on its machine, as mpirun,
+/// torchrun or Slurm say it; null when none says.
+const char *localRank() {
+  for (const char *name :
+       {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (const char *v = std::getenv(name); v && *v)
+      return v;
+  return nullptr;
+}
+
 /// --replicas: joins the group (MPI, or NCCL for GPU trainers) into
 /// `replicas`; returns an error message or "". Every replica but rank 0
 /// runs quietly and writes no files: rank 0 speaks and writes for all.
 std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
-                         DeviceOpsFactory device, const char *argv0,
+                         DeviceOpsFactory device,
                          std::unique_ptr<ReplicaGroup> &replicas,
                          std::string &who) {
   if (!program)
     return "--replicas needs a pipelined trainer (compiled with --workers)";
-  // MPI is the default everywhere: the NCCL engine is experimental (on 2
-  // H200s its replicas' weights diverged, which the checksum check caught,
-  // and a lost replica was not always detected); see docs/Runtime.md.
+  // GPU trainers sum on the GPUs (NCCL): device-resident state never
+  // leaves them, and the GPU machines need no MPI. Host trainers use MPI.
   std::string engine = options.replicaEngine;
   if (engine.empty())
-    engine = "mpi";
+    engine = device && gpuReplicaFactory() ? "nccl" : "mpi";
+  options.replicaEngine = engine;
   if (options.shardOptimizer && !options.dumpGradients.empty())
     return "--dump-gradients with --replicas: each replica holds only its "
            "shard of the summed gradients; add --shard-optimizer=off to dump "
@@ -142,22 +225,36 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
   if (engine == "nccl" && !(device && gpuReplicaFactory()))
     return "--replica-engine=nccl needs a GPU trainer (compiled with "
            "--target=cuda)";
-  if (engine == "nccl" && options.gpus.empty())
-    if (const char *local = std::getenv("LOCAL_RANK")) {
+  if (engine == "nccl")
+    if (const char *local = localRank()) {
       // One machine, several replicas: replica k of this machine takes the
-      // k-th group of --workers GPUs.
-      int first = std::atoi(local) * program->workers;
-      for (int w = 0; w < program->workers; ++w)
-        options.gpus += (w ? "," : "") + std::to_string(first + w);
+      // k-th group of --workers GPUs of --gpus (of all GPUs without it).
+      std::vector<std::string> all;
+      for (size_t at = 0; !options.gpus.empty();) {
+        size_t comma = options.gpus.find(',', at);
+        all.push_back(options.gpus.substr(at, comma - at));
+        if (comma == std::string::npos)
+          break;
+        at = comma + 1;
+      }
+      const int first = std::atoi(local) * program->workers;
+      // A list of exactly one replica's GPUs is that replica's already.
+      if (all.empty() || int(all.size()) > program->workers) {
+        std::string mine;
+        for (int w = 0; w < program->workers; ++w) {
+          if (!all.empty() && size_t(first + w) >= all.size())
+            return "--gpus " + options.gpus + ": local replica " + local +
+                   " needs GPUs " + std::to_string(first) + ".." +
+                   std::to_string(first + program->workers - 1) +
+                   " of the list, which has " + std::to_string(all.size());
+          mine += (w ? "," : "") +
+                  (all.empty() ? std::to_string(first + w) : all[first + w]);
+        }
+        options.gpus = mine;
+      }
     }
   try {
     if (engine == "nccl") {
-      std::fprintf(stderr,
-                   "%s: warning: --replica-engine=nccl is experimental: the "
-                   "replicas' weight checksums are compared every "
-                   "--replica-check-every steps and the run stops if they "
-                   "differ\n",
-                   argv0);
       int gpu = options.gpus.empty() ? 0 : std::atoi(options.gpus.c_str());
       replicas = gpuReplicaFactory()(options.replicas, gpu);
     } else {
@@ -209,6 +306,27 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
     options.optimizerMode = defaultOptimizerMode(options, model);
   const rondo_program *program = nullptr;
   if (programs || numPrograms) {
+    const char *worldSize = std::getenv("WORLD_SIZE");
+    if (!worldSize)
+      worldSize = std::getenv("OMPI_COMM_WORLD_SIZE");
+    if (!worldSize)
+      worldSize = std::getenv("SLURM_NTASKS");
+    if (std::string why =
+            selectLayout(programs, numPrograms, options, worldSize);
+        !why.empty())
+      return usageError(why);
+    // The chosen layout has several replicas and nothing launched them:
+    // this process starts them on this machine's GPUs.
+    if (options.replicas > 1 && !options.replicasGiven && !worldSize) {
+      if (!device)
+        return usageError(
+            "this trainer's layout has " + std::to_string(options.replicas) +
+            " replicas: start it as mpirun -np " +
+            std::to_string(options.replicas) + " " + argv0 +
+            " ... (or pick a one-process layout with --replicas 1 and "
+            "--workers)");
+      return launchLocalReplicas(argc, argv, options.replicas, argv0);
+    }
     std::string why = selectProgram(programs, numPrograms, options, program);
     if (!why.empty())
       return usageError(why);
@@ -224,12 +342,22 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   std::unique_ptr<ReplicaGroup> replicas;
   std::string who = argv0;
   if (options.replicas > 1)
-    if (std::string why =
-            joinReplicas(options, program, device, argv0, replicas, who);
+    if (std::string why = joinReplicas(options, program, device, replicas, who);
         !why.empty())
       return usageError(why);
+  // A process trains its program's rows of each step: the global batch
+  // over the replicas of its layout.
+  // (A program whose rows do not make up the global batch is reported by
+  // analyseProgram, against the model's.)
+  ModelSpec processModel = model;
+  if (program) {
+    const int64_t rows =
+        int64_t(program->microbatches) * program->rowsPerMicrobatch;
+    if (rows * std::max(program->replicas, 1) == model.batch)
+      processModel.batch = rows;
+  }
   try {
-    return Trainer(model, options, step, program, who.c_str(), device,
+    return Trainer(processModel, options, step, program, who.c_str(), device,
                    replicas.get())
         .run();
   } catch (const Error &e) {

@@ -128,12 +128,14 @@ void OptimizerState::update(const std::vector<int> &which, int64_t step) {
   if (!onWorker.empty())
     device->adamw(worker, onWorker.data(), onWorker.size(), adamw, lr,
                   adamStep);
-  // Replicas of device-resident state run on the host backend, whose
-  // worker memory the collectives can read (Trainer::setUpProgram).
+  // The collectives read the worker's memory in place: host memory on the
+  // host backend, the GPU's own over NCCL (Trainer::setUpProgram).
+  std::vector<GradientSpan> updated;
   for (int i : which) {
     const OptParam &o = opt[size_t(i)];
-    replicas.allGatherShards(o.resident() ? o.workerParam : o.param, o.numel);
+    updated.push_back({o.resident() ? o.workerParam : o.param, o.numel});
   }
+  replicas.allGatherShards(updated);
 }
 
 void OptimizerState::clipAndUpdate(int64_t step, double norm) {

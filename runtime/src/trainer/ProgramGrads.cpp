@@ -89,15 +89,17 @@ void ProgramGrads::sumAcrossReplicas(const std::vector<int32_t> &parts,
     return;
   // Every replica's tasks reach the same parts in the same (job) order, so
   // the sums pair up.
+  std::vector<GradientSpan> spans;
   for (int32_t i : parts) {
     const rondo_grad_part &part = program.gradParts[i];
-    // A part on the worker is host memory here: replicas of resident
-    // programs run on the host backend only (Trainer::setUpProgram).
-    sync.sumGradient(
-        part.onWorker ? resident.partData(part)
-                      : reinterpret_cast<float *>(hostGrads + part.hostOffset),
-        numElements(model.params[part.param]));
+    // A part on the worker is host memory on the host backend, the GPU's
+    // own memory for the NCCL engine (Trainer::setUpProgram).
+    spans.push_back(
+        {part.onWorker ? resident.partData(part)
+                       : reinterpret_cast<float *>(hostGrads + part.hostOffset),
+         numElements(model.params[part.param])});
   }
+  sync.sumGradients(spans);
 }
 
 int ProgramGrads::firstNonFinite(const std::vector<int32_t> &parts) const {

@@ -72,11 +72,15 @@ void Trainer::setUpProgram(int64_t firstStep) {
                   "overlap or sync mode, or compile with "
                   "--optimizer-mode=stale (whose plans stream) for stale "
                   "updates");
-    if (replicas.active() && std::string(exec->backendName()) != "host")
+    // The sums read the worker's memory: host memory on the host backend,
+    // the GPU's own for the NCCL engine; MPI cannot read a GPU's.
+    if (replicas.active() && std::string(exec->backendName()) != "host" &&
+        !replicas.takesDeviceMemory())
       throw Error(std::string("--replicas: the program '") + program->name +
-                  "' keeps its parameters on the GPU, and GPU replicas of "
-                  "device-resident state are not supported yet; compile "
-                  "with --replicas R (its plans stream) or "
+                  "' keeps its parameters on the GPU, which the " +
+                  opts.replicaEngine +
+                  " engine cannot read; use --replica-engine=nccl (the "
+                  "default for GPU trainers) or compile with "
                   "--residency=streamed");
     resident->bind(optimizer);
   }

@@ -29,9 +29,23 @@ void ReplicaSync::sumGradient(float *grad, int64_t numel) {
     group->sumGradients(grad, numel);
 }
 
+void ReplicaSync::sumGradients(const std::vector<GradientSpan> &spans) {
+  if (!group || spans.empty())
+    return;
+  if (sharded_)
+    group->reduceScatterGradientsMany(spans.data(), spans.size());
+  else
+    group->sumGradientsMany(spans.data(), spans.size());
+}
+
 void ReplicaSync::allGatherShards(float *data, int64_t numel) {
   if (sharded_)
     group->allGatherShards(data, numel);
+}
+
+void ReplicaSync::allGatherShards(const std::vector<GradientSpan> &spans) {
+  if (sharded_ && !spans.empty())
+    group->allGatherShardsMany(spans.data(), spans.size());
 }
 
 int ReplicaSync::agreeOnShards(int myFirstBad, double *sumSquares) {

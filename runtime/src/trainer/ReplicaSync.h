@@ -33,6 +33,9 @@ public:
   bool active() const { return group != nullptr; }
   /// --shard-optimizer with more than one replica.
   bool sharded() const { return sharded_; }
+  /// Whether the gradient collectives take the GPU's own memory (the NCCL
+  /// engine), which replicas of device-resident state on GPUs need.
+  bool takesDeviceMemory() const { return group && group->takesDeviceMemory(); }
   int rank() const { return group ? group->rank() : 0; }
   int count() const { return group ? group->size() : 1; }
   /// "; R replicas, gradients ... over ENGINE ..." for the start-up line,
@@ -48,8 +51,13 @@ public:
   /// Sums the gradient at `grad` across replicas, in place (into this
   /// replica's shard when sharded); optimizer thread only.
   void sumGradient(float *grad, int64_t numel);
+  /// sumGradient on each span, in order, issued together where the engine
+  /// can (device memory over NCCL: one wait for all).
+  void sumGradients(const std::vector<GradientSpan> &spans);
   /// Sharded: every shard of `data` from its owner, into every replica.
   void allGatherShards(float *data, int64_t numel);
+  /// allGatherShards on each span (each span's own shards), in order.
+  void allGatherShards(const std::vector<GradientSpan> &spans);
   /// Sharded optimizer task: the replicas each looked at their shards.
   /// Returns the smallest first non-finite part over all (`myFirstBad`: this
   /// replica's, -1 for none); `sumSquares` (when not null) holds this

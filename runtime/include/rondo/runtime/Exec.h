@@ -189,6 +189,10 @@ typedef struct rondo_program {
   const rondo_resident_param *residentParams;
   int32_t numResidentParams;
   int32_t residentBuffer, residentGradsBuffer; /* worker buffers, or -1 */
+  /* The data-parallel replicas the plan was made for (rondo-compile --gpus
+   * or --replicas): each runs this program on its share of a global batch
+   * of replicas x microbatches x rowsPerMicrobatch rows. */
+  int32_t replicas;
 } rondo_program;
 
 /* The calls, one per exec op. `label` is only for errors and traces. */

@@ -50,6 +50,12 @@ inline Shard shardOf(int64_t n, int rank, int size) {
   return {n * rank / size, n * (rank + 1) / size};
 }
 
+/// A tensor (or a run of adjacent ones) for the batched collectives.
+struct GradientSpan {
+  float *data;
+  int64_t n;
+};
+
 class ReplicaGroup {
 public:
   virtual ~ReplicaGroup() = default;
@@ -57,6 +63,10 @@ public:
   virtual int size() const = 0;
   /// What carries the sums ("MPI (Open MPI 4.1.4)"), for the start-up line.
   virtual std::string engine() const = 0;
+  /// Whether the gradient collectives (sumGradients, reduceScatterGradients,
+  /// allGatherShards) also take device memory of the replica's GPU, as
+  /// device-resident state on a GPU needs.
+  virtual bool takesDeviceMemory() const { return false; }
   /// In place, across replicas; optimizer thread only.
   virtual void sumGradients(float *data, int64_t n) = 0;
   /// Sums `data` across replicas into this replica's shard of it
@@ -67,6 +77,22 @@ public:
   /// `data`. Optimizer thread, or the trainer thread while the optimizer
   /// thread is idle.
   virtual void allGatherShards(float *data, int64_t n) = 0;
+  /// The same as sumGradients, reduceScatterGradients and allGatherShards
+  /// on each of `count` spans in order (the shards are each span's own); an
+  /// engine may issue them together and wait once. Optimizer thread only.
+  virtual void sumGradientsMany(const GradientSpan *spans, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+      sumGradients(spans[i].data, spans[i].n);
+  }
+  virtual void reduceScatterGradientsMany(const GradientSpan *spans,
+                                          size_t count) {
+    for (size_t i = 0; i < count; ++i)
+      reduceScatterGradients(spans[i].data, spans[i].n);
+  }
+  virtual void allGatherShardsMany(const GradientSpan *spans, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+      allGatherShards(spans[i].data, spans[i].n);
+  }
   /// Every replica's `n` values, in rank order (R * n of them), so that every
   /// replica combines them in the same order; optimizer thread only.
   virtual std::vector<double> gatherOnOptimizer(const double *data, int n) = 0;
