@@ -12,11 +12,18 @@
 #   rdev.trainer / gdev.trainer  qwen3-deep-tiny fp32 with device-resident
 #                  state, 2 replicas x batch 2 / 1 process x batch 4 (the
 #                  NCCL path on GPU memory against one process)
+# With QWEN3_8B.onnx (the Qwen3-8B shape's graph: scripts/export-hf-onnx.py
+# --preset qwen3-8b --graph-only) as the second argument, also
+#   q8-g2.trainer / q8-g4.trainer  full fine-tune of the Qwen3-8B shape,
+#                  8 x 4096 tokens per step, on 2 / 4 GPUs of a machine with
+#                  512 GB of host memory (its training state does not fit
+#                  one GPU)
 # On the GPU machine: bash test/GPU/run-layouts.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
 device=${1:-h100}
+graph8b=${2:-}
 models=test/data/models
 begin_gpu_stage
 mkdir -p build-gpu/plans
@@ -28,6 +35,12 @@ compile $models/qwen3-deep-tiny.onnx --batch 4 --seq-len 16 --microbatches 4 --g
   --layouts=2x1 --precision=fp32 --residency=device -o build-gpu/rdev.trainer
 compile $models/qwen3-deep-tiny.onnx --batch 4 --seq-len 16 --microbatches 4 --workers 1 \
   --precision=fp32 --residency=device -o build-gpu/gdev.trainer
+if [ -n "$graph8b" ]; then
+  for g in 2 4; do
+    compile "$graph8b" --batch 8 --seq-len 4096 --gpus $g --host-memory-gb 480 \
+      --explain=build-gpu/plans/q8-g$g -o build-gpu/q8-g$g.trainer
+  done
+fi
 copy_gpu_libs build-gpu/w1-g1.trainer
 pack_gpu
 du -sh build-gpu gpu-pack.tar.xz

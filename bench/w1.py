@@ -3,6 +3,11 @@
 
 W1: the Qwen3-1.7B graph (test/data/models/qwen3-1.7b.onnx, random weights),
 16 x 4096 tokens per step, causal-LM loss, fp32 master weights and AdamW.
+--shape qwen3-8b: the same for the Qwen3-8B architecture (scripts/
+export-hf-onnx.py --preset qwen3-8b: hidden 4096, 36 layers, 32 heads, 8 KV
+heads, untied LM head) at 8 x 4096 tokens per step; everything below with 8
+rows for 16, MFU from its N = 6.95e9 and L = 36, H = 32, and files named
+qwen3-8b-* for w1-*. Its full fine-tune does not fit one GPU: fsdp2-offload.
 
 Rondo: a trainer compiled for the GPUs (see bench/README.md for the compile
 line), run for --steps steps; tokens/s over the steps after the first two,
@@ -34,7 +39,18 @@ its mean over them, the gradients averaged over the ranks (rank_rows below):
                   fused AdamW on each GPU;
   fsdp2-compile   the same model, each block a torch.compile wrapper, under
                   FSDP2 (fully_shard per block and the root; bf16 parameters,
-                  fp32 gradient reduction), fused AdamW on the shards.
+                  fp32 gradient reduction), fused AdamW on the shards;
+  fsdp2-offload   fsdp2-compile with CPUOffloadPolicy: the fp32 shards, their
+                  gradients and AdamW's state in host memory (shards pinned),
+                  each block's shard copied to the GPU for its all-gather and
+                  its gradient back; AdamW on the CPU (foreach, or
+                  --offload-adam fused), the host's cores split among the
+                  ranks; the model built on the meta device and given GPU
+                  memory a block at a time as it is sharded; every chunk
+                  reduce-scatters (no unsharded gradients kept on the GPU).
+                  --offload-eager: no torch.compile. No recompute, as the
+                  others: Qwen3-8B's 36 blocks keep ~13 GiB of activations
+                  per 4096-token row when compiled (~23 GiB eager).
 Their rows are "ddp-compile xG", with "gpus": G; the step time is the
 slowest rank's, the rate the global 16 x 4096 tokens per step.
 
@@ -70,6 +86,42 @@ QWEN3_17B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
                  num_key_value_heads=8, head_dim=128,
                  max_position_embeddings=40960, rms_norm_eps=1e-6,
                  rope_theta=1000000.0, tie_word_embeddings=True)
+# scripts/export-hf-onnx.py's preset qwen3-8b (the graph of the 8B trainers):
+# untied LM head.
+QWEN3_8B = dict(QWEN3_17B, hidden_size=4096, intermediate_size=12288,
+                num_hidden_layers=36, num_attention_heads=32,
+                num_key_value_heads=8, head_dim=128, tie_word_embeddings=False)
+
+# --shape: the model and the global batch of a step (rows x seq tokens).
+# matmul_params is anchors.md's N, the decoder blocks' matmul weights (no
+# embedding, no LM head, no norms): 1.41e9 as anchors.md rounds W1's
+# (1.409e9), 6.95e9 for Qwen3-8B (6.946e9, its model card's 6.95B
+# non-embedding parameters). prefix names the files a run writes.
+SHAPES = {
+    "w1": dict(title="W1", config=QWEN3_17B, rows=16, seq=4096,
+               matmul_params=1.41e9, prefix="w1"),
+    "qwen3-8b": dict(title="Qwen3-8B", config=QWEN3_8B, rows=8, seq=4096,
+                     matmul_params=6.95e9, prefix="qwen3-8b"),
+}
+
+
+def decoder_matmul_params(config):
+    """The decoder blocks' matmul weights of a QWEN3_17B-style dict:
+    q, k, v, o and the three MLP projections of every layer."""
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    q = config["num_attention_heads"] * config["head_dim"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+    per_layer = hidden * (2 * q + 2 * kv) + 3 * hidden * inner
+    return config["num_hidden_layers"] * per_layer
+
+
+def flop_per_token(shape):
+    """anchors.md's 6 N + 12 L H Q S for SHAPES[shape]; FLOP_PER_TOKEN for
+    w1."""
+    s = SHAPES[shape]
+    c = s["config"]
+    return (6 * s["matmul_params"] + 12 * c["num_hidden_layers"]
+            * c["num_attention_heads"] * c["head_dim"] * s["seq"])
 
 
 class GpuMemoryPoller:
@@ -266,10 +318,12 @@ def free_port():
 
 
 def rondo(a, out_dir, cfg, port):
-    ids = os.path.join(out_dir, "w1-ids.npy")
+    shape = SHAPES[a.shape]
+    prefix = shape["prefix"]
+    ids = os.path.join(out_dir, "%s-ids.npy" % prefix)
     tag = cfg["name"]
-    log_json = os.path.join(out_dir, "w1-rondo-%s-steps.jsonl" % tag)
-    trace = os.path.join(out_dir, "w1-rondo-%s-trace.json" % tag)
+    log_json = os.path.join(out_dir, "%s-rondo-%s-steps.jsonl" % (prefix, tag))
+    trace = os.path.join(out_dir, "%s-rondo-%s-trace.json" % (prefix, tag))
     replicas, workers = cfg["replicas"], cfg["workers"]
     gpus = cfg["gpus"].split(",") if cfg["gpus"] else []
     cmds, envs, logs = [], [], []
@@ -290,13 +344,14 @@ def rondo(a, out_dir, cfg, port):
                        NCCL_NVLS_ENABLE="0")
         cmds.append(cmd)
         envs.append(env)
-        logs.append(open(os.path.join(out_dir, "w1-rondo-%s.r%d.log" % (tag, r)), "w"))
+        logs.append(open(os.path.join(out_dir, "%s-rondo-%s.r%d.log" % (prefix, tag, r)),
+                         "w"))
     statuses, rss, gpu = run_group(cmds, envs, logs, a.timeout)
     for l in logs:
         l.close()
     if any(statuses):
         for r in range(replicas):
-            with open(os.path.join(out_dir, "w1-rondo-%s.r%d.log" % (tag, r))) as f:
+            with open(os.path.join(out_dir, "%s-rondo-%s.r%d.log" % (prefix, tag, r))) as f:
                 sys.stderr.write(f.read()[-3000:])
         return {"error": "trainer exited with status %s" % statuses}
     steps = [json.loads(l) for l in open(log_json) if l.strip()]
@@ -304,7 +359,7 @@ def rondo(a, out_dir, cfg, port):
     # The trainer's own account of GPU memory (rank 0): the plan's arena
     # against the temporaries beside it.
     memory = {}
-    with open(os.path.join(out_dir, "w1-rondo-%s.r0.log" % tag)) as f:
+    with open(os.path.join(out_dir, "%s-rondo-%s.r0.log" % (prefix, tag))) as f:
         for line in f:
             m = re.search(r"GPU (\d+) memory: arena ([\d.]+) GB.*temporaries peak "
                           r"([\d.]+) GB \(pool reserved ([\d.]+) GB\)", line)
@@ -313,7 +368,9 @@ def rondo(a, out_dir, cfg, port):
                                       "temporaries_gb": float(m.group(3)),
                                       "pool_reserved_gb": float(m.group(4))}
     seconds = sum(s["seconds"] for s in steady)
-    tokens = 16 * 4096 * len(steady)
+    # The shape's global batch per step (the trainer was compiled for it).
+    step_tokens = shape["rows"] * shape["seq"]
+    tokens = step_tokens * len(steady)
     bubble, plan = bubble_from_trace(trace, a.skip)
     predicted = plan.get("predictedStepSeconds")
     return {
@@ -330,46 +387,48 @@ def rondo(a, out_dir, cfg, port):
         "plan": {k: plan[k] for k in ("program", "workers", "microbatches",
                                       "rowsPerMicrobatch", "optimizer",
                                       "predictedStepSeconds") if k in plan},
-        "predicted_tokens_per_s": 16 * 4096 / predicted if predicted else None,
+        "predicted_tokens_per_s": step_tokens / predicted if predicted else None,
     }
 
 
 PYTORCH_VARIANTS = ("eager", "hf-compile", "module-compile")
 # On the GPUs of each --pytorch-gpus list; run only when --pytorch names them.
-DATA_PARALLEL_VARIANTS = ("ddp-compile", "fsdp2-compile")
+DATA_PARALLEL_VARIANTS = ("ddp-compile", "fsdp2-compile", "fsdp2-offload")
 
 
-def rank_rows(world, rank, torch_rows):
-    """A data-parallel rank's share of each 16-row global batch: rows first
-    ... first + count - 1 (count = 16 / world, contiguous), trained `per`
-    rows per forward/backward (--torch-rows, at most the share) in `chunks`
-    chunks. Each chunk's loss is its mean over its targets divided by
-    `chunks`, and DDP and FSDP average the gradients over the ranks, so every
-    row weighs 1 / (world x chunks x per) = 1/16 of the step's gradient, as in
-    the one-GPU variants (16 / --torch-rows chunks of --torch-rows rows).
-    Returns (first, count, per, chunks)."""
-    if world < 1 or 16 % world:
-        raise ValueError("%d GPUs do not divide the 16 rows of a step" % world)
-    if torch_rows < 1 or 16 % torch_rows:
-        raise ValueError("--torch-rows %d does not divide 16" % torch_rows)
-    count = 16 // world
-    # Both divide 16, so the smaller divides the larger.
+def rank_rows(world, rank, torch_rows, rows=16):
+    """A data-parallel rank's share of each `rows`-row global batch (16 for
+    W1, the shape's rows): rows first ... first + count - 1 (count = rows /
+    world, contiguous), trained `per` rows per forward/backward
+    (--torch-rows, at most the share) in `chunks` chunks. Each chunk's loss
+    is its mean over its targets divided by `chunks`, and DDP and FSDP
+    average the gradients over the ranks, so every row weighs 1 / (world x
+    chunks x per) = 1/rows of the step's gradient, as in the one-GPU variants
+    (rows / --torch-rows chunks of --torch-rows rows). Returns (first, count,
+    per, chunks)."""
+    if world < 1 or rows % world:
+        raise ValueError("%d GPUs do not divide the %d rows of a step" % (world, rows))
+    if torch_rows < 1 or rows % torch_rows:
+        raise ValueError("--torch-rows %d does not divide %d" % (torch_rows, rows))
+    count = rows // world
+    # Both divide rows, so the smaller divides the larger.
     per = min(torch_rows, count)
     return rank * count, count, per, count // per
 
 
-def parse_gpu_lists(texts):
+def parse_gpu_lists(texts, rows=16):
     """--pytorch-gpus, each a comma list of GPU ids: the lists, each with
-    distinct GPUs, a count that divides 16, and no two of the same count
-    (a row's name is its variant and count, "ddp-compile x4")."""
+    distinct GPUs, a count that divides the `rows` rows of a step, and no
+    two of the same count (a row's name is its variant and count,
+    "ddp-compile x4")."""
     lists, counts = [], set()
     for text in texts:
         gpus = [g.strip() for g in text.split(",") if g.strip()]
         if not gpus or len(set(gpus)) != len(gpus):
             raise ValueError("--pytorch-gpus %r: empty or a GPU twice" % text)
-        if 16 % len(gpus):
-            raise ValueError("--pytorch-gpus %r: %d GPUs do not divide the 16 "
-                             "rows of a step" % (text, len(gpus)))
+        if rows % len(gpus):
+            raise ValueError("--pytorch-gpus %r: %d GPUs do not divide the %d "
+                             "rows of a step" % (text, len(gpus), rows))
         if len(gpus) in counts:
             raise ValueError("--pytorch-gpus: two lists of %d GPUs" % len(gpus))
         counts.add(len(gpus))
@@ -379,10 +438,12 @@ def parse_gpu_lists(texts):
 
 def build_w1_module(config, compile_parts=False, wrap_blocks=False):
     """module-compile's model: Qwen3 as a plain PyTorch module (no Hugging
-    Face) from a QWEN3_17B-style dict. Needs torch, not CUDA: build it under
-    `with torch.device(...)`. Parameter names are those of Hugging Face's
-    Qwen3Model, so that its state_dict loads here (see self_check). The LM
-    head is the embedding (tied). model(ids) returns the causal-LM loss, the
+    Face) from a QWEN3_17B-style dict (or QWEN3_8B). Needs torch, not CUDA:
+    build it under `with torch.device(...)`. Parameter names are those of
+    Hugging Face's Qwen3Model, so that its state_dict loads here (see
+    self_check). The LM head is the embedding where tie_word_embeddings
+    (W1), else a Linear of its own, lm_head (Qwen3-8B; the name
+    Qwen3ForCausalLM gives it). model(ids) returns the causal-LM loss, the
     mean over the tokens of ids[:, 1:] (Hugging Face's, with labels=ids).
 
     compile_parts: each decoder block torch.compile'd (Module.compile, in
@@ -475,6 +536,8 @@ def build_w1_module(config, compile_parts=False, wrap_blocks=False):
             self.layers = nn.ModuleList(
                 Block() for _ in range(config["num_hidden_layers"]))
             self.norm = RMSNorm(hidden)
+            if not config["tie_word_embeddings"]:
+                self.lm_head = nn.Linear(hidden, config["vocab_size"], bias=False)
             self.head_loss = torch.compile(head_loss) if compile_parts else head_loss
             self.rope = {}
             # Hugging Face's _init_weights: normal(0, initializer_range) for
@@ -506,7 +569,9 @@ def build_w1_module(config, compile_parts=False, wrap_blocks=False):
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
             for layer in self.layers:
                 x = layer(x, cos, sin)
-            return self.head_loss(x, self.norm.weight, self.embed_tokens.weight, ids)
+            head = (self.embed_tokens.weight if config["tie_word_embeddings"]
+                    else self.lm_head.weight)
+            return self.head_loss(x, self.norm.weight, head, ids)
 
     model = W1Module()
     if compile_parts:
@@ -563,14 +628,17 @@ def kernel_ms_by_category(run):
 
 
 def torch_child(a):
-    """PyTorch variant a.torch_child of W1 on GPU 0; prints one JSON line."""
+    """PyTorch variant a.torch_child of --shape (W1) on GPU 0; prints one
+    JSON line."""
     import numpy as np
     import torch
     variant = a.torch_child
+    shape = SHAPES[a.shape]
+    step_rows, seq = shape["rows"], shape["seq"]
     torch.manual_seed(0)
     if variant in ("eager", "hf-compile"):
         from transformers import Qwen3Config, Qwen3ForCausalLM
-        config = Qwen3Config(**QWEN3_17B)
+        config = Qwen3Config(**shape["config"])
         config._attn_implementation = "sdpa"
         if a.torch_init_from:
             # The initial weights of a Rondo trainer (--steps 0
@@ -585,23 +653,24 @@ def torch_child(a):
             return run(input_ids=x, labels=x).loss
     elif variant == "module-compile":
         with torch.device("cuda"):
-            model = build_w1_module(QWEN3_17B, compile_parts=True)
+            model = build_w1_module(shape["config"], compile_parts=True)
         loss_of = model
     else:
         raise SystemExit("unknown PyTorch variant " + variant)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     # The rows of the token file Rondo reads: step s trains on rows
-    # 16 s ... 16 s + 15 (mod the file's rows), as the trainer does.
+    # 16 s ... 16 s + 15 (mod the file's rows; 8 for qwen3-8b), as the
+    # trainer does.
     ids = np.load(a.torch_data, mmap_mode="r")
-    if ids.ndim != 2 or ids.shape[1] != 4096:
-        raise SystemExit("%s: shape %s, not [rows, 4096]" % (a.torch_data, ids.shape))
+    if ids.ndim != 2 or ids.shape[1] != seq:
+        raise SystemExit("%s: shape %s, not [rows, %d]" % (a.torch_data, ids.shape, seq))
     rows = a.torch_rows
-    accum = 16 // rows
+    accum = step_rows // rows
     times, losses = [], []
 
     def one_step(step):
-        index = (16 * step + np.arange(16)) % ids.shape[0]
+        index = (step_rows * step + np.arange(step_rows)) % ids.shape[0]
         batch = torch.from_numpy(np.ascontiguousarray(ids[index], dtype=np.int64)).cuda()
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -630,7 +699,7 @@ def torch_child(a):
     print(json.dumps({
         "kernel_ms_by_category": categories,
         "variant": variant,
-        "tokens_per_s": 16 * 4096 * len(steady) / sum(steady),
+        "tokens_per_s": step_rows * seq * len(steady) / sum(steady),
         "step_seconds": sum(steady) / len(steady),
         "step_times": times,
         "skipped_steps": a.skip,
@@ -641,26 +710,72 @@ def torch_child(a):
     }), flush=True)
 
 
+def offload_materialized(model, shard, device="cuda"):
+    """fsdp2-offload's model, built on the meta device (no memory): each part
+    given GPU memory and its initial weights (as build_w1_module's: normal(0,
+    0.02) for the linear and embedding weights, ones for the norms) just
+    before shard(part) (fully_shard with CPUOffloadPolicy) keeps its shard in
+    pinned host memory and frees the rest: the blocks one at a time, then
+    the root (embedding, final norm, LM head). The whole fp32 model, 33 GB at
+    Qwen3-8B, is never on a GPU at once, so that the GPU peak is training's,
+    not the initialisation's. Every rank draws the same full weights
+    (torch.manual_seed before) and keeps its shard of them."""
+    import torch
+
+    def materialize(prefix, module):
+        module.to_empty(device=device, recurse=True)
+        with torch.no_grad():
+            for name, p in module.named_parameters(prefix=prefix):
+                # The RMSNorms' weights: input_layernorm, q_norm, ..., norm.
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(mean=0.0, std=0.02)
+
+    for i, layer in enumerate(model.layers):
+        materialize("layers.%d" % i, layer)
+        shard(layer)
+    for name, child in model.named_children():
+        if name != "layers":
+            materialize(name, child)
+    shard(model)
+
+
 def torch_data_parallel_child(a):
     """One rank of data-parallel PyTorch variant a.torch_child (RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT in the environment,
-    as torchrun sets them): its share of each step's 16 rows (rank_rows);
-    rank 0 prints one JSON line, the step time the slowest rank's."""
+    as torchrun sets them): its share of each step's rows (16 for W1, the
+    --shape's; rank_rows); rank 0 prints one JSON line, the step time the
+    slowest rank's."""
     import numpy as np
     import torch
     import torch.distributed as dist
     variant = a.torch_child
+    shape = SHAPES[a.shape]
+    step_rows, seq = shape["rows"], shape["seq"]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl")
-    first, count, per, chunks = rank_rows(world, rank, a.torch_rows)
+    first, count, per, chunks = rank_rows(world, rank, a.torch_rows, step_rows)
+    offload = variant == "fsdp2-offload"
+    extra = {}
+    if offload:
+        # The optimizer runs on the CPU: the host's cores shared among the
+        # ranks (torchrun would set OMP_NUM_THREADS=1).
+        threads = max(1, len(os.sched_getaffinity(0)) // world)
+        torch.set_num_threads(threads)
+        extra.update(cpu_threads_per_rank=threads,
+                     blocks="eager" if a.offload_eager else "compiled",
+                     optimizer="AdamW on the CPU, %s" % a.offload_adam)
     # module-compile's model and initial weights on every rank (DDP
-    # broadcasts rank 0's anyway; FSDP2 keeps each rank's shard of its own).
+    # broadcasts rank 0's anyway; FSDP2 keeps each rank's shard of its own);
+    # fsdp2-offload's on the meta device, given memory part by part below.
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = build_w1_module(QWEN3_17B, compile_parts=True,
-                                wrap_blocks=variant == "fsdp2-compile")
+    with torch.device("meta" if offload else "cuda"):
+        model = build_w1_module(shape["config"],
+                                compile_parts=not (offload and a.offload_eager),
+                                wrap_blocks=variant in ("fsdp2-compile", "fsdp2-offload"))
     model.train()
     if variant == "ddp-compile":
         from torch.nn.parallel import DistributedDataParallel
@@ -689,18 +804,43 @@ def torch_data_parallel_child(a):
             # fp32, until the last chunk's reduce-scatter.
             model.set_requires_gradient_sync(sync)
             return contextlib.nullcontext()
+    elif offload:
+        from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy,
+                                            fully_shard)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                      reduce_dtype=torch.float32)
+        # Parameters, gradients and so the optimizer's state on the CPU
+        # (pinned): each block's shard copied to the GPU for its all-gather,
+        # its reduce-scattered gradient back to the host.
+        offload_materialized(model, lambda m: fully_shard(
+            m, mp_policy=policy, offload_policy=CPUOffloadPolicy()))
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        train = model
+
+        def syncing(sync):
+            # Every chunk reduce-scatters: its gradient shard goes to the host
+            # and adds to the earlier chunks' there. Skipping the sync would
+            # keep the whole model's unsharded fp32 gradients on the GPU
+            # (33 GB at Qwen3-8B) until the last chunk.
+            return contextlib.nullcontext()
     else:
         raise SystemExit("unknown data-parallel PyTorch variant " + variant)
-    # After fully_shard: its parameters are the shards (DTensors).
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if offload:
+        # The shards are CPU DTensors: AdamW of their CPU tensors.
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                **{a.offload_adam: True})
+    else:
+        # After fully_shard: its parameters are the shards (DTensors).
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     ids = np.load(a.torch_data, mmap_mode="r")
-    if ids.ndim != 2 or ids.shape[1] != 4096:
-        raise SystemExit("%s: shape %s, not [rows, 4096]" % (a.torch_data, ids.shape))
+    if ids.ndim != 2 or ids.shape[1] != seq:
+        raise SystemExit("%s: shape %s, not [rows, %d]" % (a.torch_data, ids.shape, seq))
     times, losses = [], []
 
     def one_step(step):
         # The one-GPU variants' rows of step `step`; this rank's share.
-        index = (16 * step + np.arange(16)) % ids.shape[0]
+        index = (step_rows * step + np.arange(step_rows)) % ids.shape[0]
         batch = torch.from_numpy(np.ascontiguousarray(
             ids[index[first:first + count]], dtype=np.int64)).cuda()
         # The ranks start the clock together.
@@ -745,7 +885,7 @@ def torch_data_parallel_child(a):
             "kernel_ms_by_category": categories,
             "variant": "%s x%d" % (variant, world),
             "gpus": world,
-            "tokens_per_s": 16 * 4096 * len(steady) / sum(steady),
+            "tokens_per_s": step_rows * seq * len(steady) / sum(steady),
             "step_seconds": sum(steady) / len(steady),
             "step_times": times,
             "skipped_steps": a.skip,
@@ -755,6 +895,7 @@ def torch_data_parallel_child(a):
             "rows_per_backward": per,
             "torch": torch.__version__,
         }
+        result.update(extra)
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()
 
@@ -764,15 +905,15 @@ def pytorch(a, out_dir, variant, ids_path):
     "error" (and the log's tail) where it failed, was killed or printed no
     result."""
     name = "pytorch-" + variant
-    log_path = os.path.join(out_dir, "w1-%s.log" % name)
+    log_path = os.path.join(out_dir, "%s-%s.log" % (SHAPES[a.shape]["prefix"], name))
     # The first of the first --pytorch-gpus list, or else of --gpus.
-    first_gpu = (parse_gpu_lists(a.pytorch_gpus)[0][0] if a.pytorch_gpus
-                 else (a.gpus or "0").split(",")[0])
+    first_gpu = (parse_gpu_lists(a.pytorch_gpus, SHAPES[a.shape]["rows"])[0][0]
+                 if a.pytorch_gpus else (a.gpus or "0").split(",")[0])
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=first_gpu)
     skip = max(a.skip, 1) if variant != "eager" else a.skip
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", variant,
            "--torch-data", ids_path, "--steps", str(a.steps), "--skip", str(skip),
-           "--torch-rows", str(a.torch_rows)]
+           "--torch-rows", str(a.torch_rows), "--shape", a.shape]
     if a.profile_torch:
         cmd.append("--profile-torch")
     row = {"name": name, "variant": variant}
@@ -810,11 +951,15 @@ def pytorch_data_parallel(a, out_dir, variant, gpus, ids_path):
     world = len(gpus)
     label = "%s x%d" % (variant, world)
     name = "pytorch-" + label
-    logs = [os.path.join(out_dir, "w1-pytorch-%s-x%d.r%d.log" % (variant, world, r))
-            for r in range(world)]
+    logs = [os.path.join(out_dir, "%s-pytorch-%s-x%d.r%d.log" % (
+        SHAPES[a.shape]["prefix"], variant, world, r)) for r in range(world)]
     cmd = [sys.executable, os.path.abspath(__file__), "--torch-child", variant,
            "--torch-data", ids_path, "--steps", str(a.steps),
-           "--skip", str(max(a.skip, 1)), "--torch-rows", str(a.torch_rows)]
+           "--skip", str(max(a.skip, 1)), "--torch-rows", str(a.torch_rows),
+           "--shape", a.shape]
+    if variant == "fsdp2-offload":
+        cmd += ["--offload-adam", a.offload_adam] + (
+            ["--offload-eager"] if a.offload_eager else [])
     if a.profile_torch:
         cmd.append("--profile-torch")
     port = free_port()
@@ -857,47 +1002,69 @@ def pytorch_data_parallel(a, out_dir, variant, gpus, ids_path):
     return row
 
 
-def mfu(tokens_per_s, gpus):
-    return tokens_per_s * FLOP_PER_TOKEN / (PEAK_BF16 * gpus)
+def mfu(tokens_per_s, gpus, flop=FLOP_PER_TOKEN):
+    """Model FLOP utilisation, anchors.md's: FLOP per token `flop` (W1's
+    by default; flop_per_token(shape))."""
+    return tokens_per_s * flop / (PEAK_BF16 * gpus)
 
 
 def check_rank_rows():
-    """self_check's pure-Python part: for 1 to 16 ranks and every
-    --torch-rows, rank_rows gives the ranks equal shares that cover the 16
-    rows of a step once, in chunks that divide them and are at most
-    --torch-rows, every row weighing 1/16 of the gradient as on one GPU; one
-    rank is the one-GPU split; parse_gpu_lists takes the lists it should."""
+    """self_check's pure-Python part: for each shape's rows per step (16 for
+    W1, 8 for Qwen3-8B), every rank count that divides them and every
+    --torch-rows, rank_rows gives the ranks equal shares that cover the rows
+    of a step once, in chunks that divide them and are at most --torch-rows,
+    every row weighing 1/rows of the gradient as on one GPU; one rank is the
+    one-GPU split; parse_gpu_lists takes the lists it should."""
     from fractions import Fraction
     bad = []
-    for world in (1, 2, 4, 8, 16):
-        for torch_rows in (1, 2, 4, 8, 16):
-            shares = [rank_rows(world, r, torch_rows) for r in range(world)]
-            rows = sorted(i for first, count, _, _ in shares
-                          for i in range(first, first + count))
-            good = (rows == list(range(16))
-                    and len({s[1:] for s in shares}) == 1
-                    and all(per * chunks == count and per <= torch_rows
-                            for _, count, per, chunks in shares)
-                    and {Fraction(1, world * chunks * per)
-                         for _, _, per, chunks in shares} == {Fraction(1, 16)})
-            if not good:
-                bad.append("%d ranks, --torch-rows %d: %s" % (world, torch_rows, shares))
+    for step_rows in sorted({s["rows"] for s in SHAPES.values()} | {16}):
+        divisors = [d for d in (1, 2, 4, 8, 16) if step_rows % d == 0]
+        for world in divisors:
+            for torch_rows in divisors:
+                shares = [rank_rows(world, r, torch_rows, step_rows)
+                          for r in range(world)]
+                rows = sorted(i for first, count, _, _ in shares
+                              for i in range(first, first + count))
+                good = (rows == list(range(step_rows))
+                        and len({s[1:] for s in shares}) == 1
+                        and all(per * chunks == count and per <= torch_rows
+                                for _, count, per, chunks in shares)
+                        and {Fraction(1, world * chunks * per)
+                             for _, _, per, chunks in shares}
+                        == {Fraction(1, step_rows)})
+                if not good:
+                    bad.append("%d rows, %d ranks, --torch-rows %d: %s" % (
+                        step_rows, world, torch_rows, shares))
     # One rank: the one-GPU variants' 16 / --torch-rows chunks.
     if rank_rows(1, 0, 2) != (0, 16, 2, 8) or rank_rows(4, 3, 2) != (12, 4, 2, 2):
         bad.append("rank_rows(1, 0, 2) %s, rank_rows(4, 3, 2) %s" % (
             rank_rows(1, 0, 2), rank_rows(4, 3, 2)))
-    for world, torch_rows in ((0, 2), (3, 2), (32, 2), (2, 3), (2, 0)):
+    # Qwen3-8B's 8 rows (--torch-rows 2): 1 GPU 4 chunks of 2; 2 GPUs 4 rows
+    # each, 2 chunks of 2; 4 GPUs 2 rows each, one chunk.
+    expect = {(1, 0): (0, 8, 2, 4), (2, 0): (0, 4, 2, 2), (2, 1): (4, 4, 2, 2),
+              (4, 0): (0, 2, 2, 1), (4, 3): (6, 2, 2, 1)}
+    for (world, rank), want in expect.items():
+        if rank_rows(world, rank, 2, 8) != want:
+            bad.append("rank_rows(%d, %d, 2, 8) %s, not %s" % (
+                world, rank, rank_rows(world, rank, 2, 8), want))
+    for world, torch_rows, step_rows in ((0, 2, 16), (3, 2, 16), (32, 2, 16),
+                                         (2, 3, 16), (2, 0, 16), (16, 2, 8),
+                                         (2, 16, 8), (3, 2, 8)):
         try:
-            rank_rows(world, 0, torch_rows)
-            bad.append("rank_rows(%d, 0, %d) accepted" % (world, torch_rows))
+            rank_rows(world, 0, torch_rows, step_rows)
+            bad.append("rank_rows(%d, 0, %d, %d) accepted" % (world, torch_rows, step_rows))
         except ValueError:
             pass
     if parse_gpu_lists(["0", " 0, 1", "4,5,6,7"]) != [["0"], ["0", "1"], ["4", "5", "6", "7"]]:
         bad.append("parse_gpu_lists of 0 / 0,1 / 4,5,6,7")
-    for texts in (["0,0"], ["0,1,2"], [""], ["0,1", "2,3"]):
+    if parse_gpu_lists(["0,1", "0,1,2,3"], 8) != [["0", "1"], ["0", "1", "2", "3"]]:
+        bad.append("parse_gpu_lists of 0,1 / 0,1,2,3 for 8 rows")
+    for texts, step_rows in ((["0,0"], 16), (["0,1,2"], 16), ([""], 16),
+                             (["0,1", "2,3"], 16), (["0,1,2,3,4,5"], 8),
+                             ([",".join(map(str, range(16)))], 8)):
         try:
-            parse_gpu_lists(texts)
-            bad.append("--pytorch-gpus %s accepted" % texts)
+            parse_gpu_lists(texts, step_rows)
+            bad.append("--pytorch-gpus %s accepted for %d rows" % (texts, step_rows))
         except ValueError:
             pass
     print("data-parallel split (rank_rows, parse_gpu_lists): %s" % (
@@ -905,10 +1072,57 @@ def check_rank_rows():
     return not bad
 
 
+def check_shapes():
+    """self_check's pure-Python part on --shape: W1's FLOP per token is
+    anchors.md's (FLOP_PER_TOKEN); each shape's N is its configuration's
+    decoder matmul weights within 0.5%; tokens per step; the configurations
+    are scripts/export-hf-onnx.py's presets (the graphs the trainers are
+    compiled from) where that script is here."""
+    bad = []
+    if flop_per_token("w1") != FLOP_PER_TOKEN:
+        bad.append("w1: %g FLOP per token, not anchors.md's %g" % (
+            flop_per_token("w1"), FLOP_PER_TOKEN))
+    for name, s in sorted(SHAPES.items()):
+        n = decoder_matmul_params(s["config"])
+        if abs(n - s["matmul_params"]) > 0.005 * n:
+            bad.append("%s: N %g, its configuration's %d" % (name, s["matmul_params"], n))
+    tokens = {name: s["rows"] * s["seq"] for name, s in SHAPES.items()}
+    if tokens != {"w1": 65536, "qwen3-8b": 32768}:
+        bad.append("tokens per step %s" % tokens)
+    c = QWEN3_8B
+    if (c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"],
+            c["num_key_value_heads"], c["head_dim"], c["intermediate_size"],
+            c["vocab_size"], c["rms_norm_eps"], c["rope_theta"],
+            c["tie_word_embeddings"]) != (4096, 36, 32, 8, 128, 12288, 151936,
+                                          1e-6, 1e6, False):
+        bad.append("QWEN3_8B %s" % c)
+    # 6 x 6.95e9 + 12 x 36 x 32 x 128 x 4096 = 48.95 GFLOP per token.
+    if abs(flop_per_token("qwen3-8b") - 48.948e9) > 0.01e9:
+        bad.append("qwen3-8b: %g FLOP per token" % flop_per_token("qwen3-8b"))
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                          "scripts", "export-hf-onnx.py")
+    compared = ""
+    if os.path.exists(script):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("export_hf_onnx", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, preset in (("w1", "qwen3-1.7b"), ("qwen3-8b", "qwen3-8b")):
+            fields = dict(module.QWEN3_COMMON, **module.PRESETS[preset])
+            fields.pop("model_type", None)
+            if fields != SHAPES[name]["config"]:
+                bad.append("%s: not export-hf-onnx.py's %s: %s" % (name, preset, fields))
+        compared = ", scripts/export-hf-onnx.py's presets"
+    print("shapes (N, FLOP per token, tokens per step%s): %s" % (
+        compared, "ok" if not bad else "FAIL: " + "; ".join(bad)))
+    return not bad
+
+
 def self_check():
-    """--self-check: check_rank_rows (pure Python), then module_check where
-    there is torch."""
+    """--self-check: check_rank_rows and check_shapes (pure Python), then
+    module_check where there is torch."""
     split_ok = check_rank_rows()
+    split_ok = check_shapes() and split_ok
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -919,39 +1133,83 @@ def self_check():
 
 def module_check():
     """build_w1_module against Hugging Face's Qwen3ForCausalLM on a tiny
-    configuration: loss and every gradient on the CPU in fp32, and, where
-    there is a GPU, the compiled module under autocast bf16. Needs torch
-    (and transformers for the comparison), not CUDA."""
-    import torch
+    configuration, with W1's tied LM head and with an untied one (as
+    Qwen3-8B's): loss and every gradient on the CPU in fp32, and, where
+    there is a GPU, the compiled module under autocast bf16; and
+    fsdp2-offload's initialisation from the meta device (on the CPU, without
+    FSDP). Needs torch (and transformers for the comparison), not CUDA."""
     tiny = dict(QWEN3_17B, vocab_size=512, hidden_size=64, intermediate_size=96,
                 num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+    ok = check_meta_init(dict(tiny, tie_word_embeddings=False))
+    for tied in (True, False):
+        status = module_check_config(dict(tiny, tie_word_embeddings=tied))
+        if status is None:  # no transformers
+            break
+        ok = ok and status
+    return 0 if ok else 1
+
+
+def check_meta_init(config):
+    """offload_materialized on the CPU, each part's shard step a no-op: no
+    parameter left on the meta device, the norms ones, the other weights
+    normal(0, 0.02), and a finite loss."""
+    import torch
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = build_w1_module(config)
+    offload_materialized(model, lambda m: None, device="cpu")
+    norms = [p for n, p in model.named_parameters() if n.endswith("norm.weight")]
+    others = [p for n, p in model.named_parameters() if not n.endswith("norm.weight")]
+    ids = torch.randint(0, config["vocab_size"], (2, 64))
+    loss = model(ids)
+    ok = (not any(p.is_meta for p in model.parameters())
+          and len(norms) == 4 * config["num_hidden_layers"] + 1
+          and all(bool((p == 1).all()) for p in norms)
+          and all(abs(float(p.std()) - 0.02) < 0.002 for p in others)
+          and hasattr(model, "lm_head") != config["tie_word_embeddings"]
+          and bool(torch.isfinite(loss)))
+    print("meta-device initialisation (fsdp2-offload's), loss %.4f: %s" % (
+        loss.item(), "ok" if ok else "FAIL"))
+    return ok
+
+
+def module_check_config(tiny):
+    """module_check for one tiny configuration: True where it passes, None
+    where transformers is missing."""
+    import torch
+    tied = tiny["tie_word_embeddings"]
+    label = "" if tied else "untied LM head: "
     torch.manual_seed(0)
     ids = torch.randint(0, tiny["vocab_size"], (2, 64))
     ours = build_w1_module(tiny)
     loss = ours(ids)
     loss.backward()
-    print("module: %d parameters, loss %.4f (ln V = %.4f)" % (
-        sum(p.numel() for p in ours.parameters()), loss.item(),
+    print("%smodule: %d parameters, loss %.4f (ln V = %.4f)" % (
+        label, sum(p.numel() for p in ours.parameters()), loss.item(),
         math.log(tiny["vocab_size"])))
     try:
         from transformers import Qwen3Config, Qwen3ForCausalLM
     except ImportError:
         print("transformers not available: no comparison")
-        return 0
+        return None
     config = Qwen3Config(**tiny)
     config._attn_implementation = "sdpa"
     hf = Qwen3ForCausalLM(config)
-    if hf.lm_head.weight is not hf.model.embed_tokens.weight:
-        print("FAIL: Hugging Face's LM head is not tied")
-        return 1
-    keys = ours.load_state_dict(hf.model.state_dict(), strict=False)
+    if (hf.lm_head.weight is hf.model.embed_tokens.weight) != tied:
+        print("FAIL: Hugging Face's LM head is %s" % ("not tied" if tied else "tied"))
+        return False
+    state = dict(hf.model.state_dict())
+    if not tied:
+        # Qwen3ForCausalLM's own LM head, beside its Qwen3Model.
+        state["lm_head.weight"] = hf.lm_head.weight
+    keys = ours.load_state_dict(state, strict=False)
     if keys.missing_keys or [k for k in keys.unexpected_keys if "rotary" not in k]:
         print("FAIL: state_dict keys differ: %s" % (keys,))
-        return 1
+        return False
     if sum(p.numel() for p in ours.parameters()) != sum(p.numel() for p in hf.parameters()):
         print("FAIL: parameter counts differ")
-        return 1
+        return False
     ours.zero_grad()
     ref = hf(input_ids=ids, labels=ids).loss
     ref.backward()
@@ -959,16 +1217,16 @@ def module_check():
     mine.backward()
     worst = 0.0
     for name, p in ours.named_parameters():
-        q = hf.model.get_parameter(name)
+        q = hf.get_parameter(name if name.startswith("lm_head.") else "model." + name)
         worst = max(worst, float((p.grad - q.grad).abs().max() / q.grad.abs().max()))
     ok = abs(mine.item() - ref.item()) < 1e-4 and worst < 1e-3
-    print("cpu fp32: loss %.6f, Hugging Face %.6f; worst gradient error %.2e "
+    print("%scpu fp32: loss %.6f, Hugging Face %.6f; worst gradient error %.2e "
           "(relative to the tensor's largest): %s" % (
-              mine.item(), ref.item(), worst, "ok" if ok else "FAIL"))
+              label, mine.item(), ref.item(), worst, "ok" if ok else "FAIL"))
     if torch.cuda.is_available():
         with torch.device("cuda"):
             compiled = build_w1_module(tiny, compile_parts=True)
-        compiled.load_state_dict(hf.model.state_dict(), strict=False)
+        compiled.load_state_dict(state, strict=False)
         hf = hf.cuda()
         x = ids.cuda()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -978,12 +1236,12 @@ def module_check():
         good = abs(mine.item() - ref.item()) < 2e-2 * abs(ref.item())
         grads = all(p.grad is not None and bool(torch.isfinite(p.grad).all())
                     for p in compiled.parameters())
-        print("cuda compiled, autocast bf16: loss %.4f, Hugging Face %.4f; "
-              "gradients %s: %s" % (mine.item(), ref.item(),
+        print("%scuda compiled, autocast bf16: loss %.4f, Hugging Face %.4f; "
+              "gradients %s: %s" % (label, mine.item(), ref.item(),
                                     "finite" if grads else "missing or not finite",
                                     "ok" if good and grads else "FAIL"))
         ok = ok and good and grads
-    return 0 if ok else 1
+    return ok
 
 
 def report(result):
@@ -992,6 +1250,8 @@ def report(result):
     (result["best_pytorch"]); where a PyTorch row ran on several GPUs
     (--pytorch-gpus), against the fastest PyTorch row on as many GPUs as the
     row's (result["best_pytorch_by_gpus"], "-" where there is none)."""
+    shape = SHAPES[result.get("shape", "w1")]
+    flop = flop_per_token(result.get("shape", "w1"))
     torch_rows = result.get("pytorch_variants") or {}
     ok_torch = {v: x for v, x in torch_rows.items() if x and "error" not in x}
     best = max(ok_torch, key=lambda v: ok_torch[v]["tokens_per_s"]) if ok_torch else None
@@ -1004,7 +1264,8 @@ def report(result):
     per_gpus = any(g > 1 for g in by_gpus)
     if per_gpus:
         result["best_pytorch_by_gpus"] = {str(g): v for g, v in sorted(by_gpus.items())}
-    lines = ["W1 on %s (16 x 4096 tokens per step)" % result["machine"],
+    lines = ["%s on %s (%d x %d tokens per step)" % (
+        shape["title"], result["machine"], shape["rows"], shape["seq"]),
              "  %-24s %9s %6s %7s %9s %10s  %s" % (
                  "", "tok/s", "MFU", "step", "GPU peak", "host peak",
                  "vs the fastest pytorch on as many GPUs" if per_gpus
@@ -1021,7 +1282,7 @@ def report(result):
             continue
         peak = (max(x["peak_gpu_mib"].values()) / 1024 if x.get("peak_gpu_mib")
                 else float("nan"))
-        x["mfu"] = mfu(x["tokens_per_s"], g)
+        x["mfu"] = mfu(x["tokens_per_s"], g, flop)
         if per_gpus:
             ref = by_gpus.get(g)
             ratio = ("%.2fx %s" % (x["tokens_per_s"] / ok_torch[ref]["tokens_per_s"], ref)
@@ -1079,6 +1340,10 @@ def parse_variants(text):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="w1",
+                   help="the model and global batch: w1 (Qwen3-1.7B, 16 x 4096 "
+                   "tokens per step) or qwen3-8b (Qwen3-8B, untied LM head, "
+                   "8 x 4096); the trainers must be compiled for it")
     p.add_argument("--trainer", help="the compiled W1 trainer")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--gpus", default="", help="--gpus of the trainer (PyTorch "
@@ -1089,7 +1354,8 @@ def main():
                    help="steps left out of the rate (warm-up; at least 1 for "
                    "the compiled PyTorch variants, whose first step compiles)")
     p.add_argument("--torch-rows", type=int, default=2,
-                   help="PyTorch rows per forward/backward (gradient accumulation)")
+                   help="PyTorch rows per forward/backward (gradient "
+                   "accumulation); divides the shape's rows per step")
     p.add_argument("--token-range", type=int, default=8192,
                    help="tokens are drawn uniformly from [0, N): something "
                    "for the loss to learn (it falls from ln 151936 = 11.9 "
@@ -1105,7 +1371,8 @@ def main():
                    help="GPU ids, e.g. 0,1,2,3, repeatable (--pytorch-gpus 0 "
                    "--pytorch-gpus 0,1 ...): each data-parallel variant of "
                    "--pytorch runs once per LIST, one process per GPU, each "
-                   "training 16/len(LIST) rows of every step (its row: "
+                   "training 16/len(LIST) rows of every step (8/len(LIST) "
+                   "for --shape qwen3-8b; its row: "
                    "\"ddp-compile x4\"); the one-GPU variants run on the first "
                    "GPU of the first LIST. Default: the first of --gpus, or 0")
     p.add_argument("--skip-pytorch", action="store_true", help="run no PyTorch variant")
@@ -1120,6 +1387,13 @@ def main():
                    help="compare module-compile's model with Hugging Face's on a "
                    "tiny configuration (CPU; the compiled module too if there "
                    "is a GPU) and exit")
+    p.add_argument("--offload-adam", choices=("foreach", "fused"), default="foreach",
+                   help="fsdp2-offload's AdamW on the CPU shards: foreach=True "
+                   "(default) or fused=True (PyTorch's CPU fused Adam, "
+                   "torch >= 2.4)")
+    p.add_argument("--offload-eager", action="store_true",
+                   help="fsdp2-offload without torch.compile (eager blocks, "
+                   "head and loss), should compiling fail under CPU offload")
     p.add_argument("--profile-torch", action="store_true",
                    help="after the timed steps, one more PyTorch step under "
                         "torch.profiler: GPU ms per kernel category in the JSON "
@@ -1138,8 +1412,10 @@ def main():
         torch_child(a)
         return 0
     variants = [] if a.skip_pytorch else parse_variants(a.pytorch)
+    shape = SHAPES[a.shape]
+    step_rows, seq = shape["rows"], shape["seq"]
     try:
-        gpu_lists = (parse_gpu_lists(a.pytorch_gpus) if a.pytorch_gpus
+        gpu_lists = (parse_gpu_lists(a.pytorch_gpus, step_rows) if a.pytorch_gpus
                      else [[(a.gpus or "0").split(",")[0]]])
     except ValueError as e:
         raise SystemExit(str(e))
@@ -1153,29 +1429,34 @@ def main():
     # exiting through SystemExit lets run_child end the running one.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda number, _: sys.exit(128 + number))
-    if a.torch_rows < 1 or 16 % a.torch_rows:
-        raise SystemExit("--torch-rows must divide 16")
+    if a.torch_rows < 1 or step_rows % a.torch_rows:
+        raise SystemExit("--torch-rows must divide %d" % step_rows)
     if variants and a.steps <= max(a.skip, 1 if set(variants) - {"eager"} else 0):
         raise SystemExit("--steps %d leaves no PyTorch step to time after --skip %d"
                          " (at least 1 for the compiled variants)" % (a.steps, a.skip))
     os.makedirs(a.out, exist_ok=True)
     configs = [parse_config(c, a) for c in a.config] if a.config else (
         [parse_config("rondo=%d:%s" % (a.workers, a.gpus), a)] if a.trainer else [])
-    result = {"workload": "W1", "machine": a.machine,
-              "tokens_per_step": 16 * 4096, "date": time.strftime("%Y-%m-%d"),
+    result = {"workload": shape["title"], "machine": a.machine,
+              "tokens_per_step": step_rows * seq, "date": time.strftime("%Y-%m-%d"),
               "rondo": {}, "pytorch": None, "pytorch_variants": {}}
+    if a.shape != "w1":
+        # W1's JSON stays as it was; report() reads this (w1 without).
+        result["shape"] = a.shape
+        result["rows_per_step"] = step_rows
+        result["flop_per_token"] = flop_per_token(a.shape)
     if a.pytorch_gpus:
         result["pytorch_gpus"] = [",".join(g) for g in gpu_lists]
-    ids = os.path.join(a.out, "w1-ids.npy")
+    ids = os.path.join(a.out, "%s-ids.npy" % shape["prefix"])
     if configs or variants:
         # One token file for every configuration and PyTorch variant: the
         # same rows per step.
         import numpy as np
         rng = np.random.default_rng(0)
         steps = max([c["steps"] for c in configs] + ([a.steps] if variants else []))
-        np.save(ids, rng.integers(0, a.token_range, size=(16 * steps, 4096),
+        np.save(ids, rng.integers(0, a.token_range, size=(step_rows * steps, seq),
                                   dtype=np.int64))
-    path = os.path.join(a.out, "w1-%s.json" % a.machine)
+    path = os.path.join(a.out, "%s-%s.json" % (shape["prefix"], a.machine))
     # Written after every run, so that a run cut short keeps what finished.
     def save():
         with open(path, "w") as f:

@@ -41,10 +41,16 @@ def close(a, b, rtol, key="loss", what="losses"):
     print("%d steps: %s agree to %.2g relative (tolerance %g)" % (len(la), what, worst, rtol))
 
 
-def kill_resume(mpirun, trainer, data, work):
+def kill_resume(mpirun, trainer, data, work, *extra):
+    """MPIRUN "self": a layout trainer (rondo-compile --gpus) whose chosen
+    layout has 2 replicas, started as one process that launches them; EXTRA
+    are more trainer flags (--gpus 0,1)."""
     os.makedirs(work, exist_ok=True)
-    base = shlex.split(mpirun) + ["-np", "2", trainer, "--replicas", "2", "--data", data,
-                                  "--steps", "40", "--workers", "2", "--save-every", "4"]
+    if mpirun == "self":
+        base = [trainer, "--data", data, "--steps", "40", "--save-every", "4"] + list(extra)
+    else:
+        base = shlex.split(mpirun) + ["-np", "2", trainer, "--replicas", "2", "--data", data,
+                                      "--steps", "40", "--workers", "2", "--save-every", "4"]
     ref = os.path.join(work, "ref.jsonl")
     subprocess.run(base + ["--checkpoint-dir", os.path.join(work, "ref-ck"), "--log-json", ref,
                            "--quiet"], check=True)
@@ -61,7 +67,8 @@ def kill_resume(mpirun, trainer, data, work):
     ranks = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), os.path.basename(trainer)],
                            capture_output=True, text=True).stdout.split()
     if len(ranks) != 2:
-        fail("expected 2 replica processes under mpirun, found %s" % ranks)
+        fail("expected 2 replica processes under %s, found %s" % (
+            "the trainer" if mpirun == "self" else "mpirun", ranks))
     # pgrep lists by PID; mpirun starts rank 0 first.
     victim = sorted(int(p) for p in ranks)[1]
     os.kill(victim, signal.SIGKILL)
@@ -71,10 +78,12 @@ def kill_resume(mpirun, trainer, data, work):
     except subprocess.TimeoutExpired:
         proc.kill()
         fail("the job did not end within 60 s of losing a replica")
+    named = "rank 1" in out or "replica 1 of 2 was lost" in out
     print("replica 1 killed: the job ended in %.0f s with status %d%s" % (
         time.monotonic() - killed, proc.returncode,
-        "; mpirun named rank 1" if "rank 1" in out else ""))
-    if proc.returncode == 0 or "rank 1" not in out:
+        "" if not named else "; the survivor named replica 1" if mpirun == "self"
+        else "; mpirun named rank 1"))
+    if proc.returncode == 0 or not named:
         fail("expected a failure naming rank 1:\n" + out)
     second = os.path.join(work, "second.jsonl")
     out = subprocess.run(base + ["--checkpoint-dir", ck, "--resume", "--log-json", second],
@@ -98,6 +107,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "norms":
         close(sys.argv[2], sys.argv[3], float(sys.argv[4]), "grad_norm", "gradient norms")
     elif sys.argv[1] == "kill-resume":
-        kill_resume(*sys.argv[2:6])
+        kill_resume(*sys.argv[2:])
     else:
         fail("unknown command " + sys.argv[1])

@@ -10,6 +10,9 @@
 #     2 and 4 GPUs (bench/w1.py), the planner's choice marked by the plans.
 #  4. PyTorch on the same GPUs: the compiled module on 1 GPU, DDP (compiled
 #     module) on 2 and 4.
+#  PHASE=8b2, PHASE=8b4: the Qwen3-8B shape (staged with the 8B graph), the
+#     layout the planner chose for 2 / 4 GPUs beside PyTorch FSDP2 with CPU
+#     offload on the same GPUs (Q8TORCH=--skip-pytorch for Rondo alone).
 # Writes under $OUT.
 cd "$(dirname "$0")/../.."
 [ -x build-gpu/rdev.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
@@ -40,6 +43,11 @@ kill -9 $victim; t0=$(date +%s.%N)
 wait $parent; rc=$?; t1=$(date +%s.%N)
 echo "replica pid $victim killed; the job exited with $rc after $(python3 -c "print(round($t1 - $t0, 1))") s:"; tail -2 $res/kill.out
 fi
+if [ $phase = all ] || [ $phase = check ] || [ $phase = resume ]; then
+[ -f $B/d.npy ] || python3 -c "import numpy as np; np.save('$B/d.npy', np.random.default_rng(3).integers(0, 512, size=(60, 16)).astype(np.int64))"
+echo "== 2b. killed after a checkpoint, resumed: the same losses as an uninterrupted run"
+timeout 300 python3 test/E2E/replicas.py kill-resume self $B/rdev.trainer $B/d.npy /tmp/kr --gpus 0,1
+fi
 if [ $phase = all ] || [ $phase = w1 ]; then
 echo "== 3. W1 layouts"
 for g in 1 2 4; do cat $B/plans/g$g/layouts.txt 2>/dev/null; done
@@ -66,4 +74,14 @@ lists=(--pytorch-gpus 0)
 timeout 580 python3 bench/w1.py --pytorch ${TORCH:-module-compile,ddp-compile} "${lists[@]}" \
   --steps ${STEPS:-8} --skip 3 --timeout 200 --machine ${MACHINE:-h100x$ngpu} --out $res/torch 2>&1 | grep -v "^W[0-9]" | tail -30
 fi
-rm -f $res/w1/w1-ids.npy $res/torch/w1-ids.npy
+if [ $phase = 8b2 ] || [ $phase = 8b4 ]; then
+g=${phase#8b}
+echo "== 5. the Qwen3-8B shape, full fine-tune, 8 x 4096 tokens per step, on $g GPUs"
+cat $B/plans/q8-g$g/layouts.txt 2>/dev/null
+gpus=$(seq -s, 0 $((g - 1)))
+if [ $g = 2 ]; then cfg="2x1=1:$gpus:2:$B/q8-g2.trainer"; else cfg="1x4=4:$gpus:1:$B/q8-g4.trainer"; fi
+timeout 590 python3 bench/w1.py --shape qwen3-8b --steps ${STEPS:-4} --skip 2 --timeout 420 \
+  --machine ${MACHINE:-h100x$ngpu} --out $res/q8-x$g --config "$cfg" \
+  ${Q8TORCH:---pytorch fsdp2-offload --pytorch-gpus $gpus} 2>&1 | grep -v "^W[0-9]" | tail -20
+fi
+rm -f $res/*/w1-ids.npy

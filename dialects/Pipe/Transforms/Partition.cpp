@@ -613,10 +613,11 @@ struct PipePartitionPass
     p.shardOptimizer = shardOptimizer;
     p.replicasPerHost = static_cast<int>(replicasPerHost);
     if (layoutReplicas > 0) {
-      // The GPUs of one machine: the replicas share its host and sum over
-      // its GPU links where the spec has them.
+      // The GPUs of one machine: the replicas share its host (its memory
+      // and its cores) and sum over its GPU links where the spec has them.
       p.replicas = static_cast<int>(layoutReplicas);
       p.replicasPerHost = p.replicas;
+      p.hostMemoryBytes /= static_cast<double>(p.replicas);
       if (spec.peerBandwidth > 0)
         p.replicaBytesPerSecond = spec.peerBandwidth;
     }

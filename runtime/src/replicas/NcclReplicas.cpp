@@ -61,6 +61,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace rondo::rt {
@@ -389,18 +390,20 @@ public:
   // Spans in the GPU's memory are issued as grouped collectives and waited
   // for once: a stage's hundreds of tensors would otherwise cost a
   // synchronisation each. Adjacent spans (a stage's gradient block) are
-  // summed as one.
-  void sumGradientsMany(const GradientSpan *spans, size_t count) override {
-    if (!allOnThisGpu(spans, count, "gradient sum"))
-      return ReplicaGroup::sumGradientsMany(spans, count);
+  // summed as one. Spans in host memory (a mixed residency's streamed part)
+  // are staged one by one.
+  void sumGradientsMany(const GradientSpan *all, size_t count) override {
+    auto [spans, host] = splitByMemory(all, count, "gradient sum");
+    ReplicaGroup::sumGradientsMany(host.data(), host.size());
     std::vector<GradientSpan> merged;
-    for (size_t i = 0; i < count; ++i) {
-      if (!merged.empty() &&
-          merged.back().data + merged.back().n == spans[i].data)
-        merged.back().n += spans[i].n;
-      else if (spans[i].n > 0)
-        merged.push_back(spans[i]);
+    for (const GradientSpan &span : spans) {
+      if (!merged.empty() && merged.back().data + merged.back().n == span.data)
+        merged.back().n += span.n;
+      else if (span.n > 0)
+        merged.push_back(span);
     }
+    if (merged.empty())
+      return;
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
     grouped(merged.size(), "ncclAllReduce", [&](size_t i) {
@@ -409,15 +412,17 @@ public:
               "ncclAllReduce");
     });
     wait(0, "gradients");
-    gradSums_ += int64_t(count);
+    gradSums_ += int64_t(spans.size());
   }
-  void reduceScatterGradientsMany(const GradientSpan *spans,
+  void reduceScatterGradientsMany(const GradientSpan *all,
                                   size_t count) override {
-    if (!allOnThisGpu(spans, count, "gradient reduce-scatter"))
-      return ReplicaGroup::reduceScatterGradientsMany(spans, count);
+    auto [spans, host] = splitByMemory(all, count, "gradient reduce-scatter");
+    ReplicaGroup::reduceScatterGradientsMany(host.data(), host.size());
+    if (spans.empty())
+      return;
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
-    grouped(count, "ncclReduce", [&](size_t i) {
+    grouped(spans.size(), "ncclReduce", [&](size_t i) {
       for (int r = 0; r < size_; ++r)
         if (Shard part = shardOf(spans[i].n, r, size_); part.size() > 0) {
           float *p = spans[i].data + part.begin;
@@ -428,12 +433,14 @@ public:
     });
     wait(0, "gradient shards");
   }
-  void allGatherShardsMany(const GradientSpan *spans, size_t count) override {
-    if (!allOnThisGpu(spans, count, "weight all-gather"))
-      return ReplicaGroup::allGatherShardsMany(spans, count);
+  void allGatherShardsMany(const GradientSpan *all, size_t count) override {
+    auto [spans, host] = splitByMemory(all, count, "weight all-gather");
+    ReplicaGroup::allGatherShardsMany(host.data(), host.size());
+    if (spans.empty())
+      return;
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
-    grouped(count, "ncclBroadcast", [&](size_t i) {
+    grouped(spans.size(), "ncclBroadcast", [&](size_t i) {
       for (int r = 0; r < size_; ++r)
         if (Shard part = shardOf(spans[i].n, r, size_); part.size() > 0) {
           float *p = spans[i].data + part.begin;
@@ -581,11 +588,16 @@ private:
                   " (pass the replica's worker GPU first in --gpus)");
     return true;
   }
-  bool allOnThisGpu(const GradientSpan *spans, size_t count, const char *what) {
+  /// The spans in this GPU's memory and those in host memory (a mixed
+  /// residency has both), each in the given order: every replica splits the
+  /// same spans the same way, so the collectives pair up.
+  std::pair<std::vector<GradientSpan>, std::vector<GradientSpan>>
+  splitByMemory(const GradientSpan *spans, size_t count, const char *what) {
+    std::pair<std::vector<GradientSpan>, std::vector<GradientSpan>> split;
     for (size_t i = 0; i < count; ++i)
-      if (!onThisGpu(spans[i].data, what))
-        return false;
-    return count > 0;
+      (onThisGpu(spans[i].data, what) ? split.first : split.second)
+          .push_back(spans[i]);
+    return split;
   }
   /// `issue(i)` for i < count in NCCL groups of a bounded size, all on the
   /// gradient stream (the caller waits once).

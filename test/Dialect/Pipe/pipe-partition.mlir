@@ -6,6 +6,15 @@
 // RUN: rondo-opt %t.train.mlir --pipe-partition="workers=2 device=host strategy=greedy" --pipe-verify-plan | FileCheck %s --check-prefix=GREEDY
 // RUN: rondo-opt %t.train.mlir --pipe-partition="workers=2 device=h100 microbatches=2" --pipe-verify-plan | FileCheck %s --check-prefix=FIXED
 // RUN: rondo-opt %t.train.mlir --pipe-partition="workers=2 stages=fwd:1+2,tail:1,bwd:1+1+1" --pipe-verify-plan | FileCheck %s --check-prefix=FORCED
+// Layouts of 2 GPUs at the global batch of 4 rows in 4 microbatches: two
+// replicas of one worker (2 microbatches each) and one pipeline of two, the
+// predicted faster first and marked chosen.
+// RUN: rondo-opt %t.train.mlir --pipe-partition="gpus=2 device=host microbatches=4" --pipe-verify-plan | FileCheck %s --check-prefix=LAYOUTS
+// LAYOUTS: pipe.plan @plan_r2_w1 for @main workers 1 microbatches 2 attributes {batch = 2 : i64,
+// LAYOUTS-SAME: layout_chosen, layout_gpus = 2 : i64,
+// LAYOUTS-SAME: replicas = 2 : i64,
+// LAYOUTS: pipe.plan @plan_w2 for @main workers 2 microbatches 4 attributes {batch = 4 : i64,
+// LAYOUTS-SAME: layout_gpus = 2 : i64,
 
 // Ops created by canonicalization after tg-autodiff get the layer of their
 // users; only side data (labels) stays untagged.
