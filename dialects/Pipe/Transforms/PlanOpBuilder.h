@@ -7,7 +7,8 @@
 // pipe-partition searches plans with the planner core (lib/Planner) and
 // writes the one it keeps as a `pipe.plan`: its layers with their costs,
 // stages, schedule, the budgets and predictions, and the `#pipe.bound` that
-// says what limited it. Internal to the pass.
+// says what limited it (PlanOpBuilder.cpp); `--stages` forces the stages
+// (ForcedStages.cpp). Internal to the pass.
 //
 //===----------------------------------------------------------------------===//
 
@@ -52,6 +53,12 @@ PlanOp buildPlanOp(mlir::OpBuilder &b, mlir::func::FuncOp func,
                    int64_t batch, int64_t tokens, const Candidate &c,
                    SearchAttr searched, llvm::StringRef strategy,
                    llvm::StringRef planName = "");
+
+/// `fwd:8+8,tail:4,bwd:4+4+4+4` (--stages) -> a plan over `numLayers`
+/// layers; on a malformed or mismatched spec, failure with `error` saying
+/// why (ForcedStages.cpp).
+mlir::FailureOr<planner::Plan> parseStages(llvm::StringRef spec, int numLayers,
+                                           std::string &error);
 
 } // namespace rondo::pipe
 
