@@ -312,10 +312,14 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       {"replicas", "R",
        "Pipelined trainers: run R replicas of the pipeline, one process "
        "each, started by `mpirun -np R` (Open MPI; as root add "
-       "--allow-run-as-root). Every step is R x the compiled batch; replica "
-       "r trains rows [r*B, (r+1)*B) of it and the gradients are summed "
-       "across replicas before the optimizer reads them. Rank 0 prints, "
-       "logs and writes checkpoints.",
+       "--allow-run-as-root), torchrun or srun. A program compiled for R "
+       "replicas (rondo-compile --gpus or --replicas) trains its share of "
+       "the compiled global batch; one compiled for fewer makes every step "
+       "R x its batch, replica r training rows [r*B, (r+1)*B). The "
+       "gradients are summed across replicas before the optimizer reads "
+       "them. Rank 0 prints, logs and writes checkpoints. A trainer "
+       "compiled with --gpus takes its chosen layout's R (or the launcher's "
+       "WORLD_SIZE) without this flag.",
        [&o](const std::string &v) {
          int64_t x = 0;
          if (std::string err = parseInt(v, x); !err.empty())
@@ -368,7 +372,9 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       {"gpus", "LIST",
        "GPU trainers (--target=cuda): the GPUs to run on, e.g. 0,1,2,3; "
        "worker w runs on the (w mod count)-th (default: the first "
-       "--workers GPUs).",
+       "--workers GPUs). A trainer compiled with --gpus runs the layout "
+       "for this many GPUs, starting its replicas itself; under a launcher "
+       "each replica takes its local rank's share of the list.",
        [&o](const std::string &v) {
          if (v.empty())
            return std::string("expected a comma-separated list of GPU "
