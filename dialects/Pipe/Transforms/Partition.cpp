@@ -546,6 +546,11 @@ struct PipePartitionPass
       p.replicas = static_cast<int>(layoutReplicas);
       p.replicasPerHost = p.replicas;
       p.hostMemoryBytes /= static_cast<double>(p.replicas);
+      // Every GPU of the machine copies through the host's one aggregate.
+      p.linkBytesPerSecond =
+          std::min(spec.hostLinkBandwidth,
+                   spec.hostLinkAggregateBandwidth /
+                       static_cast<double>(n * layoutReplicas));
       if (spec.peerBandwidth > 0)
         p.replicaBytesPerSecond = spec.peerBandwidth;
     }
