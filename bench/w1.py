@@ -436,6 +436,16 @@ def parse_gpu_lists(texts, rows=16):
     return lists
 
 
+def failed_row(row, why, text):
+    """A PyTorch row that has no result: why, with the log's last line, and
+    the log's tail (also on stderr)."""
+    lines = [l for l in text.splitlines() if l.strip()]
+    row["error"] = why + (": " + lines[-1][:300] if lines else "")
+    row["log_tail"] = text[-3000:]
+    sys.stderr.write(text[-4000:])
+    return row
+
+
 def pytorch(a, out_dir, variant, ids_path):
     """Runs one PyTorch variant as a child process; returns its row, with
     "error" (and the log's tail) where it failed, was killed or printed no
@@ -462,17 +472,13 @@ def pytorch(a, out_dir, variant, ids_path):
         row.update(peak_gpu_mib=gpu, peak_host_gib=rss, wall_seconds=seconds)
         results = [l for l in text.splitlines() if l.startswith("{")]
         if status != 0 or not results:
-            lines = [l for l in text.splitlines() if l.strip()]
             if timed_out:
                 why = "killed after --timeout %g s" % a.timeout
             elif status != 0:
                 why = "exited with status %d" % status
             else:
                 why = "printed no result"
-            row["error"] = why + (": " + lines[-1][:300] if lines else "")
-            row["log_tail"] = text[-3000:]
-            sys.stderr.write(text[-4000:])
-            return row
+            return failed_row(row, why, text)
         row.update(json.loads(results[-1]))
     except Exception as e:  # a broken child must not end the run
         row["error"] = "%s: %s" % (type(e).__name__, e)
@@ -519,7 +525,6 @@ def pytorch_data_parallel(a, out_dir, variant, gpus, ids_path):
         if any(statuses) or not results:
             with open(logs[failed or 0], errors="replace") as f:
                 text = f.read()
-            lines = [l for l in text.splitlines() if l.strip()]
             if timed_out:
                 why = "killed after --timeout %g s" % a.timeout
             elif failed is not None:
@@ -528,10 +533,7 @@ def pytorch_data_parallel(a, out_dir, variant, gpus, ids_path):
                 why = "exited with statuses %s" % statuses
             else:
                 why = "printed no result"
-            row["error"] = why + (": " + lines[-1][:300] if lines else "")
-            row["log_tail"] = text[-3000:]
-            sys.stderr.write(text[-4000:])
-            return row
+            return failed_row(row, why, text)
         row.update(json.loads(results[-1]))
     except Exception as e:  # a broken child must not end the run
         row["error"] = "%s: %s" % (type(e).__name__, e)
