@@ -263,6 +263,26 @@ bool CompileFlags::finish() {
     }
     seen.push_back(n);
   }
+  // --gpus chooses every layout's workers and replicas: checked before the
+  // model is read (pipe-partition checks the same for rondo-opt).
+  const auto &plan = impl->options.plan;
+  if (valid && plan.gpus != 0 && !plan.workers.empty()) {
+    llvm::errs() << "error: --gpus plans the workers of every layout itself; "
+                    "drop --workers\n";
+    valid = false;
+  }
+  if (valid && plan.gpus != 0 && plan.replicas != 1) {
+    llvm::errs() << "error: --gpus plans the replicas of every layout "
+                    "itself; drop --replicas\n";
+    valid = false;
+  }
+  if (valid && plan.gpus == 0 && !plan.layouts.empty()) {
+    llvm::errs() << "error: --layouts chooses among the layouts of --gpus, "
+                    "which is not given\n";
+    valid = false;
+  }
+  valid = valid && (plan.gpus == 0 ||
+                    atMost(impl->gpus, plan.gpus, 4096, "GPUs"));
   const std::string &strategy = impl->options.plan.strategy;
   if (valid && strategy != "exact" && strategy != "greedy") {
     llvm::errs() << "error: --plan-strategy=" << strategy
