@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The main job: compile a bundled model into a trainer and train it on the
-# CPU (host workers), printing the imported IR summary first.
+# CPU (host workers), printing the imported IR summary first; where the
+# machine has NVIDIA GPUs and CUDA, the same model is then planned for its
+# GPUs (every layout of replicas x pipeline workers, rondo-compile --gpus)
+# and trained on the layout the planner chose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -42,3 +45,25 @@ echo "== train 40 steps on $workers host workers ($cores cores) =="
 echo "== predicted vs measured stage-jobs (scripts/plan-vs-trace.py) =="
 /usr/bin/python3 scripts/plan-vs-trace.py "$out/trace.json"
 echo "(Chrome trace in $out/trace.json: open it in chrome://tracing or ui.perfetto.dev)"
+
+# GPUs: build the CUDA backend, plan for up to 4 of them and train on the
+# chosen layout (the trainer starts its replicas itself).
+if command -v nvidia-smi > /dev/null && [ -x /usr/local/cuda/bin/nvcc ] &&
+   ngpu=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU') && [ "$ngpu" -gt 0 ]; then
+  echo "== $ngpu GPU(s): build the CUDA backend =="
+  cmake build -DRONDO_ENABLE_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+    -DCMAKE_CUDA_ARCHITECTURES=native > /dev/null
+  ninja -C build -j"${RONDO_JOBS:-2}"
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+    *H200*) device=h200 ;;
+    *) device=h100 ;;
+  esac
+  gpus=$(( ngpu >= 4 ? 4 : (ngpu >= 2 ? 2 : 1) ))
+  echo "== the layouts for $gpus GPU(s) (rondo-compile --gpus $gpus --explain) =="
+  build/bin/rondo-compile "$model" --batch 8 --seq-len 32 --microbatches 4 --gpus "$gpus" \
+    --target=cuda --device="$device" --explain="$out/gpu-plan" -o "$out/gpu-trainer" |
+    sed -n '/== Layouts/,/^Chosen/p'
+  echo "== train 40 steps on the chosen layout =="
+  "$out/gpu-trainer" --data "$out/tokens.npy" --steps 40 --gpus "$(seq -s, 0 $((gpus - 1)))" \
+    --lr 3e-3 --log-json "$out/gpu-log.jsonl"
+fi
