@@ -661,6 +661,9 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
   if (!domain.empty() && domain != "ai.onnx")
     return nodeError(node) << "operators of domain '" << domain
                            << "' are not supported";
+  // Every ONNX operator has a first output; the conversions name it.
+  if (node.output_size() == 0 || node.output(0).empty())
+    return nodeError(node) << "has no output";
   loc = nodeLoc(node);
   builder.setInsertionPointToEnd(
       &cast<func::FuncOp>(*funcOp).getBody().front());
