@@ -155,6 +155,14 @@ class GpuMemoryPoller:
         self.thread.join()
 
 
+def kill_group(proc):
+    """Kills the process group `proc` leads, if it is still there."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_child(cmd, env=None, log=None, timeout=None):
     """Runs cmd in a process group of its own, killing the group after
     `timeout` seconds; returns (status, peak RSS in GiB, seconds, peak GPU
@@ -166,15 +174,9 @@ def run_child(cmd, env=None, log=None, timeout=None):
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
-        def kill_group():
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
         def on_timeout():
             timed_out.set()
-            kill_group()
+            kill_group(proc)
         killer = threading.Timer(timeout, on_timeout) if timeout else None
         if killer:
             killer.start()
@@ -183,12 +185,12 @@ def run_child(cmd, env=None, log=None, timeout=None):
         except BaseException:
             # Interrupted (^C): the child is in a session of its own and would
             # not see the terminal's signal, so end it here.
-            kill_group()
+            kill_group(proc)
             raise
         finally:
             if killer:
                 killer.cancel()
-        kill_group()
+        kill_group(proc)
         proc.returncode = os.waitstatus_to_exitcode(status)
     # ru_maxrss is in KiB on Linux.
     return (proc.returncode, usage.ru_maxrss / 2**20,
@@ -263,10 +265,7 @@ def run_ranks(cmds, envs, logs, timeout=None):
 
     def kill_groups():
         for proc in procs:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(proc)
 
     def on_timeout():
         timed_out.set()

@@ -273,19 +273,9 @@ def torch_child(a):
     categories = None
     if a.profile_torch:
         categories = kernel_ms_by_category(lambda: one_step(a.steps))
-    steady = times[a.skip:]
-    print(json.dumps({
-        "kernel_ms_by_category": categories,
-        "variant": variant,
-        "tokens_per_s": step_rows * seq * len(steady) / sum(steady),
-        "step_seconds": sum(steady) / len(steady),
-        "step_times": times,
-        "skipped_steps": a.skip,
-        "losses": losses,
-        "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "rows_per_backward": rows,
-        "torch": torch.__version__,
-    }), flush=True)
+    print(json.dumps(timing_result(variant, times, a.skip, losses,
+                                   step_rows * seq, categories,
+                                   rows_per_backward=rows)), flush=True)
 
 
 def offload_materialized(model, shard, device="cuda"):
@@ -458,24 +448,33 @@ def torch_data_parallel_child(a):
         else:
             one_step(a.steps)
     if rank == 0:
-        steady = times[a.skip:]
-        result = {
-            "kernel_ms_by_category": categories,
-            "variant": "%s x%d" % (variant, world),
-            "gpus": world,
-            "tokens_per_s": step_rows * seq * len(steady) / sum(steady),
-            "step_seconds": sum(steady) / len(steady),
-            "step_times": times,
-            "skipped_steps": a.skip,
-            "losses": losses,
-            "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "rows_per_rank": count,
-            "rows_per_backward": per,
-            "torch": torch.__version__,
-        }
+        result = timing_result("%s x%d" % (variant, world), times, a.skip,
+                               losses, step_rows * seq, categories, gpus=world,
+                               rows_per_rank=count, rows_per_backward=per)
         result.update(extra)
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()
+
+
+def timing_result(variant, times, skip, losses, tokens_per_step, categories,
+                  **extra):
+    """The JSON line a child prints: its step times (the first `skip` not
+    counted), tokens/s, losses, CUDA's allocation peak, `extra`."""
+    import torch
+    steady = times[skip:]
+    result = {
+        "kernel_ms_by_category": categories,
+        "variant": variant,
+        "tokens_per_s": tokens_per_step * len(steady) / sum(steady),
+        "step_seconds": sum(steady) / len(steady),
+        "step_times": times,
+        "skipped_steps": skip,
+        "losses": losses,
+        "max_memory_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "torch": torch.__version__,
+    }
+    result.update(extra)
+    return result
 
 
 def module_check():

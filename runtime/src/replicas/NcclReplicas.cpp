@@ -295,106 +295,30 @@ public:
   std::string engine() const override { return engine_; }
   bool takesDeviceMemory() const override { return true; }
 
+  // One span is a batch of one: the same paths for host and GPU memory.
   void sumGradients(float *data, int64_t n) override {
-    std::lock_guard<std::mutex> lock(mu_[0]);
-    cudaSetDevice(device_);
-    if (onThisGpu(data, "gradient sum")) {
-      enqueue(ncclAllReduce(data, data, size_t(n), ncclFloat, ncclSum,
-                            comms_[0], streams_[0]),
-              "ncclAllReduce");
-      wait(0, "gradients");
-      ++gradSums_;
-      return;
-    }
-    const uint64_t before = debug_ ? hashOf(data, n) : 0;
-    // One stream: chunk k+1's upload starts after chunk k's download, so
-    // the one buffer is never overwritten early.
-    for (int64_t off = 0; off < n; off += kChunk) {
-      const size_t count = size_t(std::min(kChunk, n - off));
-      check(cudaMemcpyAsync(gradScratch_, data + off, count * sizeof(float),
-                            cudaMemcpyHostToDevice, streams_[0]),
-            "cudaMemcpyAsync");
-      enqueue(ncclAllReduce(gradScratch_, gradScratch_, count, ncclFloat,
-                            ncclSum, comms_[0], streams_[0]),
-              "ncclAllReduce");
-      check(cudaMemcpyAsync(data + off, gradScratch_, count * sizeof(float),
-                            cudaMemcpyDeviceToHost, streams_[0]),
-            "cudaMemcpyAsync");
-    }
-    wait(0, "gradients");
-    if (debug_)
-      std::fprintf(stderr,
-                   "replica %d: gradient sum %lld: %lld elements, %016llx -> "
-                   "%016llx\n",
-                   rank_, (long long)gradSums_, (long long)n,
-                   (unsigned long long)before,
-                   (unsigned long long)hashOf(data, n));
-    ++gradSums_;
+    const GradientSpan span{data, n};
+    sumGradientsMany(&span, 1);
   }
   void reduceScatterGradients(float *data, int64_t n) override {
-    std::lock_guard<std::mutex> lock(mu_[0]);
-    cudaSetDevice(device_);
-    if (onThisGpu(data, "gradient reduce-scatter")) {
-      group(n, 0, n, "ncclReduce", [&](int r, Shard part) {
-        float *p = data + part.begin;
-        return ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
-                          comms_[0], streams_[0]);
-      });
-      wait(0, "gradient shards");
-      return;
-    }
-    const Shard mine = shardOf(n, rank_, size_);
-    for (int64_t off = 0; off < n; off += kChunk) {
-      const int64_t end = std::min(n, off + kChunk);
-      copyGradients(scratchAt(0), data + off, end - off,
-                    cudaMemcpyHostToDevice);
-      group(n, off, end, "ncclReduce", [&](int r, Shard part) {
-        float *p = scratchAt(part.begin - off);
-        return ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
-                          comms_[0], streams_[0]);
-      });
-      const Shard own = mine.within(off, end);
-      copyGradients(data + own.begin, scratchAt(own.begin - off), own.size(),
-                    cudaMemcpyDeviceToHost);
-    }
-    wait(0, "gradient shards");
+    const GradientSpan span{data, n};
+    reduceScatterGradientsMany(&span, 1);
   }
   void allGatherShards(float *data, int64_t n) override {
-    std::lock_guard<std::mutex> lock(mu_[0]);
-    cudaSetDevice(device_);
-    if (onThisGpu(data, "weight all-gather")) {
-      group(n, 0, n, "ncclBroadcast", [&](int r, Shard part) {
-        float *p = data + part.begin;
-        return ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r, comms_[0],
-                             streams_[0]);
-      });
-      wait(0, "weight shards");
-      return;
-    }
-    const Shard mine = shardOf(n, rank_, size_);
-    for (int64_t off = 0; off < n; off += kChunk) {
-      const int64_t end = std::min(n, off + kChunk);
-      const Shard own = mine.within(off, end);
-      copyGradients(scratchAt(own.begin - off), data + own.begin, own.size(),
-                    cudaMemcpyHostToDevice);
-      group(n, off, end, "ncclBroadcast", [&](int r, Shard part) {
-        float *p = scratchAt(part.begin - off);
-        return ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r, comms_[0],
-                             streams_[0]);
-      });
-      copyGradients(data + off, scratchAt(0), end - off,
-                    cudaMemcpyDeviceToHost);
-    }
-    wait(0, "weight shards");
+    const GradientSpan span{data, n};
+    allGatherShardsMany(&span, 1);
   }
   // Spans in the GPU's memory are issued as grouped collectives and waited
   // for once: a stage's hundreds of tensors would otherwise cost a
   // synchronisation each. Adjacent spans (a stage's gradient block) are
-  // summed as one. Spans in host memory (a mixed residency's streamed part)
-  // are staged one by one.
+  // summed as one. Spans in host memory (streamed state) are staged through
+  // the scratch buffer one by one.
   void sumGradientsMany(const GradientSpan *all, size_t count) override {
     auto [spans, host] = splitByMemory(all, count, "gradient sum");
-    ReplicaGroup::sumGradientsMany(host.data(), host.size());
+    std::lock_guard<std::mutex> lock(mu_[0]);
+    cudaSetDevice(device_);
+    for (const GradientSpan &span : host)
+      stagedSum(span.data, span.n);
     std::vector<GradientSpan> merged;
     for (const GradientSpan &span : spans) {
       if (!merged.empty() && merged.back().data + merged.back().n == span.data)
@@ -404,8 +328,6 @@ public:
     }
     if (merged.empty())
       return;
-    std::lock_guard<std::mutex> lock(mu_[0]);
-    cudaSetDevice(device_);
     grouped(merged.size(), "ncclAllReduce", [&](size_t i) {
       enqueue(ncclAllReduce(merged[i].data, merged[i].data, size_t(merged[i].n),
                             ncclFloat, ncclSum, comms_[0], streams_[0]),
@@ -417,37 +339,37 @@ public:
   void reduceScatterGradientsMany(const GradientSpan *all,
                                   size_t count) override {
     auto [spans, host] = splitByMemory(all, count, "gradient reduce-scatter");
-    ReplicaGroup::reduceScatterGradientsMany(host.data(), host.size());
-    if (spans.empty())
-      return;
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
+    for (const GradientSpan &span : host)
+      stagedReduceScatter(span.data, span.n);
+    if (spans.empty())
+      return;
     grouped(spans.size(), "ncclReduce", [&](size_t i) {
-      for (int r = 0; r < size_; ++r)
-        if (Shard part = shardOf(spans[i].n, r, size_); part.size() > 0) {
-          float *p = spans[i].data + part.begin;
-          enqueue(ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
-                             comms_[0], streams_[0]),
-                  "ncclReduce");
-        }
+      float *data = spans[i].data;
+      group(spans[i].n, 0, spans[i].n, "ncclReduce", [&](int r, Shard part) {
+        float *p = data + part.begin;
+        return ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
+                          comms_[0], streams_[0]);
+      });
     });
     wait(0, "gradient shards");
   }
   void allGatherShardsMany(const GradientSpan *all, size_t count) override {
     auto [spans, host] = splitByMemory(all, count, "weight all-gather");
-    ReplicaGroup::allGatherShardsMany(host.data(), host.size());
-    if (spans.empty())
-      return;
     std::lock_guard<std::mutex> lock(mu_[0]);
     cudaSetDevice(device_);
+    for (const GradientSpan &span : host)
+      stagedAllGather(span.data, span.n);
+    if (spans.empty())
+      return;
     grouped(spans.size(), "ncclBroadcast", [&](size_t i) {
-      for (int r = 0; r < size_; ++r)
-        if (Shard part = shardOf(spans[i].n, r, size_); part.size() > 0) {
-          float *p = spans[i].data + part.begin;
-          enqueue(ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r,
-                                comms_[0], streams_[0]),
-                  "ncclBroadcast");
-        }
+      float *data = spans[i].data;
+      group(spans[i].n, 0, spans[i].n, "ncclBroadcast", [&](int r, Shard part) {
+        float *p = data + part.begin;
+        return ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r, comms_[0],
+                             streams_[0]);
+      });
     });
     wait(0, "weight shards");
   }
@@ -587,6 +509,68 @@ private:
                   std::to_string(device_) +
                   " (pass the replica's worker GPU first in --gpus)");
     return true;
+  }
+  /// The sums of host memory: chunks through the scratch buffer on the
+  /// gradient stream (mu_[0] held, the device current).
+  void stagedSum(float *data, int64_t n) {
+    const uint64_t before = debug_ ? hashOf(data, n) : 0;
+    // One stream: chunk k+1's upload starts after chunk k's download, so
+    // the one buffer is never overwritten early.
+    for (int64_t off = 0; off < n; off += kChunk) {
+      const size_t count = size_t(std::min(kChunk, n - off));
+      check(cudaMemcpyAsync(gradScratch_, data + off, count * sizeof(float),
+                            cudaMemcpyHostToDevice, streams_[0]),
+            "cudaMemcpyAsync");
+      enqueue(ncclAllReduce(gradScratch_, gradScratch_, count, ncclFloat,
+                            ncclSum, comms_[0], streams_[0]),
+              "ncclAllReduce");
+      check(cudaMemcpyAsync(data + off, gradScratch_, count * sizeof(float),
+                            cudaMemcpyDeviceToHost, streams_[0]),
+            "cudaMemcpyAsync");
+    }
+    wait(0, "gradients");
+    if (debug_)
+      std::fprintf(stderr,
+                   "replica %d: gradient sum %lld: %lld elements, %016llx -> "
+                   "%016llx\n",
+                   rank_, (long long)gradSums_, (long long)n,
+                   (unsigned long long)before,
+                   (unsigned long long)hashOf(data, n));
+    ++gradSums_;
+  }
+  void stagedReduceScatter(float *data, int64_t n) {
+    const Shard mine = shardOf(n, rank_, size_);
+    for (int64_t off = 0; off < n; off += kChunk) {
+      const int64_t end = std::min(n, off + kChunk);
+      copyGradients(scratchAt(0), data + off, end - off,
+                    cudaMemcpyHostToDevice);
+      group(n, off, end, "ncclReduce", [&](int r, Shard part) {
+        float *p = scratchAt(part.begin - off);
+        return ncclReduce(p, p, size_t(part.size()), ncclFloat, ncclSum, r,
+                          comms_[0], streams_[0]);
+      });
+      const Shard own = mine.within(off, end);
+      copyGradients(data + own.begin, scratchAt(own.begin - off), own.size(),
+                    cudaMemcpyDeviceToHost);
+    }
+    wait(0, "gradient shards");
+  }
+  void stagedAllGather(float *data, int64_t n) {
+    const Shard mine = shardOf(n, rank_, size_);
+    for (int64_t off = 0; off < n; off += kChunk) {
+      const int64_t end = std::min(n, off + kChunk);
+      const Shard own = mine.within(off, end);
+      copyGradients(scratchAt(own.begin - off), data + own.begin, own.size(),
+                    cudaMemcpyHostToDevice);
+      group(n, off, end, "ncclBroadcast", [&](int r, Shard part) {
+        float *p = scratchAt(part.begin - off);
+        return ncclBroadcast(p, p, size_t(part.size()), ncclFloat, r, comms_[0],
+                             streams_[0]);
+      });
+      copyGradients(data + off, scratchAt(0), end - off,
+                    cudaMemcpyDeviceToHost);
+    }
+    wait(0, "weight shards");
   }
   /// The spans in this GPU's memory and those in host memory (a mixed
   /// residency has both), each in the given order: every replica splits the

@@ -62,9 +62,17 @@ std::string defaultOptimizerMode(const TrainerOptions &opts,
   return compiled == "stale" && opts.replicas > 1 ? "overlap" : compiled;
 }
 
-/// The number of entries of a comma-separated --gpus list (0 for none).
-int countGpus(const std::string &list) {
-  return list.empty() ? 0 : 1 + int(std::count(list.begin(), list.end(), ','));
+/// The entries of a comma-separated --gpus list (none for "").
+std::vector<std::string> gpuEntries(const std::string &list) {
+  std::vector<std::string> entries;
+  for (size_t at = 0; !list.empty();) {
+    const size_t comma = list.find(',', at);
+    entries.push_back(list.substr(at, comma - at));
+    if (comma == std::string::npos)
+      break;
+    at = comma + 1;
+  }
+  return entries;
 }
 
 /// A trainer compiled with --gpus holds one program per layout (replicas x
@@ -85,7 +93,8 @@ std::string selectLayout(const rondo_program *programs, int numPrograms,
                                           : 0;
   // Inside a launched job every process may see every GPU: --gpus then
   // lists the whole job's.
-  const int gpus = opts.workers > 0 || replicas > 0 ? 0 : countGpus(opts.gpus);
+  const int gpus =
+      opts.workers > 0 || replicas > 0 ? 0 : int(gpuEntries(opts.gpus).size());
   std::string list;
   std::vector<std::string> named;
   for (int i = 0; i < numPrograms; ++i) {
@@ -229,14 +238,7 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
     if (const char *local = localRank()) {
       // One machine, several replicas: replica k of this machine takes the
       // k-th group of --workers GPUs of --gpus (of all GPUs without it).
-      std::vector<std::string> all;
-      for (size_t at = 0; !options.gpus.empty();) {
-        size_t comma = options.gpus.find(',', at);
-        all.push_back(options.gpus.substr(at, comma - at));
-        if (comma == std::string::npos)
-          break;
-        at = comma + 1;
-      }
+      const std::vector<std::string> all = gpuEntries(options.gpus);
       const int first = std::atoi(local) * program->workers;
       // A list of exactly one replica's GPUs is that replica's already.
       if (all.empty() || int(all.size()) > program->workers) {

@@ -20,15 +20,6 @@ std::string ReplicaSync::describe() const {
                    : "");
 }
 
-void ReplicaSync::sumGradient(float *grad, int64_t numel) {
-  if (!group)
-    return;
-  if (sharded_)
-    group->reduceScatterGradients(grad, numel);
-  else
-    group->sumGradients(grad, numel);
-}
-
 void ReplicaSync::sumGradients(const std::vector<GradientSpan> &spans) {
   if (!group || spans.empty())
     return;

@@ -48,11 +48,10 @@ public:
     return sharded_ ? shardOf(numel, rank(), count()) : Shard{0, numel};
   }
 
-  /// Sums the gradient at `grad` across replicas, in place (into this
-  /// replica's shard when sharded); optimizer thread only.
-  void sumGradient(float *grad, int64_t numel);
-  /// sumGradient on each span, in order, issued together where the engine
-  /// can (device memory over NCCL: one wait for all).
+  /// Sums each span's gradient across replicas, in place (into this
+  /// replica's shard of it when sharded), in order, issued together where
+  /// the engine can (device memory over NCCL: one wait for all); optimizer
+  /// thread only.
   void sumGradients(const std::vector<GradientSpan> &spans);
   /// Sharded: every shard of `data` from its owner, into every replica.
   void allGatherShards(float *data, int64_t numel);
