@@ -661,9 +661,6 @@ LogicalResult Importer::convertNode(const onnx::NodeProto &node) {
   if (!domain.empty() && domain != "ai.onnx")
     return nodeError(node) << "operators of domain '" << domain
                            << "' are not supported";
-  // Every ONNX operator has a first output; the conversions name it.
-  if (node.output_size() == 0 || node.output(0).empty())
-    return nodeError(node) << "has no output";
   loc = nodeLoc(node);
   builder.setInsertionPointToEnd(
       &cast<func::FuncOp>(*funcOp).getBody().front());
@@ -744,9 +741,16 @@ OwningOpRef<ModuleOp> Importer::run() {
   if (failed(classifyInitializers()))
     return nullptr;
   recoverTorchNames();
-  for (const auto &node : graph.node())
+  // Every ONNX operator has a first output: conversions name it, and look
+  // at the outputs of the nodes that read theirs, before reaching them.
+  for (const auto &node : graph.node()) {
+    if (node.output_size() == 0 || node.output(0).empty()) {
+      nodeError(node) << "has no output";
+      return nullptr;
+    }
     for (const auto &out : node.output())
       producers[out] = &node;
+  }
 
   // Non-parameter initializers are constants.
   for (const auto &init : graph.initializer()) {

@@ -73,10 +73,10 @@ Converted convertRoutedGather(const Conversion &c) {
   Value ids = reshape(c, *idx, {n});
   if (dt.getRank() == 3) {
     Val v;
-    std::string source = !node.name().empty() ? "node '" + node.name() + "'"
-                         : node.output_size() > 0
-                             ? "the node producing '" + node.output(0) + "'"
-                             : std::string("an unnamed GatherND");
+    // (Every node has a first output: Importer::run checks it.)
+    std::string source = !node.name().empty()
+                             ? "node '" + node.name() + "'"
+                             : "the node producing '" + node.output(0) + "'";
     v.experts =
         std::make_shared<ExpertGather>(ExpertGather{*data, ids, source});
     return SmallVector<Val>{std::move(v)};
