@@ -210,9 +210,10 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
   if (failed(target))
     return failure();
   bool bf16Storage = *target && (*target)->isBf16();
-  // GPU trainers add products into their sums in cuBLAS's epilogue; the
-  // host keeps the separate add its references were taken with.
-  bool accumulateProducts = *target && (*target)->backend == "cuda";
+  // GPU trainers add products into their sums in cuBLAS's epilogue and fuse
+  // the query / key norm chains; the host keeps the separate calls its
+  // references were taken with.
+  bool gpuKernels = *target && (*target)->backend == "cuda";
   for (auto &[rows, plans] : byRows) {
     ImportOptions opts = importOptions;
     opts.batch = rows;
@@ -240,7 +241,7 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
       return failure();
     buildTGPipeline(**pm);
     buildTrainPipeline(**pm, trainOptions);
-    buildExecPipeline(**pm, peerHandoff, bf16Storage, accumulateProducts);
+    buildExecPipeline(**pm, peerHandoff, bf16Storage, gpuKernels);
     if (failed((*pm)->run(*micro)))
       return failure();
     SmallVector<Operation *> moved;

@@ -551,7 +551,7 @@ LogicalResult Interpreter::call(kern::CallOp op) {
     return op.emitError("a label is outside the vocabulary of ")
            << input(0).shape.back() << " (and is not the "
            << "ignore index " << ignore.getInt() << ")";
-  if (kernel == "linearCrossEntropy")
+  if (kernel == "linearCrossEntropy" || kernel == "linearCrossEntropyWithGrad")
     return op.emitError("a label is outside the vocabulary (and is not "
                         "the ignore index ")
            << ignore.getInt() << ")";

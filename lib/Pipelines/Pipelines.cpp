@@ -146,15 +146,18 @@ void rondo::buildPlanPipeline(OpPassManager &pm,
 }
 
 void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
-                              bool bf16Storage, bool accumulateProducts) {
+                              bool bf16Storage, bool gpuKernels) {
   pm.addPass(pipe::createPipeOutlineStagesPass());
   exec::ConvertPipeToExecPassOptions convert;
   convert.peerHandoff = peerHandoff;
   pm.addPass(exec::createConvertPipeToExecPass(convert));
   pm.addPass(exec::createExecVerifyPass());
   pm.addPass(kern::createConvertTGToKernPass());
-  if (accumulateProducts)
+  pm.addNestedPass<func::FuncOp>(kern::createKernFuseLinearCrossEntropyPass());
+  if (gpuKernels) {
     pm.addNestedPass<func::FuncOp>(kern::createKernAccumulateProductsPass());
+    pm.addNestedPass<func::FuncOp>(kern::createKernFuseNormRotaryPass());
+  }
   if (bf16Storage)
     pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
 }

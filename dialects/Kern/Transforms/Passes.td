@@ -90,4 +90,69 @@ def KernAccumulateProductsPass
   let dependentDialects = ["::rondo::kern::KernDialect"];
 }
 
+def KernFuseLinearCrossEntropyPass
+    : Pass<"kern-fuse-linear-cross-entropy", "mlir::func::FuncOp"> {
+  let summary = "Compute the LM head's loss and its gradient in one call";
+  let description = [{
+    In each stage function (`exec.stage`), a `linearCrossEntropyBackward`
+    and the `linearCrossEntropy` before it in the same block with the same
+    hidden states, weight, labels and chunking become one
+    `linearCrossEntropyWithGrad` at the forward's place, when the gradient's
+    scale is available there (an argument of the tail stage). The backward
+    recomputed every chunk's logits, a [chunkRows, vocabulary] product that
+    is the step's largest; the fused call computes each chunk's logits once,
+    takes the rows' losses from the statistics their gradient is computed
+    from, and gives the same bits as the two calls on every target. The
+    gradients now live from the loss to their first use, which in the tail
+    stage follow each other. A frozen head's skipped dW stays skipped.
+
+    ```mlir
+    %loss = kern.call @linearCrossEntropy(%h, %w, %labels)
+        args {chunkRows = 1024 : i64, ignoreIndex = -100 : i64,
+              transW = true} : ... -> tensor<f32>
+    ...
+    %dh, %dw = kern.call @linearCrossEntropyBackward(%h, %w, %labels,
+        %scale) args {chunkRows = 1024 : i64, ignoreIndex = -100 : i64,
+        transW = true} : ... -> (tensor<64x32xf32>, tensor<128x32xf32>)
+    // becomes
+    %loss, %dh, %dw = kern.call @linearCrossEntropyWithGrad(%h, %w, %labels,
+        %scale) args {chunkRows = 1024 : i64, ignoreIndex = -100 : i64,
+        transW = true} : ... -> (tensor<f32>, tensor<64x32xf32>,
+                                 tensor<128x32xf32>)
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
+def KernFuseNormRotaryPass
+    : Pass<"kern-fuse-norm-rotary", "mlir::func::FuncOp"> {
+  let summary = "Norm, transpose and rotate query and key heads in one kernel";
+  let description = [{
+    In each stage function (`exec.stage`), the per-head query and key norm
+    of Qwen3 and OLMo-2 reaches attention as `rmsNorm` over [B, T, H, D],
+    a `transpose` to [B, H, T, D] and `rotary`, and its gradient as
+    `rotaryBackward`, the transpose back and `rmsNormBackward`. When the
+    intermediate tensors have no other reader, each chain becomes one call,
+    `rmsNormRotary` or `rmsNormRotaryBackward`: one pass over the heads
+    instead of three, and no intermediate buffers. The fused kernels keep
+    the separate kernels' arithmetic; GPU trainers only (the host keeps the
+    calls its references were taken with).
+
+    ```mlir
+    %n = kern.call @rmsNorm(%q, %w) args {eps = 1.0e-06 : f32}
+        : (tensor<1x32x4x16xf32>, tensor<16xf32>) -> tensor<1x32x4x16xf32>
+    %t = kern.call @transpose(%n) args {perm = array<i64: 0, 2, 1, 3>}
+        : (tensor<1x32x4x16xf32>) -> tensor<1x4x32x16xf32>
+    %r = kern.call @rotary(%t, %cos, %sin) : (tensor<1x4x32x16xf32>,
+        tensor<32x16xf32>, tensor<32x16xf32>) -> tensor<1x4x32x16xf32>
+    // becomes
+    %r = kern.call @rmsNormRotary(%q, %w, %cos, %sin)
+        args {eps = 1.0e-06 : f32} : (tensor<1x32x4x16xf32>,
+        tensor<16xf32>, tensor<32x16xf32>, tensor<32x16xf32>)
+        -> tensor<1x4x32x16xf32>
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
 #endif // RONDO_KERN_TRANSFORMS_PASSES

@@ -176,11 +176,12 @@ double LinearCrossEntropyOp::getFlops() {
 double LinearCrossEntropyOp::getActivationBytes() {
   return bytes({getH(), getLabels()});
 }
-// Recompute the logits chunk, then dH and dW products.
+// The dH and dW products: the tail stage computes the loss and its gradient
+// in one call (kern-fuse-linear-cross-entropy), each chunk's logits once, so
+// the gradient adds no recomputed logits.
 double LinearCrossEntropyGradOp::getFlops() {
-  // Recomputed logits, dh, and dW unless nothing reads it (a frozen head:
-  // the kernels then skip it).
-  return (getDw().use_empty() ? 2 : 3) *
+  // dW unless nothing reads it (a frozen head: the kernels then skip it).
+  return (getDw().use_empty() ? 1 : 2) *
          linearCEFlops(getH(), getW(), getTransposeW());
 }
 double LinearCrossEntropyGradOp::getActivationBytes() { return 0; }

@@ -79,13 +79,14 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// plan's microbatch shape), lower each plan to exec.programs and prove
 /// them race-free.
 /// `peerHandoff`: activations move device-to-device between workers, else
-/// through host memory. `accumulateProducts` (GPU trainers): products add
-/// into the value they are summed with (kern-accumulate-products).
-/// `bf16Storage` (bf16 precision): products read bf16 operands
-/// (kern-bf16-storage).
+/// through host memory. The LM head's loss and gradient become one call
+/// (kern-fuse-linear-cross-entropy) on every target. `gpuKernels` (GPU
+/// trainers): products add into the value they are summed with
+/// (kern-accumulate-products), and the query / key norm, transpose and
+/// rotary run as one kernel (kern-fuse-norm-rotary). `bf16Storage` (bf16
+/// precision): products read bf16 operands (kern-bf16-storage).
 void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true,
-                       bool bf16Storage = false,
-                       bool accumulateProducts = false);
+                       bool bf16Storage = false, bool gpuKernels = false);
 
 /// Registers them as `rondo-tg-pipeline`, `rondo-train-pipeline`,
 /// `rondo-plan-pipeline` (which takes pipe-partition's options) and

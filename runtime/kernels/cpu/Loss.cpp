@@ -14,7 +14,9 @@
 // accumulates dW over chunks in chunk order with beta = 1 sgemms after
 // zeroing it, so the result is the same for any thread count (the chunking
 // itself is part of the call's definition). Chunks whose rows are all
-// ignored are skipped: they contribute nothing.
+// ignored are skipped: they contribute nothing. linearCrossEntropyWithGrad
+// runs the two loops as one, each chunk's logits serving the loss and then
+// becoming its gradient, with the same calls in the same order.
 //
 // The backward kernels have no error channel; a row whose label is neither
 // ignoreIndex nor in [0, V) is treated as ignored there (the forward has
@@ -137,12 +139,49 @@ bool anyValid(IView labels, int64_t r0, int64_t n, int64_t ignoreIndex,
   return false;
 }
 
+/// The loss sum over non-ignored rows, in ascending row order.
+void sumLosses(const double *losses, IView labels, int64_t N,
+               int64_t ignoreIndex, double *lossSum, int64_t *count) {
+  double total = 0.0;
+  int64_t n = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    if (labels.data[r] == ignoreIndex)
+      continue;
+    total += losses[size_t(r)];
+    ++n;
+  }
+  *lossSum = total;
+  *count = n;
+}
+
 /// logits[n, V] = h[r0 : r0 + n] . W.
 void chunkLogits(CFView h, CFView w, bool transW, const LinearDims &d,
                  int64_t r0, int64_t n, float *logits) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, transW ? CblasTrans : CblasNoTrans,
               int(n), int(d.V), int(d.D), 1.0f, h.data + r0 * d.D, int(d.D),
               w.data, int(transW ? d.D : d.V), 0.0f, logits, int(d.V));
+}
+
+/// dH[r0 : r0 + n] = dLogits . op(W)^T and dW += the chunk's part, from the
+/// chunk's logits gradient.
+void chunkProducts(const float *grads, CFView h, CFView w, bool transW,
+                   const LinearDims &d, int64_t r0, int64_t n, FView dH,
+                   FView dW) {
+  if (dH.data)
+    // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D] weight).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transW ? CblasNoTrans : CblasTrans,
+                int(n), int(d.D), int(d.V), 1.0f, grads, int(d.V), w.data,
+                int(transW ? d.D : d.V), 0.0f, dH.data + r0 * d.D, int(d.D));
+  if (!dW.data)
+    return;
+  if (transW) // dW[V, D] += dLogits^T . h
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(d.V), int(d.D),
+                int(n), 1.0f, grads, int(d.V), h.data + r0 * d.D, int(d.D),
+                1.0f, dW.data, int(d.D));
+  else // dW[D, V] += h^T . dLogits
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(d.D), int(d.V),
+                int(n), 1.0f, h.data + r0 * d.D, int(d.D), grads, int(d.V),
+                1.0f, dW.data, int(d.V));
 }
 
 } // namespace
@@ -196,16 +235,7 @@ bool linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
     chunkLogits(h, w, transW, d, r0, n, logits.data());
     chunkLosses(logits.data(), n, d.V, labels, r0, ignoreIndex, losses.data());
   }
-  double total = 0.0;
-  int64_t n = 0;
-  for (int64_t r = 0; r < d.N; ++r) {
-    if (labels.data[r] == ignoreIndex)
-      continue;
-    total += losses[size_t(r)];
-    ++n;
-  }
-  *lossSum = total;
-  *count = n;
+  sumLosses(losses.data(), labels, d.N, ignoreIndex, lossSum, count);
   return true;
 }
 
@@ -261,23 +291,40 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
     }
     chunkLogits(h, w, transW, d, r0, n, grads.data());
     chunkGrads(grads.data(), n, d.V, labels, r0, ignoreIndex, gradScale);
-    if (dH.data)
-      // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D] weight).
-      cblas_sgemm(CblasRowMajor, CblasNoTrans,
-                  transW ? CblasNoTrans : CblasTrans, int(n), int(d.D),
-                  int(d.V), 1.0f, grads.data(), int(d.V), w.data,
-                  int(transW ? d.D : d.V), 0.0f, dH.data + r0 * d.D, int(d.D));
-    if (dW.data) {
-      if (transW) // dW[V, D] += dLogits^T . h
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(d.V), int(d.D),
-                    int(n), 1.0f, grads.data(), int(d.V), h.data + r0 * d.D,
-                    int(d.D), 1.0f, dW.data, int(d.D));
-      else // dW[D, V] += h^T . dLogits
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(d.D), int(d.V),
-                    int(n), 1.0f, h.data + r0 * d.D, int(d.D), grads.data(),
-                    int(d.V), 1.0f, dW.data, int(d.V));
-    }
+    chunkProducts(grads.data(), h, w, transW, d, r0, n, dH, dW);
   }
+}
+
+void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
+                                int64_t ignoreIndex, int64_t chunkRows,
+                                float gradScale, float *lossSum, int *badLabel,
+                                FView dH, FView dW) {
+  LinearDims d = linearDims(h.shape, w.shape, transW);
+  bool valid = checkLabels(labels, d.N, ignoreIndex, d.V);
+  if (dW.data)
+    fill(dW, 0.0f);
+  int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
+  std::vector<float> logits(size_t(chunk * d.V));
+  std::vector<double> losses(size_t(d.N), 0.0);
+  for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
+    int64_t n = std::min(chunk, d.N - r0);
+    if (!anyValid(labels, r0, n, ignoreIndex, d.V)) {
+      if (dH.data)
+        std::fill(dH.data + r0 * d.D, dH.data + (r0 + n) * d.D, 0.0f);
+      continue;
+    }
+    chunkLogits(h, w, transW, d, r0, n, logits.data());
+    if (valid) // the forward computes no loss once a label is invalid
+      chunkLosses(logits.data(), n, d.V, labels, r0, ignoreIndex,
+                  losses.data());
+    chunkGrads(logits.data(), n, d.V, labels, r0, ignoreIndex, gradScale);
+    chunkProducts(logits.data(), h, w, transW, d, r0, n, dH, dW);
+  }
+  double sum = 0;
+  int64_t count = 0;
+  if (valid)
+    sumLosses(losses.data(), labels, d.N, ignoreIndex, &sum, &count);
+  storeLoss(valid, sum, lossSum, badLabel);
 }
 
 } // namespace rondo::cpu

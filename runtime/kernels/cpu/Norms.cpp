@@ -328,3 +328,37 @@ void rotaryBackward(CFView dY, CFView cos, CFView sin, FView dX) {
 }
 
 } // namespace rondo::cpu
+
+//===----------------------------------------------------------------------===//
+// Query / key norm, head transpose and rotary (kern-fuse-norm-rotary)
+//===----------------------------------------------------------------------===//
+
+namespace rondo::cpu {
+
+namespace {
+constexpr int64_t kTransposeHeads[4] = {0, 2, 1, 3};
+} // namespace
+
+// The definitions of the fused GPU kernels: the three kernels they replace,
+// composed through temporaries (host trainers keep the separate calls).
+void rmsNormRotary(CFView x, CFView w, float eps, CFView cos, CFView sin,
+                   FView y) {
+  std::vector<float> normed(size_t(x.shape.numel())),
+      moved(size_t(y.shape.numel()));
+  rmsNorm(x, w, eps, FView{normed.data(), x.shape});
+  transpose(CFView{normed.data(), x.shape}, kTransposeHeads,
+            FView{moved.data(), y.shape});
+  rotary(CFView{moved.data(), y.shape}, cos, sin, y);
+}
+
+void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
+                           CFView sin, CFView dY, FView dX, FView dW) {
+  std::vector<float> rotated(size_t(dY.shape.numel())),
+      moved(size_t(x.shape.numel()));
+  rotaryBackward(dY, cos, sin, FView{rotated.data(), dY.shape});
+  transpose(CFView{rotated.data(), dY.shape}, kTransposeHeads,
+            FView{moved.data(), x.shape});
+  rmsNormBackward(x, w, eps, CFView{moved.data(), x.shape}, dX, dW);
+}
+
+} // namespace rondo::cpu

@@ -15,7 +15,10 @@
 // CPU: dLogits in place, dH = dLogits W^T per chunk, dW zeroed and then
 // accumulated over chunks in chunk order with beta = 1. Unlike the CPU it
 // cannot skip chunks whose rows are all ignored (that needs the labels on the
-// host); those chunks contribute exact zeros.
+// host); those chunks contribute exact zeros. linearCrossEntropyWithGrad is
+// the backward's loop with each row's loss taken from the statistics its
+// gradient is computed from: one logits product per chunk where the forward
+// and the backward took one each (a quarter of the LM head's GEMM time).
 //
 //===----------------------------------------------------------------------===//
 
@@ -96,6 +99,42 @@ __global__ void rowGradKernel(const float *logits, OutT *out, int64_t n,
     rowMaxSum(x, V, fscratch, dscratch, m, sum);
     double inv = double(scale) / sum;
     __syncthreads(); // every thread has read the row before it is rewritten
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+      float v = float(double(expf(x[c] - m)) * inv);
+      if (c == l)
+        v -= scale;
+      storeOut(y + c, v);
+    }
+  }
+}
+
+/// rowLossKernel and rowGradKernel in one: the row's loss from the same max
+/// and sum the gradient is computed from (the bits of the two kernels).
+template <typename OutT>
+__global__ void rowLossGradKernel(const float *logits, OutT *out, int64_t n,
+                                  int64_t V, const int64_t *labels, int64_t r0,
+                                  int64_t ignoreIndex, float scale,
+                                  double *losses) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int64_t l = labels[r0 + r];
+    const float *x = logits + r * V;
+    OutT *y = out + r * V;
+    if (!validLabel(l, ignoreIndex, V)) {
+      if (threadIdx.x == 0)
+        losses[r0 + r] = 0.0;
+      for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+        storeOut(y + c, 0.0f);
+      continue;
+    }
+    float m;
+    double sum;
+    rowMaxSum(x, V, fscratch, dscratch, m, sum);
+    if (threadIdx.x == 0)
+      losses[r0 + r] = double(m) + log(sum) - double(x[l]);
+    double inv = double(scale) / sum;
+    __syncthreads(); // the row and its label's logit are read before rewriting
     for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
       float v = float(double(expf(x[c] - m)) * inv);
       if (c == l)
@@ -275,11 +314,67 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
   losses.release();
 }
 
-void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
-                                int64_t ignoreIndex, int64_t chunkRows,
-                                float gradScale, FView dH, FView dW) {
-  ProfileScope profileScope("linearCrossEntropyBackward");
-  const char *name = "linearCrossEntropyBackward";
+namespace {
+
+/// The backward of one chunk whose logits `g` ([n, V] fp32) are computed:
+/// its logits gradient (bf16 under Precision::Bf16, else in place), dH rows
+/// and its part of dW; with `losses`, each row's loss as well, from the
+/// same row statistics.
+void chunkBackward(CFView h, CFView w, const void *w16, bool transW,
+                   const LinearDims &d, IView labels, int64_t ignoreIndex,
+                   float gradScale, int64_t r0, int64_t n, float *g,
+                   double *losses, FView dH, FView dW, const char *name) {
+  auto rowKernel = [&](auto *out) {
+    if (losses)
+      rowLossGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+          g, out, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
+    else
+      rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+          g, out, n, d.V, labels.data, r0, ignoreIndex, gradScale);
+    checkLaunch(name);
+  };
+  if (w16) {
+    // The logits gradient stored in bf16 as it is computed (the rounding
+    // both products read; no fp32 gradient pass), the h rows rounded once
+    // for both.
+    Temp g16(size_t(n * d.V) * 2, name), h16(size_t(n * d.D) * 2, name);
+    rowKernel(g16.as<__nv_bfloat16>());
+    roundToBf16Copy(h.data + r0 * d.D, h16.as<void>(), n * d.D, name);
+    if (dH.data)
+      gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, g16.as<void>(), d.V,
+                       0, w16, transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D,
+                       d.D, 0, 1, name);
+    if (dW.data && transW)
+      gemmRowMajorBf16(true, false, d.V, d.D, n, 1.0f, g16.as<void>(), d.V, 0,
+                       h16.as<void>(), d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
+    else if (dW.data)
+      gemmRowMajorBf16(true, false, d.D, d.V, n, 1.0f, h16.as<void>(), d.D, 0,
+                       g16.as<void>(), d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
+    g16.release();
+    h16.release();
+    return;
+  }
+  rowKernel(g);
+  if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
+    gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
+                 transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
+                 name);
+  if (!dW.data)
+    return;
+  if (transW) // dW[V, D] += dLogits^T . h
+    gemmRowMajor(true, false, d.V, d.D, n, 1.0f, g, d.V, 0, h.data + r0 * d.D,
+                 d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
+  else // dW[D, V] += h^T . dLogits
+    gemmRowMajor(true, false, d.D, d.V, n, 1.0f, h.data + r0 * d.D, d.D, 0, g,
+                 d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
+}
+
+/// The gradient of (gradScale * lossSum) chunk by chunk, and with `losses`
+/// each row's loss on the way.
+void linearBackwardChunks(CFView h, CFView w, bool transW, IView labels,
+                          int64_t ignoreIndex, int64_t chunkRows,
+                          float gradScale, double *losses, FView dH, FView dW,
+                          const char *name) {
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   if (dW.data)
     fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
@@ -288,6 +383,10 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
   if (d.V == 0) {
     if (dH.data)
       fillDevice(dH.data, d.N * d.D, 0.0f, name);
+    if (losses)
+      RONDO_CHECK(cudaMemsetAsync(losses, 0, size_t(d.N) * sizeof(double),
+                                  currentStream()),
+                  name);
     return;
   }
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
@@ -297,50 +396,38 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
   for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
     int64_t n = std::min(chunk, d.N - r0);
     chunkLogits(h, w, w16.get(), transW, d, r0, n, g, name);
-    if (w16.get()) {
-      // The logits gradient stored in bf16 as it is computed (the rounding
-      // both products read; no fp32 gradient pass), the h rows rounded once
-      // for both.
-      Temp g16(size_t(n * d.V) * 2, name), h16(size_t(n * d.D) * 2, name);
-      rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-          g, g16.as<__nv_bfloat16>(), n, d.V, labels.data, r0, ignoreIndex,
-          gradScale);
-      checkLaunch(name);
-      roundToBf16Copy(h.data + r0 * d.D, h16.as<void>(), n * d.D, name);
-      if (dH.data)
-        gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, g16.as<void>(),
-                         d.V, 0, w16.get(), transW ? d.D : d.V, 0, 0.0f,
-                         dH.data + r0 * d.D, d.D, 0, 1, name);
-      if (dW.data && transW)
-        gemmRowMajorBf16(true, false, d.V, d.D, n, 1.0f, g16.as<void>(), d.V,
-                         0, h16.as<void>(), d.D, 0, 1.0f, dW.data, d.D, 0, 1,
-                         name);
-      else if (dW.data)
-        gemmRowMajorBf16(true, false, d.D, d.V, n, 1.0f, h16.as<void>(), d.D,
-                         0, g16.as<void>(), d.V, 0, 1.0f, dW.data, d.V, 0, 1,
-                         name);
-      g16.release();
-      h16.release();
-      continue;
-    }
-    rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-        g, g, n, d.V, labels.data, r0, ignoreIndex, gradScale);
-    checkLaunch(name);
-    if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
-      gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
-                   transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
-                   name);
-    if (dW.data) {
-      if (transW) // dW[V, D] += dLogits^T . h
-        gemmRowMajor(true, false, d.V, d.D, n, 1.0f, g, d.V, 0,
-                     h.data + r0 * d.D, d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
-      else // dW[D, V] += h^T . dLogits
-        gemmRowMajor(true, false, d.D, d.V, n, 1.0f, h.data + r0 * d.D, d.D, 0,
-                     g, d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
-    }
+    chunkBackward(h, w, w16.get(), transW, d, labels, ignoreIndex, gradScale,
+                  r0, n, g, losses, dH, dW, name);
   }
   grads.release();
   w16.release();
+}
+
+} // namespace
+
+void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
+                                int64_t ignoreIndex, int64_t chunkRows,
+                                float gradScale, FView dH, FView dW) {
+  ProfileScope profileScope("linearCrossEntropyBackward");
+  linearBackwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
+                       nullptr, dH, dW, "linearCrossEntropyBackward");
+}
+
+void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
+                                int64_t ignoreIndex, int64_t chunkRows,
+                                float gradScale, float *lossSum, int *badLabel,
+                                FView dH, FView dW) {
+  ProfileScope profileScope("linearCrossEntropyWithGrad");
+  const char *name = "linearCrossEntropyWithGrad";
+  int64_t N, D;
+  rowsOf(h.shape, N, D);
+  Temp losses(size_t(std::max<int64_t>(N, 1)) * sizeof(double), name);
+  linearBackwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
+                       losses.as<double>(), dH, dW, name);
+  int64_t V = transW ? w.shape.dims[0] : w.shape.dims[1];
+  finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum, badLabel,
+             name);
+  losses.release();
 }
 
 } // namespace rondo::cuda

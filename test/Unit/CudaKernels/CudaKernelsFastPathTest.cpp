@@ -479,6 +479,54 @@ TEST_F(CudaFastPath, RmsNormEdges) {
   runRmsNorm(gen, Shape{300, 128}, true, true, 1);
 }
 
+/// rmsNormRotary and its backward equal the three kernels they replace bit
+/// for bit (the same arithmetic, rows and tiles), fused (D % 8 == 0 and D <=
+/// 128) or not (other widths, misaligned pointers), and the CPU definition
+/// to 1e-5.
+TEST_F(CudaFastPath, RmsNormRotaryIsTheComposition) {
+  const int64_t heads[4] = {0, 2, 1, 3};
+  for (Shape s : {Shape{2, 33, 4, 128}, Shape{1, 9, 3, 64}, Shape{2, 7, 3, 24},
+                  Shape{2, 5, 3, 12}, Shape{1, 6, 2, 256}})
+    for (int off : {0, 1}) {
+      int64_t B = s.dims[0], T = s.dims[1], H = s.dims[2], D = s.dims[3];
+      int64_t n = s.numel();
+      Shape ts{B, H, T, D}, cs{T, D}, ws{D};
+      auto x = random(n, -2.0f, 2.0f), w = random(D, 0.5f, 1.5f),
+           c = random(T * D), sn = random(T * D), g = random(n);
+      std::string what = "rmsNormRotary D=" + std::to_string(D) +
+                         " off=" + std::to_string(off);
+      Dev dx(x, off), dw(w), dc(c), ds(sn), dg(g, off);
+      // The separate kernels.
+      Dev normed(n), moved(n), y(n), rotated(n), back(n), gx(n), gw(D);
+      cu::rmsNorm(dx.cv(s), dw.cv(ws), 1e-6f, normed.v(s));
+      cu::transpose(normed.cv(s), heads, moved.v(ts));
+      cu::rotary(moved.cv(ts), dc.cv(cs), ds.cv(cs), y.v(ts));
+      cu::rotaryBackward(dg.cv(ts), dc.cv(cs), ds.cv(cs), rotated.v(ts));
+      cu::transpose(rotated.cv(ts), heads, back.v(s));
+      cu::rmsNormBackward(dx.cv(s), dw.cv(ws), 1e-6f, back.cv(s), gx.v(s),
+                          gw.v(ws));
+      // Fused.
+      Dev fy(n, off), fgx(n, off), fgw(D);
+      cu::rmsNormRotary(dx.cv(s), dw.cv(ws), 1e-6f, dc.cv(cs), ds.cv(cs),
+                        fy.v(ts));
+      cu::rmsNormRotaryBackward(dx.cv(s), dw.cv(ws), 1e-6f, dc.cv(cs),
+                                ds.cv(cs), dg.cv(ts), fgx.v(s), fgw.v(ws));
+      expectBitwise(fy.get(), y.get(), what + " y");
+      expectBitwise(fgx.get(), gx.get(), what + " dX");
+      expectBitwise(fgw.get(), gw.get(), what + " dW");
+      std::vector<float> ref(static_cast<size_t>(n)),
+          refX(static_cast<size_t>(n)), refW(static_cast<size_t>(D));
+      cpu::rmsNormRotary(hv(x, s), hv(w, ws), 1e-6f, hv(c, cs), hv(sn, cs),
+                         hm(ref, ts));
+      cpu::rmsNormRotaryBackward(hv(x, s), hv(w, ws), 1e-6f, hv(c, cs),
+                                 hv(sn, cs), hv(g, ts), hm(refX, s),
+                                 hm(refW, ws));
+      expectClose(fy.get(), ref, what + " y vs CPU");
+      expectClose(fgx.get(), refX, what + " dX vs CPU");
+      expectClose(fgw.get(), refW, what + " dW vs CPU");
+    }
+}
+
 TEST_F(CudaFastPath, LayerNormBackward) {
   for (Shape s : {Shape{64, 1024}, Shape{33, 128}, Shape{5, 6000},
                   Shape{4096, 2048}, Shape{9, 252}, Shape{7, 30}}) {

@@ -150,6 +150,26 @@ void CudaKernels::checkLinearCrossEntropy(const char *label, double tol) {
           what + " backward");
       expectClose(got[0], dh, what + " dH", tol);
       expectClose(got[1], dw, what + " dW", tol);
+      // The fused call gives the two calls' bits: the loss sum, dH and dW.
+      auto fused = runTwice(
+          {{hs, {}}, {ws, {}}},
+          [&](const std::vector<FView> &o) {
+            cu::linearCrossEntropyWithGrad(dH.cv(), dW.cv(), transW != 0,
+                                           dlab.v(), -1, chunk, 0.05f, ld.sum,
+                                           ld.bad, o[0], o[1]);
+          },
+          what + " fused");
+      float fusedSum = 0;
+      int bad = -1;
+      ld.read(fusedSum, bad);
+      EXPECT_EQ(bad, 0);
+      EXPECT_EQ(0, std::memcmp(&sums[0], &fusedSum, sizeof(float))) << what;
+      EXPECT_EQ(0, std::memcmp(got[0].data(), fused[0].data(),
+                               got[0].size() * sizeof(float)))
+          << what << " fused dH";
+      EXPECT_EQ(0, std::memcmp(got[1].data(), fused[1].data(),
+                               got[1].size() * sizeof(float)))
+          << what << " fused dW";
     }
 }
 

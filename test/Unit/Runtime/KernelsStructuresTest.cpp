@@ -211,6 +211,46 @@ TEST(KernelRotary, BackwardFiniteDifferences) {
   });
 }
 
+/// rmsNormRotary: each (token, head) row normed, moved to [B, H, T, D] and
+/// rotated, against the formulas in double; its gradients against finite
+/// differences of the forward.
+TEST(KernelRotary, NormRotaryForwardAndGradients) {
+  int64_t B = 2, T = 5, H = 3, D = 8;
+  float eps = 1e-6f;
+  Tensor x = uniform(Shape{B, T, H, D}, -2.0f, 2.0f), cosT, sinT;
+  Tensor w = uniform(Shape{D}, 0.5f, 1.5f);
+  rotaryTables(T, D, cosT, sinT);
+  Tensor y(Shape{B, H, T, D}, std::nanf(""));
+  rmsNormRotary(x.cv(), w.cv(), eps, cosT.cv(), sinT.cv(), y.v());
+  std::vector<double> want(size_t(y.shape.numel()));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const float *row = x.data.data() + ((b * T + t) * H + h) * D;
+        double ss = 0;
+        for (int64_t d = 0; d < D; ++d)
+          ss += double(row[d]) * row[d];
+        double inv = 1.0 / std::sqrt(ss / double(D) + eps);
+        auto normed = [&](int64_t d) { return row[d] * inv * w[d]; };
+        for (int64_t d = 0; d < D; ++d) {
+          double rot = d < D / 2 ? -normed(d + D / 2) : normed(d - D / 2);
+          want[size_t(((b * H + h) * T + t) * D + d)] =
+              normed(d) * cosT[t * D + d] + rot * sinT[t * D + d];
+        }
+      }
+  expectNear("rmsNormRotary", y.data, want, 1e-5, 1e-5);
+
+  Tensor dY = uniform(y.shape), dX(x.shape), dW(w.shape);
+  rmsNormRotaryBackward(x.cv(), w.cv(), eps, cosT.cv(), sinT.cv(), dY.cv(),
+                        dX.v(), dW.v());
+  auto objective = [&] {
+    rmsNormRotary(x.cv(), w.cv(), eps, cosT.cv(), sinT.cv(), y.v());
+    return dotObjective(dY, y);
+  };
+  checkGradient("rmsNormRotaryBackward dX", x, dX.data, objective);
+  checkGradient("rmsNormRotaryBackward dW", w, dW.data, objective);
+}
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//
@@ -479,6 +519,63 @@ TEST(KernelLoss, LinearCrossEntropyBackwardFiniteDifferences) {
                                c.chunk, gradScale, dH2.v(), FView{});
     EXPECT_TRUE(bitwiseEqual(dH.data, dH2.data)) << what;
   }
+}
+
+/// The fused call is the two calls it replaces: the same loss, the same
+/// gradients, bit for bit (kern-fuse-linear-cross-entropy relies on it), with
+/// ignored chunks, skipped outputs and an invalid label.
+TEST(KernelLoss, LinearCrossEntropyWithGradIsTheTwoCalls) {
+  for (const LinearCeCase &c : kLinearCeCases) {
+    Tensor h = uniform(Shape{c.N, c.D}, -2.0f, 2.0f);
+    Tensor w = uniform(c.transW ? Shape{c.V, c.D} : Shape{c.D, c.V});
+    Ids labels{Shape{c.N}, {}};
+    for (int64_t r = 0; r < c.N; ++r)
+      labels.data.push_back(r % 3 == 1 ? -100 : (r * 5 + 1) % c.V);
+    if (c.chunk == 3) // a chunk with only ignored rows
+      labels.data[3] = labels.data[4] = labels.data[5] = -100;
+    std::string what = "chunk " + std::to_string(c.chunk) + " transW " +
+                       std::to_string(c.transW);
+    float gradScale = 1.0f / 3.0f;
+    float lossSum = -1.0f;
+    int bad = 0;
+    linearCrossEntropy(h.cv(), w.cv(), c.transW, labels.v(), -100, c.chunk,
+                       &lossSum, &bad);
+    Tensor dH(h.shape), dW(w.shape);
+    linearCrossEntropyBackward(h.cv(), w.cv(), c.transW, labels.v(), -100,
+                               c.chunk, gradScale, dH.v(), dW.v());
+    float fusedSum = -2.0f;
+    int fusedBad = 0;
+    Tensor fH(h.shape, 5.0f), fW(w.shape, 5.0f);
+    linearCrossEntropyWithGrad(h.cv(), w.cv(), c.transW, labels.v(), -100,
+                               c.chunk, gradScale, &fusedSum, &fusedBad, fH.v(),
+                               fW.v());
+    EXPECT_EQ(0, std::memcmp(&lossSum, &fusedSum, sizeof(float))) << what;
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(fusedBad, 0);
+    EXPECT_TRUE(bitwiseEqual(dH.data, fH.data)) << what;
+    EXPECT_TRUE(bitwiseEqual(dW.data, fW.data)) << what;
+    // A frozen head skips dW and computes the same dH.
+    Tensor sH(h.shape, 5.0f);
+    linearCrossEntropyWithGrad(h.cv(), w.cv(), c.transW, labels.v(), -100,
+                               c.chunk, gradScale, &fusedSum, nullptr, sH.v(),
+                               FView{});
+    EXPECT_TRUE(bitwiseEqual(dH.data, sH.data)) << what;
+  }
+  // An invalid label: no loss (0) and the flag, as the forward reports it;
+  // the gradient treats the row as ignored, as the backward does.
+  Tensor h = uniform(Shape{3, 2}), w = uniform(Shape{2, 4});
+  Ids bad{Shape{3}, {0, 4, 1}};
+  Tensor dH(h.shape), dW(w.shape), fH(h.shape), fW(w.shape);
+  linearCrossEntropyBackward(h.cv(), w.cv(), false, bad.v(), -100, 2, 0.5f,
+                             dH.v(), dW.v());
+  float sum = -1.0f;
+  int flag = 0;
+  linearCrossEntropyWithGrad(h.cv(), w.cv(), false, bad.v(), -100, 2, 0.5f,
+                             &sum, &flag, fH.v(), fW.v());
+  EXPECT_EQ(sum, 0.0f);
+  EXPECT_EQ(flag, 1);
+  EXPECT_TRUE(bitwiseEqual(dH.data, fH.data));
+  EXPECT_TRUE(bitwiseEqual(dW.data, fW.data));
 }
 
 //===----------------------------------------------------------------------===//

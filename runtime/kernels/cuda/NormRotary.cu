@@ -1,0 +1,210 @@
+//===- NormRotary.cu - QK-norm, head transpose and rotary in one pass -----===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Qwen3's and OLMo-2's queries and keys go through rmsNorm over each head,
+// a [B, T, H, D] -> [B, H, T, D] transpose and the rotary embedding before
+// attention: three passes over the tensor, and three more backward. These
+// kernels are the rmsNorm register-row kernels (NormRows.cuh) with the row
+// stored transposed and rotated (forward) or loaded transposed and
+// un-rotated (backward): a warp per (token, head) row holds its D / 4 float4
+// chunks, and a chunk's rotary partner D / 2 further on is another lane's
+// (a shuffle forward, a second load backward). The arithmetic is the
+// separate kernels', in their order. Rows wider than 128 or not a multiple
+// of 8, and unaligned pointers, run the three kernels instead.
+//
+//===----------------------------------------------------------------------===//
+
+#include "NormRows.cuh"
+#include "Profile.cuh"
+
+namespace rondo::cuda {
+
+using namespace detail;
+
+namespace {
+
+constexpr int64_t kTransposeHeads[4] = {0, 2, 1, 3};
+
+/// Where row r = (b, t, h) of [B, T, H, D] goes in [B, H, T, D], and its t.
+struct HeadRows {
+  int64_t T, H;
+  __device__ int64_t transposed(int64_t r, int64_t &t) const {
+    int64_t h = r % H, bt = r / H;
+    t = bt % T;
+    return (bt / T * H + h) * T + t;
+  }
+};
+
+/// The lane holding the rotary partner (D / 2 further on, or back) of this
+/// lane's chunk, in a warp whose first nq lanes hold a row.
+__device__ inline int partnerLane(int lane, int64_t nq) {
+  int64_t half = nq / 2;
+  return lane < half ? lane + int(half) : (lane < nq ? lane - int(half) : lane);
+}
+
+/// Stores the normed row transposed and rotated (warp rows, one chunk per
+/// lane).
+struct RotaryRowStore {
+  float *y;
+  const float *cosT, *sinT;
+  HeadRows rows;
+  template <int V, bool WarpRows>
+  __device__ void operator()(int64_t r, int64_t width,
+                             const RowGroup<WarpRows> &g,
+                             const float4 (&o)[V]) const {
+    if constexpr (V == 1 && WarpRows) {
+      int64_t nq = width / 4;
+      int lane = g.lane, partner = partnerLane(lane, nq);
+      float4 a = o[0], p;
+      p.x = __shfl_sync(0xffffffffu, a.x, partner);
+      p.y = __shfl_sync(0xffffffffu, a.y, partner);
+      p.z = __shfl_sync(0xffffffffu, a.z, partner);
+      p.w = __shfl_sync(0xffffffffu, a.w, partner);
+      if (lane >= nq)
+        return;
+      int64_t t, j = int64_t(lane) * 4;
+      int64_t out = rows.transposed(r, t);
+      float4 c = load4(cosT + t * width + j), s = load4(sinT + t * width + j);
+      float4 v;
+      // rotary's pair formulas, this lane's side of each pair.
+      if (lane < nq / 2)
+        v = make_float4(a.x * c.x - p.x * s.x, a.y * c.y - p.y * s.y,
+                        a.z * c.z - p.z * s.z, a.w * c.w - p.w * s.w);
+      else
+        v = make_float4(a.x * c.x + p.x * s.x, a.y * c.y + p.y * s.y,
+                        a.z * c.z + p.z * s.z, a.w * c.w + p.w * s.w);
+      store4(y + out * width + j, v);
+    } else {
+      __trap(); // the host launches warp rows of one chunk per lane only
+    }
+  }
+};
+
+/// Loads row r's gradient from the transposed, rotated gradient: the
+/// rotary backward of its [B, H, T, D] row.
+struct RotaryRowLoad {
+  const float *dy;
+  const float *cosT, *sinT;
+  HeadRows rows;
+  template <int V, bool WarpRows>
+  __device__ void operator()(int64_t r, int64_t width,
+                             const RowGroup<WarpRows> &g,
+                             float4 (&v)[V]) const {
+    if constexpr (V == 1 && WarpRows) {
+      int64_t nq = width / 4;
+      int lane = g.lane;
+      if (lane >= nq) {
+        v[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+        return;
+      }
+      int64_t t, j = int64_t(lane) * 4, pj = int64_t(partnerLane(lane, nq)) * 4;
+      int64_t in = rows.transposed(r, t);
+      float4 a = load4(dy + in * width + j), p = load4(dy + in * width + pj);
+      float4 c = load4(cosT + t * width + j), s = load4(sinT + t * width + pj);
+      if (lane < nq / 2)
+        v[0] = make_float4(a.x * c.x + p.x * s.x, a.y * c.y + p.y * s.y,
+                           a.z * c.z + p.z * s.z, a.w * c.w + p.w * s.w);
+      else
+        v[0] = make_float4(a.x * c.x - p.x * s.x, a.y * c.y - p.y * s.y,
+                           a.z * c.z - p.z * s.z, a.w * c.w - p.w * s.w);
+    } else {
+      __trap();
+    }
+  }
+};
+
+/// [B, T, H, D] and its transposed shape, checked against the call.
+HeadRows headRows(const Shape &x, const Shape &transposed, const Shape &cos,
+                  const char *name) {
+  if (x.rank != 4 || transposed.rank != 4)
+    contract(name, "needs [B, T, H, D] rows and their [B, H, T, D] transpose");
+  for (int d = 0; d < 4; ++d)
+    if (transposed.dims[d] != x.dims[kTransposeHeads[d]])
+      contract(name, "[B, H, T, D] result does not transpose [B, T, H, D]");
+  if (x.dims[3] % 2 != 0)
+    contract(name, "head dimension %lld is odd", (long long)x.dims[3]);
+  if (cos.rank != 2 || cos.dims[0] < x.dims[1] || cos.dims[1] != x.dims[3])
+    contract(name, "rotary table is not [T, D]");
+  return HeadRows{x.dims[1], x.dims[2]};
+}
+
+/// Whether the fused kernels take this head width and these pointers.
+bool fusedRows(int64_t width, std::initializer_list<const void *> ptrs,
+               RowConfig &rc) {
+  return width % 8 == 0 && rowConfig(width, rc) && rc.warpRows && rc.v == 1 &&
+         rowsAligned(ptrs);
+}
+
+} // namespace
+
+void rmsNormRotary(CFView x, CFView w, float eps, CFView cos, CFView sin,
+                   FView y) {
+  ProfileScope profileScope("rmsNormRotary");
+  const char *name = "rmsNormRotary";
+  HeadRows hr = headRows(x.shape, y.shape, cos.shape, name);
+  int64_t rows, width;
+  rowsOf(x.shape, rows, width);
+  if (rows == 0)
+    return;
+  RowConfig rc;
+  if (!fusedRows(width, {x.data, w.data, cos.data, sin.data, y.data}, rc)) {
+    Temp normed(size_t(rows * width) * sizeof(float), name),
+        moved(size_t(rows * width) * sizeof(float), name);
+    FView n{normed.as<float>(), x.shape}, t{moved.as<float>(), y.shape};
+    ::rondo::cuda::rmsNorm(x, w, eps, n);
+    ::rondo::cuda::transpose(CFView{n.data, n.shape}, kTransposeHeads, t);
+    ::rondo::cuda::rotary(CFView{t.data, t.shape}, cos, sin, y);
+    normed.release();
+    moved.release();
+    return;
+  }
+  rmsNormVecKernel<1, true>
+      <<<gridFor(rows, rc.threads / 32), rc.threads, 0, currentStream()>>>(
+          x.data, w.data, eps, RotaryRowStore{y.data, cos.data, sin.data, hr},
+          rows, width);
+  checkLaunch(name);
+}
+
+void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
+                           CFView sin, CFView dY, FView dX, FView dW) {
+  ProfileScope profileScope("rmsNormRotaryBackward");
+  const char *name = "rmsNormRotaryBackward";
+  HeadRows hr = headRows(x.shape, dY.shape, cos.shape, name);
+  int64_t rows, width;
+  rowsOf(x.shape, rows, width);
+  RowConfig rc;
+  if (rows == 0 || (!dX.data && !dW.data) ||
+      !fusedRows(width, {x.data, w.data, cos.data, sin.data, dY.data, dX.data},
+                 rc)) {
+    Temp rotated(size_t(rows * width) * sizeof(float), name),
+        normed(size_t(rows * width) * sizeof(float), name);
+    FView r{rotated.as<float>(), dY.shape}, n{normed.as<float>(), x.shape};
+    if (rows > 0) {
+      ::rondo::cuda::rotaryBackward(dY, cos, sin, r);
+      ::rondo::cuda::transpose(CFView{r.data, r.shape}, kTransposeHeads, n);
+    }
+    ::rondo::cuda::rmsNormBackward(x, w, eps, CFView{n.data, n.shape}, dX, dW);
+    rotated.release();
+    normed.release();
+    return;
+  }
+  int64_t tileRows = normTileRows(rows, 8);
+  int64_t tiles = (rows + tileRows - 1) / tileRows;
+  bool staged = dW.data && tiles > 1;
+  Temp partial(staged ? size_t(tiles * width) * sizeof(double) : 0, name);
+  double *part = staged ? partial.as<double>() : nullptr;
+  float *direct = dW.data && !staged ? dW.data : nullptr;
+  rmsNormBwdVecKernel<1, true>
+      <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
+          x.data, w.data, eps, RotaryRowLoad{dY.data, cos.data, sin.data, hr},
+          dX.data, rows, width, tileRows, part, direct);
+  checkLaunch(name);
+  if (staged)
+    finishColumnTiles(part, tiles, width, dW.data, name);
+  partial.release();
+}
+
+} // namespace rondo::cuda
