@@ -274,9 +274,12 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
   storeLoss(valid, sum, lossSum, badLabel);
 }
 
-void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
-                                int64_t ignoreIndex, int64_t chunkRows,
-                                float gradScale, FView dH, FView dW) {
+namespace {
+/// The backward's chunk loop; with `losses`, each row's loss as well, from
+/// the chunk's logits before they become its gradient.
+void backwardChunks(CFView h, CFView w, bool transW, IView labels,
+                    int64_t ignoreIndex, int64_t chunkRows, float gradScale,
+                    double *losses, FView dH, FView dW) {
   LinearDims d = linearDims(h.shape, w.shape, transW);
   if (dW.data)
     fill(dW, 0.0f);
@@ -290,40 +293,37 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
       continue;
     }
     chunkLogits(h, w, transW, d, r0, n, grads.data());
+    if (losses)
+      chunkLosses(grads.data(), n, d.V, labels, r0, ignoreIndex, losses);
     chunkGrads(grads.data(), n, d.V, labels, r0, ignoreIndex, gradScale);
     chunkProducts(grads.data(), h, w, transW, d, r0, n, dH, dW);
   }
+}
+} // namespace
+
+void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
+                                int64_t ignoreIndex, int64_t chunkRows,
+                                float gradScale, FView dH, FView dW) {
+  backwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
+                 nullptr, dH, dW);
 }
 
 void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
                                 int64_t ignoreIndex, int64_t chunkRows,
                                 float gradScale, float *lossSum, int *badLabel,
                                 FView dH, FView dW) {
-  LinearDims d = linearDims(h.shape, w.shape, transW);
-  bool valid = checkLabels(labels, d.N, ignoreIndex, d.V);
-  if (dW.data)
-    fill(dW, 0.0f);
-  int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
-  std::vector<float> logits(size_t(chunk * d.V));
-  std::vector<double> losses(size_t(d.N), 0.0);
-  for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
-    int64_t n = std::min(chunk, d.N - r0);
-    if (!anyValid(labels, r0, n, ignoreIndex, d.V)) {
-      if (dH.data)
-        std::fill(dH.data + r0 * d.D, dH.data + (r0 + n) * d.D, 0.0f);
-      continue;
-    }
-    chunkLogits(h, w, transW, d, r0, n, logits.data());
-    if (valid) // the forward computes no loss once a label is invalid
-      chunkLosses(logits.data(), n, d.V, labels, r0, ignoreIndex,
-                  losses.data());
-    chunkGrads(logits.data(), n, d.V, labels, r0, ignoreIndex, gradScale);
-    chunkProducts(logits.data(), h, w, transW, d, r0, n, dH, dW);
-  }
+  int64_t N, D;
+  rowsOf(h.shape, N, D);
+  int64_t V = transW ? w.shape.dims[0] : w.shape.dims[1];
+  // The forward computes no loss once a label is invalid.
+  bool valid = checkLabels(labels, N, ignoreIndex, V);
+  std::vector<double> losses(size_t(N), 0.0);
+  backwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
+                 valid ? losses.data() : nullptr, dH, dW);
   double sum = 0;
   int64_t count = 0;
   if (valid)
-    sumLosses(losses.data(), labels, d.N, ignoreIndex, &sum, &count);
+    sumLosses(losses.data(), labels, N, ignoreIndex, &sum, &count);
   storeLoss(valid, sum, lossSum, badLabel);
 }
 

@@ -79,39 +79,10 @@ __global__ void rowLossKernel(const float *logits, int64_t n, int64_t V,
 /// out = scale * (softmax(logits) - onehot(label)), zero rows for ignored
 /// or invalid labels; out may be logits itself (fp32, in place) or a bf16
 /// buffer (the rounding the backward's products read, stored directly).
+/// With `losses`, each row's loss as rowLossKernel computes it, from the same
+/// max and sum.
 template <typename OutT>
 __global__ void rowGradKernel(const float *logits, OutT *out, int64_t n,
-                              int64_t V, const int64_t *labels, int64_t r0,
-                              int64_t ignoreIndex, float scale) {
-  __shared__ float fscratch[32];
-  __shared__ double dscratch[32];
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    int64_t l = labels[r0 + r];
-    const float *x = logits + r * V;
-    OutT *y = out + r * V;
-    if (!validLabel(l, ignoreIndex, V)) {
-      for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-        storeOut(y + c, 0.0f);
-      continue;
-    }
-    float m;
-    double sum;
-    rowMaxSum(x, V, fscratch, dscratch, m, sum);
-    double inv = double(scale) / sum;
-    __syncthreads(); // every thread has read the row before it is rewritten
-    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
-      float v = float(double(expf(x[c] - m)) * inv);
-      if (c == l)
-        v -= scale;
-      storeOut(y + c, v);
-    }
-  }
-}
-
-/// rowLossKernel and rowGradKernel in one: the row's loss from the same max
-/// and sum the gradient is computed from (the bits of the two kernels).
-template <typename OutT>
-__global__ void rowLossGradKernel(const float *logits, OutT *out, int64_t n,
                                   int64_t V, const int64_t *labels, int64_t r0,
                                   int64_t ignoreIndex, float scale,
                                   double *losses) {
@@ -122,7 +93,7 @@ __global__ void rowLossGradKernel(const float *logits, OutT *out, int64_t n,
     const float *x = logits + r * V;
     OutT *y = out + r * V;
     if (!validLabel(l, ignoreIndex, V)) {
-      if (threadIdx.x == 0)
+      if (losses && threadIdx.x == 0)
         losses[r0 + r] = 0.0;
       for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
         storeOut(y + c, 0.0f);
@@ -131,7 +102,7 @@ __global__ void rowLossGradKernel(const float *logits, OutT *out, int64_t n,
     float m;
     double sum;
     rowMaxSum(x, V, fscratch, dscratch, m, sum);
-    if (threadIdx.x == 0)
+    if (losses && threadIdx.x == 0)
       losses[r0 + r] = double(m) + log(sum) - double(x[l]);
     double inv = double(scale) / sum;
     __syncthreads(); // the row and its label's logit are read before rewriting
@@ -278,7 +249,7 @@ void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
   ::rondo::cuda::copy(logits, dLogits);
   rowGradKernel<<<rowGrid(N), kLossThreads, 0, currentStream()>>>(
       dLogits.data, dLogits.data, N, V, labels.data, 0, ignoreIndex,
-      gradScale);
+      gradScale, nullptr);
   checkLaunch(name);
 }
 
@@ -325,12 +296,8 @@ void chunkBackward(CFView h, CFView w, const void *w16, bool transW,
                    float gradScale, int64_t r0, int64_t n, float *g,
                    double *losses, FView dH, FView dW, const char *name) {
   auto rowKernel = [&](auto *out) {
-    if (losses)
-      rowLossGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-          g, out, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
-    else
-      rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-          g, out, n, d.V, labels.data, r0, ignoreIndex, gradScale);
+    rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+        g, out, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
     checkLaunch(name);
   };
   if (w16) {
