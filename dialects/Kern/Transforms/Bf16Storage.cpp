@@ -17,7 +17,10 @@
 #include "Kern/IR/KernelTable.h"
 #include "TG/IR/TGOps.h"
 
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
 using namespace rondo;
@@ -122,6 +125,88 @@ LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource) {
   return success();
 }
 
+/// The kernels that read bf16 operands in place of an fp32 twin's
+/// (KernelList.def's `<kernel>Bf16`), by the twin they replace.
+StringRef bf16OperandTwin(StringRef kernel) {
+  return llvm::StringSwitch<StringRef>(kernel)
+      .Case("gatedActToBf16", "gatedActBf16")
+      .Case("gatedActBackwardToBf16", "gatedActBackwardBf16")
+      .Default("");
+}
+
+/// A product that may store its result in bf16: one fp32 result, nothing to
+/// accumulate into.
+bool isPlainBf16Product(CallOp call) {
+  if (call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
+      call->getNumResults() != 1 || !isF32(call.getResult(0)))
+    return false;
+  auto accumulate =
+      call.getArgs()
+          ? dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"))
+          : BoolAttr();
+  return accumulate && !accumulate.getValue();
+}
+
+/// bf16 activations: products whose every reader has a bf16-operand twin
+/// whose every operand is such a product store their results in bf16
+/// (matmulBf16ToBf16), and those readers read them as they are. The set is
+/// the greatest fixed point: a reader with any other operand keeps fp32 and
+/// so do the products it reads.
+void storeProductsInBf16(func::FuncOp fn) {
+  SetVector<Operation *> readers;
+  fn.walk([&](CallOp call) {
+    if (!bf16OperandTwin(call.getKernel()).empty())
+      readers.insert(call);
+  });
+  auto storable = [&](Value v) {
+    auto product = v.getDefiningOp<CallOp>();
+    return product && isPlainBf16Product(product) &&
+           llvm::all_of(v.getUsers(),
+                        [&](Operation *u) { return readers.contains(u); });
+  };
+  for (bool changed = true; changed;) {
+    SetVector<Operation *> kept;
+    for (Operation *reader : readers)
+      if (llvm::all_of(cast<CallOp>(reader).getInputs(), storable))
+        kept.insert(reader);
+    changed = kept.size() != readers.size();
+    readers = std::move(kept);
+  }
+  MLIRContext *ctx = fn.getContext();
+  IRMapping stored;
+  for (Operation *reader : readers)
+    for (Value v : cast<CallOp>(reader).getInputs()) {
+      if (stored.contains(v))
+        continue;
+      auto product = v.getDefiningOp<CallOp>();
+      SmallVector<NamedAttribute> args;
+      for (NamedAttribute a : product.getArgsAttr())
+        if (a.getName() != "accumulate")
+          args.push_back(a);
+      OpBuilder b(product);
+      auto bf16 = CallOp::create(
+          b, product.getLoc(), TypeRange{asBf16(v.getType())},
+          FlatSymbolRefAttr::get(ctx, "matmulBf16ToBf16"), product.getInputs(),
+          ValueRange{}, b.getDictionaryAttr(args), nullptr);
+      stored.map(v, bf16.getResult(0));
+    }
+  for (Operation *op : readers) {
+    auto reader = cast<CallOp>(op);
+    SmallVector<Value> inputs;
+    for (Value v : reader.getInputs())
+      inputs.push_back(stored.lookup(v));
+    OpBuilder b(reader);
+    auto twin = CallOp::create(
+        b, reader.getLoc(), reader->getResultTypes(),
+        FlatSymbolRefAttr::get(ctx, bf16OperandTwin(reader.getKernel())),
+        inputs, ValueRange{}, reader.getArgsAttr(), reader.getSkipAttr());
+    reader->replaceAllUsesWith(twin->getResults());
+    reader.erase();
+  }
+  for (auto [from, to] : stored.getValueMap())
+    from.getDefiningOp()->erase();
+}
+
 struct KernBf16StoragePass
     : kern::impl::KernBf16StoragePassBase<KernBf16StoragePass> {
   using KernBf16StoragePassBase::KernBf16StoragePassBase;
@@ -195,6 +280,7 @@ struct KernBf16StoragePass
     for (CallOp product : products)
       if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
         product.setKernelAttr(FlatSymbolRefAttr::get(ctx, "matmulBf16"));
+    storeProductsInBf16(fn);
   }
 };
 

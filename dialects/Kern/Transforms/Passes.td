@@ -35,6 +35,16 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
     memory. Function arguments and results keep their types (the exec
     program's buffers are laid out before this pass).
 
+    Then activations: a product whose every reader has a twin that takes
+    bf16 operands (`gatedActToBf16` -> `gatedActBf16`,
+    `gatedActBackwardToBf16` -> `gatedActBackwardBf16`), each of whose
+    operands is such a product, stores its result in bf16
+    (`matmulBf16ToBf16`, rounded once in cuBLAS's epilogue) and those
+    readers read it as it is: the gate and up projections and the down
+    projection's input gradient of a gated MLP, as PyTorch's autocast
+    stores them. This rounds values the fp32 path kept, so these bits
+    differ from the fp32-storage ones.
+
     ```mlir
     %n = kern.call @rmsNorm(%x, %w) args {eps = 1.0e-06 : f32}
         : (tensor<64x32xf32>, tensor<32xf32>) -> tensor<64x32xf32>

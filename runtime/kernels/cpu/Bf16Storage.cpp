@@ -103,4 +103,22 @@ void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up, CFView dOut,
     store(u, dUp);
 }
 
+void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB) {
+  viaFp32(out, [&](FView t) { matmulBf16(a, b, t, transA, transB, false); });
+}
+
+void gatedActBf16(UnaryKind kind, CBView gate, CBView up, BView out) {
+  std::vector<float> g = widen(gate), u = widen(up);
+  gatedActToBf16(kind, CFView{g.data(), gate.shape}, CFView{u.data(), up.shape},
+                 out);
+}
+
+void gatedActBackwardBf16(UnaryKind kind, CBView gate, CBView up, CBView dOut,
+                          BView dGate, BView dUp) {
+  std::vector<float> g = widen(gate), u = widen(up), d = widen(dOut);
+  gatedActBackwardToBf16(kind, CFView{g.data(), gate.shape},
+                         CFView{u.data(), up.shape},
+                         CFView{d.data(), dOut.shape}, dGate, dUp);
+}
+
 } // namespace rondo::cpu

@@ -33,6 +33,8 @@
 #include "Internal.cuh"
 #include "Profile.cuh"
 
+#include <type_traits>
+
 #include <cstring>
 
 namespace rondo::cuda {
@@ -348,9 +350,9 @@ struct Bf16Map {
 /// false), float4 over n / 4 items, then a scalar tail. Every pointer 16-byte
 /// aligned (checked by the caller). out may alias a or b: each element is
 /// read and written by one thread.
-template <bool HasB, typename Map, typename OutT = float>
-__global__ void mapVecKernel(Map f, const float *a, const float *b,
-                             OutT *out, int64_t n) {
+template <bool HasB, typename Map, typename OutT = float, typename InT = float>
+__global__ void mapVecKernel(Map f, const InT *a, const InT *b, OutT *out,
+                             int64_t n) {
   int64_t nv = n / 4;
   RONDO_GRID_STRIDE(v, nv) {
     float4 x = load4(a + v * 4);
@@ -364,17 +366,18 @@ __global__ void mapVecKernel(Map f, const float *a, const float *b,
   }
   int64_t i = nv * 4 + globalThread();
   if (i < n)
-    storeOut(out + i, f(a[i], HasB ? b[i] : a[i]));
+    storeOut(out + i, f(loadIn(a + i), loadIn(HasB ? b + i : a + i)));
 }
 
 /// Launches mapVecKernel when every pointer is aligned; false otherwise (the
 /// caller then runs its general kernel).
-template <bool HasB, typename Map, typename OutT = float>
-bool mapVec(Map f, const float *a, const float *b, OutT *out, int64_t n,
-            const char *name) {
+template <bool HasB, typename Map, typename OutT = float, typename InT = float>
+bool mapVec(Map f, const InT *a,
+            const typename std::enable_if<true, InT>::type *b, OutT *out,
+            int64_t n, const char *name) { // b deduced from a (may be null)
   if (!aligned16(a) || !aligned16(out) || (HasB && !aligned16(b)))
     return false;
-  mapVecKernel<HasB, Map, OutT>
+  mapVecKernel<HasB, Map, OutT, InT>
       <<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0, currentStream()>>>(
           f, a, b, out, n);
   checkLaunch(name);
@@ -687,9 +690,9 @@ __device__ inline void gatedBwdOne(UnaryKind k, float g, float u, float d,
 
 /// Both gradients in one pass: float4 over n / 4 items when Vec (every
 /// pointer 16-byte aligned), then a scalar tail; null outputs are skipped.
-template <bool Vec, typename OutT>
-__global__ void gatedBwdKernel(UnaryKind k, const float *gate, const float *up,
-                               const float *dOut, OutT *dGate, OutT *dUp,
+template <bool Vec, typename OutT, typename InT>
+__global__ void gatedBwdKernel(UnaryKind k, const InT *gate, const InT *up,
+                               const InT *dOut, OutT *dGate, OutT *dUp,
                                int64_t n) {
   int64_t nv = Vec ? n / 4 : 0;
   if (Vec) {
@@ -709,18 +712,22 @@ __global__ void gatedBwdKernel(UnaryKind k, const float *gate, const float *up,
     }
     int64_t i = nv * 4 + globalThread();
     if (i < n)
-      gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i);
+      gatedBwdOne(k, loadIn(gate + i), loadIn(up + i), loadIn(dOut + i), dGate,
+                  dUp, i);
     return;
   }
   RONDO_GRID_STRIDE(i, n) {
-    gatedBwdOne(k, gate[i], up[i], dOut[i], dGate, dUp, i);
+    gatedBwdOne(k, loadIn(gate + i), loadIn(up + i), loadIn(dOut + i), dGate,
+                dUp, i);
   }
 }
 
-template <typename OutT>
-__global__ void gatedScalarKernel(GatedMap f, const float *gate,
-                                  const float *up, OutT *out, int64_t n) {
-  RONDO_GRID_STRIDE(i, n) { storeOut(out + i, f(gate[i], up[i])); }
+template <typename OutT, typename InT>
+__global__ void gatedScalarKernel(GatedMap f, const InT *gate, const InT *up,
+                                  OutT *out, int64_t n) {
+  RONDO_GRID_STRIDE(i, n) {
+    storeOut(out + i, f(loadIn(gate + i), loadIn(up + i)));
+  }
 }
 
 void checkGatedShapes(const Shape &gate, const Shape &up, const Shape &other,
@@ -729,37 +736,42 @@ void checkGatedShapes(const Shape &gate, const Shape &up, const Shape &other,
     contract(name, "operands and results must have one shape");
 }
 
-template <typename OutT>
-void gatedActImpl(UnaryKind kind, CFView gate, CFView up, OutT *out,
+/// gate, up (and dOut) point to float, or to __nv_bfloat16 for the bf16
+/// activation kernels.
+template <typename OutT, typename InT>
+void gatedActImpl(UnaryKind kind, const InT *gate, const InT *up, OutT *out,
+                  const Shape &gateShape, const Shape &upShape,
                   const Shape &outShape, const char *name) {
-  checkGatedShapes(gate.shape, up.shape, outShape, name);
+  checkGatedShapes(gateShape, upShape, outShape, name);
   int64_t n = outShape.numel();
   if (n == 0)
     return;
-  if (mapVec<true>(GatedMap{kind}, gate.data, up.data, out, n, name))
+  if (mapVec<true>(GatedMap{kind}, gate, up, out, n, name))
     return;
   // Misaligned: the same map, one element per thread.
   gatedScalarKernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
-      GatedMap{kind}, gate.data, up.data, out, n);
+      GatedMap{kind}, gate, up, out, n);
   checkLaunch(name);
 }
 
-template <typename OutT>
-void gatedActBackwardImpl(UnaryKind kind, CFView gate, CFView up, CFView dOut,
+template <typename OutT, typename InT>
+void gatedActBackwardImpl(UnaryKind kind, const InT *gate, const InT *up,
+                          const InT *dOut, const Shape &gateShape,
+                          const Shape &upShape, const Shape &dOutShape,
                           OutT *dGate, OutT *dUp, const char *name) {
-  checkGatedShapes(gate.shape, up.shape, dOut.shape, name);
-  int64_t n = dOut.shape.numel();
+  checkGatedShapes(gateShape, upShape, dOutShape, name);
+  int64_t n = dOutShape.numel();
   if (n == 0 || (!dGate && !dUp))
     return;
   cudaStream_t st = currentStream();
-  if (aligned16(gate.data) && aligned16(up.data) && aligned16(dOut.data) &&
-      aligned16(dGate) && aligned16(dUp))
-    gatedBwdKernel<true, OutT><<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0,
-                                 st>>>(kind, gate.data, up.data, dOut.data,
-                                       dGate, dUp, n);
+  if (aligned16(gate) && aligned16(up) && aligned16(dOut) && aligned16(dGate) &&
+      aligned16(dUp))
+    gatedBwdKernel<true, OutT, InT>
+        <<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0, st>>>(
+            kind, gate, up, dOut, dGate, dUp, n);
   else
-    gatedBwdKernel<false, OutT><<<gridFor(n), kThreads, 0, st>>>(
-        kind, gate.data, up.data, dOut.data, dGate, dUp, n);
+    gatedBwdKernel<false, OutT, InT>
+        <<<gridFor(n), kThreads, 0, st>>>(kind, gate, up, dOut, dGate, dUp, n);
   checkLaunch(name);
 }
 
@@ -767,26 +779,44 @@ void gatedActBackwardImpl(UnaryKind kind, CFView gate, CFView up, CFView dOut,
 
 void gatedAct(UnaryKind kind, CFView gate, CFView up, FView out) {
   ProfileScope profileScope("gatedAct");
-  gatedActImpl(kind, gate, up, out.data, out.shape, "gatedAct");
+  gatedActImpl(kind, gate.data, up.data, out.data, gate.shape, up.shape,
+               out.shape, "gatedAct");
 }
 
 void gatedActToBf16(UnaryKind kind, CFView gate, CFView up, BView out) {
   ProfileScope profileScope("gatedActToBf16");
-  gatedActImpl(kind, gate, up, bf16Data(out), out.shape, "gatedActToBf16");
+  gatedActImpl(kind, gate.data, up.data, bf16Data(out), gate.shape, up.shape,
+               out.shape, "gatedActToBf16");
+}
+
+void gatedActBf16(UnaryKind kind, CBView gate, CBView up, BView out) {
+  ProfileScope profileScope("gatedActBf16");
+  gatedActImpl(kind, bf16Data(gate), bf16Data(up), bf16Data(out), gate.shape,
+               up.shape, out.shape, "gatedActBf16");
 }
 
 void gatedActBackward(UnaryKind kind, CFView gate, CFView up, CFView dOut,
                       FView dGate, FView dUp) {
   ProfileScope profileScope("gatedActBackward");
-  gatedActBackwardImpl(kind, gate, up, dOut, dGate.data, dUp.data,
+  gatedActBackwardImpl(kind, gate.data, up.data, dOut.data, gate.shape,
+                       up.shape, dOut.shape, dGate.data, dUp.data,
                        "gatedActBackward");
 }
 
 void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up,
                             CFView dOut, BView dGate, BView dUp) {
   ProfileScope profileScope("gatedActBackwardToBf16");
-  gatedActBackwardImpl(kind, gate, up, dOut, bf16Data(dGate), bf16Data(dUp),
+  gatedActBackwardImpl(kind, gate.data, up.data, dOut.data, gate.shape,
+                       up.shape, dOut.shape, bf16Data(dGate), bf16Data(dUp),
                        "gatedActBackwardToBf16");
+}
+
+void gatedActBackwardBf16(UnaryKind kind, CBView gate, CBView up, CBView dOut,
+                          BView dGate, BView dUp) {
+  ProfileScope profileScope("gatedActBackwardBf16");
+  gatedActBackwardImpl(kind, bf16Data(gate), bf16Data(up), bf16Data(dOut),
+                       gate.shape, up.shape, dOut.shape, bf16Data(dGate),
+                       bf16Data(dUp), "gatedActBackwardBf16");
 }
 
 } // namespace rondo::cuda

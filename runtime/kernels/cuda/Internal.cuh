@@ -273,6 +273,14 @@ void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
                       int64_t strideA, const void *b, int64_t ldb,
                       int64_t strideB, float beta, float *c, int64_t ldc,
                       int64_t strideC, int64_t batch, const char *kernel);
+/// The same with the result's type named: CUDA_R_32F, or CUDA_R_16BF (the
+/// fp32 accumulators rounded to nearest even as they are stored).
+void gemmRowMajorBf16As(cudaDataType cType, bool transA, bool transB, int64_t M,
+                        int64_t N, int64_t K, float alpha, const void *a,
+                        int64_t lda, int64_t strideA, const void *b,
+                        int64_t ldb, int64_t strideB, float beta, void *c,
+                        int64_t ldc, int64_t strideC, int64_t batch,
+                        const char *kernel);
 /// Enqueues out[i] = bf16(in[i]) (round to nearest even) for i < n; `out`
 /// points to __nv_bfloat16.
 void roundToBf16Copy(const float *in, void *out, int64_t n,
@@ -334,6 +342,20 @@ __device__ inline void store4(__nv_bfloat16 *p, float4 v) {
   bits.x = *reinterpret_cast<uint32_t *>(&lo);
   bits.y = *reinterpret_cast<uint32_t *>(&hi);
   *reinterpret_cast<uint2 *>(p) = bits;
+}
+
+/// Four bf16 values widened to fp32 (p 8-byte aligned), and one: the loads
+/// of kernels whose operands are stored in bf16.
+__device__ inline float4 load4(const __nv_bfloat16 *p) {
+  uint2 bits = *reinterpret_cast<const uint2 *>(p);
+  __nv_bfloat162 lo = *reinterpret_cast<__nv_bfloat162 *>(&bits.x);
+  __nv_bfloat162 hi = *reinterpret_cast<__nv_bfloat162 *>(&bits.y);
+  float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ inline float loadIn(const float *p) { return *p; }
+__device__ inline float loadIn(const __nv_bfloat16 *p) {
+  return __bfloat162float(*p);
 }
 
 /// One value stored as the output type: fp32 as is, bf16 rounded to nearest

@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <type_traits>
 
 namespace rondo::cuda {
 
@@ -68,6 +69,17 @@ void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
                       int64_t strideA, const void *b, int64_t ldb,
                       int64_t strideB, float beta, float *c, int64_t ldc,
                       int64_t strideC, int64_t batch, const char *kernel) {
+  gemmRowMajorBf16As(CUDA_R_32F, transA, transB, M, N, K, alpha, a, lda,
+                     strideA, b, ldb, strideB, beta, c, ldc, strideC, batch,
+                     kernel);
+}
+
+void gemmRowMajorBf16As(cudaDataType cType, bool transA, bool transB, int64_t M,
+                        int64_t N, int64_t K, float alpha, const void *a,
+                        int64_t lda, int64_t strideA, const void *b,
+                        int64_t ldb, int64_t strideB, float beta, void *c,
+                        int64_t ldc, int64_t strideC, int64_t batch,
+                        const char *kernel) {
   checkGemmSizes(M, N, K, lda, ldb, ldc, batch, kernel);
   cublasHandle_t h = cublas(kernel);
   cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -77,15 +89,15 @@ void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
   if (batch == 1)
     RONDO_CHECK(cublasGemmEx(h, opB, opA, int(N), int(M), int(K), &alpha, b,
                              CUDA_R_16BF, int(ldb), a, CUDA_R_16BF, int(lda),
-                             &beta, c, CUDA_R_32F, int(ldc), CUBLAS_COMPUTE_32F,
+                             &beta, c, cType, int(ldc), CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT),
                 kernel);
   else
     RONDO_CHECK(cublasGemmStridedBatchedEx(
-                    h, opB, opA, int(N), int(M), int(K), &alpha, b,
-                    CUDA_R_16BF, int(ldb), strideB, a, CUDA_R_16BF, int(lda),
-                    strideA, &beta, c, CUDA_R_32F, int(ldc), strideC,
-                    int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    h, opB, opA, int(N), int(M), int(K), &alpha, b, CUDA_R_16BF,
+                    int(ldb), strideB, a, CUDA_R_16BF, int(lda), strideA, &beta,
+                    c, cType, int(ldc), strideC, int(batch), CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT),
                 kernel);
 }
 
@@ -153,9 +165,18 @@ void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                    strideB, beta, c, ldc, strideC, batch, name);
 }
 
-/// matmul's shapes and batch walk for either operand storage.
-template <typename T>
-void matmulImpl(View<const T> a, View<const T> b, FView out, bool transA,
+void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+          const uint16_t *a, int64_t lda, int64_t strideA, const uint16_t *b,
+          int64_t ldb, int64_t strideB, float beta, uint16_t *c, int64_t ldc,
+          int64_t strideC, int64_t batch, const char *name) {
+  gemmRowMajorBf16As(CUDA_R_16BF, transA, transB, M, N, K, 1.0f, a, lda,
+                     strideA, b, ldb, strideB, beta, c, ldc, strideC, batch,
+                     name);
+}
+/// matmul's shapes and batch walk for either operand storage, into an fp32
+/// or (bf16 operands only) a bf16 result.
+template <typename T, typename OutT>
+void matmulImpl(View<const T> a, View<const T> b, View<OutT> out, bool transA,
                 bool transB, bool accumulate, const char *name,
                 const char *storage) {
   auto [M, K, N, outBatch, aBatch, bBatch] = kernels::matmulSizes(
@@ -165,8 +186,15 @@ void matmulImpl(View<const T> a, View<const T> b, FView out, bool transA,
   if (batch == 0 || M == 0 || N == 0)
     return;
   if (K == 0) {
-    if (!accumulate)
+    if (accumulate)
+      return;
+    if constexpr (std::is_same_v<OutT, float>)
       fillDevice(out.data, batch * M * N, 0.0f, name);
+    else
+      RONDO_CHECK(cudaMemsetAsync(out.data, 0,
+                                  size_t(batch * M * N) * sizeof(OutT),
+                                  currentStream()),
+                  name); // bf16 zero is all-zero bits
     return;
   }
   std::optional<ProfileScope> profileScope;
@@ -224,6 +252,11 @@ void matmulBf16(CBView a, CBView b, FView out, bool transA, bool transB,
   // "bf16-stored": operands already in bf16 (kern-bf16-storage).
   matmulImpl(a, b, out, transA, transB, accumulate, "matmulBf16",
              "bf16-stored");
+}
+void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB) {
+  // cuBLAS rounds the fp32 accumulators to bf16 (nearest even) as it stores.
+  matmulImpl(a, b, out, transA, transB, false, "matmulBf16ToBf16",
+             "bf16-stored bf16-out");
 }
 
 } // namespace rondo::cuda

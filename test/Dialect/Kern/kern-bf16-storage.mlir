@@ -106,3 +106,36 @@ func.func @gated(%g: tensor<8x16xf32>, %u: tensor<8x16xf32>, %dy: tensor<8x16xf3
   %p3 = kern.call @matmul(%sg, %w) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
   return %p, %p1, %p2, %p3 : tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// bf16 activations: the gate and up products and the down projection's input
+// gradient are read only by the gated activation and its gradient, which
+// take bf16 operands, so the products store bf16 and nothing is rounded in
+// between. A product something else reads keeps fp32, and so does the
+// reader of it (its other operand stays fp32 too: a reader converts whole).
+// CHECK-LABEL: func.func @gated_operands
+// CHECK: %[[G:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: %[[U:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: kern.call @gatedActBf16(%[[G]], %[[U]]) args {kind = "Silu"} : (tensor<8x16xbf16>, tensor<8x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: %[[D:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = true} : (tensor<8x4xbf16>, tensor<16x4xbf16>) -> tensor<8x16xbf16>
+// CHECK: kern.call @gatedActBackwardBf16(%[[G]], %[[U]], %[[D]]) args {kind = "Silu"} : (tensor<8x16xbf16>, tensor<8x16xbf16>, tensor<8x16xbf16>) -> (tensor<8x16xbf16>, tensor<8x16xbf16>)
+// CHECK: %[[G2:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+// CHECK: %[[U2:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
+// CHECK: kern.call @gatedActToBf16(%[[G2]], %[[U2]]) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xbf16>
+// CHECK: return
+func.func @gated_operands(%x: tensor<8x4xf32>, %wg: tensor<4x16xf32>, %wu: tensor<4x16xf32>, %wd: tensor<16x4xf32>, %dy: tensor<8x4xf32>) -> (tensor<8x4xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<8x16xf32>, tensor<8x4xf32>) attributes {exec.stage} {
+  %g = kern.call @matmul(%x, %wg) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+  %u = kern.call @matmul(%x, %wu) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+  %h = kern.call @gatedAct(%g, %u) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %y = kern.call @matmul(%h, %wd) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %dh = kern.call @matmul(%dy, %wd) args {accumulate = false, transA = false, transB = true} : (tensor<8x4xf32>, tensor<16x4xf32>) -> tensor<8x16xf32>
+  %dg, %du = kern.call @gatedActBackward(%g, %u, %dh) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>)
+  %pg = kern.call @matmul(%x, %dg) args {accumulate = false, transA = true, transB = false} : (tensor<8x4xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  %pu = kern.call @matmul(%dy, %du) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %g2 = kern.call @matmul(%x, %wg) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+  %u2 = kern.call @matmul(%x, %wu) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+  %h2 = kern.call @gatedAct(%g2, %u2) args {kind = "Silu"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+  %y2 = kern.call @matmul(%h2, %wd) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  return %y, %pu, %pg, %g2, %y2 : tensor<8x4xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<8x16xf32>, tensor<8x4xf32>
+}

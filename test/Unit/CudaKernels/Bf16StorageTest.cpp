@@ -308,4 +308,87 @@ TEST_F(CudaBf16Storage, MatmulBf16IsMatmulOfRoundedOperands) {
   }
 }
 
+/// bf16 activations: the gated activation and its gradient of bf16
+/// operands are the fp32 kernels' on the widened operands, rounded (bit for
+/// bit), and the product stored in bf16 is the rounding of the fp32
+/// product's, within bf16's precision of the CPU twins.
+TEST_F(CudaBf16Storage, Bf16OperandKernelsRoundTheirFp32Namesakes) {
+  for (Shape s : {Shape{16, 6144}, Shape{5, 7}}) {
+    UnaryKind kind = UnaryKind::Silu;
+    auto rounded = [&](const Tensor &t) {
+      std::vector<uint16_t> h(t.data.size());
+      for (size_t i = 0; i < h.size(); ++i)
+        h[i] = roundBits(t.data[i]);
+      return h;
+    };
+    auto widened = [&](const std::vector<uint16_t> &h) {
+      Tensor t(s);
+      for (size_t i = 0; i < h.size(); ++i)
+        t.data[i] = widen(h[i]);
+      return t;
+    };
+    std::vector<uint16_t> g16 = rounded(uniform(s, -6.0f, 6.0f)),
+                          u16 = rounded(uniform(s)), d16 = rounded(uniform(s));
+    Tensor gate = widened(g16), up = widened(u16), dy = widened(d16);
+    Dev dg(gate), du(up), ddy(dy);
+    Dev16 dg16(g16, s), du16(u16, s), dd16(d16, s);
+    Out32 fwd(s), wantGate(s), wantUp(s);
+    cu::gatedAct(kind, dg.cv(), du.cv(), fwd.v());
+    cu::gatedActBackward(kind, dg.cv(), du.cv(), ddy.cv(), wantGate.v(),
+                         wantUp.v());
+    Dev16 out(s), outGate(s), outUp(s);
+    cu::gatedActBf16(kind, dg16.cv(), du16.cv(), out.v());
+    cu::gatedActBackwardBf16(kind, dg16.cv(), du16.cv(), dd16.cv(), outGate.v(),
+                             outUp.v());
+    CBView cg{g16.data(), s}, cu16{u16.data(), s}, cd{d16.data(), s};
+    expectRoundingOf(
+        out.host(), fwd.host(),
+        cpuBf16(s, [&](BView o) { cpu::gatedActBf16(kind, cg, cu16, o); }),
+        "gatedActBf16 " + str(s));
+    std::vector<uint16_t> twinGate(size_t(s.numel())),
+        twinUp(size_t(s.numel()));
+    cpu::gatedActBackwardBf16(kind, cg, cu16, cd, BView{twinGate.data(), s},
+                              BView{twinUp.data(), s});
+    expectRoundingOf(outGate.host(), wantGate.host(), twinGate,
+                     "gatedActBackwardBf16 dGate " + str(s));
+    expectRoundingOf(outUp.host(), wantUp.host(), twinUp,
+                     "gatedActBackwardBf16 dUp " + str(s));
+  }
+  // matmulBf16ToBf16: batched with a shared weight, and transposed.
+  struct Case {
+    Shape a, b, out;
+    bool transA, transB;
+  };
+  for (Case c :
+       {Case{Shape{2, 64, 96}, Shape{96, 48}, Shape{2, 64, 48}, false, false},
+        Case{Shape{128, 96}, Shape{80, 96}, Shape{128, 80}, false, true}}) {
+    std::vector<uint16_t> a16(size_t(c.a.numel())), b16(size_t(c.b.numel()));
+    Tensor a = uniform(c.a), b = uniform(c.b);
+    for (size_t i = 0; i < a16.size(); ++i)
+      a16[i] = roundBits(a.data[i]);
+    for (size_t i = 0; i < b16.size(); ++i)
+      b16[i] = roundBits(b.data[i]);
+    Dev16 da(a16, c.a), db(b16, c.b), got(c.out);
+    Out32 want(c.out);
+    cu::matmulBf16(da.cv(), db.cv(), want.v(), c.transA, c.transB, false);
+    cu::matmulBf16ToBf16(da.cv(), db.cv(), got.v(), c.transA, c.transB);
+    // cuBLAS may pick another kernel for a bf16 result, so the fp32 sums
+    // it rounds may differ in their last bits: within bf16's precision of
+    // the fp32 product and of the CPU twin.
+    std::vector<uint16_t> twin = cpuBf16(c.out, [&](BView o) {
+      cpu::matmulBf16ToBf16(CBView{a16.data(), c.a}, CBView{b16.data(), c.b}, o,
+                            c.transA, c.transB);
+    });
+    std::vector<uint16_t> g = got.host();
+    std::vector<float> gw(g.size()), tw(g.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      gw[i] = widen(g[i]);
+      tw[i] = widen(twin[i]);
+    }
+    EXPECT_LE(normErr(gw, want.host()), 1e-2)
+        << "matmulBf16ToBf16 " << str(c.out);
+    EXPECT_LE(normErr(gw, tw), 2e-2) << "matmulBf16ToBf16 twin " << str(c.out);
+  }
+}
+
 } // namespace
