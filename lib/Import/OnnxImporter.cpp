@@ -350,11 +350,24 @@ void Importer::recoverTorchNames() {
         torchTransposed.insert(p);
       if (StringRef(p).contains('.'))
         addName(p, p); // already a PyTorch name (norms, embeddings)
-      if (md.modulePath.empty() || md.torchParamArgs.size() != 1)
+      if (md.modulePath.empty() || md.torchParamArgs.empty())
         continue;
       std::string prefix = "p_" + md.modulePath + "_";
       std::replace(prefix.begin(), prefix.end(), '.', '_');
-      StringRef arg = md.torchParamArgs.front();
+      StringRef arg;
+      if (md.torchParamArgs.size() == 1) {
+        arg = md.torchParamArgs.front();
+      } else if (index == 1 && initializers.lookup(p)->dims_size() == 2 &&
+                 (node.op_type() == "MatMul" || node.op_type() == "Gemm")) {
+        // F.linear(x, weight, bias) exports as MatMul + Add (GPT-OSS's
+        // attention), each carrying the call with both parameters: the
+        // product's right operand is the weight.
+        for (StringRef candidate : md.torchParamArgs)
+          if (candidate == prefix + "weight")
+            arg = candidate;
+      }
+      if (arg.empty())
+        continue;
       if (arg.starts_with(prefix))
         addName(p, md.modulePath + "." + arg.drop_front(prefix.size()).str());
       else if (node.op_type() == "Gather" && arg.ends_with("_weight"))

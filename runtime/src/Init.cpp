@@ -65,12 +65,14 @@ void loraInit(const ParamSpec &param, uint64_t seed, float *dst) {
   int64_t numel = 1;
   for (int i = 0; i < param.rank; ++i)
     numel *= param.dims[i];
-  if (param.lora != LoraFactor::A || param.rank != 2) {
+  if (param.lora != LoraFactor::A || (param.rank != 2 && param.rank != 3)) {
     for (int64_t i = 0; i < numel; ++i)
       dst[i] = 0.0f;
     return;
   }
-  const double bound = 1.0 / std::sqrt(double(param.dims[0]));
+  // Kaiming-uniform over the fan-in of PEFT's nn.Linear: `in` of A [in, r],
+  // d1 of stacked experts' A [E, d1, r] (PEFT's nn.Linear(d1, r·E)).
+  const double bound = 1.0 / std::sqrt(double(param.dims[param.rank - 2]));
   const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(param.name)));
   for (int64_t i = 0; i < numel; ++i) {
     double u = double(splitmix64(key + uint64_t(i)) >> 11) * 0x1p-53;

@@ -102,6 +102,85 @@ std::vector<std::string> targetModules(const ModelSpec &model,
   return {chosen.begin(), chosen.end()};
 }
 
+/// The short form of a parameter target (its module's last name and its
+/// own, "experts.gate_up_proj") when it selects exactly the adapted
+/// parameters of this model (PEFT matches target_parameters as suffixes),
+/// else every adapted parameter's full name.
+std::vector<std::string>
+targetParameters(const ModelSpec &model,
+                 const std::vector<AdapterPair> &pairs) {
+  auto shortName = [](const std::string &name) {
+    size_t dot = name.find_last_of('.');
+    if (dot == std::string::npos || dot == 0)
+      return name;
+    size_t before = name.find_last_of('.', dot - 1);
+    return before == std::string::npos ? name : name.substr(before + 1);
+  };
+  auto fullName = [](const ParamSpec &p) {
+    return std::string(p.displayName && *p.displayName ? p.displayName
+                                                       : p.name);
+  };
+  std::set<std::string> full, suffixes;
+  std::set<int> bases;
+  for (const AdapterPair &pair : pairs)
+    if (model.params[pair.a].loraParameter) {
+      std::string name = fullName(model.params[pair.base]);
+      full.insert(name);
+      suffixes.insert(shortName(name));
+      bases.insert(pair.base);
+    }
+  bool exact = true;
+  for (int i = 0; i < model.numParams && exact; ++i) {
+    const ParamSpec &p = model.params[i];
+    if (isLoraAdapter(p) || bases.count(i))
+      continue;
+    std::string name = fullName(p);
+    for (const std::string &s : suffixes)
+      if (name == s || (name.size() > s.size() &&
+                        name.compare(name.size() - s.size() - 1, s.size() + 1,
+                                     "." + s) == 0))
+        exact = false;
+  }
+  const std::set<std::string> &chosen = exact ? suffixes : full;
+  return {chosen.begin(), chosen.end()};
+}
+
+/// PEFT's shape of an adapter: nn.Linear weights, [r, in] and [out, r],
+/// for a linear; for stacked experts (ParamWrapper) A [E·r, d1] whose row
+/// e·r + j is expert e's A_e[:, j], and B [d2, r·E] whose column j·E + e is
+/// expert e's B_e[j, :].
+std::vector<int64_t> peftShape(const ParamSpec &p) {
+  if (p.rank == 3)
+    return p.lora == LoraFactor::A
+               ? std::vector<int64_t>{p.dims[0] * p.dims[2], p.dims[1]}
+               : std::vector<int64_t>{p.dims[2], p.dims[1] * p.dims[0]};
+  return {p.dims[1], p.dims[0]};
+}
+
+/// For each element of `p` in the trainer's layout (row-major), its offset
+/// in PEFT's tensor: `visit(ours, peft)`.
+template <typename Fn> void forEachPeftOffset(const ParamSpec &p, Fn visit) {
+  if (p.rank == 3) {
+    const int64_t e = p.dims[0], rows = p.dims[1], cols = p.dims[2];
+    for (int64_t x = 0; x < e; ++x)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const int64_t ours = (x * rows + i) * cols + j;
+          // A [E, d1, r]: (x, i, j) -> row x·r + j, column i of [E·r, d1].
+          // B [E, r, d2]: (x, i, j) -> row j, column i·E + x of [d2, r·E].
+          const int64_t peft = p.lora == LoraFactor::A
+                                   ? (x * cols + j) * rows + i
+                                   : j * (rows * e) + i * e + x;
+          visit(ours, peft);
+        }
+    return;
+  }
+  const int64_t rows = p.dims[0], cols = p.dims[1];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      visit(r * cols + c, c * rows + r);
+}
+
 /// A JSON number that Python reads as a float (PEFT's lora_dropout is
 /// one).
 std::string floatNumber(double value) {
@@ -132,6 +211,13 @@ void validateLora(const ModelSpec &model) {
               b.dims[0] == r && a.loraBaseTransposed == b.loraBaseTransposed &&
               w.dims[transposed ? 1 : 0] == a.dims[0] &&
               w.dims[transposed ? 0 : 1] == b.dims[1];
+    // Stacked experts: A [E, d1, r] and B [E, r, d2] on W [E, d1, d2].
+    if (w.rank == 3)
+      ok = a.rank == 3 && b.rank == 3 && !transposed &&
+           !b.loraBaseTransposed && a.loraParameter && b.loraParameter &&
+           a.dims[0] == w.dims[0] && b.dims[0] == w.dims[0] &&
+           a.dims[1] == w.dims[1] && a.dims[2] == r && b.dims[1] == r &&
+           b.dims[2] == w.dims[2];
     if (!ok)
       throw Error(std::string("the LoRA adapters of '") + w.name + "' " +
                   shapeText(w.dims, size_t(w.rank)) + " have shapes " +
@@ -169,18 +255,18 @@ void loadLoraAdapters(const std::string &path, const ModelSpec &model,
                   "'); the file must hold every adapter this trainer was "
                   "compiled with (rondo-compile --lora targets)");
     const FloatTensor &t = *it->second;
-    // PEFT's layout is ours transposed.
-    const int64_t rows = p.dims[0], cols = p.dims[1];
-    const int64_t want[2] = {cols, rows};
-    if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
+    const std::vector<int64_t> want = peftShape(p);
+    if (t.dims != want)
       throw Error("--load-lora " + path + ": tensor '" + name + "' has shape " +
                   shapeText(t.dims.data(), t.dims.size()) + ", expected " +
-                  shapeText(want, 2) + " (rank " +
-                  std::to_string(model.lora ? model.lora->rank : 0) + ")");
+                  shapeText(want.data(), want.size()) + " (rank " +
+                  std::to_string(model.lora ? model.lora->rank : 0) +
+                  (p.rank == 3 ? ", " + std::to_string(p.dims[0]) + " experts"
+                               : std::string()) +
+                  ")");
     float *dst = params[i];
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        dst[r * cols + c] = t.data[size_t(c * rows + r)];
+    forEachPeftOffset(
+        p, [&](int64_t ours, int64_t peft) { dst[ours] = t.data[size_t(peft)]; });
     used.insert(name);
   }
   for (const FloatTensor &t : tensors)
@@ -194,10 +280,24 @@ void loadLoraAdapters(const std::string &path, const ModelSpec &model,
 
 std::string loraAdapterConfig(const ModelSpec &model) {
   const LoraSpec &lora = *model.lora;
-  std::vector<std::string> modules = targetModules(model, adapterPairs(model));
-  std::string list;
-  for (size_t i = 0; i < modules.size(); ++i)
-    list += (i ? ", " : "") + jsonQuote(modules[i]);
+  std::vector<AdapterPair> pairs = adapterPairs(model), modulePairs;
+  for (const AdapterPair &pair : pairs)
+    if (!model.params[pair.a].loraParameter)
+      modulePairs.push_back(pair);
+  auto jsonList = [](const std::vector<std::string> &items) {
+    std::string list;
+    for (size_t i = 0; i < items.size(); ++i)
+      list += (i ? ", " : "") + jsonQuote(items[i]);
+    return list;
+  };
+  std::string list = jsonList(targetModules(model, modulePairs));
+  // Experts and routers, which PEFT adapts as parameters; the key only
+  // when there are some, so a dense model's file is what it always was.
+  std::vector<std::string> parameters = targetParameters(model, pairs);
+  std::string parameterList =
+      parameters.empty() ? std::string()
+                         : "  \"target_parameters\": [" +
+                               jsonList(parameters) + "],\n";
   return "{\n"
          "  \"peft_type\": \"LORA\",\n"
          "  \"task_type\": \"CAUSAL_LM\",\n"
@@ -212,7 +312,7 @@ std::string loraAdapterConfig(const ModelSpec &model) {
          ",\n"
          "  \"target_modules\": [" +
          list +
-         "],\n"
+         "],\n" + parameterList +
          "  \"bias\": \"none\",\n"
          "  \"fan_in_fan_out\": false,\n"
          "  \"inference_mode\": true,\n"
@@ -228,7 +328,8 @@ void exportLoraAdapters(const std::string &path, const ModelSpec &model,
                         const float *const *params) {
   if (!model.lora)
     throw Error("--export-lora: this trainer has no LoRA adapters");
-  // PEFT's layout, [out, in]: each of ours transposed.
+  // PEFT's layout: [out, in] for a linear, each of ours transposed; the
+  // ParamWrapper's stacked form for experts (peftShape).
   std::vector<std::vector<float>> storage;
   std::vector<TensorToWrite<float>> tensors;
   std::vector<std::pair<std::string, int>> order;
@@ -239,13 +340,12 @@ void exportLoraAdapters(const std::string &path, const ModelSpec &model,
   storage.reserve(order.size());
   for (const auto &[name, i] : order) {
     const ParamSpec &p = model.params[i];
-    const int64_t rows = p.dims[0], cols = p.dims[1];
-    std::vector<float> t(size_t(rows * cols));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        t[size_t(c * rows + r)] = params[i][r * cols + c];
+    std::vector<float> t(size_t(numElements(p)));
+    forEachPeftOffset(p, [&](int64_t ours, int64_t peft) {
+      t[size_t(peft)] = params[i][ours];
+    });
     storage.push_back(std::move(t));
-    tensors.push_back({name, {cols, rows}, storage.back().data()});
+    tensors.push_back({name, peftShape(p), storage.back().data()});
   }
   writeSafetensors(path, tensors, {{"format", "pt"}});
   std::string config = loraAdapterConfig(model);
@@ -262,21 +362,29 @@ std::vector<std::vector<float>> mergeLoraWeights(const ModelSpec &model,
   const int64_t r = model.lora->rank;
   for (const AdapterPair &pair : adapterPairs(model)) {
     const ParamSpec &a = model.params[pair.a];
-    const int64_t in = a.dims[0], out = model.params[pair.b].dims[1];
+    // Stacked experts are E independent [d1, d2] = [d1, r]·[r, d2] merges.
+    const bool stacked = a.rank == 3;
+    const int64_t experts = stacked ? a.dims[0] : 1;
+    const int64_t in = a.dims[stacked ? 1 : 0],
+                  out = model.params[pair.b].dims[stacked ? 2 : 1];
     const bool transposed = a.loraBaseTransposed;
-    const float *w = params[pair.base], *pa = params[pair.a],
-                *pb = params[pair.b];
     std::vector<float> &dst = merged[size_t(pair.base)];
     dst.resize(size_t(numElements(model.params[pair.base])));
+    for (int64_t e = 0; e < experts; ++e) {
+      const float *w = params[pair.base] + e * in * out,
+                  *pa = params[pair.a] + e * in * r,
+                  *pb = params[pair.b] + e * r * out;
+      float *to = dst.data() + e * in * out;
 #pragma omp parallel for schedule(static) if (in * out > (int64_t(1) << 16))
-    for (int64_t i = 0; i < in; ++i)
-      for (int64_t j = 0; j < out; ++j) {
-        double delta = 0;
-        for (int64_t k = 0; k < r; ++k)
-          delta += double(pa[i * r + k]) * double(pb[k * out + j]);
-        const int64_t at = transposed ? j * in + i : i * out + j;
-        dst[size_t(at)] = float(double(w[at]) + scale * delta);
-      }
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t j = 0; j < out; ++j) {
+          double delta = 0;
+          for (int64_t k = 0; k < r; ++k)
+            delta += double(pa[i * r + k]) * double(pb[k * out + j]);
+          const int64_t at = transposed ? j * in + i : i * out + j;
+          to[at] = float(double(w[at]) + scale * delta);
+        }
+    }
   }
   return merged;
 }

@@ -17,6 +17,15 @@
 // module path of the adapted linear (the adapter's displayName is
 // "<module>.lora_A.weight").
 //
+// Stacked experts W [E, d1, d2] (ParamSpec::loraParameter, rank 3): the step
+// computes W_e + s·A_e·B_e with A [E, d1, r] and B [E, r, d2] on the stored
+// layout, as PEFT's ParamWrapper (`target_parameters`) does; PEFT stores
+// lora_A.weight [E·r, d1] (row e·r + j is A_e[:, j]) and lora_B.weight
+// [d2, r·E] (column j·E + e is B_e[j, :]), under the module that holds the
+// parameter, with ".base_layer" once per parameter of that module wrapped
+// after it ("<module>.base_layer.lora_A.weight" for gate_up_proj when
+// down_proj is adapted too).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef RONDO_RUNTIME_SRC_LORA_H
@@ -60,7 +69,7 @@ void exportLoraAdapters(const std::string &path, const ModelSpec &model,
 std::string loraAdapterConfig(const ModelSpec &model);
 
 /// --merge-lora: for every base weight q, W + (alpha/r)·A·B in W's stored
-/// layout, accumulated in double and rounded once to fp32, in result[q];
+/// layout (per expert for stacked experts), accumulated in double and rounded once to fp32, in result[q];
 /// result[i] is empty for every other parameter.
 std::vector<std::vector<float>> mergeLoraWeights(const ModelSpec &model,
                                                  const float *const *params);

@@ -6,7 +6,11 @@ function (rondo-compile --emit=train): every argument with tg.lora_of names
 the base weight (ONNX initializer) it adapts. With s = alpha / r, A [in, r]
 and B [r, out] in the trainer's layout (PEFT's lora_A.weight is A^T, its
 lora_B.weight B^T), the LoRA model is the plain model with
-W' = W + s A B (transposed for a base stored [out, in]).
+W' = W + s A B (transposed for a base stored [out, in]). Stacked experts
+W [E, d1, d2] have A [E, d1, r] and B [E, r, d2], W'_e = W_e + s A_e B_e, and
+PEFT's ParamWrapper layout: lora_A.weight [E*r, d1] (row e*r + j = A_e[:, j]),
+lora_B.weight [d2, r*E] (column j*E + e = B_e[j, :]); PEFT lists them (and
+routers) in adapter_config.json's target_parameters, matched as suffixes.
 
   lora_reference.py make TRAIN.mlir MODEL.onnx ADAPTERS.safetensors MERGED.onnx
       random A and B (B nonzero) as a PEFT safetensors file, written with
@@ -44,7 +48,8 @@ from onnx import numpy_helper
 
 
 def adapters(train_mlir):
-    """[(name, factor, base, shape, base_transposed)] and (rank, alpha)."""
+    """[(name, factor, base, shape, base_transposed)] and (rank, alpha);
+    `parameter` of each adapter (tg.lora_parameter) in PARAMETER_TARGETS."""
     text = open(train_mlir).read()
     config = re.search(r'tg\.lora = #tg\.lora<rank = (\d+), alpha = ([^ ,]+) : f64',
                        text)
@@ -52,19 +57,61 @@ def adapters(train_mlir):
         sys.exit("%s: no tg.lora configuration" % train_mlir)
     rank, alpha = int(config.group(1)), float(config.group(2))
     found = []
-    for m in re.finditer(r'tensor<(\d+)x(\d+)xf32> \{([^}]*tg\.lora_of[^}]*)\}', text):
-        attrs = m.group(3)
+    for m in re.finditer(r'tensor<((?:\d+x)+)f32> \{([^}]*tg\.lora_of[^}]*)\}', text):
+        attrs = m.group(2)
         get = lambda key: re.search(key + r' = "([^"]*)"', attrs).group(1)
         found.append((get("tg.param"), get("tg.lora_factor"), get("tg.lora_of"),
-                      (int(m.group(1)), int(m.group(2))),
+                      tuple(int(d) for d in m.group(1).split("x")[:-1]),
                       "tg.lora_base_transposed" in attrs))
+        if "tg.lora_parameter" in attrs:
+            PARAMETER_TARGETS.add(found[-1][0])
     if not found:
         sys.exit("%s: no LoRA adapters" % train_mlir)
     return found, rank, alpha
 
 
+PARAMETER_TARGETS = set()
+
+
+def torch_names(train_mlir):
+    """{tg.param: tg.torch_name} of the training function's parameters."""
+    names = {}
+    for m in re.finditer(r'\{([^}]*tg\.param = [^}]*)\}', open(train_mlir).read()):
+        param = re.search(r'tg\.param = "([^"]*)"', m.group(1)).group(1)
+        torch = re.search(r'tg\.torch_name = "([^"]*)"', m.group(1))
+        names[param] = torch.group(1) if torch else param
+    return names
+
+
 def peft_name(name):
     return "base_model.model." + name
+
+
+def to_peft(value, factor):
+    """PEFT's tensor of one adapter in the trainer's layout."""
+    if value.ndim == 2:
+        return value.T
+    e, d1, d2 = value.shape
+    if factor == "A":  # [E, d1, r] -> [E*r, d1]
+        return value.transpose(0, 2, 1).reshape(e * d2, d1)
+    return value.transpose(2, 1, 0).reshape(d2, d1 * e)  # [E, r, d2] -> [d2, r*E]
+
+
+def from_peft(value, factor, shape):
+    if len(shape) == 2:
+        return value.T
+    e, d1, d2 = shape
+    if factor == "A":
+        return value.reshape(e, d2, d1).transpose(0, 2, 1)
+    return value.reshape(d2, d1, e).transpose(2, 1, 0)
+
+
+def peft_shape(factor, shape):
+    return tuple(to_peft(np.zeros(shape), factor).shape)
+
+
+def swap(x):
+    return np.swapaxes(x, -1, -2)
 
 
 def write_safetensors(path, tensors):
@@ -104,14 +151,14 @@ def factors(found, peft):
     out = {}
     for name, factor, base, shape, transposed in found:
         a, b, _ = out.get(base, (None, None, transposed))
-        value = peft[peft_name(name)].astype(np.float64).T
+        value = from_peft(peft[peft_name(name)].astype(np.float64), factor, shape)
         assert value.shape == shape, (name, value.shape, shape)
         out[base] = (value, b, transposed) if factor == "A" else (a, value, transposed)
     return out
 
 
 def delta(a, b, scale, transposed):
-    d = scale * (a @ b)
+    d = scale * (a @ b)  # per expert for stacked experts
     return d.T if transposed else d
 
 
@@ -122,7 +169,8 @@ def make(train_mlir, model_path, adapters_path, merged_path):
     for name, factor, base, shape, _ in sorted(found):
         # PEFT's layout: ours transposed. B is not zero, so the adapters
         # change the function and every gradient of A is nonzero.
-        peft[peft_name(name)] = (rng.standard_normal(shape[::-1]) * 0.05).astype(np.float32)
+        peft[peft_name(name)] = (rng.standard_normal(peft_shape(factor, shape)) * 0.05
+                                 ).astype(np.float32)
     write_safetensors(adapters_path, peft)
     per_base = factors(found, read_safetensors(adapters_path))
     model = onnx.load(model_path)
@@ -165,7 +213,7 @@ def grads(train_mlir, adapters_path, lora_path, merged_path):
         dw = merged[base].astype(np.float64)
         if transposed:
             dw = dw.T
-        ref = scale * (dw @ b.T) if factor == "A" else scale * (a.T @ dw)
+        ref = scale * (dw @ swap(b)) if factor == "A" else scale * (swap(a) @ dw)
         got = lora[name].astype(np.float64)
         if got.shape != ref.shape:
             print("MISMATCH: %s has shape %s, expected %s" % (name, got.shape, ref.shape))
@@ -200,7 +248,7 @@ def trained(train_mlir, model_path, start_path, log_path, exported_path, onnx_pa
     print("%d initializers of the exported model are bit-identical to the original"
           % len(before))
     start, end = read_safetensors(start_path), read_safetensors(exported_path)
-    want = {peft_name(name): shape[::-1] for name, _, _, shape, _ in found}
+    want = {peft_name(name): peft_shape(factor, shape) for name, factor, _, shape, _ in found}
     got = {name: tuple(t.shape) for name, t in end.items()}
     if got != want:
         print("MISMATCH: exported tensors %s, expected %s" % (sorted(got.items()), sorted(want.items())))
@@ -213,7 +261,8 @@ def trained(train_mlir, model_path, start_path, log_path, exported_path, onnx_pa
           % (len(want), sorted(want)[0], list(want[sorted(want)[0]])))
     config = json.load(open(os.path.join(os.path.dirname(exported_path) or ".",
                                          "adapter_config.json")))
-    modules = sorted({name.split(".")[-3] for name, *_ in found})
+    modules = sorted({name.split(".")[-3] for name, *_ in found
+                      if name not in PARAMETER_TARGETS})
     expect = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank,
               "lora_alpha": alpha, "lora_dropout": 0.0, "target_modules": modules,
               "bias": "none", "fan_in_fan_out": False}
@@ -224,6 +273,21 @@ def trained(train_mlir, model_path, start_path, log_path, exported_path, onnx_pa
             return 1
     print("adapter_config.json: r %d, lora_alpha %g, target_modules %s"
           % (config["r"], config["lora_alpha"], ",".join(config["target_modules"])))
+    if PARAMETER_TARGETS:
+        # PEFT selects a parameter when its name is an entry or ends with
+        # "." + an entry: exactly the adapted bases must be selected.
+        torch = torch_names(train_mlir)
+        bases = {base for name, _, base, *_ in found if name in PARAMETER_TARGETS}
+        adapters_of = {base for _, _, base, *_ in found}
+        entries = config.get("target_parameters", [])
+        chosen = {p for p, t in torch.items() if p not in {n for n, *_ in found}
+                  and any(t == e or t.endswith("." + e) for e in entries)}
+        if chosen != bases or adapters_of & chosen != bases:
+            print("MISMATCH: target_parameters %s select %s, expected %s"
+                  % (entries, sorted(chosen), sorted(bases)))
+            return 1
+        print("adapter_config.json: target_parameters %s select the %d adapted parameters"
+              % (",".join(entries), len(bases)))
     return 0
 
 
@@ -271,6 +335,9 @@ def edit(in_path, out_path, how):
         tensors["base_model.model.model.layers.9.mlp.down_proj.lora_A.weight"] = tensors[first]
     elif how == "transpose":
         tensors[first] = tensors[first].T
+    elif how.startswith("transpose:"):
+        name = how.split(":", 1)[1]
+        tensors[name] = tensors[name].T
     else:
         print("edit: expected drop, extra or transpose")
         return 2

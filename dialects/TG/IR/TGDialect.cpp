@@ -117,6 +117,7 @@ const Rule kRules[] = {
     {kLoraOfAttr, Place::Argument, "a non-empty string", isName},
     {kLoraFactorAttr, Place::Argument, "\"A\" or \"B\"", isLoraFactor},
     {kLoraBaseTransposedAttr, Place::Argument, "a unit attribute", isUnit},
+    {kLoraParameterAttr, Place::Argument, "a unit attribute", isUnit},
     {kResultNameAttr, Place::Result, "a non-empty string", isName},
     {kGradOfAttr, Place::Result, "a non-empty string", isName},
     {kLoraConfigAttr, Place::Module, "a #tg.lora attribute", isLoraConfig},

@@ -52,11 +52,15 @@ inline constexpr llvm::StringLiteral kSourceAttr = "tg.source";
 /// name of the weight it adapts and which factor it is ("A" or "B"); the
 /// unit attribute marks a base weight stored [out, in] (its uses transpose
 /// it). On the module, the adapter configuration (rank, alpha, dropout,
-/// targets).
+/// targets). `tg.lora_parameter` marks the adapters of a base that PEFT
+/// targets as an nn.Parameter (`target_parameters`: stacked experts, whose
+/// adapters are [E, d1, r] and [E, r, d2] on the stored layout, and
+/// routers), not as an nn.Linear (`target_modules`).
 inline constexpr llvm::StringLiteral kLoraOfAttr = "tg.lora_of";
 inline constexpr llvm::StringLiteral kLoraFactorAttr = "tg.lora_factor";
 inline constexpr llvm::StringLiteral kLoraBaseTransposedAttr =
     "tg.lora_base_transposed";
+inline constexpr llvm::StringLiteral kLoraParameterAttr = "tg.lora_parameter";
 inline constexpr llvm::StringLiteral kLoraConfigAttr = "tg.lora";
 } // namespace rondo::tg
 

@@ -22,6 +22,13 @@
 // `W + (alpha/r)·A·B`: the same function and the same gradients, at the cost
 // of one [in, out] product per stage call instead of two thin ones per row.
 //
+// Mixture-of-experts weights W [E, d1, d2] (read by tg.expert_matmul) get
+// one adapter pair per expert, stacked: A [E, d1, r] and B [E, r, d2], with
+// W_e + (alpha/r)·A_e·B_e defined on the stored layout as PEFT's ParamWrapper
+// defines it (its `target_parameters`). The low-rank path runs through the
+// routed rows themselves, two more tg.expert_matmul with the same routing
+// ids, so no per-expert merged weight and no per-row copy of one exists.
+//
 //===----------------------------------------------------------------------===//
 
 #include "TG/Transforms/Passes.h"
@@ -53,6 +60,10 @@ enum Role : unsigned {
   kGate = 1u << 4,
   kUp = 1u << 5,
   kDown = 1u << 6,
+  /// Every expert projection of a mixture of experts (its gate/up or down
+  /// role as well), and the router's linear.
+  kExperts = 1u << 7,
+  kRouter = 1u << 8,
   kAttn = kQ | kK | kV | kO,
   kMlp = kGate | kUp | kDown,
   kAllLinear = kAttn | kMlp,
@@ -68,6 +79,7 @@ constexpr RoleName kRoleNames[] = {
     {"gate", kGate}, {"up", kUp},
     {"down", kDown}, {"attn", kAttn},
     {"mlp", kMlp},   {"all-linear", kAllLinear},
+    {"experts", kExperts}, {"router", kRouter},
 };
 
 /// `targets` as roles joined by '+' (q+v, attn+down, all-linear); nullopt
@@ -145,6 +157,29 @@ bool feedsLinear(Value v) {
   return false;
 }
 
+/// Whether `v` is `x * table` with a rotary cos/sin table.
+bool isRotaryProduct(Value v) {
+  auto mul = v.getDefiningOp<BinaryOp>();
+  return mul && mul.getKind() == BinaryKind::mul &&
+         (mul.getLhs().getDefiningOp<RotaryTableOp>() ||
+          mul.getRhs().getDefiningOp<RotaryTableOp>());
+}
+
+/// Whether operand `n` of `op` is part of a rotary embedding left unfused
+/// (GPT-OSS's): a product with a cos/sin table, or the sum or difference of
+/// two such products, which the halves are concatenated from afterwards.
+bool isUnfusedRotary(Operation *op, unsigned n) {
+  auto bin = dyn_cast<BinaryOp>(op);
+  if (!bin)
+    return false;
+  if (bin.getKind() == BinaryKind::mul)
+    return isRotaryProduct(bin.getResult());
+  return (bin.getKind() == BinaryKind::add ||
+          bin.getKind() == BinaryKind::sub) &&
+         isRotaryProduct(op->getOperand(n)) &&
+         isRotaryProduct(op->getOperand(1 - n));
+}
+
 /// The roles of the linear whose output is `result`: where the output goes
 /// (attention q/k/v, the gate or up input of a gated MLP, an activation
 /// before another linear) through ops that only move, split, normalise or
@@ -165,11 +200,18 @@ unsigned outputRoles(Value result) {
         roles |= n == 0 ? kQ : n == 1 ? kK : n == 2 ? kV : 0u;
       } else if (isa<GatedActOp>(user)) {
         roles |= n == 0 ? kGate : kUp;
+      } else if (isa<TopKOp>(user)) {
+        // A router: its logits (or their softmax) choose the experts.
+        roles |= kRouter;
+      } else if (isa<SoftmaxOp>(user)) {
+        work.push_back(user->getResult(0));
       } else if (auto u = dyn_cast<UnaryOp>(user)) {
         if (isActivation(u) && feedsLinear(u.getResult()))
           roles |= kUp;
       } else if (isa<ReshapeOp, TransposeOp, SliceOp, BroadcastOp>(user) ||
                  (isa<RmsNormOp, LayerNormOp, RotaryOp>(user) && n == 0)) {
+        work.push_back(user->getResult(0));
+      } else if (isa<ConcatOp>(user) || isUnfusedRotary(user, n)) {
         work.push_back(user->getResult(0));
       } else if (auto add = dyn_cast<BinaryOp>(user)) {
         if (add.getKind() == BinaryKind::add &&
@@ -200,11 +242,42 @@ unsigned inputRoles(Value input) {
   return 0;
 }
 
+/// The roles of an expert projection: down when its rows are computed from
+/// another product with the same routing (the expert's activation), else
+/// gate/up (it reads the routed hidden state). The walk back from the input
+/// stops at ops before the block's first product of these ids, so it stays
+/// inside one mixture-of-experts block.
+unsigned expertRoles(ExpertMatmulOp mm) {
+  SmallVector<ExpertMatmulOp> same;
+  for (Operation *user : mm.getIds().getUsers())
+    if (auto other = dyn_cast<ExpertMatmulOp>(user);
+        other && other != mm && other.getIds() == mm.getIds())
+      same.push_back(other);
+  Operation *first = mm;
+  for (ExpertMatmulOp other : same)
+    if (other->getBlock() == first->getBlock() &&
+        other->isBeforeInBlock(first))
+      first = other;
+  SmallVector<Value> work{mm.getX()};
+  llvm::DenseSet<Operation *> seen;
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def || def->getBlock() != first->getBlock() ||
+        def->isBeforeInBlock(first) || !seen.insert(def).second)
+      continue;
+    if (llvm::is_contained(same, dyn_cast<ExpertMatmulOp>(def)))
+      return kExperts | kDown;
+    llvm::append_range(work, def->getOperands());
+  }
+  return kExperts | kGate | kUp;
+}
+
 /// One place a parameter is read as the weight of a linear.
 struct LinearUse {
-  Operation *op;    ///< tg.matmul or tg.linear_cross_entropy.
+  Operation *op;    ///< tg.matmul, tg.linear_cross_entropy, tg.expert_matmul.
   int64_t in, out;  ///< Of the product the op computes.
-  bool storedOutIn; ///< The parameter itself is [out, in].
+  bool storedOutIn; ///< The parameter itself is [out, in] ([E, out, in]).
+  bool experts = false; ///< A routed product (tg.expert_matmul).
 };
 
 /// The linear uses of `param`, directly or through a 2-D transpose; the
@@ -221,6 +294,12 @@ SmallVector<LinearUse> linearUses(BlockArgument param, Operation *&other) {
         bool tb = mm.getTransposeB();
         uses.push_back({user, wt.getDimSize(tb ? 1 : 0),
                         wt.getDimSize(tb ? 0 : 1), tb != flipped});
+      } else if (auto em = dyn_cast<ExpertMatmulOp>(user);
+                 em && use.getOperandNumber() == 1 && wt.getRank() == 3 &&
+                 !flipped) {
+        bool tw = em.getTransposeW();
+        uses.push_back({user, wt.getDimSize(tw ? 2 : 1),
+                        wt.getDimSize(tw ? 1 : 2), tw, true});
       } else if (auto lce = dyn_cast<LinearCrossEntropyOp>(user);
                  lce && use.getOperandNumber() == 1) {
         bool tw = lce.getTransposeW();
@@ -243,7 +322,45 @@ struct Target {
   SmallVector<LinearUse> uses;
   std::string module; ///< Stem of the adapter names.
   StringAttr torchName;
+  /// PEFT adapts the base as an nn.Parameter (`target_parameters`, its
+  /// ParamWrapper), not as an nn.Linear: stacked experts and routers, which
+  /// Hugging Face models hold as bare parameters.
+  bool parameter = false;
+  std::string fullName; ///< The PyTorch name, else the initializer name.
+  Operation *firstUse = nullptr; ///< In program order.
 };
+
+/// The module that holds the parameter `torchName` and the parameter's own
+/// name ("model.layers.0.mlp.experts", "gate_up_proj").
+std::pair<StringRef, StringRef> ownerOf(StringRef torchName) {
+  auto [owner, param] = torchName.rsplit('.');
+  return param.empty() ? std::make_pair(torchName, StringRef())
+                       : std::make_pair(owner, param);
+}
+
+/// The adapter stems of parameter targets, as PEFT names them: it wraps
+/// each targeted parameter of one module in a ParamWrapper around the
+/// previous wrapper, in the order the module registered them (for the
+/// Hugging Face MoE families, gate_up_proj before down_proj: forward order,
+/// which is how they are found here), so the last one's adapters are
+/// `<module>.lora_A.weight`, the one before it `<module>.base_layer.lora_A
+/// .weight`, and so on.
+void nameParameterTargets(MutableArrayRef<Target> chosen) {
+  llvm::StringMap<SmallVector<Target *>> byOwner;
+  for (Target &t : chosen)
+    if (t.parameter)
+      byOwner[ownerOf(t.fullName).first].push_back(&t);
+  for (auto &[owner, targets] : byOwner) {
+    llvm::stable_sort(targets, [](Target *a, Target *b) {
+      return a->firstUse->isBeforeInBlock(b->firstUse);
+    });
+    for (auto [k, t] : llvm::enumerate(targets)) {
+      t->module = owner.str();
+      for (size_t n = k + 1; n < targets.size(); ++n)
+        t->module += ".base_layer";
+    }
+  }
+}
 
 struct TGInsertLoraPass
     : rondo::tg::impl::TGInsertLoraPassBase<TGInsertLoraPass> {
@@ -305,7 +422,8 @@ struct TGInsertLoraPass
       }
       BlockArgument arg = func.getArgument(k);
       auto type = cast<RankedTensorType>(arg.getType());
-      if (type.getRank() != 2 || !isa<FloatType>(type.getElementType()))
+      if ((type.getRank() != 2 && type.getRank() != 3) ||
+          !isa<FloatType>(type.getElementType()))
         continue;
       Operation *other = nullptr;
       SmallVector<LinearUse> uses = linearUses(arg, other);
@@ -313,9 +431,12 @@ struct TGInsertLoraPass
         continue;
       auto torch = func.getArgAttrOfType<StringAttr>(k, kTorchNameAttr);
       unsigned found = 0;
-      for (const LinearUse &u : uses)
+      for (const LinearUse &u : uses) {
         if (auto mm = dyn_cast<MatmulOp>(u.op))
           found |= outputRoles(mm.getResult()) | inputRoles(mm.getA());
+        else if (auto em = dyn_cast<ExpertMatmulOp>(u.op))
+          found |= expertRoles(em);
+      }
       rolesInGraph |= found;
       bool match;
       if (roles) {
@@ -329,6 +450,14 @@ struct TGInsertLoraPass
       std::string shown = name.str();
       if (torch)
         shown += " (" + torch.str() + ")";
+      if (other && uses[0].experts) {
+        func.emitError("--lora: targets match the experts' weights '")
+            << shown << "', which are also read by '" << other->getName()
+            << "' (at " << other->getLoc()
+            << "), not only by the routed products (tg.expert_matmul); LoRA "
+               "adapts those only: narrow targets";
+        return signalPassFailure();
+      }
       if (other) {
         // A tied embedding: an adapter on the head alone would change the
         // function in a way no merged weight can express.
@@ -349,22 +478,31 @@ struct TGInsertLoraPass
       StringRef stem = torch ? torch.getValue() : name.getValue();
       stem.consume_back(".weight");
       t.module = stem.str();
+      t.parameter = uses[0].experts || (found & kRouter);
+      t.fullName = (torch ? torch : name).str();
+      for (const LinearUse &u : uses)
+        if (!t.firstUse || u.op->isBeforeInBlock(t.firstUse))
+          t.firstUse = u.op;
+      chosen.push_back(std::move(t));
+    }
+    nameParameterTargets(chosen);
+    for (const Target &t : chosen)
       for (const char *factor : {".lora_A.weight", ".lora_B.weight"})
         if (!names.insert(t.module + factor).second) {
           func.emitError("--lora: the adapter name '")
-              << t.module + factor << "' of '" << shown
+              << t.module + factor << "' of '"
+              << func.getArgAttrOfType<StringAttr>(t.index, kParamAttr)
+                     .getValue()
               << "' is already taken by another parameter";
           return signalPassFailure();
         }
-      chosen.push_back(std::move(t));
-    }
     if (chosen.empty()) {
       func.emitError("--lora: targets=")
           << targets
           << " matches no linear weight (targets is one regular expression "
              "on initializer or PyTorch names, e.g. q_proj|v_proj, or roles "
              "joined by '+': q, k, v, o, gate, up, down, attn, mlp, "
-             "all-linear); roles found in this graph: "
+             "all-linear, experts, router); roles found in this graph: "
           << (rolesInGraph ? describeRoles(rolesInGraph) : "none");
       return signalPassFailure();
     }
@@ -387,15 +525,28 @@ struct TGInsertLoraPass
         if (t.torchName)
           list.push_back(
               attrs.getNamedAttr(kTorchNameAttr, attrs.getStringAttr(name)));
-        if (u.storedOutIn)
+        // Expert adapters follow the stored layout (ParamWrapper's), so only
+        // a 2-D base can be transposed relative to its adapters.
+        if (u.storedOutIn && !u.experts)
           list.push_back(
               attrs.getNamedAttr(kLoraBaseTransposedAttr, attrs.getUnitAttr()));
+        if (t.parameter)
+          list.push_back(
+              attrs.getNamedAttr(kLoraParameterAttr, attrs.getUnitAttr()));
         return std::make_tuple(
             Type(RankedTensorType::get(shape, type.getElementType())),
             attrs.getDictionaryAttr(list));
       };
-      auto [bType, bAttrs] = adapter("B", {rank, u.out});
-      auto [aType, aAttrs] = adapter("A", {u.in, rank});
+      // Experts: A [E, d1, r] and B [E, r, d2] for a base [E, d1, d2].
+      SmallVector<int64_t> aShape{u.in, rank}, bShape{rank, u.out};
+      if (u.experts) {
+        int64_t e = type.getDimSize(0), d1 = type.getDimSize(1),
+                d2 = type.getDimSize(2);
+        aShape = {e, d1, rank};
+        bShape = {e, rank, d2};
+      }
+      auto [bType, bAttrs] = adapter("B", bShape);
+      auto [aType, aAttrs] = adapter("A", aShape);
       if (failed(
               func.insertArgument(t.index + 1, bType, bAttrs, base.getLoc())) ||
           failed(
@@ -446,6 +597,24 @@ struct TGInsertLoraPass
       Value sum = BinaryOp::create(builder, loc, BinaryKind::add,
                                    mm.getResult(), scaled);
       mm.getResult().replaceAllUsesExcept(sum, sum.getDefiningOp());
+      return;
+    }
+    if (auto em = dyn_cast<ExpertMatmulOp>(use.op)) {
+      // Each row through its own expert's adapters, with the routing of
+      // the base product. A base read transposed, x·W_e^T, gets the
+      // transposed delta: (x·B_e^T)·A_e^T.
+      builder.setInsertionPointAfter(em);
+      bool tw = em.getTransposeW();
+      Value first = tw ? b : a, second = tw ? a : b;
+      Value low = ExpertMatmulOp::create(builder, loc, em.getX(), first,
+                                         em.getIds(), tw);
+      Value delta =
+          ExpertMatmulOp::create(builder, loc, low, second, em.getIds(), tw);
+      Value scaled =
+          BinaryOp::create(builder, loc, BinaryKind::mul, delta, scale);
+      Value sum = BinaryOp::create(builder, loc, BinaryKind::add,
+                                   em.getResult(), scaled);
+      em.getResult().replaceAllUsesExcept(sum, sum.getDefiningOp());
       return;
     }
     // The fused head reads the merged weight in the layout it expects.

@@ -35,6 +35,7 @@ LogicalResult Emitter::run() {
     bool trainable;
     std::string loraFactor, loraBase; ///< Empty unless a LoRA adapter.
     bool loraBaseTransposed = false;
+    bool loraParameter = false;
     std::string torchAliases; ///< Comma-separated, when there are several.
     bool torchTransposed = false;
   };
@@ -68,6 +69,8 @@ LogicalResult Emitter::run() {
         params.back().loraBase = base.str();
         params.back().loraBaseTransposed =
             func.getArgAttr(k, kLoraBaseTransposedAttr) != nullptr;
+        params.back().loraParameter =
+            func.getArgAttr(k, kLoraParameterAttr) != nullptr;
       }
     } else if (auto in = func.getArgAttrOfType<StringAttr>(k, kInputAttr)) {
       if (!t.getElementType().isInteger(64) || t.getRank() != 2)
@@ -170,6 +173,8 @@ LogicalResult Emitter::run() {
       os << ", " << (p.loraBaseTransposed ? "true" : "false") << ", "
          << cString(p.torchAliases) << ", "
          << (p.torchTransposed ? "true" : "false");
+      if (p.loraParameter)
+        os << ", true";
     }
     os << "},\n";
   }

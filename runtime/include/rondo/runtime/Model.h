@@ -47,6 +47,11 @@ struct ParamSpec {
   /// Stored as the transpose of PyTorch's tensor (nn.Linear weights that the
   /// exporter pre-transposed for MatMul).
   bool torchTransposed = false;
+  /// LoRA adapters of a base that PEFT targets as an nn.Parameter
+  /// (`target_parameters`, its ParamWrapper) rather than as an nn.Linear:
+  /// routers, and stacked experts W [E, d1, d2], whose adapters are
+  /// A [E, d1, r] and B [E, r, d2] with W_e + (alpha/r)·A_e·B_e.
+  bool loraParameter = false;
 };
 
 /// The number of elements of `p`.
