@@ -136,9 +136,9 @@ targetParameters(const ModelSpec &model,
       continue;
     std::string name = fullName(p);
     for (const std::string &s : suffixes)
-      if (name == s || (name.size() > s.size() &&
-                        name.compare(name.size() - s.size() - 1, s.size() + 1,
-                                     "." + s) == 0))
+      if (name == s ||
+          (name.size() > s.size() && name.compare(name.size() - s.size() - 1,
+                                                  s.size() + 1, "." + s) == 0))
         exact = false;
   }
   const std::set<std::string> &chosen = exact ? suffixes : full;
@@ -213,11 +213,10 @@ void validateLora(const ModelSpec &model) {
               w.dims[transposed ? 0 : 1] == b.dims[1];
     // Stacked experts: A [E, d1, r] and B [E, r, d2] on W [E, d1, d2].
     if (w.rank == 3)
-      ok = a.rank == 3 && b.rank == 3 && !transposed &&
-           !b.loraBaseTransposed && a.loraParameter && b.loraParameter &&
-           a.dims[0] == w.dims[0] && b.dims[0] == w.dims[0] &&
-           a.dims[1] == w.dims[1] && a.dims[2] == r && b.dims[1] == r &&
-           b.dims[2] == w.dims[2];
+      ok = a.rank == 3 && b.rank == 3 && !transposed && !b.loraBaseTransposed &&
+           a.loraParameter && b.loraParameter && a.dims[0] == w.dims[0] &&
+           b.dims[0] == w.dims[0] && a.dims[1] == w.dims[1] && a.dims[2] == r &&
+           b.dims[1] == r && b.dims[2] == w.dims[2];
     if (!ok)
       throw Error(std::string("the LoRA adapters of '") + w.name + "' " +
                   shapeText(w.dims, size_t(w.rank)) + " have shapes " +
@@ -265,8 +264,9 @@ void loadLoraAdapters(const std::string &path, const ModelSpec &model,
                                : std::string()) +
                   ")");
     float *dst = params[i];
-    forEachPeftOffset(
-        p, [&](int64_t ours, int64_t peft) { dst[ours] = t.data[size_t(peft)]; });
+    forEachPeftOffset(p, [&](int64_t ours, int64_t peft) {
+      dst[ours] = t.data[size_t(peft)];
+    });
     used.insert(name);
   }
   for (const FloatTensor &t : tensors)
@@ -295,9 +295,9 @@ std::string loraAdapterConfig(const ModelSpec &model) {
   // when there are some, so a dense model's file is what it always was.
   std::vector<std::string> parameters = targetParameters(model, pairs);
   std::string parameterList =
-      parameters.empty() ? std::string()
-                         : "  \"target_parameters\": [" +
-                               jsonList(parameters) + "],\n";
+      parameters.empty()
+          ? std::string()
+          : "  \"target_parameters\": [" + jsonList(parameters) + "],\n";
   return "{\n"
          "  \"peft_type\": \"LORA\",\n"
          "  \"task_type\": \"CAUSAL_LM\",\n"
@@ -311,8 +311,7 @@ std::string loraAdapterConfig(const ModelSpec &model) {
          floatNumber(lora.dropout) +
          ",\n"
          "  \"target_modules\": [" +
-         list +
-         "],\n" + parameterList +
+         list + "],\n" + parameterList +
          "  \"bias\": \"none\",\n"
          "  \"fan_in_fan_out\": false,\n"
          "  \"inference_mode\": true,\n"

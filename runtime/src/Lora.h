@@ -69,8 +69,8 @@ void exportLoraAdapters(const std::string &path, const ModelSpec &model,
 std::string loraAdapterConfig(const ModelSpec &model);
 
 /// --merge-lora: for every base weight q, W + (alpha/r)·A·B in W's stored
-/// layout (per expert for stacked experts), accumulated in double and rounded once to fp32, in result[q];
-/// result[i] is empty for every other parameter.
+/// layout (per expert for stacked experts), accumulated in double and rounded
+/// once to fp32, in result[q]; result[i] is empty for every other parameter.
 std::vector<std::vector<float>> mergeLoraWeights(const ModelSpec &model,
                                                  const float *const *params);
 

@@ -158,8 +158,25 @@ def factors(found, peft):
 
 
 def delta(a, b, scale, transposed):
-    d = scale * (a @ b)  # per expert for stacked experts
+    d = scale * (a @ b)
     return d.T if transposed else d
+
+
+def merged_delta(found, peft, base, per_base, scale):
+    """The delta of `base`: s A B from the trainer-layout factors, or, for
+    stacked experts, PEFT's own ParamWrapper formula on the file's tensors
+    (einsum "o r e, e r i -> e i o" of lora_B [d2, r*E] viewed [d2, r, E] and
+    lora_A [E*r, d1] viewed [E, r, d1]), so the merged model does not
+    depend on this script's reading of the layout."""
+    a, b, transposed = per_base[base]
+    if a.ndim == 2:
+        return delta(a, b, scale, transposed)
+    names = {factor: peft_name(name) for name, factor, of, *_ in found if of == base}
+    e, d1, r = a.shape
+    peft_a = peft[names["A"]].astype(np.float64).reshape(e, r, d1)
+    peft_b = peft[names["B"]].astype(np.float64)
+    peft_b = peft_b.reshape(peft_b.shape[0], r, e)
+    return np.einsum("ore,eri->eio", peft_b, peft_a) * scale
 
 
 def make(train_mlir, model_path, adapters_path, merged_path):
@@ -172,13 +189,13 @@ def make(train_mlir, model_path, adapters_path, merged_path):
         peft[peft_name(name)] = (rng.standard_normal(peft_shape(factor, shape)) * 0.05
                                  ).astype(np.float32)
     write_safetensors(adapters_path, peft)
-    per_base = factors(found, read_safetensors(adapters_path))
+    stored = read_safetensors(adapters_path)
+    per_base = factors(found, stored)
     model = onnx.load(model_path)
     for t in model.graph.initializer:
         if t.name in per_base:
-            a, b, transposed = per_base[t.name]
             w = numpy_helper.to_array(t).astype(np.float64)
-            merged = w + delta(a, b, alpha / rank, transposed)
+            merged = w + merged_delta(found, stored, t.name, per_base, alpha / rank)
             t.CopyFrom(numpy_helper.from_array(merged.astype(np.float32), t.name))
     onnx.save(model, merged_path)
     print("%d adapters on %d weights, rank %d, alpha %g" % (len(found), len(per_base), rank, alpha))
@@ -293,7 +310,8 @@ def trained(train_mlir, model_path, start_path, log_path, exported_path, onnx_pa
 
 def merged(train_mlir, model_path, adapters_path, merged_path):
     found, rank, alpha = adapters(train_mlir)
-    per_base = factors(found, read_safetensors(adapters_path))
+    stored = read_safetensors(adapters_path)
+    per_base = factors(found, stored)
     before, after = initializers(model_path), initializers(merged_path)
     worst = 0.0
     for name, w in before.items():
@@ -302,8 +320,7 @@ def merged(train_mlir, model_path, adapters_path, merged_path):
                 print("MISMATCH: %s is not adapted but changed" % name)
                 return 1
             continue
-        a, b, transposed = per_base[name]
-        ref = w.astype(np.float64) + delta(a, b, alpha / rank, transposed)
+        ref = w.astype(np.float64) + merged_delta(found, stored, name, per_base, alpha / rank)
         e = rel_err(after[name].astype(np.float64), ref)
         worst = max(worst, e)
         if e > 1e-6:

@@ -74,12 +74,18 @@ struct RoleName {
   unsigned roles;
 };
 constexpr RoleName kRoleNames[] = {
-    {"q", kQ},       {"k", kK},
-    {"v", kV},       {"o", kO},
-    {"gate", kGate}, {"up", kUp},
-    {"down", kDown}, {"attn", kAttn},
-    {"mlp", kMlp},   {"all-linear", kAllLinear},
-    {"experts", kExperts}, {"router", kRouter},
+    {"q", kQ},
+    {"k", kK},
+    {"v", kV},
+    {"o", kO},
+    {"gate", kGate},
+    {"up", kUp},
+    {"down", kDown},
+    {"attn", kAttn},
+    {"mlp", kMlp},
+    {"all-linear", kAllLinear},
+    {"experts", kExperts},
+    {"router", kRouter},
 };
 
 /// `targets` as roles joined by '+' (q+v, attn+down, all-linear); nullopt
@@ -255,8 +261,7 @@ unsigned expertRoles(ExpertMatmulOp mm) {
       same.push_back(other);
   Operation *first = mm;
   for (ExpertMatmulOp other : same)
-    if (other->getBlock() == first->getBlock() &&
-        other->isBeforeInBlock(first))
+    if (other->getBlock() == first->getBlock() && other->isBeforeInBlock(first))
       first = other;
   SmallVector<Value> work{mm.getX()};
   llvm::DenseSet<Operation *> seen;
@@ -451,11 +456,11 @@ struct TGInsertLoraPass
       if (torch)
         shown += " (" + torch.str() + ")";
       if (other && uses[0].experts) {
-        func.emitError("--lora: targets match the experts' weights '")
-            << shown << "', which are also read by '" << other->getName()
-            << "' (at " << other->getLoc()
-            << "), not only by the routed products (tg.expert_matmul); LoRA "
-               "adapts those only: narrow targets";
+        // At the reader, so the message carries its node's location.
+        other->emitError("--lora: targets match the experts' weights '")
+            << shown << "', which this '" << other->getName()
+            << "' also reads, not only the routed products "
+               "(tg.expert_matmul); LoRA adapts those only: narrow targets";
         return signalPassFailure();
       }
       if (other) {

@@ -296,4 +296,168 @@ TEST(Lora, ValidateNamesInconsistentAdapters) {
               HasSubstr("has LoRA adapters but no LoRA configuration"));
 }
 
+/// Stacked experts: gate_up_proj [E=2, 3, 4] and down_proj [2, 4, 3] of one
+/// experts module, each with A [E, d1, r=2] and B [E, r, d2] (PEFT's
+/// ParamWrapper: gate_up_proj wrapped first, so under ".base_layer"), and a
+/// router adapted as a parameter too.
+struct ExpertsModel {
+  ExpertsModel() {
+    const std::string m = "model.layers.0.mlp.experts";
+    names = {m + ".gate_up_proj",
+             m + ".base_layer.lora_A.weight",
+             m + ".base_layer.lora_B.weight",
+             m + ".down_proj",
+             m + ".lora_A.weight",
+             m + ".lora_B.weight"};
+    // An adapter PEFT targets as a parameter (loraParameter).
+    auto adapter = [](const char *name, const char *display, ParamSpec shape,
+                      LoraFactor factor, const char *base, bool transposed) {
+      ParamSpec p = shape;
+      p.name = name;
+      p.displayName = display;
+      p.trainable = true;
+      p.lora = factor;
+      p.loraBase = base;
+      p.loraBaseTransposed = transposed;
+      p.loraParameter = true;
+      return p;
+    };
+    const char *gate = "model.layers.0.mlp.gate.weight";
+    params = {
+        {"val_1", names[0].c_str(), 3, {2, 3, 4}, false},
+        adapter("a1", names[1].c_str(), {"", "", 3, {2, 3, 2}, true},
+                LoraFactor::A, "val_1", false),
+        adapter("b1", names[2].c_str(), {"", "", 3, {2, 2, 4}, true},
+                LoraFactor::B, "val_1", false),
+        {"val_2", names[3].c_str(), 3, {2, 4, 3}, false},
+        adapter("a2", names[4].c_str(), {"", "", 3, {2, 4, 2}, true},
+                LoraFactor::A, "val_2", false),
+        adapter("b2", names[5].c_str(), {"", "", 3, {2, 2, 3}, true},
+                LoraFactor::B, "val_2", false),
+        {gate, "", 2, {2, 3}, false},
+        adapter("model.layers.0.mlp.gate.lora_A.weight", "",
+                {"", "", 2, {3, 2}, true}, LoraFactor::A, gate, true),
+        adapter("model.layers.0.mlp.gate.lora_B.weight", "",
+                {"", "", 2, {2, 2}, true}, LoraFactor::B, gate, true),
+        {"val_3", "model.layers.0.self_attn.q_proj.weight", 2, {3, 3}, false},
+    };
+    spec.modelPath = "model.onnx";
+    spec.inputName = "input_ids";
+    spec.loss = LossKind::CausalLM;
+    spec.params = params.data();
+    spec.numParams = int(params.size());
+    spec.lora = &lora;
+    values.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      for (int64_t e = 0; e < numElements(params[i]); ++e)
+        values[i].push_back(float(int(i) * 30 + int(e)) * 0.0625f - 1.0f);
+      ptrs.push_back(values[i].data());
+    }
+  }
+  std::vector<std::string> names;
+  std::vector<ParamSpec> params;
+  LoraSpec lora{2, 3.0, 0.0, "experts+router"};
+  ModelSpec spec{};
+  std::vector<std::vector<float>> values;
+  std::vector<float *> ptrs;
+};
+
+TEST(LoraExperts, ExportUsesPeftsParamWrapperLayoutAndLoadInvertsIt) {
+  std::string dir = makeTempDir();
+  ExpertsModel m;
+  EXPECT_EQ(errorOf([&] { validateLora(m.spec); }), "");
+  exportLoraAdapters(dir + "/adapter_model.safetensors", m.spec, m.ptrs.data());
+  std::vector<FloatTensor> t =
+      readSafetensors(dir + "/adapter_model.safetensors");
+  ASSERT_EQ(t.size(), 6u);
+  const std::string stem = "base_model.model.model.layers.0.mlp.";
+  EXPECT_EQ(t[0].name, stem + "experts.base_layer.lora_A.weight");
+  EXPECT_EQ(t[0].dims, (std::vector<int64_t>{4, 3})); // [E·r, d1]
+  EXPECT_EQ(t[1].name, stem + "experts.base_layer.lora_B.weight");
+  EXPECT_EQ(t[1].dims, (std::vector<int64_t>{4, 4})); // [d2, r·E]
+  EXPECT_EQ(t[2].name, stem + "experts.lora_A.weight");
+  EXPECT_EQ(t[2].dims, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(t[3].name, stem + "experts.lora_B.weight");
+  EXPECT_EQ(t[3].dims, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(t[4].name, stem + "gate.lora_A.weight");
+  EXPECT_EQ(t[4].dims, (std::vector<int64_t>{2, 3}));
+  // PEFT's get_delta_weight views lora_A [E·r, d1] as [E, r, d1] and
+  // lora_B [d2, r·E] as [d2, r, E].
+  for (int e = 0; e < 2; ++e)
+    for (int j = 0; j < 2; ++j) {
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(t[0].data[size_t((e * 2 + j) * 3 + i)],
+                  m.values[1][size_t((e * 3 + i) * 2 + j)]);
+      for (int o = 0; o < 4; ++o)
+        EXPECT_EQ(t[1].data[size_t(o * 4 + j * 2 + e)],
+                  m.values[2][size_t((e * 2 + j) * 4 + o)]);
+    }
+  // The experts and the router are parameters to PEFT; the attention's
+  // q_proj of the same layer is not adapted.
+  std::string config = readText(dir + "/adapter_config.json");
+  EXPECT_THAT(config, HasSubstr("\"target_modules\": [],"));
+  EXPECT_THAT(config,
+              HasSubstr("\"target_parameters\": [\"experts.down_proj\", "
+                        "\"experts.gate_up_proj\", \"gate.weight\"],"));
+
+  ExpertsModel back;
+  for (int i : {1, 2, 4, 5, 7, 8})
+    std::fill(back.values[size_t(i)].begin(), back.values[size_t(i)].end(),
+              0.0f);
+  loadLoraAdapters(dir + "/adapter_model.safetensors", back.spec,
+                   back.ptrs.data());
+  EXPECT_EQ(back.values, m.values);
+}
+
+TEST(LoraExperts, MergeIsEachExpertsWPlusScaledAB) {
+  ExpertsModel m;
+  std::vector<std::vector<float>> merged =
+      mergeLoraWeights(m.spec, m.ptrs.data());
+  const double scale = 3.0 / 2.0;
+  for (int w : {0, 3}) {
+    const int64_t d1 = m.params[size_t(w)].dims[1],
+                  d2 = m.params[size_t(w)].dims[2];
+    const std::vector<float> &a = m.values[size_t(w + 1)],
+                             &b = m.values[size_t(w + 2)],
+                             &base = m.values[size_t(w)];
+    for (int64_t e = 0; e < 2; ++e)
+      for (int64_t i = 0; i < d1; ++i)
+        for (int64_t o = 0; o < d2; ++o) {
+          double delta = 0;
+          for (int64_t k = 0; k < 2; ++k)
+            delta += double(a[size_t((e * d1 + i) * 2 + k)]) *
+                     double(b[size_t((e * 2 + k) * d2 + o)]);
+          size_t at = size_t((e * d1 + i) * d2 + o);
+          EXPECT_EQ(merged[size_t(w)][at],
+                    float(double(base[at]) + scale * delta))
+              << "weight " << w << " expert " << e;
+        }
+  }
+  EXPECT_TRUE(merged[9].empty());
+}
+
+TEST(LoraExperts, ValidateAndLoadNameTheExpertShapes) {
+  ExpertsModel m;
+  m.params[2].dims[0] = 3;
+  EXPECT_THAT(errorOf([&] { validateLora(m.spec); }),
+              HasSubstr("the LoRA adapters of 'val_1' [2, 3, 4] have shapes "
+                        "[2, 3, 2] and [3, 2, 4] (rank 2)"));
+  std::string dir = makeTempDir(), path = dir + "/a.safetensors";
+  ExpertsModel good;
+  exportLoraAdapters(path, good.spec, good.ptrs.data());
+  std::vector<FloatTensor> t = readSafetensors(path);
+  std::vector<TensorToWrite<float>> edited;
+  for (FloatTensor &x : t) {
+    if (x.name.find("experts.base_layer.lora_A") != std::string::npos)
+      std::swap(x.dims[0], x.dims[1]);
+    edited.push_back({x.name, x.dims, x.data.data()});
+  }
+  writeSafetensors(path, edited);
+  EXPECT_THAT(
+      errorOf([&] { loadLoraAdapters(path, good.spec, good.ptrs.data()); }),
+      HasSubstr("tensor 'base_model.model.model.layers.0.mlp.experts."
+                "base_layer.lora_A.weight' has shape [3, 4], expected [4, 3] "
+                "(rank 2, 2 experts)"));
+}
+
 } // namespace
