@@ -409,6 +409,20 @@ TEST(LoraExperts, ExportUsesPeftsParamWrapperLayoutAndLoadInvertsIt) {
   EXPECT_EQ(back.values, m.values);
 }
 
+TEST(LoraExperts, InitIsKaimingUniformOverEachExpertsFanIn) {
+  ExpertsModel m;
+  ParamSpec a = m.params[4]; // [2 experts, d1 = 4, r = 2]
+  std::vector<float> x(16), z(12, 1.0f);
+  loraInit(a, 7, x.data());
+  // PEFT's nn.Linear(d1, r·E): fan-in d1, bound 1/sqrt(4).
+  for (float v : x) {
+    EXPECT_LE(std::abs(v), 0.5f);
+    EXPECT_NE(v, 0.0f);
+  }
+  loraInit(m.params[5], 7, z.data());
+  EXPECT_EQ(z, std::vector<float>(12, 0.0f));
+}
+
 TEST(LoraExperts, MergeIsEachExpertsWPlusScaledAB) {
   ExpertsModel m;
   std::vector<std::vector<float>> merged =
