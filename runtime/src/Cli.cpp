@@ -289,7 +289,9 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       {"export-lora", "FILE.safetensors",
        "LoRA trainers: write the trained adapters as PEFT saves them "
        "(base_model.model.<module>.lora_A.weight [r, in], lora_B.weight "
-       "[out, r]) and PEFT's adapter_config.json into the same directory.",
+       "[out, r]; stacked experts in PEFT's target_parameters layout, "
+       "[E*r, d1] and [d2, r*E]) and PEFT's adapter_config.json into the "
+       "same directory.",
        text(o.exportLora)},
       {"merge-lora", nullptr,
        "LoRA trainers: --export-onnx and --export-safetensors write W + "
