@@ -207,14 +207,24 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     } else {
       layer.forwardSeconds += seconds;
       layer.forwardFlops += flops;
-      // The fused LM head's logits exist a chunk at a time, forward and
-      // gradient, in fp32: transient, but beside everything saved.
+      // The fused LM head's logits exist a chunk at a time in fp32, and
+      // its gradient in bf16 for a group of four chunks on GPUs (the
+      // kDwGroupChunks of runtime/kernels/cuda/Loss.cu; in place on the
+      // host, less), neither more rows than a microbatch has: transient,
+      // but beside everything saved.
       if (auto head = dyn_cast<tg::LinearCrossEntropyOp>(&op)) {
         auto w = cast<RankedTensorType>(head.getW().getType());
+        auto h = cast<RankedTensorType>(head.getH().getType());
         double vocab = static_cast<double>(
             head.getTransposeW() ? w.getShape()[0] : w.getShape()[1]);
+        double rows =
+            static_cast<double>(h.getNumElements()) /
+            static_cast<double>(std::max<int64_t>(h.getShape().back(), 1)) / m;
+        double chunk = head.getChunkRows() > 0
+                           ? static_cast<double>(head.getChunkRows())
+                           : rows;
         layer.workspaceBytes +=
-            2 * 4 * static_cast<double>(head.getChunkRows()) * vocab;
+            (4 * std::min(chunk, rows) + 2 * std::min(4 * chunk, rows)) * vocab;
       }
     }
     // A layer's workspace is what its backward keeps of its forward: every

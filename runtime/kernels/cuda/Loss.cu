@@ -287,53 +287,88 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
 
 namespace {
 
-/// The backward of one chunk whose logits `g` ([n, V] fp32) are computed:
-/// its logits gradient (bf16 under Precision::Bf16, else in place), dH rows
-/// and its part of dW; with `losses`, each row's loss as well, from the
-/// same row statistics.
-void chunkBackward(CFView h, CFView w, const void *w16, bool transW,
-                   const LinearDims &d, IView labels, int64_t ignoreIndex,
-                   float gradScale, int64_t r0, int64_t n, float *g,
-                   double *losses, FView dH, FView dW, const char *name) {
-  auto rowKernel = [&](auto *out) {
+/// Chunks whose bf16 logits gradients are kept together for one dW
+/// product (Precision::Bf16): dW, an fp32 [V, D] read and written by every
+/// accumulating product, then moves once per group instead of once per
+/// chunk, and the product's K is the group's rows. The cost model's
+/// workspace of the fused LM head counts the group (lib/CostModel).
+constexpr int64_t kDwGroupChunks = 4;
+
+/// The fp32 backward: per chunk, the logits gradient in place, its dH rows
+/// and its dW part.
+void fp32Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
+                IView labels, int64_t ignoreIndex, float gradScale,
+                int64_t chunk, double *losses, FView dH, FView dW,
+                const char *name) {
+  if (dW.data)
+    fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
+  Temp grads(size_t(chunk * d.V) * sizeof(float), name);
+  float *g = grads.as<float>();
+  for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
+    int64_t n = std::min(chunk, d.N - r0);
+    chunkLogits(h, w, nullptr, transW, d, r0, n, g, name);
     rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-        g, out, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
+        g, g, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
     checkLaunch(name);
-  };
-  if (w16) {
-    // The logits gradient stored in bf16 as it is computed (the rounding
-    // both products read; no fp32 gradient pass), the h rows rounded once
-    // for both.
-    Temp g16(size_t(n * d.V) * 2, name), h16(size_t(n * d.D) * 2, name);
-    rowKernel(g16.as<__nv_bfloat16>());
-    roundToBf16Copy(h.data + r0 * d.D, h16.as<void>(), n * d.D, name);
-    if (dH.data)
-      gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, g16.as<void>(), d.V,
-                       0, w16, transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D,
-                       d.D, 0, 1, name);
-    if (dW.data && transW)
-      gemmRowMajorBf16(true, false, d.V, d.D, n, 1.0f, g16.as<void>(), d.V, 0,
-                       h16.as<void>(), d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
-    else if (dW.data)
-      gemmRowMajorBf16(true, false, d.D, d.V, n, 1.0f, h16.as<void>(), d.D, 0,
-                       g16.as<void>(), d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
-    g16.release();
-    h16.release();
-    return;
+    if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
+      gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
+                   transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
+                   name);
+    if (dW.data && transW) // dW[V, D] += dLogits^T . h
+      gemmRowMajor(true, false, d.V, d.D, n, 1.0f, g, d.V, 0, h.data + r0 * d.D,
+                   d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
+    else if (dW.data) // dW[D, V] += h^T . dLogits
+      gemmRowMajor(true, false, d.D, d.V, n, 1.0f, h.data + r0 * d.D, d.D, 0, g,
+                   d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
   }
-  rowKernel(g);
-  if (dH.data) // dH = dLogits . W^T ([D, V] weight) or dLogits . W ([V, D]).
-    gemmRowMajor(false, !transW, n, d.D, d.V, 1.0f, g, d.V, 0, w.data,
-                 transW ? d.D : d.V, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
-                 name);
-  if (!dW.data)
-    return;
-  if (transW) // dW[V, D] += dLogits^T . h
-    gemmRowMajor(true, false, d.V, d.D, n, 1.0f, g, d.V, 0, h.data + r0 * d.D,
-                 d.D, 0, 1.0f, dW.data, d.D, 0, 1, name);
-  else // dW[D, V] += h^T . dLogits
-    gemmRowMajor(true, false, d.D, d.V, n, 1.0f, h.data + r0 * d.D, d.D, 0, g,
-                 d.V, 0, 1.0f, dW.data, d.V, 0, 1, name);
+  grads.release();
+}
+
+/// The bf16 backward: the weight rounded once per call, each group's h rows
+/// once for its logits and dW products, each chunk's logits gradient stored
+/// in bf16 as it is computed (the rounding both products read), dH per
+/// chunk, dW per group (the first group writes it, beta = 0).
+void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
+                IView labels, int64_t ignoreIndex, float gradScale,
+                int64_t chunk, double *losses, FView dH, FView dW,
+                const char *name) {
+  RoundedWeight w16(w, name);
+  int64_t groupRows = std::min(d.N, chunk * kDwGroupChunks);
+  int64_t ldw = transW ? d.D : d.V;
+  Temp grads(size_t(chunk * d.V) * sizeof(float), name),
+      g16(size_t(groupRows * d.V) * 2, name),
+      h16(size_t(groupRows * d.D) * 2, name);
+  float *g = grads.as<float>();
+  auto *gb = g16.as<__nv_bfloat16>();
+  auto *hb = h16.as<__nv_bfloat16>();
+  for (int64_t q0 = 0; q0 < d.N; q0 += groupRows) {
+    int64_t m = std::min(groupRows, d.N - q0);
+    roundToBf16Copy(h.data + q0 * d.D, hb, m * d.D, name);
+    for (int64_t r0 = q0; r0 < q0 + m; r0 += chunk) {
+      int64_t n = std::min(chunk, q0 + m - r0);
+      __nv_bfloat16 *gc = gb + (r0 - q0) * d.V;
+      gemmRowMajorBf16(false, transW, n, d.V, d.D, 1.0f, hb + (r0 - q0) * d.D,
+                       d.D, 0, w16.get(), ldw, 0, 0.0f, g, d.V, 0, 1, name);
+      rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+          g, gc, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
+      checkLaunch(name);
+      if (dH.data)
+        gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, gc, d.V, 0,
+                         w16.get(), ldw, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
+                         name);
+    }
+    float beta = q0 == 0 ? 0.0f : 1.0f;
+    if (dW.data && transW) // dW[V, D] += dLogits^T . h over the group
+      gemmRowMajorBf16(true, false, d.V, d.D, m, 1.0f, gb, d.V, 0, hb, d.D, 0,
+                       beta, dW.data, d.D, 0, 1, name);
+    else if (dW.data) // dW[D, V] += h^T . dLogits
+      gemmRowMajorBf16(true, false, d.D, d.V, m, 1.0f, hb, d.D, 0, gb, d.V, 0,
+                       beta, dW.data, d.V, 0, 1, name);
+  }
+  grads.release();
+  g16.release();
+  h16.release();
+  w16.release();
 }
 
 /// The gradient of (gradScale * lossSum) chunk by chunk, and with `losses`
@@ -343,31 +378,24 @@ void linearBackwardChunks(CFView h, CFView w, bool transW, IView labels,
                           float gradScale, double *losses, FView dH, FView dW,
                           const char *name) {
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
-  if (dW.data)
-    fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
-  if (d.N == 0)
-    return;
-  if (d.V == 0) {
-    if (dH.data)
+  if (d.N == 0 || d.V == 0) {
+    if (dW.data)
+      fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
+    if (dH.data && d.N > 0)
       fillDevice(dH.data, d.N * d.D, 0.0f, name);
-    if (losses)
+    if (losses && d.N > 0)
       RONDO_CHECK(cudaMemsetAsync(losses, 0, size_t(d.N) * sizeof(double),
                                   currentStream()),
                   name);
     return;
   }
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
-  RoundedWeight w16(w, name);
-  Temp grads(size_t(chunk * d.V) * sizeof(float), name);
-  float *g = grads.as<float>();
-  for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
-    int64_t n = std::min(chunk, d.N - r0);
-    chunkLogits(h, w, w16.get(), transW, d, r0, n, g, name);
-    chunkBackward(h, w, w16.get(), transW, d, labels, ignoreIndex, gradScale,
-                  r0, n, g, losses, dH, dW, name);
-  }
-  grads.release();
-  w16.release();
+  if (precision() == Precision::Bf16)
+    bf16Chunks(h, w, transW, d, labels, ignoreIndex, gradScale, chunk, losses,
+               dH, dW, name);
+  else
+    fp32Chunks(h, w, transW, d, labels, ignoreIndex, gradScale, chunk, losses,
+               dH, dW, name);
 }
 
 } // namespace
