@@ -196,16 +196,7 @@ bool crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
     return false;
   std::vector<double> losses(static_cast<size_t>(N));
   chunkLosses(logits.data, N, V, labels, 0, ignoreIndex, losses.data());
-  double total = 0.0;
-  int64_t n = 0;
-  for (int64_t r = 0; r < N; ++r) {
-    if (labels.data[r] == ignoreIndex)
-      continue;
-    total += losses[size_t(r)];
-    ++n;
-  }
-  *lossSum = total;
-  *count = n;
+  sumLosses(losses.data(), labels, N, ignoreIndex, lossSum, count);
   return true;
 }
 

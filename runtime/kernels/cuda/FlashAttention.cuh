@@ -194,6 +194,26 @@ void flashForwardSm90(const FlashParams &p, int D, const char *name);
 void flashBackwardSm90(const FlashParams &p, int D, bool wantDq, bool wantDkv,
                        const char *name);
 
+//===----------------------------------------------------------------------===//
+// Staging (FlashAttentionStaging.cu)
+//===----------------------------------------------------------------------===//
+
+inline int64_t padTo(int64_t n) { return (n + kPad - 1) / kPad * kPad; }
+
+/// A padded bf16 copy of [mats, rows, D] in a stream-ordered temporary, and
+/// with `transposed` also a [mats, D, rowsPad] copy (for the wgmma kernels).
+struct Bf16Copy {
+  Temp temp;
+  size_t elems;
+  bool transposed;
+  Bf16Copy(const float *src, int64_t mats, int64_t rows, int64_t D,
+           const char *name, bool transposed = false);
+  const bf16 *get() const { return temp.as<bf16>(); }
+  const bf16 *getT() const {
+    return transposed ? temp.as<bf16>() + elems : nullptr;
+  }
+};
+
 } // namespace rondo::cuda::detail::flash
 
 #endif // RONDO_RUNTIME_KERNELS_CUDA_FLASHATTENTION_CUH

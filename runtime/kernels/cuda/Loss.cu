@@ -4,16 +4,19 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// One block per logits row: the row max, sum(exp(x - max)) in double (fixed
-// tree) and the loss lse - x[label] in double, as the CPU computes them. The
-// per-row losses go to a double buffer and one block sums them with a fixed
-// tree over the non-ignored rows; an invalid label anywhere makes the sum 0
-// and raises *badLabel (the CPU's `false`).
+// One block per logits row: the row max and sum(exp(x - max)) in double in
+// one pass (running per-thread maxima, then a fixed tree), and the loss
+// lse - x[label] in double; the CPU takes two passes, so the two agree to
+// rounding. The per-row losses go to a double buffer and one block sums them
+// with a fixed tree over the non-ignored rows; an invalid label anywhere
+// makes the sum 0 and raises *badLabel (the CPU's `false`).
 //
 // linearCrossEntropy computes logits chunk by chunk ([chunkRows, V] at a time,
-// a stream-ordered temporary) with cuBLAS sgemm. The backward follows the
+// a stream-ordered temporary) with cuBLAS. The fp32 backward follows the
 // CPU: dLogits in place, dH = dLogits W^T per chunk, dW zeroed and then
-// accumulated over chunks in chunk order with beta = 1. Unlike the CPU it
+// accumulated over chunks in chunk order with beta = 1; the bf16 backward
+// stores dLogits in bf16 and accumulates dW per group of chunks (bf16Chunks).
+// Unlike the CPU it
 // cannot skip chunks whose rows are all ignored (that needs the labels on the
 // host); those chunks contribute exact zeros. linearCrossEntropyWithGrad is
 // the backward's loop with each row's loss taken from the statistics its
@@ -41,16 +44,27 @@ __device__ inline bool validLabel(int64_t l, int64_t ignoreIndex, int64_t V) {
   return l != ignoreIndex && l >= 0 && l < V;
 }
 
-/// Row max and sum(exp(x - max)) of a row, for every thread of the block.
+/// Row max and sum(exp(x - max)) of a row, for every thread of the block,
+/// from one read of the row (a vocabulary row is far larger than the cache,
+/// so each pass is a pass over memory): each thread keeps its running max
+/// and its sum relative to it, rescaled when the max grows; the block's max
+/// is then taken and the threads' sums, rescaled to it, added by the fixed
+/// tree. A NaN propagates into the sum as in two passes.
 __device__ inline void rowMaxSum(const float *x, int64_t V, float *fscratch,
                                  double *dscratch, float &m, double &sum) {
-  float mx = -INFINITY;
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-    mx = fmaxf(mx, x[c]);
-  m = blockMax(mx, fscratch);
-  double s = 0.0;
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-    s += double(expf(x[c] - m));
+  float mt = -INFINITY;
+  double st = 0.0;
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+    float v = x[c];
+    if (v > mt) {
+      st = st * double(expf(mt - v)) + 1.0;
+      mt = v;
+    } else if (v != -INFINITY) {
+      st += double(expf(v - mt));
+    }
+  }
+  m = blockMax(mt, fscratch);
+  double s = st == 0.0 ? 0.0 : st * double(expf(mt - m));
   sum = blockSum(s, dscratch);
 }
 
