@@ -18,9 +18,9 @@
 // K-major. RONDO_FLASH_SM90=0 keeps the mma.sync kernels (the tests run both
 // paths). Everything below describes both paths unless it says otherwise.
 //
-// Staging: q, k, v (and dO) are first rounded to bf16 (nearest even) by a
-// conversion pass into stream-ordered temporaries whose row counts are padded
-// to the tile size with zero rows. Converting once costs one read of the
+// Staging (FlashAttentionStaging.cu): q, k, v (and dO) are first rounded to
+// bf16 (nearest even) by a conversion pass into stream-ordered temporaries
+// whose row counts are padded to the tile size with zero rows. Converting once costs one read of the
 // inputs, while converting inside the attention kernels would re-read the
 // fp32 k/v once per query tile; it also lets every tile load be a plain
 // 16-byte cp.async with no bounds checks, double-buffered against the tensor
