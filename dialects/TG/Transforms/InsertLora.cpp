@@ -597,11 +597,7 @@ struct TGInsertLoraPass
       Value xa = MatmulOp::create(builder, loc, mm.getA(), a,
                                   mm.getTransposeA(), false);
       Value xab = MatmulOp::create(builder, loc, xa, b, false, false);
-      Value scaled =
-          BinaryOp::create(builder, loc, BinaryKind::mul, xab, scale);
-      Value sum = BinaryOp::create(builder, loc, BinaryKind::add,
-                                   mm.getResult(), scaled);
-      mm.getResult().replaceAllUsesExcept(sum, sum.getDefiningOp());
+      addScaled(builder, loc, mm.getResult(), xab, scale);
       return;
     }
     if (auto em = dyn_cast<ExpertMatmulOp>(use.op)) {
@@ -615,11 +611,7 @@ struct TGInsertLoraPass
                                          em.getIds(), tw);
       Value delta =
           ExpertMatmulOp::create(builder, loc, low, second, em.getIds(), tw);
-      Value scaled =
-          BinaryOp::create(builder, loc, BinaryKind::mul, delta, scale);
-      Value sum = BinaryOp::create(builder, loc, BinaryKind::add,
-                                   em.getResult(), scaled);
-      em.getResult().replaceAllUsesExcept(sum, sum.getDefiningOp());
+      addScaled(builder, loc, em.getResult(), delta, scale);
       return;
     }
     // The fused head reads the merged weight in the layout it expects.
@@ -632,6 +624,15 @@ struct TGInsertLoraPass
     Value merged =
         BinaryOp::create(builder, loc, BinaryKind::add, lce.getW(), scaled);
     lce.getWMutable().set(merged);
+  }
+
+  /// base + delta * scale in place of base for every reader of base.
+  static void addScaled(OpBuilder &builder, Location loc, Value base,
+                        Value delta, Value scale) {
+    Value scaled =
+        BinaryOp::create(builder, loc, BinaryKind::mul, delta, scale);
+    Value sum = BinaryOp::create(builder, loc, BinaryKind::add, base, scaled);
+    base.replaceAllUsesExcept(sum, sum.getDefiningOp());
   }
 
   llvm::DenseMap<Type, Value> scales;

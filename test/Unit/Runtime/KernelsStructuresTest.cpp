@@ -484,15 +484,28 @@ TEST(KernelLoss, LinearCrossEntropyForward) {
                                   &loss, &count));
 }
 
+/// Hidden states, weight and labels of a gradient case: every third row
+/// ignored, and with chunks of 3 a chunk whose rows are all ignored.
+struct GradientInputs {
+  Tensor h, w;
+  Ids labels;
+};
+GradientInputs gradientInputs(const LinearCeCase &c) {
+  Tensor h = uniform(Shape{c.N, c.D}, -2.0f, 2.0f);
+  Tensor w = uniform(c.transW ? Shape{c.V, c.D} : Shape{c.D, c.V});
+  Ids labels{Shape{c.N}, {}};
+  for (int64_t r = 0; r < c.N; ++r)
+    labels.data.push_back(r % 3 == 1 ? -100 : (r * 5 + 1) % c.V);
+  if (c.chunk == 3)
+    labels.data[3] = labels.data[4] = labels.data[5] = -100;
+  return {std::move(h), std::move(w), std::move(labels)};
+}
+
 TEST(KernelLoss, LinearCrossEntropyBackwardFiniteDifferences) {
   for (const LinearCeCase &c : kLinearCeCases) {
-    Tensor h = uniform(Shape{c.N, c.D}, -2.0f, 2.0f);
-    Tensor w = uniform(c.transW ? Shape{c.V, c.D} : Shape{c.D, c.V});
-    Ids labels{Shape{c.N}, {}};
-    for (int64_t r = 0; r < c.N; ++r)
-      labels.data.push_back(r % 3 == 1 ? -100 : (r * 5 + 1) % c.V);
-    if (c.chunk == 3) // a chunk with only ignored rows
-      labels.data[3] = labels.data[4] = labels.data[5] = -100;
+    GradientInputs in = gradientInputs(c);
+    Tensor &h = in.h, &w = in.w;
+    Ids &labels = in.labels;
     float gradScale = 1.0f / 3.0f;
     Tensor dH(h.shape, std::nanf("")), dW(w.shape, std::nanf(""));
     linearCrossEntropyBackward(h.cv(), w.cv(), c.transW, labels.v(), -100,
@@ -526,13 +539,9 @@ TEST(KernelLoss, LinearCrossEntropyBackwardFiniteDifferences) {
 /// ignored chunks, skipped outputs and an invalid label.
 TEST(KernelLoss, LinearCrossEntropyWithGradIsTheTwoCalls) {
   for (const LinearCeCase &c : kLinearCeCases) {
-    Tensor h = uniform(Shape{c.N, c.D}, -2.0f, 2.0f);
-    Tensor w = uniform(c.transW ? Shape{c.V, c.D} : Shape{c.D, c.V});
-    Ids labels{Shape{c.N}, {}};
-    for (int64_t r = 0; r < c.N; ++r)
-      labels.data.push_back(r % 3 == 1 ? -100 : (r * 5 + 1) % c.V);
-    if (c.chunk == 3) // a chunk with only ignored rows
-      labels.data[3] = labels.data[4] = labels.data[5] = -100;
+    GradientInputs in = gradientInputs(c);
+    Tensor &h = in.h, &w = in.w;
+    Ids &labels = in.labels;
     std::string what = "chunk " + std::to_string(c.chunk) + " transW " +
                        std::to_string(c.transW);
     float gradScale = 1.0f / 3.0f;
