@@ -64,6 +64,14 @@ static bool isParameter(Value v) {
   return func && func.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
 }
 
+/// What a bf16 plan keeps of parameter `p` on a worker that holds it: its
+/// fp32 master weights, and a bf16 copy when products are all that read it
+/// (convert-pipe-to-exec's `param_bf16` arguments).
+static double residentBytesOf(Value p) {
+  double bytes = deviceBytes(p.getType(), /*bf16=*/false);
+  return tg::readOnlyByProducts(p) ? 1.5 * bytes : bytes;
+}
+
 /// Ops whose FLOPs run on tensor cores (GEMM-shaped work; the grouped
 /// expert products of a mixture of experts are one GEMM per expert).
 static bool isMatmulLike(Operation *op) {
@@ -277,6 +285,9 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       auto arg = cast<BlockArgument>(p);
       table.layerParamArgs[l].push_back(arg.getArgNumber());
       layer.paramBytes += deviceBytes(p.getType(), options.bf16Storage);
+      if (options.bf16)
+        layer.residentBytes =
+            layer.residentBytes.value_or(0) + residentBytesOf(p);
       if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
         continue;
       // Gradients accumulate over the microbatches in fp32 on the worker.
@@ -301,6 +312,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     if (shared.layers.size() < 2)
       continue;
     shared.paramBytes = deviceBytes(arg.getType(), options.bf16Storage);
+    if (options.bf16)
+      shared.residentBytes = residentBytesOf(arg);
     if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
       shared.gradBytes = deviceBytes(arg.getType(), /*bf16=*/false);
     table.sharedParams.push_back(std::move(shared));

@@ -46,7 +46,8 @@ double residentBytes(const PlanProblem &problem) {
     double trainable = l < int(problem.trainableParams.size())
                            ? problem.trainableParams[l]
                            : 0;
-    bytes += lc.paramBytes + lc.gradBytes + 8 * trainable;
+    bytes +=
+        lc.residentBytes.value_or(lc.paramBytes) + lc.gradBytes + 8 * trainable;
   }
   // A shared parameter is held once; its gradient has a part per stage that
   // produces one (the layer count over-approximates them), and AdamW and
@@ -57,7 +58,9 @@ double residentBytes(const PlanProblem &problem) {
     for (int l : shared.layers)
       resident += isResident(problem, l);
     if (resident > 1)
-      bytes += 2 * shared.gradBytes - (resident - 1) * shared.paramBytes;
+      bytes +=
+          2 * shared.gradBytes -
+          (resident - 1) * shared.residentBytes.value_or(shared.paramBytes);
   }
   return bytes;
 }

@@ -473,16 +473,22 @@ void collectAccesses(ProgramOp program, Operation *op,
     for (ResidentOp r : program.getBody().getOps<ResidentOp>()) {
       if (!mine.count(r.getParamAttr()))
         continue;
-      for (int64_t offset : {int64_t(r.getWeights()), int64_t(r.getExpAvg()),
-                             int64_t(r.getExpAvgSq()), int64_t(r.getSum()),
-                             int64_t(r.getNormSum())}) {
+      // The update also rewrites the weights' bf16 copy (half the bytes).
+      const int64_t bytes = r.getBytes();
+      for (auto [offset, size] :
+           {std::pair{int64_t(r.getWeights()), bytes},
+            {int64_t(r.getExpAvg()), bytes},
+            {int64_t(r.getExpAvgSq()), bytes},
+            {int64_t(r.getSum()), bytes},
+            {int64_t(r.getNormSum()), bytes},
+            {int64_t(r.getBf16().value_or(-1)), bytes / 2}}) {
         if (offset < 0)
           continue;
         Access acc;
         acc.buffer = resident;
         acc.job = job;
         acc.offset = offset;
-        acc.bytes = r.getBytes();
+        acc.bytes = size;
         acc.write = true;
         out.push_back(acc);
       }

@@ -175,17 +175,24 @@ def Exec_ResidentOp : Exec_Op<"resident", [HasParent<"ProgramOp">]> {
     copies the weights and moments there before the first step and back
     before it reads them (checkpoints, exports).
 
+    A weight that a bf16 plan reads only through matrix products also has
+    `bf16`: a bf16 copy of its weights (`bytes / 2` long), which its stage
+    functions read (the `param_bf16` argument) instead of rounding the fp32
+    weights at every microbatch. The trainer writes it whenever the weights
+    change: after they are copied to the worker and after every update.
+
     Example:
-    `exec.resident "lm_head.weight" bytes 4096 weights 0 moments 4096, 8192 sums -1, -1`
+    `exec.resident "lm_head.weight" bytes 4096 weights 0 moments 4096, 8192 sums -1, -1 bf16 12288`
   }];
   let arguments = (ins StrAttr:$param,
                        ConfinedAttr<I64Attr, [IntPositive]>:$bytes,
                        ConfinedAttr<I64Attr, [IntNonNegative]>:$weights,
                        I64Attr:$exp_avg, I64Attr:$exp_avg_sq,
-                       I64Attr:$sum, I64Attr:$norm_sum);
+                       I64Attr:$sum, I64Attr:$norm_sum,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$bf16);
   let assemblyFormat = [{
     $param `bytes` $bytes `weights` $weights `moments` $exp_avg `,`
-    $exp_avg_sq `sums` $sum `,` $norm_sum attr-dict
+    $exp_avg_sq `sums` $sum `,` $norm_sum (`bf16` $bf16^)? attr-dict
   }];
   let hasVerifier = 1;
 }

@@ -21,6 +21,7 @@
 #include "Exec/Transforms/Passes.h"
 #include "Pipe/IR/PipeOps.h"
 #include "TG/IR/TGDialect.h"
+#include "TG/IR/TGOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -69,10 +70,50 @@ struct StageInfo {
   bool hasCheckpointOfInput = false;     ///< Saves its own input activation.
   /// Device-resident parameters it reads and gradient parts it accumulates
   /// (offsets into @resident_grads, its block starting at residentGradBase).
-  SmallVector<Attribute> residentParams, residentGrads;
+  SmallVector<Attribute> residentParams, residentBf16, residentGrads;
   SmallVector<int64_t> residentGradOffsets, residentGradSizes;
   int64_t residentGradBytes = 0;
 };
+
+/// Gives each stage function of a bf16 plan a `param_bf16` argument for
+/// every device-resident weight it reads only through matrix products: the
+/// weights' bf16 copy, which the trainer keeps beside them on the worker.
+/// The products then read the copy (kern-bf16-storage) instead of rounding
+/// the fp32 weights at every microbatch. Idempotent: one plan is lowered
+/// once per optimizer mode.
+void addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
+                              const llvm::SmallDenseSet<Attribute> &resident) {
+  auto precision = plan->getAttrOfType<StringAttr>("precision");
+  if (!precision || precision.getValue() != "bf16" || resident.empty())
+    return;
+  MLIRContext *ctx = module.getContext();
+  for (auto stage : plan.getBody().getOps<pipe::StageOp>()) {
+    auto fn = module.lookupSymbol<func::FuncOp>(
+        (plan.getSymName() + "_" + stage.getSymName()).str());
+    if (!fn)
+      continue;
+    llvm::SmallDenseSet<Attribute> copied;
+    for (unsigned i = 0; i < fn.getNumArguments(); ++i)
+      if (roleOf(fn.getArgAttrDict(i)) == "param_bf16")
+        copied.insert(fn.getArgAttr(i, tg::kParamAttr));
+    for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
+      Attribute name = fn.getArgAttr(i, tg::kParamAttr);
+      if (roleOf(fn.getArgAttrDict(i)) != "param" || !resident.contains(name) ||
+          copied.contains(name) || !tg::readOnlyByProducts(fn.getArgument(i)))
+        continue;
+      auto type = cast<RankedTensorType>(fn.getArgumentTypes()[i]);
+      NamedAttribute attrs[] = {
+          NamedAttribute(StringAttr::get(ctx, kRoleAttr),
+                         StringAttr::get(ctx, "param_bf16")),
+          NamedAttribute(StringAttr::get(ctx, tg::kParamAttr), name)};
+      if (failed(fn.insertArgument(
+              fn.getNumArguments(),
+              RankedTensorType::get(type.getShape(), BFloat16Type::get(ctx)),
+              DictionaryAttr::get(ctx, attrs), fn.getLoc())))
+        continue;
+    }
+  }
+}
 
 /// Derives awaits from accesses while ops are appended in issue order.
 class DependencyTracker {
@@ -253,6 +294,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
              << N << " workers; device-resident state needs one worker";
     residentSet.insert(resident.begin(), resident.end());
   }
+  addResidentBf16Arguments(module, plan, residentSet);
+  llvm::SmallDenseSet<Attribute> bf16Copies;
   // Each resident parameter's size and how many stages produce a part of
   // its gradient.
   llvm::MapVector<Attribute, std::pair<int64_t, int64_t>> residentInfo;
@@ -290,6 +333,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
         Attribute name = fn.getArgAttr(i, tg::kParamAttr);
         info.residentParams.push_back(name);
         residentInfo[name].first = byteSize(t);
+      } else if (role == "param_bf16") {
+        info.residentBf16.push_back(fn.getArgAttr(i, tg::kParamAttr));
+        bf16Copies.insert(info.residentBf16.back());
       } else if (role == "param") {
         info.params.push_back(fn.getArgAttr(i, tg::kParamAttr));
         info.paramOffsets.push_back(info.paramBytes);
@@ -422,9 +468,10 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   struct ResidentLayout {
     Attribute name;
     int64_t bytes, weights, expAvg = -1, expAvgSq = -1, sum = -1, normSum = -1;
+    std::optional<int64_t> bf16;
   };
   SmallVector<ResidentLayout> residentLayout;
-  llvm::DenseMap<Attribute, int64_t> residentWeights;
+  llvm::DenseMap<Attribute, int64_t> residentWeights, residentBf16;
   int64_t residentBytes = 0, residentGradBytes = 0;
   SmallVector<int64_t> residentGradBase;
   for (auto &[name, info] : residentInfo) {
@@ -440,6 +487,11 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       r.sum = residentBytes;
       r.normSum = residentBytes = alignUp(residentBytes + bytes);
       residentBytes = alignUp(residentBytes + bytes);
+    }
+    if (bf16Copies.contains(name)) {
+      r.bf16 = residentBytes;
+      residentBf16[name] = *r.bf16;
+      residentBytes = alignUp(residentBytes + bytes / 2);
     }
     residentWeights[name] = r.weights;
     residentLayout.push_back(r);
@@ -474,7 +526,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
 
   for (const ResidentLayout &r : residentLayout)
     ResidentOp::create(b, loc, cast<StringAttr>(r.name), r.bytes, r.weights,
-                       r.expAvg, r.expAvgSq, r.sum, r.normSum);
+                       r.expAvg, r.expAvgSq, r.sum, r.normSum,
+                       r.bf16 ? b.getI64IntegerAttr(*r.bf16) : IntegerAttr());
   for (const StageInfo &s : stages) {
     auto stageOp = StageOp::create(
         b, loc, b.getStringAttr(s.planStage.getSymName()),
@@ -618,7 +671,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                                  b.getI64IntegerAttr(n), ValueRange{}));
     for (int64_t m = 0; m < M; ++m) {
       SmallVector<Attribute> inputs, outputs, accumulate;
-      unsigned paramIdx = 0, residentIdx = 0;
+      unsigned paramIdx = 0, residentIdx = 0, bf16Idx = 0;
       for (auto [i, role] : llvm::enumerate(s.argRoles)) {
         int64_t bytes = byteSize(s.fn.getArgumentTypes()[i]);
         if (role == "activation") {
@@ -655,6 +708,10 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
           Attribute name = s.residentParams[residentIdx++];
           inputs.push_back(
               ref(kResidentBuffer, n, 0, residentWeights.lookup(name), bytes));
+        } else if (role == "param_bf16") {
+          Attribute name = s.residentBf16[bf16Idx++];
+          inputs.push_back(
+              ref(kResidentBuffer, n, 0, residentBf16.lookup(name), bytes));
         } else if (role == "param") {
           inputs.push_back(ref(slotBuffer, n, 0, s.paramOffsets[paramIdx],
                                s.paramSizes[paramIdx]));

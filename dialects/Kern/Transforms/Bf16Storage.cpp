@@ -9,6 +9,10 @@
 // kernel's twin; any other gets a toBf16 copy in front of its products. Both
 // round exactly where matmul used to round its operands, so the bits stay.
 //
+// A device-resident weight whose stage function also takes its bf16 copy
+// (the `param_bf16` argument convert-pipe-to-exec adds) is read from that
+// copy: the trainer rounds it once per update, not once per microbatch.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Kern/Transforms/Passes.h"
@@ -239,6 +243,21 @@ struct KernBf16StoragePass
           bySource[v].push_back(std::move(use));
       }
 
+    // The bf16 copies the trainer keeps of resident weights, by parameter.
+    DenseMap<Attribute, Value> residentCopy;
+    for (BlockArgument arg : fn.getArguments())
+      if (auto role = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      exec::kRoleAttr);
+          role && role.getValue() == "param_bf16")
+        residentCopy[fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr)] = arg;
+    auto copyOf = [&](Value v) -> Value {
+      auto arg = dyn_cast<BlockArgument>(v);
+      if (!arg || arg.getOwner()->getParentOp() != fn)
+        return {};
+      Attribute name = fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
+      return name ? residentCopy.lookup(name) : Value();
+    };
+
     // Producers are looked up before any is replaced (a replaced
     // producer's results are gone).
     SmallVector<CallOp> producers;
@@ -251,6 +270,12 @@ struct KernBf16StoragePass
         continue; // stored in bf16 with a sibling result
       Value value = entry.first;
       SmallVector<ProductUse> &uses = entry.second;
+      if (Value copy = copyOf(value)) {
+        for (ProductUse &use : uses)
+          redirect(use, copy);
+        eraseDeadReshapes(value);
+        continue;
+      }
       if (producer && succeeded(storeResultsInBf16(producer, bySource))) {
         replaced.insert(producer);
         producer.erase();

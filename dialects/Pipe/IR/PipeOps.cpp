@@ -305,6 +305,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
         sp.paramBytes = bytes.getValueAsDouble();
       if (auto bytes = entry.getAs<FloatAttr>("grad_bytes"))
         sp.gradBytes = bytes.getValueAsDouble();
+      if (auto bytes = entry.getAs<FloatAttr>("resident_bytes"))
+        sp.residentBytes = bytes.getValueAsDouble();
       if (auto layers = entry.getAs<DenseI64ArrayAttr>("layers"))
         for (int64_t l : layers.asArrayRef())
           sp.layers.push_back(static_cast<int>(l));
@@ -325,6 +327,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     cost.backwardSeconds = layer.getBwdSeconds().convertToDouble();
     cost.paramBytes = layer.getParamBytes().convertToDouble();
     cost.gradBytes = layer.getGradBytes().convertToDouble();
+    if (std::optional<APFloat> bytes = layer.getResidentBytes())
+      cost.residentBytes = bytes->convertToDouble();
     cost.inputBytes = layer.getInputBytes().convertToDouble();
     cost.workspaceBytes = layer.getWorkspaceBytes().convertToDouble();
     cost.backwardWork = !layer.getNoBackward();

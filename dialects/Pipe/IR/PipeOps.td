@@ -128,7 +128,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     the same budgets: long-context planning, with the table scaled to that
     length and one layer per stage, so that one layer's activations at a
     time bound it. `shared_params` lists the parameters several layers read
-    (a tied embedding and LM head: `{param_bytes, grad_bytes, layers}`);
+    (a tied embedding and LM head: `{param_bytes, grad_bytes, layers}`,
+    and `resident_bytes` as a layer's);
     every layer's `param_bytes` counts them, and a stage holding several of
     those layers holds them once. Whole-plan invariants are checked by `pipe-verify-plan`.
 
@@ -236,7 +237,11 @@ def Pipe_LayerOp : Pipe_Op<"layer", [HasParent<"PlanOp">]> {
     parameters read and of the gradients produced, bytes of the activation
     entering the layer (its checkpoint) and of the activations its backward
     keeps from its forward; `trainable_params` counts the trainable
-    parameters whose optimizer step this layer owns. `no_backward` marks a
+    parameters whose optimizer step this layer owns. `resident_bytes`, when
+    present, is what the parameters take on a worker that keeps them
+    (device residency) where that differs from `param_bytes`: under bf16
+    the fp32 master weights and the bf16 copies of those read only by
+    products (`exec.resident`'s `bf16`). `no_backward` marks a
     layer whose backward computes nothing (frozen below every trainable
     parameter, as LoRA's embedding): backward stages neither upload nor
     recompute it.
@@ -251,7 +256,8 @@ def Pipe_LayerOp : Pipe_Op<"layer", [HasParent<"PlanOp">]> {
                        F64Attr:$fwd_seconds, F64Attr:$bwd_seconds,
                        F64Attr:$param_bytes, F64Attr:$grad_bytes,
                        F64Attr:$input_bytes, F64Attr:$workspace_bytes,
-                       F64Attr:$trainable_params, UnitAttr:$no_backward);
+                       F64Attr:$trainable_params, UnitAttr:$no_backward,
+                       OptionalAttr<F64Attr>:$resident_bytes);
   let assemblyFormat = "$index $kind attr-dict";
   let hasVerifier = 1;
 }

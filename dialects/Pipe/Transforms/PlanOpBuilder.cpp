@@ -204,13 +204,17 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
   }
   if (!p.sharedParams.empty()) {
     SmallVector<Attribute> shared;
-    for (const planner::SharedParam &sp : p.sharedParams)
-      shared.push_back(b.getDictionaryAttr(
-          {b.getNamedAttr("param_bytes", f64(sp.paramBytes)),
-           b.getNamedAttr("grad_bytes", f64(sp.gradBytes)),
-           b.getNamedAttr("layers",
-                          b.getDenseI64ArrayAttr(SmallVector<int64_t>(
-                              sp.layers.begin(), sp.layers.end())))}));
+    for (const planner::SharedParam &sp : p.sharedParams) {
+      SmallVector<NamedAttribute> entry = {
+          b.getNamedAttr("param_bytes", f64(sp.paramBytes)),
+          b.getNamedAttr("grad_bytes", f64(sp.gradBytes)),
+          b.getNamedAttr("layers", b.getDenseI64ArrayAttr(SmallVector<int64_t>(
+                                       sp.layers.begin(), sp.layers.end())))};
+      if (sp.residentBytes)
+        entry.push_back(
+            b.getNamedAttr("resident_bytes", f64(*sp.residentBytes)));
+      shared.push_back(b.getDictionaryAttr(entry));
+    }
     plan.setSharedParamsAttr(b.getArrayAttr(shared));
   }
   Block *body = new Block();
@@ -227,7 +231,8 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
                     f64(layer.paramBytes), f64(layer.gradBytes),
                     f64(layer.inputBytes), f64(layer.workspaceBytes),
                     f64(p.trainableParams[i]),
-                    layer.backwardWork ? nullptr : inner.getUnitAttr());
+                    layer.backwardWork ? nullptr : inner.getUnitAttr(),
+                    layer.residentBytes ? f64(*layer.residentBytes) : nullptr);
   }
   // Forward stages checkpoint the input of every backward stage's first
   // layer that they compute (layer 0's input is the token data itself).

@@ -35,6 +35,26 @@ double rondo::tg::detail::sumTensorBytes(ValueRange values) {
   return bytes;
 }
 
+static bool readOnlyByProductsImpl(Value v, bool &used) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *user = use.getOwner();
+    if (auto reshape = dyn_cast<rondo::tg::ReshapeOp>(user)) {
+      if (!readOnlyByProductsImpl(reshape.getResult(), used))
+        return false;
+      continue;
+    }
+    if (!isa<rondo::tg::MatmulOp>(user))
+      return false;
+    used = true;
+  }
+  return true;
+}
+
+bool rondo::tg::readOnlyByProducts(Value v) {
+  bool used = false;
+  return readOnlyByProductsImpl(v, used) && used;
+}
+
 FailureOr<SmallVector<int64_t>>
 rondo::tg::broadcastShapes(ArrayRef<int64_t> a, ArrayRef<int64_t> b) {
   size_t rank = std::max(a.size(), b.size());

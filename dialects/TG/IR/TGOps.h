@@ -41,6 +41,10 @@ mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 /// Whether `from` broadcasts to `to` with NumPy rules.
 bool broadcastsTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
+/// Whether `v` is read, through reshapes, only as an operand of matrix
+/// products (and at least once): the weights whose bf16 rounding is all a
+/// bf16 trainer computes with, so a bf16 copy can stand in for them.
+bool readOnlyByProducts(mlir::Value v);
 } // namespace rondo::tg
 
 #endif // RONDO_DIALECTS_TG_IR_TGOPS_H

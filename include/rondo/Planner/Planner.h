@@ -46,6 +46,11 @@ struct LayerCost {
   double backwardSeconds = 0;
   /// Device bytes of the parameters the layer reads (compute precision).
   double paramBytes = 0;
+  /// What its parameters take on a worker that keeps them (device
+  /// residency) when that differs from paramBytes: under bf16, the fp32
+  /// master weights plus the bf16 copies of those read only by products
+  /// (exec.resident's `bf16`). Unset: paramBytes.
+  std::optional<double> residentBytes;
   /// Device bytes of the gradients of its trainable parameters.
   double gradBytes = 0;
   /// The activation entering the layer for one microbatch: what a
@@ -71,6 +76,7 @@ struct SharedParam {
   double paramBytes = 0;
   double gradBytes = 0;
   std::vector<int> layers;
+  std::optional<double> residentBytes; ///< As LayerCost's.
 };
 
 /// Everything the partitioner and the simulator need besides the layers.

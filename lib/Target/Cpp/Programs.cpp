@@ -144,13 +144,14 @@ Emitter::emitProgram(exec::ProgramOp program,
       return r.emitOpError("keeps parameter '")
              << r.getParam() << "' on the worker, which @main does not have";
     // I64Attr reads back unsigned: -1 (absent) must print as -1.
-    tablesOs << llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}}, ", it->second,
-                              int64_t(r.getWeights()), int64_t(r.getExpAvg()),
-                              int64_t(r.getExpAvgSq()), int64_t(r.getSum()),
-                              int64_t(r.getNormSum()));
+    tablesOs << llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}}, ",
+                              it->second, int64_t(r.getWeights()),
+                              int64_t(r.getExpAvg()), int64_t(r.getExpAvgSq()),
+                              int64_t(r.getSum()), int64_t(r.getNormSum()),
+                              int64_t(r.getBf16().value_or(-1)));
     ++numResident;
   }
-  tablesOs << "{-1, -1, -1, -1, -1, -1}};\n";
+  tablesOs << "{-1, -1, -1, -1, -1, -1, -1}};\n";
   llvm::stable_sort(
       parts, [](const Part &a, const Part &b) { return a.param < b.param; });
   tablesOs << "const rondo_stage_desc " << id << "_stages[] = {\n";

@@ -236,6 +236,14 @@ public:
     });
   }
 
+  void toBf16(int32_t worker, const Bf16Copy *copies, size_t count) override {
+    onOptimizerStream(worker, "the bf16 weight copies", [&](cudaStream_t) {
+      for (size_t k = 0; k < count; ++k)
+        cuda::toBf16(cpu::CFView{copies[k].src, cpu::Shape{copies[k].n}},
+                     cpu::BView{copies[k].dst, cpu::Shape{copies[k].n}});
+    });
+  }
+
   void sumParts(int32_t worker, float *sum, const float *const *parts,
                 int32_t count, int64_t n) override {
     onOptimizerStream(worker, "the device part sum", [&](cudaStream_t) {

@@ -13,6 +13,8 @@
 
 #include "rondo/runtime/DeviceOps.h"
 
+#include "Kernels.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -44,6 +46,12 @@ void DeviceOps::scale(int32_t, float *data, int64_t n, float factor) {
 #pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 15))
   for (int64_t i = 0; i < n; ++i)
     data[i] = data[i] * factor;
+}
+
+void DeviceOps::toBf16(int32_t, const Bf16Copy *copies, size_t count) {
+  for (size_t k = 0; k < count; ++k)
+    cpu::toBf16(cpu::CFView{copies[k].src, cpu::Shape{copies[k].n}},
+                cpu::BView{copies[k].dst, cpu::Shape{copies[k].n}});
 }
 
 void DeviceOps::sumParts(int32_t, float *sum, const float *const *parts,

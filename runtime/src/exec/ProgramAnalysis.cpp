@@ -118,6 +118,10 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
                              offset + bytes > residentBytes))
           throw bad(std::string("keeps '") + model.params[r.param].name +
                     "' outside its resident buffer");
+      if (r.bf16 != -1 &&
+          (r.bf16 < 0 || r.bf16 % 2 || r.bf16 + bytes / 2 > residentBytes))
+        throw bad(std::string("keeps the bf16 copy of '") +
+                  model.params[r.param].name + "' outside its resident buffer");
       if (r.weights < 0 ||
           (model.params[r.param].trainable && (r.expAvg < 0 || r.expAvgSq < 0)))
         throw bad(std::string("keeps '") + model.params[r.param].name +

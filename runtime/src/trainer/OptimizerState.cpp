@@ -136,6 +136,13 @@ void OptimizerState::update(const std::vector<int> &which, int64_t step) {
     updated.push_back({o.resident() ? o.workerParam : o.param, o.numel});
   }
   replicas.allGatherShards(updated);
+  // The stage functions read the bf16 copies of the whole weights.
+  std::vector<Bf16Copy> copies;
+  for (int i : which)
+    if (const OptParam &o = opt[size_t(i)]; o.workerBf16)
+      copies.push_back({o.workerParam, o.workerBf16, o.numel});
+  if (!copies.empty())
+    device->toBf16(worker, copies.data(), copies.size());
 }
 
 void OptimizerState::clipAndUpdate(int64_t step, double norm) {

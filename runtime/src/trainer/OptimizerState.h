@@ -49,6 +49,9 @@ struct OptParam {
   int32_t worker = -1;
   float *workerParam = nullptr, *workerGrad = nullptr;
   float *workerExpAvg = nullptr, *workerExpAvgSq = nullptr;
+  /// The weights' bf16 copy on the worker, rewritten after every update
+  /// (null when the plan keeps none).
+  uint16_t *workerBf16 = nullptr;
   bool resident() const { return worker >= 0; }
 };
 

@@ -35,17 +35,33 @@ void ResidentState::bind(OptimizerState &optimizer) const {
     o.workerParam = at(o.index, &rondo_resident_param::weights);
     o.workerExpAvg = at(o.index, &rondo_resident_param::expAvg);
     o.workerExpAvgSq = at(o.index, &rondo_resident_param::expAvgSq);
+    o.workerBf16 = bf16Of(o.index);
     o.grad = nullptr;
   }
 }
 
+uint16_t *ResidentState::bf16Of(int q) const {
+  const int32_t r = info.residentOf[size_t(q)];
+  if (r < 0 || program.residentParams[r].bf16 < 0)
+    return nullptr;
+  return reinterpret_cast<uint16_t *>(state + program.residentParams[r].bf16);
+}
+
 void ResidentState::push(const OptimizerState &optimizer) const {
+  std::vector<Bf16Copy> copies;
   for (int32_t i = 0; i < program.numResidentParams; ++i) {
     const rondo_resident_param &r = program.residentParams[i];
+    const int64_t n = numElements(model.params[r.param]);
     device().copyToWorker(worker(), state + r.weights, params[r.param],
-                          size_t(numElements(model.params[r.param])) *
-                              sizeof(float));
+                          size_t(n) * sizeof(float));
+    if (r.bf16 >= 0)
+      copies.push_back({reinterpret_cast<const float *>(state + r.weights),
+                        bf16Of(r.param), n});
   }
+  // Frozen weights keep these copies for the whole run; trainable ones get
+  // new ones after every update (OptimizerState::update).
+  if (!copies.empty())
+    device().toBf16(worker(), copies.data(), copies.size());
   for (const OptParam &o : optimizer.tensors()) {
     if (!o.resident())
       continue;

@@ -46,8 +46,8 @@ public:
   /// Points every resident trainable parameter's update at its worker
   /// state (its gradient: ProgramGrads::bind).
   void bind(OptimizerState &optimizer) const;
-  /// Host -> worker: every resident weight and the moments of the
-  /// trainable ones.
+  /// Host -> worker: every resident weight (and its bf16 copy) and the
+  /// moments of the trainable ones.
   void push(const OptimizerState &optimizer) const;
   /// Worker -> host: the weights and moments the run changes.
   void pull(OptimizerState &optimizer) const;
@@ -65,6 +65,8 @@ public:
 
 private:
   float *at(int q, int64_t rondo_resident_param::*field) const;
+  /// Parameter q's bf16 weight copy on the worker, or null.
+  uint16_t *bf16Of(int q) const;
 
   const rondo_program &program;
   const ModelSpec &model;

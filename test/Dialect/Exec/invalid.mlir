@@ -134,7 +134,7 @@ exec.program @carried_state plan @plan_w2 workers 1 microbatches 1 first_worker 
 // The dialect verifies the discardable attributes of stage functions
 // (ExecOps.h).
 
-// expected-error @+1 {{'exec.role' of a function argument must be one of "activation", "gradient", "param", "input_ids", "labels", "loss_scale", "data"}}
+// expected-error @+1 {{'exec.role' of a function argument must be one of "activation", "gradient", "param", "param_bf16", "input_ids", "labels", "loss_scale", "data"}}
 func.func private @arg_role(tensor<f32> {exec.role = "checkpoint"})
 
 // -----

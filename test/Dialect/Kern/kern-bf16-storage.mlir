@@ -139,3 +139,21 @@ func.func @gated_operands(%x: tensor<8x4xf32>, %wg: tensor<4x16xf32>, %wu: tenso
   %y2 = kern.call @matmul(%h2, %wd) args {accumulate = false, transA = false, transB = false} : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
   return %y, %pu, %pg, %g2, %y2 : tensor<8x4xf32>, tensor<8x16xf32>, tensor<4x16xf32>, tensor<8x16xf32>, tensor<8x4xf32>
 }
+
+// -----
+
+// A device-resident weight whose bf16 copy the stage function also takes
+// (the param_bf16 argument convert-pipe-to-exec adds) is read from that
+// copy by every product, through reshapes too: no toBf16 of the weight.
+// CHECK-LABEL: func.func @resident_weight_copy
+// CHECK: %[[X:.*]] = kern.call @toBf16(%arg0) : (tensor<2x8x16xf32>) -> tensor<2x8x16xbf16>
+// CHECK: kern.call @matmulBf16(%[[X]], %arg2) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x16xbf16>, tensor<16x32xbf16>) -> tensor<2x8x32xf32>
+// CHECK: %[[R:.*]] = tg.reshape %arg2 : (tensor<16x32xbf16>) -> tensor<1x16x32xbf16>
+// CHECK: kern.call @matmulBf16(%{{.*}}, %[[R]]) args {accumulate = false, transA = false, transB = true}
+// CHECK-NOT: @toBf16(%arg1)
+func.func @resident_weight_copy(%x: tensor<2x8x16xf32> {exec.role = "activation"}, %w: tensor<16x32xf32> {exec.role = "param", tg.param = "w"}, %wb: tensor<16x32xbf16> {exec.role = "param_bf16", tg.param = "w"}, %dy: tensor<1x8x32xf32> {exec.role = "gradient"}) -> (tensor<2x8x32xf32>, tensor<1x8x16xf32>) attributes {exec.stage} {
+  %y = kern.call @matmul(%x, %w) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+  %r = tg.reshape %w : (tensor<16x32xf32>) -> tensor<1x16x32xf32>
+  %dx = kern.call @matmul(%dy, %r) args {accumulate = false, transA = false, transB = true} : (tensor<1x8x32xf32>, tensor<1x16x32xf32>) -> tensor<1x8x16xf32>
+  return %y, %dx : tensor<2x8x32xf32>, tensor<1x8x16xf32>
+}

@@ -291,6 +291,24 @@ TEST(CostTest, SharedParameterCountsOncePerStage) {
   EXPECT_DOUBLE_EQ(costStage(p, bwd(0, 1)).gradBytes, bottom.gradBytes);
 }
 
+TEST(CostTest, ResidentStateCountsWhatTheWorkerKeeps) {
+  // Layers 0 and 2 resident; layer 0 trains 25 parameters (100 bytes of
+  // gradient), layer 2 75 (300). Without residentBytes a layer keeps its
+  // paramBytes; with it (fp32 masters beside bf16 copies), that instead.
+  PlanProblem p = tinyProblem();
+  p.resident = {true, false, true};
+  p.trainableParams = {25, 0, 75};
+  EXPECT_DOUBLE_EQ(residentBytes(p), (100 + 100 + 8 * 25) + (300 + 300 + 600));
+  p.layers[0].residentBytes = 150;
+  p.layers[2].residentBytes = 420;
+  EXPECT_DOUBLE_EQ(residentBytes(p), (150 + 100 + 200) + (420 + 300 + 600));
+  // A shared parameter resident in both layers is held once: the second
+  // layer's count of it comes off, as what the worker keeps of it.
+  p.sharedParams.push_back({5, 2, {0, 2}, 8});
+  EXPECT_DOUBLE_EQ(residentBytes(p),
+                   (150 + 100 + 200) + (420 + 300 + 600) + 2 * 2 - 8);
+}
+
 //===----------------------------------------------------------------------===//
 // RoundPipe's greedy, by hand (research/roundpipe.md 2.2)
 //===----------------------------------------------------------------------===//

@@ -34,6 +34,14 @@ struct FloatSpan {
   int64_t n = 0;
 };
 
+/// A tensor and its bf16 copy (device-resident weights, exec.resident's
+/// `bf16`), both in one worker's memory.
+struct Bf16Copy {
+  const float *src = nullptr;
+  uint16_t *dst = nullptr;
+  int64_t n = 0;
+};
+
 class PinnedPool;
 
 class DeviceOps {
@@ -84,6 +92,9 @@ public:
                              size_t count);
   /// data[i] = data[i] * factor (clipping).
   virtual void scale(int32_t worker, float *data, int64_t n, float factor);
+  /// Rounds each copy's source into its bf16 copy, with the bits of the
+  /// `toBf16` kernel the stage functions would otherwise run.
+  virtual void toBf16(int32_t worker, const Bf16Copy *copies, size_t count);
   /// sum[i] = parts[0][i] + parts[1][i] + ..., added in that order.
   virtual void sumParts(int32_t worker, float *sum, const float *const *parts,
                         int32_t count, int64_t n);

@@ -151,6 +151,9 @@ typedef struct rondo_resident_param {
   int64_t weights, expAvg, expAvgSq;
   int64_t sum;     /* the parts added in table order, which AdamW reads */
   int64_t normSum; /* the same, for the logged norm (overlap mode) */
+  int64_t bf16;    /* the weights' bf16 copy, which stage functions read
+                      (the param_bf16 role): rewritten by the trainer
+                      whenever the weights change */
 } rondo_resident_param;
 
 typedef struct rondo_exec rondo_exec;
