@@ -25,21 +25,14 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    auto s_ = (x);                                                             \
-    if (int(s_) != 0) {                                                        \
-      std::fprintf(stderr, "%s:%d %s -> %d\n", __FILE__, __LINE__, #x,         \
-                   int(s_));                                                   \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 namespace {
 

@@ -8,6 +8,8 @@
 #   w1-streamed.trainer  W1, one worker, --residency=streamed
 #   <fixture>.trainer    the four tiny fixtures in fp32, one worker,
 #                        --residency=device, with their token ids
+#   deep-bf16-{device,streamed}.trainer  qwen3-deep-tiny in bf16, both
+#                        residencies (run-residency.sh compares their losses)
 #   plans/               --explain of every plan here (predictions)
 # With QWEN3_8B.onnx (test/GPU/run-residency.sh exports it with EXPORT8B=1):
 #   lora8b.trainer          the Qwen3-8B shape, LoRA rank 16 on every linear,
@@ -36,6 +38,13 @@ for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
   compile $models/$m.onnx --batch 2 --seq-len 32 --microbatches 2 --workers 1 \
     --residency=device --precision=fp32 -o build-gpu/$m.trainer
   /usr/bin/python3 test/E2E/check_reference.py npy $models/$m.ref.onnx build-gpu/ids_$m.npy
+done
+# bf16 (the cuda default), device-resident (the products read the bf16
+# weight copies the trainer keeps) and streamed (they round the uploaded
+# weights): the same bits.
+for r in device streamed; do
+  compile $models/qwen3-deep-tiny.onnx --batch 2 --seq-len 32 --microbatches 2 --workers 1 \
+    --residency=$r -o build-gpu/deep-bf16-$r.trainer
 done
 if [ -n "$graph8b" ]; then
   compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
