@@ -5,6 +5,8 @@
 #      (scripts/export-hf-onnx.py --graph-only), as $OUT/qwen3-8b.onnx;
 #   1. the four tiny fixtures in fp32 with device-resident state: sync with
 #      --dump-gradients, overlap (checked here with check_reference.py);
+#   1b. qwen3-deep-tiny in bf16, device-resident and streamed: the same
+#      losses over 20 steps (test/E2E/same_losses.py);
 #   2. W1 with the planner's residency and streamed, beside PyTorch eager,
 #      Hugging Face + torch.compile and a compiled plain module, in one
 #      bench/w1.py run;
@@ -36,6 +38,18 @@ for m in ${FIXTURES-qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny}; do
     > $res/fixtures/$m.overlap.out 2>&1
   echo "$m overlap rc=$?"
 done
+# bf16: the resident plan's bf16 weight copies against the streamed plan's
+# per-microbatch rounding, 20 steps with clipping: the same bits.
+if [ -x build-gpu/deep-bf16-device.trainer ]; then
+  for r in device streamed; do
+    timeout 60 build-gpu/deep-bf16-$r.trainer --weights test/data/models/qwen3-deep-tiny.onnx \
+      --data build-gpu/ids_qwen3-deep-tiny.npy --steps 20 --lr 1e-3 --clip-grad-norm 0.5 \
+      --quiet --log-json $res/fixtures/deep-bf16-$r.log > $res/fixtures/deep-bf16-$r.out 2>&1
+    echo "deep-bf16 $r rc=$?"
+  done
+  python3 test/E2E/same_losses.py $res/fixtures/deep-bf16-device.log \
+    $res/fixtures/deep-bf16-streamed.log
+fi
 cfg() { echo "$1=1:0:1:build-gpu/$2.trainer:${STEPS:-6}"; }
 configs=(--config "$(cfg planner w1)")
 [ "${STREAMED:-1}" = 1 ] && configs+=(--config "$(cfg streamed w1-streamed)")
