@@ -80,6 +80,24 @@ static bool isMatmulLike(Operation *op) {
              tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op);
 }
 
+/// The fused attention's efficiency at the keys its rows see (the spec's
+/// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
+static double attentionEfficiency(Operation *op, const DeviceSpec &spec) {
+  double h = spec.attentionTokensForHalfEfficiency;
+  if (h <= 0)
+    return spec.attentionEfficiency;
+  Value k = op->getOperand(1); // q, k, v, ... for both ops
+  auto type = cast<RankedTensorType>(k.getType());
+  double keys = static_cast<double>(type.getDimSize(type.getRank() - 2));
+  if (auto window = op->getAttrOfType<IntegerAttr>("window"))
+    if (window.getInt() > 0)
+      keys = std::min(keys, static_cast<double>(window.getInt()));
+  auto curve = [h](double s) { return s / (s + h); };
+  return std::min(spec.attentionEfficiency * curve(keys) /
+                      curve(spec.attentionFitTokens),
+                  spec.matmulEfficiency);
+}
+
 static double tokensPerStep(func::FuncOp func) {
   for (BlockArgument arg : func.getArguments())
     if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
@@ -134,7 +152,7 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
       rows = tokensPerStep(func) / m;
     double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
     if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
-      rate = peak * spec.attentionEfficiency;
+      rate = peak * attentionEfficiency(op, spec);
     else
       rate = peak * spec.matmulEfficiency /
              (1 + std::pow(spec.rowsForHalfEfficiency / rows,

@@ -50,6 +50,13 @@ static DeviceSpec h100() {
   s.rowsForHalfEfficiency = 808;
   s.rowsCurveExponent = 1.5;
   s.attentionEfficiency = 0.167;
+  // The wgmma kernels' rate against the keys per row
+  // (bench/results/h100x1/attention-2026-11-26, forward + backward at
+  // W1's heads): 1.065 ms at 4K keys, 3.62 ms at 8K for 4x the work, so
+  // 1.18x the rate; S / (S + 1774) gives that ratio. The fit above holds at
+  // W1's 4K; 32K-token rows run 1.36x faster per FLOP.
+  s.attentionTokensForHalfEfficiency = 1774;
+  s.attentionFitTokens = 4096;
   s.memoryBandwidth = 3.35e12;
   s.memoryEfficiency = 0.70;
   s.kernelLaunchSeconds = 0;
@@ -224,6 +231,9 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"rows_for_half_efficiency", &spec.rowsForHalfEfficiency},
       {"rows_curve_exponent", &spec.rowsCurveExponent},
       {"attention_efficiency", &spec.attentionEfficiency},
+      {"attention_tokens_for_half_efficiency",
+       &spec.attentionTokensForHalfEfficiency},
+      {"attention_fit_tokens", &spec.attentionFitTokens},
       {"memory_bandwidth", &spec.memoryBandwidth},
       {"memory_efficiency", &spec.memoryEfficiency},
       {"memory_bytes", &spec.memoryBytes},
@@ -286,6 +296,8 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
                                        "device to start from)");
   if (spec.hostLinkAggregateBandwidth <= 0)
     spec.hostLinkAggregateBandwidth = spec.hostLinkBandwidth;
+  if (spec.attentionFitTokens <= 0)
+    return specError(nameOrPath, "'attention_fit_tokens' must be positive");
   if (spec.matmulEfficiency <= 0 || spec.matmulEfficiency > 1 ||
       spec.attentionEfficiency <= 0 || spec.attentionEfficiency > 1 ||
       spec.memoryEfficiency <= 0 || spec.memoryEfficiency > 1)

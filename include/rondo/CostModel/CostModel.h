@@ -44,6 +44,13 @@ struct DeviceSpec {
   /// Fraction of the peak fused causal attention reaches (forward and
   /// backward); below the GEMM efficiency on every current kernel.
   double attentionEfficiency = 0.6;
+  /// How the fused attention's rate grows with the keys a query row sees
+  /// (S, or the window when narrower): attentionEfficiency holds at
+  /// attentionFitTokens keys and scales as S / (S + this), as the kernels'
+  /// per-tile costs (softmax, the causal diagonal, staging) spread over
+  /// longer rows; never above matmulEfficiency. 0: one rate for all.
+  double attentionTokensForHalfEfficiency = 0;
+  double attentionFitTokens = 4096;
   double memoryBandwidth = 0;
   double memoryEfficiency = 0.8;
   double memoryBytes = 0;     // per worker
