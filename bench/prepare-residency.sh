@@ -15,9 +15,8 @@
 #   lora8b.trainer          the Qwen3-8B shape, LoRA rank 16 on every linear,
 #                           1 x 32768 tokens, the planner's own residency
 #   lora8b-device.trainer   the same, forced device-resident
-#   lora8b-stream32.trainer the same, forced to stream within a 32 GB worker
-#                           budget (RoundPipe's consumer-GPU regime is 24 GB,
-#                           which holds no plan with fp32 activations)
+#   lora8b-stream24.trainer the same, forced to stream within a 24 GB worker
+#                           budget (RoundPipe's consumer-GPU regime)
 #
 #   bash bench/prepare-residency.sh [h100|h200] [QWEN3_8B.onnx]
 # On the GPU machine: MACHINE=h100x1 bash test/GPU/run-residency.sh (W1)
@@ -51,11 +50,9 @@ if [ -n "$graph8b" ]; then
     --explain=build-gpu/plans/lora8b -o build-gpu/lora8b.trainer
   compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
     --residency=device --explain=build-gpu/plans/lora8b-device -o build-gpu/lora8b-device.trainer
-  # RoundPipe's 24 GB budget holds no plan while activations are stored in
-  # fp32 (the smallest needs 30.6 GB at 32K tokens): the smallest that fits.
   compile "$graph8b" --batch 1 --seq-len 32768 --workers 1 --lora=rank=16,alpha=32 \
-    --residency=streamed --worker-memory-gb 32 --explain=build-gpu/plans/lora8b-stream32 \
-    -o build-gpu/lora8b-stream32.trainer
+    --residency=streamed --worker-memory-gb 24 --explain=build-gpu/plans/lora8b-stream24 \
+    -o build-gpu/lora8b-stream24.trainer
 fi
 # KERNEL_TESTS=1: the CUDA kernel tests too (run first by run-residency.sh).
 if [ "${KERNEL_TESTS:-0}" = 1 ]; then

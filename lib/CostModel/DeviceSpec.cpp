@@ -41,7 +41,7 @@ static DeviceSpec h100() {
   // (bench/results/h100x1/bf16-storage-2026-11-26): GEMMs at 74% of peak
   // from 4K tokens up (the rows curve's shape is bench/measure_device.py's:
   // half of that at ~800 tokens; cuBLAS itself reaches 75%), the fused
-  // attention at 17% (PyTorch's SDPA reaches 48%), the memory-bound work
+  // attention as below (PyTorch's SDPA reaches 48%), the memory-bound work
   // at 70% of 3.35 TB/s of its analytic bytes, no per-op overhead beyond
   // that (the two-plan fit finds none left), the host AdamW at 4.1
   // Gparam/s and pinned copies at 50 GB/s. The fit is redone whenever the
@@ -49,12 +49,20 @@ static DeviceSpec h100() {
   s.matmulEfficiency = 0.74;
   s.rowsForHalfEfficiency = 808;
   s.rowsCurveExponent = 1.5;
-  s.attentionEfficiency = 0.167;
+  // The fused attention at W1's 4K keys as the trainer runs it: 242 TFLOP/s
+  // forward and 197 backward in the kernel profile of
+  // bench/results/h100x1/resident-bf16-2026-11-27, 208 together (21%). The
+  // joint fit's 16.7% had taken in time that is not attention's, which
+  // 32K-token rows (mostly attention) exposed: the Qwen3-8B LoRA plans
+  // were predicted 1.32-1.40x slower than measured, 1.17-1.25x with this.
+  s.attentionEfficiency = 0.21;
   // The wgmma kernels' rate against the keys per row
   // (bench/results/h100x1/attention-2026-11-26, forward + backward at
   // W1's heads): 1.065 ms at 4K keys, 3.62 ms at 8K for 4x the work, so
-  // 1.18x the rate; S / (S + 1774) gives that ratio. The fit above holds at
-  // W1's 4K; 32K-token rows run 1.36x faster per FLOP.
+  // 1.18x the rate; S / (S + 1774) gives that ratio. The rate above holds at
+  // W1's 4K; 32K-token rows run 1.36x faster per FLOP (the 8B LoRA profile
+  // of resident-bf16-2026-11-27 measured 330 / 268 TFLOP/s there, 1.36x
+  // W1's).
   s.attentionTokensForHalfEfficiency = 1774;
   s.attentionFitTokens = 4096;
   s.memoryBandwidth = 3.35e12;

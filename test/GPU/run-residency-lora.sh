@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on one GPU what bench/prepare-residency.sh packed with the 8B graph:
 # LoRA (rank 16, every linear) of the Qwen3-8B shape at 32K tokens, the
-# planner's residency, forced device-resident and streamed within 32 GB, beside PyTorch + PEFT with
+# planner's residency, forced device-resident and streamed within 24 GB, beside PyTorch + PEFT with
 # gradient checkpointing at 8K and 16K tokens (bench/long_context.py), all
 # into $OUT/lora.tar.xz.
 cd "$(dirname "$0")/../.."
@@ -13,7 +13,7 @@ res=$(mktemp -d)
 timeout "${LIMIT:-560}" python3 bench/long_context.py --machine "${MACHINE:-h100x1}" --out $res \
   --rondo "lora8b-planner=build-gpu/lora8b.trainer:32768:${STEPS:-3}" \
   --rondo "lora8b-device=build-gpu/lora8b-device.trainer:32768:${STEPS:-3}" \
-  --rondo "lora8b-stream32=build-gpu/lora8b-stream32.trainer:32768:${STEPS:-3}" \
+  --rondo "lora8b-stream24=build-gpu/lora8b-stream24.trainer:32768:${STEPS:-3}" \
   --torch-lora "qwen3-8b:8192:16:32" --torch-lora "qwen3-8b:16384:16:32" \
   --torch-lora-checkpointing-only 2>&1 | tail -20
 tar cf - -C $res . | xz -T4 > $OUT/lora.tar.xz
