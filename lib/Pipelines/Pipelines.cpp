@@ -160,6 +160,8 @@ void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
   }
   if (bf16Storage)
     pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
+  if (bf16Storage && gpuKernels)
+    pm.addNestedPass<func::FuncOp>(kern::createKernFuseProductScalePass());
 }
 
 void rondo::registerPipelines() {

@@ -165,4 +165,33 @@ def KernFuseNormRotaryPass
   let dependentDialects = ["::rondo::kern::KernDialect"];
 }
 
+def KernFuseProductScalePass
+    : Pass<"kern-fuse-product-scale", "mlir::func::FuncOp"> {
+  let summary = "Scale a product in the GEMM's epilogue";
+  let description = [{
+    In each stage function (`exec.stage`), a `binary` Mul of a `matmulBf16`
+    result that nothing else reads by a one-element fp32 constant becomes
+    `matmulBf16Scaled` with that constant as `alpha`: cuBLAS multiplies the
+    fp32 accumulators as it stores them, where the Mul kernel would read
+    and write the whole product again. LoRA's delta, `((x A) B) * (alpha /
+    rank)`, is such a product at every adapted projection. Runs after
+    kern-bf16-storage (GPU trainers); the bits are the Mul's (one fp32
+    product per element).
+
+    ```mlir
+    %c = tg.constant dense<2.000000e+00> : tensor<f32>
+    %p = kern.call @matmulBf16(%xa, %b) args {accumulate = false,
+        transA = false, transB = false}
+        : (tensor<64x4xbf16>, tensor<4x32xbf16>) -> tensor<64x32xf32>
+    %y = kern.call @binary(%p, %c) args {kind = "Mul"}
+        : (tensor<64x32xf32>, tensor<f32>) -> tensor<64x32xf32>
+    // becomes
+    %y = kern.call @matmulBf16Scaled(%xa, %b) args {alpha = 2.000000e+00 : f32,
+        transA = false, transB = false}
+        : (tensor<64x4xbf16>, tensor<4x32xbf16>) -> tensor<64x32xf32>
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
 #endif // RONDO_KERN_TRANSFORMS_PASSES

@@ -70,6 +70,16 @@ void matmulBf16(CBView a, CBView b, FView out, bool transA, bool transB,
          transB, accumulate);
 }
 
+void matmulBf16Scaled(CBView a, CBView b, float alpha, FView out, bool transA,
+                      bool transB) {
+  matmulBf16(a, b, out, transA, transB, /*accumulate=*/false);
+  // binary Mul's arithmetic: one fp32 product per element.
+  parallelBlocks(out.shape.numel(), 1 << 16, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      out.data[i] = out.data[i] * alpha;
+  });
+}
+
 void rmsNormToBf16(CFView x, CFView w, float eps, BView y) {
   viaFp32(y, [&](FView t) { rmsNorm(x, w, eps, t); });
 }

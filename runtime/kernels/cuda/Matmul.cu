@@ -153,32 +153,32 @@ namespace {
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           const float *a, int64_t lda, int64_t strideA, const float *b,
           int64_t ldb, int64_t strideB, float beta, float *c, int64_t ldc,
-          int64_t strideC, int64_t batch, const char *name) {
-  gemmRowMajor(transA, transB, M, N, K, 1.0f, a, lda, strideA, b, ldb, strideB,
+          int64_t strideC, int64_t batch, const char *name, float alpha) {
+  gemmRowMajor(transA, transB, M, N, K, alpha, a, lda, strideA, b, ldb, strideB,
                beta, c, ldc, strideC, batch, name);
 }
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           const uint16_t *a, int64_t lda, int64_t strideA, const uint16_t *b,
           int64_t ldb, int64_t strideB, float beta, float *c, int64_t ldc,
-          int64_t strideC, int64_t batch, const char *name) {
-  gemmRowMajorBf16(transA, transB, M, N, K, 1.0f, a, lda, strideA, b, ldb,
+          int64_t strideC, int64_t batch, const char *name, float alpha) {
+  gemmRowMajorBf16(transA, transB, M, N, K, alpha, a, lda, strideA, b, ldb,
                    strideB, beta, c, ldc, strideC, batch, name);
 }
 
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           const uint16_t *a, int64_t lda, int64_t strideA, const uint16_t *b,
           int64_t ldb, int64_t strideB, float beta, uint16_t *c, int64_t ldc,
-          int64_t strideC, int64_t batch, const char *name) {
-  gemmRowMajorBf16As(CUDA_R_16BF, transA, transB, M, N, K, 1.0f, a, lda,
+          int64_t strideC, int64_t batch, const char *name, float alpha) {
+  gemmRowMajorBf16As(CUDA_R_16BF, transA, transB, M, N, K, alpha, a, lda,
                      strideA, b, ldb, strideB, beta, c, ldc, strideC, batch,
                      name);
 }
 /// matmul's shapes and batch walk for either operand storage, into an fp32
-/// or (bf16 operands only) a bf16 result.
+/// or (bf16 operands only) a bf16 result, scaled by alpha in the epilogue.
 template <typename T, typename OutT>
 void matmulImpl(View<const T> a, View<const T> b, View<OutT> out, bool transA,
                 bool transB, bool accumulate, const char *name,
-                const char *storage) {
+                const char *storage, float alpha = 1.0f) {
   auto [M, K, N, outBatch, aBatch, bBatch] = kernels::matmulSizes(
       a.shape, b.shape, out.shape, transA, transB,
       [name](auto... args) { contract(name, args...); });
@@ -213,7 +213,7 @@ void matmulImpl(View<const T> a, View<const T> b, View<OutT> out, bool transA,
 
   if (bBatch.numel() == 1 && aBatch.numel() == batch && !transA) {
     gemm(transA, transB, batch * M, N, K, a.data, lda, 0, b.data, ldb, 0, beta,
-         out.data, ldc, 0, 1, name);
+         out.data, ldc, 0, 1, name, alpha);
     return;
   }
   Shape inputs[2] = {aBatch, bBatch};
@@ -234,7 +234,7 @@ void matmulImpl(View<const T> a, View<const T> b, View<OutT> out, bool transA,
     }
     gemm(transA, transB, M, N, K, a.data + offA * aMat, lda, sa * aMat,
          b.data + offB * bMat, ldb, sb * bMat, beta,
-         out.data + r * inner * cMat, ldc, cMat, inner, name);
+         out.data + r * inner * cMat, ldc, cMat, inner, name, alpha);
   }
 }
 
@@ -252,6 +252,13 @@ void matmulBf16(CBView a, CBView b, FView out, bool transA, bool transB,
   // "bf16-stored": operands already in bf16 (kern-bf16-storage).
   matmulImpl(a, b, out, transA, transB, accumulate, "matmulBf16",
              "bf16-stored");
+}
+void matmulBf16Scaled(CBView a, CBView b, float alpha, FView out, bool transA,
+                      bool transB) {
+  // The scale in cuBLAS's epilogue (alpha), where a separate kernel would
+  // read and write the whole product again: LoRA's alpha / rank.
+  matmulImpl(a, b, out, transA, transB, false, "matmulBf16Scaled",
+             "bf16-stored scaled", alpha);
 }
 void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB) {
   // cuBLAS rounds the fp32 accumulators to bf16 (nearest even) as it stores.

@@ -308,6 +308,45 @@ TEST_F(CudaBf16Storage, MatmulBf16IsMatmulOfRoundedOperands) {
   }
 }
 
+/// kern-fuse-product-scale: the product scaled in cuBLAS's epilogue is the
+/// product times alpha in fp32 (the binary Mul it replaces), bit for bit at
+/// a power of two (LoRA's usual alpha / rank) and within an fp32 rounding
+/// otherwise, and matches its CPU twin.
+TEST_F(CudaBf16Storage, MatmulBf16ScaledIsTheProductTimesAlpha) {
+  for (float alpha : {2.0f, 0.3f})
+    for (bool transB : {false, true}) {
+      Shape as{2, 64, 96}, bs = transB ? Shape{48, 96} : Shape{96, 48},
+                           os{2, 64, 48};
+      Tensor a = uniform(as), b = uniform(bs);
+      std::vector<uint16_t> a16(a.data.size()), b16(b.data.size());
+      for (size_t i = 0; i < a16.size(); ++i)
+        a16[i] = roundBits(a.data[i]);
+      for (size_t i = 0; i < b16.size(); ++i)
+        b16[i] = roundBits(b.data[i]);
+      Dev16 da16(a16, as), db16(b16, bs);
+      Out32 plain(os), scaled(os);
+      cu::matmulBf16(da16.cv(), db16.cv(), plain.v(), false, transB, false);
+      cu::matmulBf16Scaled(da16.cv(), db16.cv(), alpha, scaled.v(), false,
+                           transB);
+      std::vector<float> p = plain.host(), g = scaled.host();
+      size_t mismatches = 0;
+      float worst = 0;
+      for (size_t i = 0; i < p.size(); ++i) {
+        float want = p[i] * alpha;
+        mismatches += std::memcmp(&want, &g[i], 4) != 0;
+        worst = std::max(worst, std::fabs(want - g[i]) /
+                                    std::max(std::fabs(want), 1e-6f));
+      }
+      if (alpha == 2.0f)
+        EXPECT_EQ(mismatches, 0u) << "alpha 2, transB " << transB;
+      EXPECT_LE(worst, 2e-7f) << "alpha " << alpha << ", transB " << transB;
+      Tensor twin(os);
+      cpu::matmulBf16Scaled(CBView{a16.data(), as}, CBView{b16.data(), bs},
+                            alpha, twin.v(), false, transB);
+      expectClose(g, twin, "matmulBf16Scaled against the CPU twin");
+    }
+}
+
 /// bf16 activations: the gated activation and its gradient of bf16
 /// operands are the fp32 kernels' on the widened operands, rounded (bit for
 /// bit), and the product stored in bf16 is the rounding of the fp32
