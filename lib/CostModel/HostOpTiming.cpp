@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "rondo/CostModel/CostModel.h"
+#include "rondo/CostModel/KernelTimes.h"
 
 #include "TG/IR/TGOps.h"
 #include "rondo/Interpreter/Interpreter.h"
@@ -40,6 +41,8 @@
 
 using namespace mlir;
 using namespace rondo;
+using rondo::cost::leastSeconds;
+using rondo::cost::typicalSeconds;
 
 namespace {
 
@@ -132,15 +135,17 @@ std::optional<std::vector<HostBuffer>> syntheticArguments(TypeRange types) {
 
 /// timeKernels without diagnostics: a function the kernels refuse is
 /// priced by the roofline instead.
-std::optional<double> quietTime(func::FuncOp fn, ArrayRef<HostBuffer> args,
-                                int threads, double budgetSeconds) {
+std::optional<std::vector<double>> quietRuns(func::FuncOp fn,
+                                             ArrayRef<HostBuffer> args,
+                                             int threads, double budgetSeconds,
+                                             int minRuns = 5) {
   ScopedDiagnosticHandler quiet(fn.getContext(),
                                 [](Diagnostic &) { return success(); });
-  FailureOr<double> seconds =
-      timeKernels(fn, args, threads, budgetSeconds);
-  if (failed(seconds))
+  FailureOr<std::vector<double>> runs =
+      timeKernels(fn, args, threads, budgetSeconds, minRuns);
+  if (failed(runs) || runs->empty())
     return std::nullopt;
-  return *seconds;
+  return std::move(*runs);
 }
 
 /// The measured seconds of (op, microbatches, threads), including failures
@@ -155,6 +160,22 @@ llvm::StringMap<std::optional<double>> functionFactors;
 bool runsNoKernel(Operation *op) {
   return isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp,
              tg::ReshapeOp, func::ReturnOp>(op);
+}
+
+/// An LM head loss whose gradient follows in its function: the trainer
+/// computes both in one call (kern-fuse-linear-cross-entropy), which takes
+/// the gradient's time alone (each chunk's logits once, for the loss and
+/// then for its gradient), so the loss's own time is none.
+bool fusedIntoItsGradient(Operation *op) {
+  auto loss = dyn_cast<tg::LinearCrossEntropyOp>(op);
+  if (!loss)
+    return false;
+  return llvm::any_of(loss->getOperand(2).getUsers(), [&](Operation *user) {
+    auto grad = dyn_cast<tg::LinearCrossEntropyGradOp>(user);
+    return grad && grad->getBlock() == op->getBlock() &&
+           op->isBeforeInBlock(grad) &&
+           llvm::equal(grad->getOperands().take_front(3), op->getOperands());
+  });
 }
 
 std::optional<double> measure(Operation *op, int64_t microbatches,
@@ -209,17 +230,18 @@ std::optional<double> measure(Operation *op, int64_t microbatches,
       syntheticArguments(operandTypes);
   if (!args)
     return std::nullopt;
-  std::optional<double> seconds =
-      quietTime(fn, *args, threads, /*budgetSeconds=*/0.02);
-  if (!seconds)
+  std::optional<std::vector<double>> runs =
+      quietRuns(fn, *args, threads, /*budgetSeconds=*/0.02);
+  if (!runs)
     return std::nullopt;
-  return scaled || microbatches <= 1 ? *seconds : *seconds / microbatches;
+  double seconds = leastSeconds(*runs);
+  return scaled || microbatches <= 1 ? seconds : seconds / microbatches;
 }
 
-/// The kernels of the whole function at the microbatch's shape, run in its
-/// order with its buffers, or nullopt when it cannot be run so.
-std::optional<double> measureFunction(func::FuncOp func, int64_t microbatches,
-                                      int threads) {
+/// Runs of the kernels of the whole function at the microbatch's shape, in
+/// its order with its buffers, or nullopt when it cannot be run so.
+std::optional<std::vector<double>>
+measureFunction(func::FuncOp func, int64_t microbatches, int threads) {
   OwningOpRef<func::FuncOp> clone = func.clone();
   StepSize step = stepSizeOf(*clone);
   llvm::DenseSet<Value> perToken = perTokenValues(*clone);
@@ -252,14 +274,19 @@ std::optional<double> measureFunction(func::FuncOp func, int64_t microbatches,
       syntheticArguments(clone->getArgumentTypes());
   if (!args)
     return std::nullopt;
-  return quietTime(*clone, *args, threads, /*budgetSeconds=*/0.2);
+  // Half of the runs before the ops alone are measured and half after
+  // (functionFactor), each at least three.
+  return quietRuns(*clone, *args, threads, /*budgetSeconds=*/0.15,
+                   /*minRuns=*/3);
 }
 
 /// Ops measured alone run on warm caches, each after itself; in a step
 /// each follows others that evicted part of what it reads. The whole
-/// function's kernel time at the microbatch's shape over the sum of
-/// its ops' alone carries that into every op (so that the ops of a step sum
-/// to the function's measured time). nullopt when the function cannot be
+/// function's typical kernel time at the microbatch's shape over the sum
+/// of its ops' least alone carries that into every op, so that the ops of
+/// a step sum to what the function's kernels typically take in sequence.
+/// Its runs are taken before and after the ops', up to a second apart: the
+/// machine's speed moves on that scale. nullopt when the function cannot be
 /// run at that shape.
 std::optional<double> functionFactor(func::FuncOp func, int64_t microbatches,
                                      int threads) {
@@ -273,15 +300,19 @@ std::optional<double> functionFactor(func::FuncOp func, int64_t microbatches,
       return it->second;
   }
   std::optional<double> factor;
-  if (std::optional<double> whole =
+  if (std::optional<std::vector<double>> runs =
           measureFunction(func, microbatches, threads)) {
     double alone = 0;
     for (Operation &op : func.getBody().front())
       if (std::optional<double> s =
               rondo::cost::measuredHostOpSeconds(&op, microbatches, threads))
         alone += *s;
-    if (alone > 0 && std::isfinite(*whole / alone))
-      factor = *whole / alone;
+    if (std::optional<std::vector<double>> after =
+            measureFunction(func, microbatches, threads))
+      runs->insert(runs->end(), after->begin(), after->end());
+    double whole = typicalSeconds(*runs);
+    if (alone > 0 && std::isfinite(whole / alone))
+      factor = whole / alone;
   }
   std::lock_guard<std::mutex> lock(cacheMutex);
   functionFactors[key] = factor;
@@ -310,6 +341,8 @@ std::optional<double> rondo::cost::measuredHostOpSeconds(Operation *op,
                                                          int threads) {
   if (runsNoKernel(op))
     return std::nullopt;
+  if (fusedIntoItsGradient(op))
+    return 0.0;
   std::string key;
   {
     llvm::raw_string_ostream os(key);

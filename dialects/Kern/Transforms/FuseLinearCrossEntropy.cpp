@@ -72,40 +72,43 @@ struct KernFuseLinearCrossEntropyPass
           KernFuseLinearCrossEntropyPass> {
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
-    if (!fn->hasAttr(exec::kStageAttr))
-      return;
-    SmallVector<CallOp> backwards;
-    fn.walk([&](CallOp call) {
-      if (call.getKernel() == kBackward)
-        backwards.push_back(call);
-    });
-    for (CallOp backward : backwards) {
-      CallOp forward = matchingForward(backward);
-      if (!forward || forward->getNumResults() != 1 ||
-          !llvm::all_of(backward.getInputs().drop_front(3),
-                        [&](Value v) { return availableAt(v, forward); }))
-        continue;
-      OpBuilder b(forward);
-      SmallVector<Type> types{forward.getResult(0).getType()};
-      llvm::append_range(types, backward->getResultTypes());
-      DenseI64ArrayAttr skip;
-      if (std::optional<ArrayRef<int64_t>> s = backward.getSkip()) {
-        SmallVector<int64_t> shifted;
-        for (int64_t i : *s)
-          shifted.push_back(i + 1);
-        skip = b.getDenseI64ArrayAttr(shifted);
-      }
-      auto fused = CallOp::create(b, forward.getLoc(), types, kFused,
-                                  backward.getInputs(), ValueRange{},
-                                  backward.getArgsAttr(), skip);
-      forward.getResult(0).replaceAllUsesWith(fused.getResult(0));
-      for (auto [from, to] :
-           llvm::zip(backward.getResults(), fused.getResults().drop_front()))
-        from.replaceAllUsesWith(to);
-      backward.erase();
-      forward.erase();
-    }
+    if (fn->hasAttr(exec::kStageAttr))
+      fuseLinearCrossEntropy(fn);
   }
 };
 
 } // namespace
+
+void rondo::kern::fuseLinearCrossEntropy(func::FuncOp fn) {
+  SmallVector<CallOp> backwards;
+  fn.walk([&](CallOp call) {
+    if (call.getKernel() == kBackward)
+      backwards.push_back(call);
+  });
+  for (CallOp backward : backwards) {
+    CallOp forward = matchingForward(backward);
+    if (!forward || forward->getNumResults() != 1 ||
+        !llvm::all_of(backward.getInputs().drop_front(3),
+                      [&](Value v) { return availableAt(v, forward); }))
+      continue;
+    OpBuilder b(forward);
+    SmallVector<Type> types{forward.getResult(0).getType()};
+    llvm::append_range(types, backward->getResultTypes());
+    DenseI64ArrayAttr skip;
+    if (std::optional<ArrayRef<int64_t>> s = backward.getSkip()) {
+      SmallVector<int64_t> shifted;
+      for (int64_t i : *s)
+        shifted.push_back(i + 1);
+      skip = b.getDenseI64ArrayAttr(shifted);
+    }
+    auto fused =
+        CallOp::create(b, forward.getLoc(), types, kFused, backward.getInputs(),
+                       ValueRange{}, backward.getArgsAttr(), skip);
+    forward.getResult(0).replaceAllUsesWith(fused.getResult(0));
+    for (auto [from, to] :
+         llvm::zip(backward.getResults(), fused.getResults().drop_front()))
+      from.replaceAllUsesWith(to);
+    backward.erase();
+    forward.erase();
+  }
+}

@@ -19,6 +19,12 @@ namespace rondo::kern {
 #define GEN_PASS_REGISTRATION
 #include "Kern/Transforms/Passes.h.inc"
 
+/// kern-fuse-linear-cross-entropy's rewrite on any function of kernel calls
+/// (the pass applies it to stage functions): each LM head loss whose
+/// gradient follows in the same block becomes one call. The host cost
+/// model times a training function's kernels as the trainer runs them.
+void fuseLinearCrossEntropy(mlir::func::FuncOp fn);
+
 } // namespace rondo::kern
 
 #endif // RONDO_DIALECTS_KERN_TRANSFORMS_PASSES_H

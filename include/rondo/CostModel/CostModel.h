@@ -132,12 +132,15 @@ double deviceBytes(mlir::Type type, bool bf16);
 
 /// The seconds one microbatch's share of `op` takes alone in this
 /// process's CPU kernels with `threads` OpenMP threads (one BLAS thread),
-/// measured once per distinct op, microbatch count and thread count;
-/// nullopt for an op that runs no kernel or cannot be run alone.
+/// measured once per distinct op, microbatch count and thread count (the
+/// least run); nullopt for an op that runs no kernel or cannot be run
+/// alone; 0 for an LM head loss the trainer computes in its gradient's
+/// call.
 std::optional<double> measuredHostOpSeconds(mlir::Operation *op,
                                             int64_t microbatches, int threads);
-/// The same op in a step: scaled by how much slower its function's
-/// kernels run in sequence than its ops alone (HostOpTiming.cpp), and by
+/// The same op in a step: scaled by how much longer its function's
+/// kernels typically take in sequence than its ops alone at best
+/// (HostOpTiming.cpp, KernelTimes.h), and by
 /// `concurrentSlowdown` for the other workers computing beside it.
 /// nullopt: the roofline prices it.
 std::optional<double> measuredHostOpSecondsInStep(mlir::Operation *op,

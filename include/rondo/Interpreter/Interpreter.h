@@ -74,14 +74,16 @@ std::string resultName(mlir::func::FuncOp func, unsigned index);
 mlir::FailureOr<std::vector<HostBuffer>>
 runFunction(mlir::func::FuncOp func, llvm::ArrayRef<HostBuffer> args);
 
-/// Runs `func` on `args` repeatedly (lowered once; at least five timed runs
-/// after an untimed one, more while their total is under `budgetSeconds`)
-/// with `threads` OpenMP threads and one BLAS thread, as a trainer's worker
-/// runs its kernels, and returns the least time one run spent inside
-/// kernel calls: what the cost model's host op timings are measured with.
-mlir::FailureOr<double> timeKernels(mlir::func::FuncOp func,
-                                    llvm::ArrayRef<HostBuffer> args,
-                                    int threads, double budgetSeconds);
+/// Runs `func` on `args` repeatedly (lowered once, with the kernel calls a
+/// trainer's stage makes; at least `minRuns` timed runs after an untimed
+/// one, more while their total is under `budgetSeconds`) with `threads`
+/// OpenMP threads and one BLAS thread, as a trainer's worker runs its
+/// kernels, and returns the time each run spent inside kernel calls: what
+/// the cost model's host op timings are measured from
+/// (rondo/CostModel/KernelTimes.h).
+mlir::FailureOr<std::vector<double>>
+timeKernels(mlir::func::FuncOp func, llvm::ArrayRef<HostBuffer> args,
+            int threads, double budgetSeconds, int minRuns = 5);
 
 } // namespace rondo
 
