@@ -52,12 +52,7 @@ struct RunResult {
   std::string out, err;
 };
 
-int64_t numel(const ParamSpec &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.dims[i];
-  return n;
-}
+using toy::numel;
 
 /// The values of `key` in every line of a JSON-lines log that has it.
 std::vector<double> logValues(const std::string &path, const std::string &key) {
@@ -80,6 +75,27 @@ bool sameBits(const std::vector<double> &a, const std::vector<double> &b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
+/// Reads the trainable state of the checkpoint LATEST names in `ckpt`.
+CheckpointMeta readToyCheckpoint(const std::string &ckpt,
+                                 const std::string &modelPath) {
+  const ModelSpec &spec =
+      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+  std::vector<std::vector<float>> storage;
+  std::vector<CheckpointTensor> tensors;
+  for (int i = 0; i < spec.numParams; ++i) {
+    const ParamSpec &p = spec.params[i];
+    if (!p.trainable)
+      continue;
+    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
+      storage.emplace_back(size_t(numel(p)));
+      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    tensors[i].data = storage[i].data();
+  return readLatestCheckpoint(ckpt, tensors);
+}
+
 class PipelineTest : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -88,22 +104,7 @@ protected:
     dataPath = dir + "/tokens.npy";
     const ModelSpec &spec =
         toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
-    std::mt19937 rng(99);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    Weights initial;
-    std::vector<TensorToWrite<float>> tensors;
-    for (int i = 0; i < spec.numParams; ++i) {
-      std::vector<float> w(size_t(numel(spec.params[i])));
-      for (float &x : w)
-        x = i == toy::kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
-      initial.push_back(w);
-    }
-    for (int i = 0; i < spec.numParams; ++i) {
-      const ParamSpec &p = spec.params[i];
-      tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
-                         initial[size_t(i)].data()});
-    }
-    writeInitializerModel(modelPath, tensors);
+    toy::writeRandomWeights(spec, modelPath, 99);
     writeTokens(dataPath, kRows, 0);
   }
 
@@ -453,22 +454,7 @@ TEST_F(PipelineTest, FailedCheckpointWriteKeepsThePreviousOne) {
                                "step 3"));
   EXPECT_THAT(r.err, HasSubstr(checkpointFileName(3)));
   EXPECT_THAT(r.err, HasSubstr("the previous checkpoint is kept"));
-  const ModelSpec &spec =
-      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
-  std::vector<std::vector<float>> storage;
-  std::vector<CheckpointTensor> tensors;
-  for (int i = 0; i < spec.numParams; ++i) {
-    const ParamSpec &p = spec.params[i];
-    if (!p.trainable)
-      continue;
-    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
-      storage.emplace_back(size_t(numel(p)));
-      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    tensors[i].data = storage[i].data();
-  CheckpointMeta meta = readLatestCheckpoint(ckpt, tensors);
+  CheckpointMeta meta = readToyCheckpoint(ckpt, modelPath);
   EXPECT_EQ(meta.step, 2);
 }
 
@@ -556,31 +542,6 @@ TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {
   EXPECT_THAT(r.err, HasSubstr("eval: step 1 loss"));
   EXPECT_THAT(r.err, HasSubstr("ppl"));
   EXPECT_THAT(r.err, HasSubstr("the last 3 rows do not fill a batch"));
-}
-
-} // namespace
-
-namespace {
-
-/// Reads the trainable state of the checkpoint LATEST names in `ckpt`.
-CheckpointMeta readToyCheckpoint(const std::string &ckpt,
-                                 const std::string &modelPath) {
-  const ModelSpec &spec =
-      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
-  std::vector<std::vector<float>> storage;
-  std::vector<CheckpointTensor> tensors;
-  for (int i = 0; i < spec.numParams; ++i) {
-    const ParamSpec &p = spec.params[i];
-    if (!p.trainable)
-      continue;
-    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
-      storage.emplace_back(size_t(numel(p)));
-      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    tensors[i].data = storage[i].data();
-  return readLatestCheckpoint(ckpt, tensors);
 }
 
 } // namespace

@@ -58,12 +58,7 @@ struct LogLine {
   double gradNorm;
 };
 
-int64_t numel(const ParamSpec &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.dims[i];
-  return n;
-}
+using toy::numel;
 
 /// Parses the log strictly: every line one object with exactly the six
 /// keys, in order.
@@ -105,22 +100,7 @@ protected:
     // a missing factor in the backward would show.
     const ModelSpec &spec =
         toy::toyModel(2, kSeq, LossKind::CausalLM, modelPath);
-    std::mt19937 rng(1234);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    std::vector<TensorToWrite<float>> tensors;
-    for (int i = 0; i < spec.numParams; ++i) {
-      const ParamSpec &p = spec.params[i];
-      std::vector<float> w(size_t(numel(p)));
-      for (float &x : w)
-        x = i == toy::kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
-      initial.push_back(w);
-    }
-    for (int i = 0; i < spec.numParams; ++i) {
-      const ParamSpec &p = spec.params[i];
-      tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
-                         initial[size_t(i)].data()});
-    }
-    writeInitializerModel(modelPath, tensors);
+    initial = toy::writeRandomWeights(spec, modelPath, 1234);
     // A learnable sequence rule: next = 3 * token + 1 (mod V).
     for (int64_t r = 0; r < kRows; ++r) {
       std::vector<int64_t> row(kSeq);
