@@ -33,8 +33,11 @@
 
 using namespace rondo;
 using namespace rondo::rt;
+using rondo::test::argvOf;
+using rondo::test::captureRun;
 using rondo::test::makeTempDir;
 using rondo::test::readText;
+using rondo::test::RunResult;
 using ::testing::HasSubstr;
 
 namespace {
@@ -46,11 +49,6 @@ constexpr int64_t kBatch = kMicrobatches * kRowsPerMb;
 constexpr int64_t kRows = 12; // Not a multiple of the batch: wraps.
 
 using Weights = std::vector<std::vector<float>>;
-
-struct RunResult {
-  int rc;
-  std::string out, err;
-};
 
 using toy::numel;
 
@@ -125,17 +123,12 @@ protected:
   RunResult run(std::vector<std::string> args, bool single = false) {
     const LossKind loss = lossKind;
     args.insert(args.begin(), "toy-pipeline");
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    int rc;
-    if (single) {
-      const ModelSpec &spec = toy::toyModel(kBatch, kSeq, loss, modelPath);
-      rc = trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
-    } else {
+    std::vector<char *> argv = argvOf(args);
+    return captureRun([&] {
+      if (single) {
+        const ModelSpec &spec = toy::toyModel(kBatch, kSeq, loss, modelPath);
+        return trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
+      }
       const toy::ToyPipeline &p =
           toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath, loss);
       if (failAtLaunch)
@@ -148,14 +141,9 @@ protected:
       if (breakProgram)
         for (rondo_program &program : programs)
           breakProgram(program);
-      rc = trainerMain(int(args.size()), argv.data(), *p.model, programs.data(),
-                       int(programs.size()));
-    }
-    RunResult r;
-    r.out = ::testing::internal::GetCapturedStdout();
-    r.err = ::testing::internal::GetCapturedStderr();
-    r.rc = rc;
-    return r;
+      return trainerMain(int(args.size()), argv.data(), *p.model,
+                         programs.data(), int(programs.size()));
+    });
   }
 
   /// Trains `steps` steps with `extra` flags; returns the losses and grad
@@ -589,9 +577,7 @@ TEST_F(PipelineTest, NonFiniteGradientStopsNamingTheFirstStageInJobOrder) {
                                        ckpt,
                                        "--save-every",
                                        "1"};
-      std::vector<char *> argv;
-      for (std::string &a : args)
-        argv.push_back(a.data());
+      std::vector<char *> argv = argvOf(args);
       ::testing::internal::CaptureStderr();
       r.rc = trainerMain(int(args.size()), argv.data(), *p.model,
                          p.programs.data(), int(p.programs.size()));
@@ -616,9 +602,7 @@ TEST_F(PipelineTest, NonFiniteLossStopsNamingTheMicrobatch) {
   toy::toyPipelineNonFiniteAtStep(1, toy::kNanLoss);
   std::vector<std::string> args = {"toy-pipeline", "--data", dataPath,
                                    "--steps",      "3",      "--workers=3"};
-  std::vector<char *> argv;
-  for (std::string &a : args)
-    argv.push_back(a.data());
+  std::vector<char *> argv = argvOf(args);
   ::testing::internal::CaptureStderr();
   int rc = trainerMain(int(args.size()), argv.data(), *p.model,
                        p.programs.data(), int(p.programs.size()));
@@ -656,9 +640,7 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
         "--export-onnx",
         onnx};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
+    std::vector<char *> argv = argvOf(args);
     ::testing::internal::CaptureStderr();
     SkipRun r;
     r.rc = trainerMain(int(args.size()), argv.data(), *p.model,
@@ -724,9 +706,7 @@ TEST_F(PipelineTest, SignalFinishesTheStepWritesACheckpointAndExits) {
     std::vector<std::string> args = {
         "toy-pipeline", "--data", dataPath,      "--steps",          "6",
         "--lr",         "0.05",   "--workers=2", "--checkpoint-dir", ckpt};
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
+    std::vector<char *> argv = argvOf(args);
     ::testing::internal::CaptureStderr();
     int rc = trainerMain(int(args.size()), argv.data(), *p.model,
                          p.programs.data(), int(p.programs.size()));
@@ -762,9 +742,7 @@ TEST_F(PipelineTest, WatchdogNamesTheStageJobThatStoppedAdvancing) {
                                      "--quiet",
                                      "--watchdog-seconds",
                                      "1"};
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
+    std::vector<char *> argv = argvOf(args);
     std::exit(trainerMain(int(args.size()), argv.data(), *p.model,
                           p.programs.data(), int(p.programs.size())));
   };

@@ -29,8 +29,11 @@
 
 using namespace rondo;
 using namespace rondo::rt;
+using rondo::test::argvOf;
+using rondo::test::captureRun;
 using rondo::test::makeTempDir;
 using rondo::test::readText;
+using rondo::test::RunResult;
 using rondo::test::writeBytes;
 using ::testing::HasSubstr;
 
@@ -41,12 +44,6 @@ constexpr int64_t kRows = 6;
 
 using Weights = std::vector<std::vector<float>>;
 using Rows = std::vector<std::vector<int64_t>>;
-
-struct RunResult {
-  int rc;
-  std::string out;
-  std::string err;
-};
 
 /// One parsed --log-json line.
 struct LogLine {
@@ -124,18 +121,10 @@ protected:
                 LossKind loss = LossKind::CausalLM) {
     const ModelSpec &spec = toy::toyModel(batch, kSeq, loss, modelPath);
     args.insert(args.begin(), "toy-trainer");
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    int rc = trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
-    RunResult result;
-    result.out = ::testing::internal::GetCapturedStdout();
-    result.err = ::testing::internal::GetCapturedStderr();
-    result.rc = rc;
-    return result;
+    std::vector<char *> argv = argvOf(args);
+    return captureRun([&] {
+      return trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
+    });
   }
 
   /// Loss and gradients of the toy on `batchRows`, computed by calling the
