@@ -33,11 +33,7 @@
 
 using namespace rondo;
 using namespace rondo::rt;
-using rondo::test::argvOf;
-using rondo::test::captureRun;
-using rondo::test::makeTempDir;
-using rondo::test::readText;
-using rondo::test::RunResult;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {
