@@ -46,8 +46,6 @@ constexpr int64_t kRows = 12; // Not a multiple of the batch: wraps.
 
 using Weights = std::vector<std::vector<float>>;
 
-using toy::numel;
-
 /// The values of `key` in every line of a JSON-lines log that has it.
 std::vector<double> logValues(const std::string &path, const std::string &key) {
   std::vector<double> values;
@@ -81,8 +79,9 @@ CheckpointMeta readToyCheckpoint(const std::string &ckpt,
     if (!p.trainable)
       continue;
     for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
-      storage.emplace_back(size_t(numel(p)));
-      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
+      storage.emplace_back(size_t(numElements(p)));
+      tensors.push_back(
+          {std::string(prefix) + p.name, nullptr, numElements(p)});
     }
   }
   for (size_t i = 0; i < tensors.size(); ++i)

@@ -46,13 +46,6 @@ const ModelSpec &toyModel(int64_t batch, int64_t seqLen, LossKind loss,
   return gSpec;
 }
 
-int64_t numel(const ParamSpec &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.dims[i];
-  return n;
-}
-
 std::vector<std::vector<float>> writeRandomWeights(const ModelSpec &spec,
                                                    const std::string &path,
                                                    unsigned seed) {
@@ -61,7 +54,7 @@ std::vector<std::vector<float>> writeRandomWeights(const ModelSpec &spec,
   std::vector<std::vector<float>> weights;
   std::vector<rt::TensorToWrite<float>> tensors;
   for (int i = 0; i < spec.numParams; ++i) {
-    std::vector<float> w(size_t(numel(spec.params[i])));
+    std::vector<float> w(size_t(rt::numElements(spec.params[i])));
     for (float &x : w)
       x = i == kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
     weights.push_back(w);

@@ -38,9 +38,6 @@ const rt::ModelSpec &toyModel(int64_t batch, int64_t seqLen, rt::LossKind loss,
 /// The compiled step of the configured toy.
 rt::StepResult toyStep(const rt::StepArgs &args);
 
-/// Elements of parameter P.
-int64_t numel(const rt::ParamSpec &p);
-
 /// Writes random initial weights for SPEC into the ONNX model at PATH and
 /// returns them. The frozen scale is not all ones, so that a missing factor
 /// in a backward shows.

@@ -50,8 +50,6 @@ struct LogLine {
   double gradNorm;
 };
 
-using toy::numel;
-
 /// Parses the log strictly: every line one object with exactly the six
 /// keys, in order.
 std::vector<LogLine> parseLog(const std::string &path) {
