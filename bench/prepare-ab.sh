@@ -30,7 +30,6 @@ fi
 ninja -C "$old/build" -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
 bash scripts/gpu-e2e.sh prepare
 source scripts/gpu-pack.sh
-models=test/data/models
 ninja -C build -j"${RONDO_JOBS:-2}" rondo-cuda-kernels-tests
 cp build/runtime/cudakerneltests/rondo-cuda-kernels-tests build-gpu/
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 -o build-gpu/w1.trainer

@@ -18,9 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
-device=${1:-h200}
-models=test/data/models
-begin_gpu_stage
+begin_gpu_stage h200 "$@"
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1,2,4 -o build-gpu/w1.trainer
 compile $models/qwen3-1.7b.onnx --batch 8 --seq-len 4096 --workers 2 --replicas 2 \
   --replicas-per-host 2 -o build-gpu/w1-b8.trainer

@@ -22,10 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
-device=${1:-h100}
-graph8b=${2:-}
-models=test/data/models
-begin_gpu_stage
+begin_gpu_stage h100 "$@"
 mkdir -p build-gpu/plans
 for g in 1 2 4; do
   compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --gpus $g \

@@ -19,10 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
-device=${1:-h100}
-graph8b=${2:-}
-models=test/data/models
-begin_gpu_stage
+begin_gpu_stage h100 "$@"
 compile1() { compile --workers 1 "$@"; }
 # The plan's longest sequence for one worker, then a trainer at exactly it.
 longest=$(compile1 $models/qwen3-1.7b.onnx --batch 1 --seq-len 65536 --explain --emit=pipe \

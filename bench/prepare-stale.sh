@@ -13,9 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
-device=${1:-h100}
-models=test/data/models
-begin_gpu_stage
+begin_gpu_stage h100 "$@"
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 -o build-gpu/w1.trainer
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 --microbatches 8 \
   --stages=tail:30 --worker-memory-gb 76 -o build-gpu/w1-m8.trainer

@@ -12,7 +12,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
-models=test/data/models
 case "${1:-}" in
 prepare)
   bash scripts/install-deps.sh

@@ -2,9 +2,17 @@
 # machines have CUDA and PyTorch but no MLIR, ONNX, protobuf, OpenMP or
 # Open MPI): run from the repository root.
 
-# Builds the compiler and the CUDA runtime the trainers link, and empties
-# build-gpu/ (keeping build-gpu/lib).
+# The fixtures the trainers are compiled from.
+models=test/data/models
+
+# begin_gpu_stage [DEFAULT_DEVICE [DEVICE [QWEN3_8B.onnx]]]: takes a staging
+# script's own arguments after its default device, setting $device (the cost
+# model's) and $graph8b (the Qwen3-8B shape's graph, or empty); then builds
+# the compiler and the CUDA runtime the trainers link, and empties build-gpu/
+# (keeping build-gpu/lib).
 begin_gpu_stage() {
+  device=${2:-${1:-}}
+  graph8b=${3:-}
   ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
   rm -rf build-gpu && mkdir -p build-gpu/lib
 }

@@ -114,16 +114,22 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
       return std::string();
     };
   };
-  auto integer = [](int64_t &dst, int64_t lo) {
-    return [&dst, lo](const std::string &v) {
+  // An integer in [lo, hi], handed to `store`.
+  auto integerIn = [](int64_t lo, int64_t hi, auto store) {
+    return [lo, hi, store](const std::string &v) {
       int64_t x = 0;
       if (std::string err = parseInt(v, x); !err.empty())
         return err;
-      if (x < lo)
-        return "must be at least " + std::to_string(lo);
-      dst = x;
+      if (x < lo || x > hi)
+        return hi == INT64_MAX ? "must be at least " + std::to_string(lo)
+                               : "must be in [" + std::to_string(lo) + ", " +
+                                     std::to_string(hi) + "]";
+      store(x);
       return std::string();
     };
+  };
+  auto integer = [integerIn](int64_t &dst, int64_t lo) {
+    return integerIn(lo, INT64_MAX, [&dst](int64_t x) { dst = x; });
   };
   auto text = [](std::string &dst) {
     return [&dst](const std::string &v) {
@@ -302,15 +308,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "The compiled plan to run (default: the first compiled worker "
        "count). A single-process step function (the runtime's tests): "
        "OpenMP threads.",
-       [&o](const std::string &v) {
-         int64_t x = 0;
-         if (std::string err = parseInt(v, x); !err.empty())
-           return err;
-         if (x < 1 || x > 4096)
-           return std::string("must be in [1, 4096]");
-         o.workers = int(x);
-         return std::string();
-       }},
+       integerIn(1, 4096, [&o](int64_t x) { o.workers = int(x); })},
       {"replicas", "R",
        "Pipelined trainers: run R replicas of the pipeline, one process "
        "each, started by `mpirun -np R` (Open MPI; as root add "
@@ -322,16 +320,11 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "them. Rank 0 prints, logs and writes checkpoints. A trainer "
        "compiled with --gpus takes its chosen layout's R (or the launcher's "
        "WORLD_SIZE) without this flag.",
-       [&o](const std::string &v) {
-         int64_t x = 0;
-         if (std::string err = parseInt(v, x); !err.empty())
-           return err;
-         if (x < 1 || x > 65536)
-           return std::string("must be in [1, 65536]");
-         o.replicas = int(x);
-         o.replicasGiven = true;
-         return std::string();
-       }},
+       integerIn(1, 65536,
+                 [&o](int64_t x) {
+                   o.replicas = int(x);
+                   o.replicasGiven = true;
+                 })},
       {"replica-engine", "mpi|nccl",
        "With --replicas: how gradients are summed. nccl (the default for "
        "GPU trainers): on the GPUs, in place for state kept on the GPU; "

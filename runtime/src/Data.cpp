@@ -14,95 +14,83 @@
 
 namespace rondo::rt {
 
+namespace {
+
+// One row a token type: its --data-dtype name, .npy descr and size.
+struct TokenDTypeInfo {
+  TokenDType dtype;
+  const char *name;
+  const char *descr;
+  size_t size;
+};
+
+constexpr TokenDTypeInfo kTokenDTypes[] = {
+    {TokenDType::Int32, "int32", "<i4", 4},
+    {TokenDType::Int64, "int64", "<i8", 8},
+    {TokenDType::UInt16, "uint16", "<u2", 2},
+    {TokenDType::UInt32, "uint32", "<u4", 4},
+};
+
+const TokenDTypeInfo *findTokenDType(TokenDType dtype) {
+  for (const TokenDTypeInfo &info : kTokenDTypes)
+    if (info.dtype == dtype)
+      return &info;
+  return nullptr;
+}
+
+const char *npyDescr(TokenDType dtype) {
+  const TokenDTypeInfo *info = findTokenDType(dtype);
+  return info ? info->descr : "?";
+}
+
+} // namespace
+
 std::optional<TokenDType> parseTokenDType(const std::string &name) {
-  if (name == "int32")
-    return TokenDType::Int32;
-  if (name == "int64")
-    return TokenDType::Int64;
-  if (name == "uint16")
-    return TokenDType::UInt16;
-  if (name == "uint32")
-    return TokenDType::UInt32;
+  for (const TokenDTypeInfo &info : kTokenDTypes)
+    if (name == info.name)
+      return info.dtype;
   return std::nullopt;
 }
 
 const char *tokenDTypeName(TokenDType dtype) {
-  switch (dtype) {
-  case TokenDType::Int32:
-    return "int32";
-  case TokenDType::Int64:
-    return "int64";
-  case TokenDType::UInt16:
-    return "uint16";
-  case TokenDType::UInt32:
-    return "uint32";
-  }
-  return "?";
+  const TokenDTypeInfo *info = findTokenDType(dtype);
+  return info ? info->name : "?";
 }
 
 size_t tokenDTypeSize(TokenDType dtype) {
-  switch (dtype) {
-  case TokenDType::Int32:
-  case TokenDType::UInt32:
-    return 4;
-  case TokenDType::Int64:
-    return 8;
-  case TokenDType::UInt16:
-    return 2;
-  }
-  return 0;
+  const TokenDTypeInfo *info = findTokenDType(dtype);
+  return info ? info->size : 0;
 }
 
 namespace {
-
-const char *npyDescr(TokenDType dtype) {
-  switch (dtype) {
-  case TokenDType::Int32:
-    return "<i4";
-  case TokenDType::Int64:
-    return "<i8";
-  case TokenDType::UInt16:
-    return "<u2";
-  case TokenDType::UInt32:
-    return "<u4";
-  }
-  return "?";
-}
 
 std::optional<TokenDType> dtypeFromDescr(const std::string &descr) {
   // '=' (native) and '|' mean little-endian on every host we build for.
   std::string d = descr;
   if (!d.empty() && (d[0] == '=' || d[0] == '|'))
     d[0] = '<';
-  for (TokenDType t : {TokenDType::Int32, TokenDType::Int64, TokenDType::UInt16,
-                       TokenDType::UInt32})
-    if (d == npyDescr(t))
-      return t;
+  for (const TokenDTypeInfo &info : kTokenDTypes)
+    if (d == info.descr)
+      return info.dtype;
   return std::nullopt;
+}
+
+template <typename T> int64_t loadAs(const unsigned char *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return int64_t(v);
 }
 
 int64_t loadToken(const unsigned char *p, TokenDType dtype) {
   switch (dtype) {
-  case TokenDType::Int32: {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  case TokenDType::Int64: {
-    int64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-  }
-  case TokenDType::UInt16: {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-  }
-  case TokenDType::UInt32: {
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
+  case TokenDType::Int32:
+    return loadAs<int32_t>(p);
+  case TokenDType::Int64:
+    return loadAs<int64_t>(p);
+  case TokenDType::UInt16:
+    return loadAs<uint16_t>(p);
+  case TokenDType::UInt32:
+    return loadAs<uint32_t>(p);
   }
   return 0;
 }

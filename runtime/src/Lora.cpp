@@ -78,28 +78,46 @@ std::string lastComponent(const std::string &path) {
   return dot == std::string::npos ? path : path.substr(dot + 1);
 }
 
+/// The short names of the adapted bases of `pairs` (those `counts` keeps)
+/// when they select exactly those bases, else their full names: PEFT
+/// matches targets by name on load. `clashes(p, shortNames)` says whether
+/// the short names would also select the other parameter p.
+template <typename Counts, typename FullName, typename ShortName,
+          typename Clashes>
+std::vector<std::string> targetNames(const ModelSpec &model,
+                                     const std::vector<AdapterPair> &pairs,
+                                     Counts counts, FullName fullName,
+                                     ShortName shortName, Clashes clashes) {
+  std::set<std::string> full, shortNames;
+  std::set<int> bases;
+  for (const AdapterPair &pair : pairs)
+    if (counts(pair)) {
+      std::string name = fullName(model.params[pair.base]);
+      full.insert(name);
+      shortNames.insert(shortName(name));
+      bases.insert(pair.base);
+    }
+  bool exact = true;
+  for (int i = 0; i < model.numParams && exact; ++i) {
+    const ParamSpec &p = model.params[i];
+    if (!isLoraAdapter(p) && !bases.count(i))
+      exact = !clashes(p, shortNames);
+  }
+  const std::set<std::string> &chosen = exact ? shortNames : full;
+  return {chosen.begin(), chosen.end()};
+}
+
 /// PEFT's target_modules: the modules' last names (q_proj, ...) when they
 /// select exactly the adapted linears of this model, else every adapted
 /// module's full path, so that PEFT adapts the same linears on load.
 std::vector<std::string> targetModules(const ModelSpec &model,
                                        const std::vector<AdapterPair> &pairs) {
-  std::set<std::string> full, last;
-  std::set<int> bases;
-  for (const AdapterPair &pair : pairs) {
-    std::string path = modulePath(model.params[pair.base]);
-    full.insert(path);
-    last.insert(lastComponent(path));
-    bases.insert(pair.base);
-  }
-  bool exact = true;
-  for (int i = 0; i < model.numParams && exact; ++i) {
-    const ParamSpec &p = model.params[i];
-    if (isLoraAdapter(p) || p.rank != 2 || bases.count(i))
-      continue;
-    exact = !last.count(lastComponent(modulePath(p)));
-  }
-  const std::set<std::string> &chosen = exact ? last : full;
-  return {chosen.begin(), chosen.end()};
+  return targetNames(
+      model, pairs, [](const AdapterPair &) { return true; }, modulePath,
+      lastComponent,
+      [](const ParamSpec &p, const std::set<std::string> &last) {
+        return p.rank == 2 && last.count(lastComponent(modulePath(p)));
+      });
 }
 
 /// The short form of a parameter target (its module's last name and its
@@ -120,29 +138,20 @@ targetParameters(const ModelSpec &model,
     return std::string(p.displayName && *p.displayName ? p.displayName
                                                        : p.name);
   };
-  std::set<std::string> full, suffixes;
-  std::set<int> bases;
-  for (const AdapterPair &pair : pairs)
-    if (model.params[pair.a].loraParameter) {
-      std::string name = fullName(model.params[pair.base]);
-      full.insert(name);
-      suffixes.insert(shortName(name));
-      bases.insert(pair.base);
-    }
-  bool exact = true;
-  for (int i = 0; i < model.numParams && exact; ++i) {
-    const ParamSpec &p = model.params[i];
-    if (isLoraAdapter(p) || bases.count(i))
-      continue;
+  auto isParameter = [&](const AdapterPair &pair) {
+    return model.params[pair.a].loraParameter;
+  };
+  auto clashes = [&](const ParamSpec &p,
+                     const std::set<std::string> &suffixes) {
     std::string name = fullName(p);
     for (const std::string &s : suffixes)
       if (name == s ||
           (name.size() > s.size() && name.compare(name.size() - s.size() - 1,
                                                   s.size() + 1, "." + s) == 0))
-        exact = false;
-  }
-  const std::set<std::string> &chosen = exact ? suffixes : full;
-  return {chosen.begin(), chosen.end()};
+        return true;
+    return false;
+  };
+  return targetNames(model, pairs, isParameter, fullName, shortName, clashes);
 }
 
 /// PEFT's shape of an adapter: nn.Linear weights, [r, in] and [out, r],

@@ -84,6 +84,27 @@ int64_t numElements(const TensorProto &t) {
   return n;
 }
 
+/// Reads N packed little-endian values of type Stored from SRC as floats.
+template <typename Stored, typename Convert>
+void decodeAs(const unsigned char *src, int64_t n, float *dst,
+              Convert convert) {
+  for (int64_t i = 0; i < n; ++i) {
+    Stored v;
+    std::memcpy(&v, src + sizeof(Stored) * i, sizeof(Stored));
+    dst[i] = convert(v);
+  }
+}
+
+/// Writes N floats into DST packed as type Stored.
+template <typename Stored, typename Convert>
+void encodeAs(const float *src, int64_t n, unsigned char *dst,
+              Convert convert) {
+  for (int64_t i = 0; i < n; ++i) {
+    Stored v = convert(src[i]);
+    std::memcpy(dst + sizeof(Stored) * i, &v, sizeof(Stored));
+  }
+}
+
 void decodeToFloat(const unsigned char *src, int64_t n, int32_t type,
                    float *dst) {
   switch (type) {
@@ -91,26 +112,11 @@ void decodeToFloat(const unsigned char *src, int64_t n, int32_t type,
     std::memcpy(dst, src, size_t(n) * 4);
     return;
   case TensorProto::DOUBLE:
-    for (int64_t i = 0; i < n; ++i) {
-      double d;
-      std::memcpy(&d, src + 8 * i, 8);
-      dst[i] = float(d);
-    }
-    return;
+    return decodeAs<double>(src, n, dst, [](double d) { return float(d); });
   case TensorProto::FLOAT16:
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = halfToFloat(h);
-    }
-    return;
+    return decodeAs<uint16_t>(src, n, dst, halfToFloat);
   case TensorProto::BFLOAT16:
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = bf16ToFloat(h);
-    }
-    return;
+    return decodeAs<uint16_t>(src, n, dst, bf16ToFloat);
   }
 }
 
@@ -121,23 +127,11 @@ void encodeFromFloat(const float *src, int64_t n, int32_t type,
     std::memcpy(dst, src, size_t(n) * 4);
     return;
   case TensorProto::DOUBLE:
-    for (int64_t i = 0; i < n; ++i) {
-      double d = src[i];
-      std::memcpy(dst + 8 * i, &d, 8);
-    }
-    return;
+    return encodeAs<double>(src, n, dst, [](float f) { return double(f); });
   case TensorProto::FLOAT16:
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h = floatToHalf(src[i]);
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
-    return;
+    return encodeAs<uint16_t>(src, n, dst, floatToHalf);
   case TensorProto::BFLOAT16:
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h = floatToBf16(src[i]);
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
-    return;
+    return encodeAs<uint16_t>(src, n, dst, floatToBf16);
   }
 }
 

@@ -8,28 +8,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace rondo::rt {
 
+namespace {
+
+constexpr std::pair<LrSchedule, const char *> kScheduleNames[] = {
+    {LrSchedule::Constant, "constant"},
+    {LrSchedule::Cosine, "cosine"},
+    {LrSchedule::Linear, "linear"},
+};
+
+} // namespace
+
 std::optional<LrSchedule> parseLrSchedule(const std::string &name) {
-  if (name == "constant")
-    return LrSchedule::Constant;
-  if (name == "cosine")
-    return LrSchedule::Cosine;
-  if (name == "linear")
-    return LrSchedule::Linear;
+  for (auto [schedule, scheduleName] : kScheduleNames)
+    if (name == scheduleName)
+      return schedule;
   return std::nullopt;
 }
 
 const char *lrScheduleName(LrSchedule schedule) {
-  switch (schedule) {
-  case LrSchedule::Constant:
-    return "constant";
-  case LrSchedule::Cosine:
-    return "cosine";
-  case LrSchedule::Linear:
-    return "linear";
-  }
+  for (auto [known, name] : kScheduleNames)
+    if (known == schedule)
+      return name;
   return "?";
 }
 

@@ -24,7 +24,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from gradcheck import run  # rondo-run on a model, forward or train
+# The command line, rondo-run on a model (forward or train) and the
+# finite-difference check.
+from gradcheck import command_line, run, worst_slope_error
 
 rng = np.random.default_rng(23)
 B, H, T, D = 2, 2, 6, 4
@@ -102,11 +104,7 @@ def reference(values, window):
 
 
 def main(argv):
-    if len(argv) != 3:
-        print(__doc__)
-        return 2
-    rondo_run, work = argv[1], argv[2]
-    os.makedirs(work, exist_ok=True)
+    rondo_run, work = command_line(argv, __doc__)
     failures = 0
     for name, window in (("full", 0), ("window", 3)):
         values = params()
@@ -123,26 +121,15 @@ def main(argv):
         run(rondo_run, path, os.path.join(work, name), True)
         grads = {p: np.load(os.path.join(work, name, p + ".grad.npy")).astype(np.float64)
                  for p in values}
+
+        def loss_at(moved):
+            mpath = os.path.join(work, name + ".fd.onnx")
+            onnx.save(build(moved, window), mpath)
+            run(rondo_run, mpath, os.path.join(work, name + ".fd"), False)
+            return float(np.load(os.path.join(work, name + ".fd", "loss.npy")))
+
         for subset in (list(values), ["sinks"]):
-            worst = 0.0
-            for _ in range(2):
-                d = {p: rng.standard_normal(values[p].shape) for p in subset}
-                norm = np.sqrt(sum(float(np.sum(x * x)) for x in d.values()))
-                d = {p: x / norm for p, x in d.items()}
-                h = 1e-2
-                losses = []
-                for sign in (1, -1):
-                    moved = dict(values)
-                    for p in subset:
-                        moved[p] = (values[p] + sign * h * d[p]).astype(np.float32)
-                    mpath = os.path.join(work, name + ".fd.onnx")
-                    onnx.save(build(moved, window), mpath)
-                    run(rondo_run, mpath, os.path.join(work, name + ".fd"), False)
-                    losses.append(float(np.load(os.path.join(work, name + ".fd", "loss.npy"))))
-                fd = (losses[0] - losses[1]) / (2 * h)
-                gd = sum(float(np.sum(grads[p] * d[p])) for p in subset)
-                scale = max(np.sqrt(sum(float(np.sum(grads[p] ** 2)) for p in subset)), 1e-3)
-                worst = max(worst, abs(fd - gd) / scale)
+            worst = worst_slope_error(rng, values, grads, subset, loss_at)
             ok = worst <= 5e-3
             failures += not ok
             print("%-7s gradient %-18s %s (worst %.1e)" % (

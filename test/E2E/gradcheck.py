@@ -99,12 +99,41 @@ def run(rondo_run, model, out, train, ones=None):
     subprocess.run(args, check=True)
 
 
-def main(argv):
+def worst_slope_error(rng, values, grads, subset, loss_at):
+    """The worst relative error, over two random unit directions d of the
+    parameters in SUBSET, between grads . d and the central difference of
+    LOSS_AT (the compiled forward's loss for a dict of moved VALUES)."""
+    worst = 0.0
+    for _ in range(2):
+        d = {p: rng.standard_normal(values[p].shape) for p in subset}
+        norm = np.sqrt(sum(float(np.sum(x * x)) for x in d.values()))
+        d = {p: x / norm for p, x in d.items()}
+        h = 1e-2
+        losses = []
+        for sign in (1, -1):
+            moved = dict(values)
+            for p in subset:
+                moved[p] = (values[p] + sign * h * d[p]).astype(np.float32)
+            losses.append(loss_at(moved))
+        fd = (losses[0] - losses[1]) / (2 * h)
+        gd = sum(float(np.sum(grads[p] * d[p])) for p in subset)
+        scale = max(np.sqrt(sum(float(np.sum(grads[p] * grads[p])) for p in subset)), 1e-3)
+        worst = max(worst, abs(fd - gd) / scale)
+    return worst
+
+
+def command_line(argv, usage):
+    """RONDO_RUN and WORKDIR (created) from ARGV; exits with status 2, USAGE
+    printed, when they are not all it holds."""
     if len(argv) != 3:
-        print(__doc__)
-        return 2
-    rondo_run, work = argv[1], argv[2]
-    os.makedirs(work, exist_ok=True)
+        print(usage)
+        sys.exit(2)
+    os.makedirs(argv[2], exist_ok=True)
+    return argv[1], argv[2]
+
+
+def main(argv):
+    rondo_run, work = command_line(argv, __doc__)
     failures = 0
     for name, op, attrs, operands in CASES:
         params = {n: v for n, v in operands if n != "const"}
@@ -116,23 +145,14 @@ def main(argv):
             np.save(ones, np.ones(operands[0][1].shape, dtype=np.float32))
         run(rondo_run, path, os.path.join(work, name), True, ones)
         grads = {p: np.load(os.path.join(work, name, p + ".grad.npy")).astype(np.float64) for p in params}
-        worst = 0.0
-        for _ in range(2):
-            d = {p: rng.standard_normal(v.shape) for p, v in params.items()}
-            norm = np.sqrt(sum(float(np.sum(x * x)) for x in d.values()))
-            d = {p: x / norm for p, x in d.items()}
-            h = 1e-2
-            losses = []
-            for sign in (1, -1):
-                moved = {p: (params[p] + sign * h * d[p]).astype(np.float32) for p in params}
-                mpath = os.path.join(work, name + ".fd.onnx")
-                onnx.save(build(op, attrs, operands, moved), mpath)
-                run(rondo_run, mpath, os.path.join(work, name + ".fd"), False, ones)
-                losses.append(float(np.load(os.path.join(work, name + ".fd", "loss.npy"))))
-            fd = (losses[0] - losses[1]) / (2 * h)
-            gd = sum(float(np.sum(grads[p] * d[p])) for p in params)
-            scale = max(np.sqrt(sum(float(np.sum(g * g)) for g in grads.values())), 1e-3)
-            worst = max(worst, abs(fd - gd) / scale)
+
+        def loss_at(moved):
+            mpath = os.path.join(work, name + ".fd.onnx")
+            onnx.save(build(op, attrs, operands, moved), mpath)
+            run(rondo_run, mpath, os.path.join(work, name + ".fd"), False, ones)
+            return float(np.load(os.path.join(work, name + ".fd", "loss.npy")))
+
+        worst = worst_slope_error(rng, params, grads, list(params), loss_at)
         ok = worst <= 5e-3
         failures += not ok
         print("%-18s %-20s %s (worst %.1e)" % (name, op, "ok" if ok else "MISMATCH", worst))

@@ -237,24 +237,26 @@ LogicalResult StageOp::verify() {
   if (getGrads().size() != getGradOffsets().size() ||
       getGrads().size() != getGradSizes().size())
     return emitOpError("grads, grad_offsets and grad_sizes differ in length");
-  int64_t end = 0;
-  for (auto [offset, size] : llvm::zip(getParamOffsets(), getParamSizes())) {
-    if (offset < end)
-      return emitOpError("parameter pieces overlap or are out of order");
-    end = offset + size;
-  }
-  if (end > getParamBytes())
-    return emitOpError("parameter pieces end at ")
-           << end << ", past param_bytes " << getParamBytes();
-  end = 0;
-  for (auto [offset, size] : llvm::zip(getGradOffsets(), getGradSizes())) {
-    if (offset < end)
-      return emitOpError("gradient parts overlap or are out of order");
-    end = offset + size;
-  }
-  if (end > getGradBytes())
-    return emitOpError("gradient parts end at ")
-           << end << ", past grad_bytes " << getGradBytes();
+  // The pieces [offset, offset + size) lie in order, apart, within `bytes`.
+  auto checkPieces = [&](ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
+                         int64_t bytes, StringRef what,
+                         StringRef bytesName) -> LogicalResult {
+    int64_t end = 0;
+    for (auto [offset, size] : llvm::zip(offsets, sizes)) {
+      if (offset < end)
+        return emitOpError(what) << " overlap or are out of order";
+      end = offset + size;
+    }
+    if (end > bytes)
+      return emitOpError(what)
+             << " end at " << end << ", past " << bytesName << " " << bytes;
+    return success();
+  };
+  if (failed(checkPieces(getParamOffsets(), getParamSizes(), getParamBytes(),
+                         "parameter pieces", "param_bytes")) ||
+      failed(checkPieces(getGradOffsets(), getGradSizes(), getGradBytes(),
+                         "gradient parts", "grad_bytes")))
+    return failure();
   if (getKind() == StageKind::forward && !getGrads().empty())
     return emitOpError("a forward stage produces no gradients");
   size_t residentGrads = getResidentGrads() ? getResidentGrads()->size() : 0;

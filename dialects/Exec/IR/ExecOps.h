@@ -74,6 +74,35 @@ std::optional<Queue> getQueue(mlir::Operation *op);
 void collectAccesses(ProgramOp program, mlir::Operation *op,
                      llvm::SmallVectorImpl<Access> &out);
 
+/// Drops from RECORDS, the earlier accesses of one buffer (anything with
+/// `offset` and `bytes`), the bytes a write of [offset, offset + bytes)
+/// covers: the write orders and hides them. A record it covers in part keeps
+/// the rest, split in two where the write falls inside it.
+template <typename Record>
+void hideWrittenBytes(llvm::SmallVectorImpl<Record> &records, int64_t offset,
+                      int64_t bytes) {
+  llvm::SmallVector<Record> kept;
+  const int64_t lo = offset, hi = offset + bytes;
+  for (const Record &r : records) {
+    if (r.offset + r.bytes <= lo || hi <= r.offset) {
+      kept.push_back(r);
+      continue;
+    }
+    if (r.offset < lo) {
+      Record head = r;
+      head.bytes = lo - r.offset;
+      kept.push_back(head);
+    }
+    if (hi < r.offset + r.bytes) {
+      Record tail = r;
+      tail.offset = hi;
+      tail.bytes = r.offset + r.bytes - hi;
+      kept.push_back(tail);
+    }
+  }
+  records = std::move(kept);
+}
+
 /// The parameters whose last gradient part (in job order) `stage` produces:
 /// an overlap-mode optimizer task for `stage` updates exactly these. With
 /// a null stage: every parameter with a gradient.

@@ -165,21 +165,8 @@ public:
     collectAccesses(program, op, accesses);
     for (const Access &a : accesses) {
       auto &list = history[key(a)];
-      if (a.write) { // Older accesses of these bytes are ordered before it.
-        SmallVector<Record> kept;
-        for (const Record &r : list) {
-          int64_t lo = a.offset, hi = a.offset + a.bytes;
-          if (r.offset + r.bytes <= lo || hi <= r.offset) {
-            kept.push_back(r);
-            continue;
-          }
-          if (r.offset < lo)
-            kept.push_back({r.offset, lo - r.offset, r.write, r.event});
-          if (hi < r.offset + r.bytes)
-            kept.push_back({hi, r.offset + r.bytes - hi, r.write, r.event});
-        }
-        list = std::move(kept);
-      }
+      if (a.write)
+        hideWrittenBytes(list, a.offset, a.bytes);
       list.push_back({a.offset, a.bytes, a.write, event});
     }
   }

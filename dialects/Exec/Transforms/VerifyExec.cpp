@@ -196,23 +196,8 @@ LogicalResult verifyProgram(ProgramOp program) {
         if (!a.write && worker >= 0 && !written && !persistent)
           return op->emitOpError("reads ")
                  << where() << ", which nothing in this stage-job wrote";
-        if (a.write) {
-          // The write hides older accesses of its bytes; keep the rest.
-          SmallVector<Record> kept;
-          for (const Record &r : list) {
-            int64_t lo = a.offset, hi = a.offset + a.bytes;
-            if (r.offset + r.bytes <= lo || hi <= r.offset) {
-              kept.push_back(r);
-              continue;
-            }
-            if (r.offset < lo)
-              kept.push_back({r.instance, r.offset, lo - r.offset, r.write});
-            if (hi < r.offset + r.bytes)
-              kept.push_back(
-                  {r.instance, hi, r.offset + r.bytes - hi, r.write});
-          }
-          list = std::move(kept);
-        }
+        if (a.write)
+          hideWrittenBytes(list, a.offset, a.bytes);
         list.push_back({id, a.offset, a.bytes, a.write});
       }
     }

@@ -77,11 +77,9 @@ struct PipeLayerizePass
   using Base::Base;
 
   void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>("main");
-    if (!func) {
-      getOperation().emitError("pipe-layerize: no @main function");
+    auto func = tg::lookupMain(getOperation(), "pipe-layerize");
+    if (!func)
       return signalPassFailure();
-    }
     Block &body = func.getBody().front();
     Operation *terminator = body.getTerminator();
 

@@ -85,11 +85,9 @@ struct PipePartitionPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>("main");
-    if (!func) {
-      module.emitError("pipe-partition: no @main function");
+    auto func = tg::lookupMain(module, "pipe-partition");
+    if (!func)
       return signalPassFailure();
-    }
     FailureOr<TargetConfig> target = planTarget(module);
     if (failed(target))
       return signalPassFailure();

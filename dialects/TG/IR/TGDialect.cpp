@@ -7,6 +7,7 @@
 #include "TG/IR/TGDialect.h"
 #include "TG/IR/TGOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -157,4 +158,11 @@ LogicalResult TGDialect::verifyRegionResultAttribute(Operation *op, unsigned,
 LogicalResult TGDialect::verifyOperationAttribute(Operation *op,
                                                   NamedAttribute attr) {
   return verifyAttr(op, attr, isa<ModuleOp>(op) ? Place::Module : Place::Op);
+}
+
+func::FuncOp rondo::tg::lookupMain(ModuleOp module, StringRef pass) {
+  auto main = module.lookupSymbol<func::FuncOp>("main");
+  if (!main)
+    module.emitError(pass) << ": no @main function";
+  return main;
 }

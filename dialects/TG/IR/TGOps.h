@@ -11,6 +11,13 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+namespace mlir {
+class ModuleOp;
+namespace func {
+class FuncOp;
+} // namespace func
+} // namespace mlir
+
 namespace rondo::tg::detail {
 /// Sum of the byte sizes of the ranked tensors among `values`.
 double sumTensorBytes(mlir::ValueRange values);
@@ -45,6 +52,9 @@ bool broadcastsTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
 /// products (and at least once): the weights whose bf16 rounding is all a
 /// bf16 trainer computes with, so a bf16 copy can stand in for them.
 bool readOnlyByProducts(mlir::Value v);
+/// The module's @main, the training function the tg and pipe passes
+/// rewrite; null, with "`pass`: no @main function" emitted, without one.
+mlir::func::FuncOp lookupMain(mlir::ModuleOp module, llvm::StringRef pass);
 } // namespace rondo::tg
 
 #endif // RONDO_DIALECTS_TG_IR_TGOPS_H

@@ -22,11 +22,9 @@ struct TGAttachLossPass
   using Base::Base;
 
   void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>("main");
-    if (!func) {
-      getOperation().emitError("tg-attach-loss: no @main function");
+    auto func = lookupMain(getOperation(), "tg-attach-loss");
+    if (!func)
       return signalPassFailure();
-    }
     auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
     StringRef k = kind;
     if (k.consume_front("output:")) {

@@ -30,11 +30,9 @@ struct TGAutodiffPass : rondo::tg::impl::TGAutodiffPassBase<TGAutodiffPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    auto func = getOperation().lookupSymbol<func::FuncOp>("main");
-    if (!func) {
-      getOperation().emitError("tg-autodiff: no @main function");
+    auto func = lookupMain(getOperation(), "tg-autodiff");
+    if (!func)
       return signalPassFailure();
-    }
     Block &body = func.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     if (ret.getNumOperands() != 1 ||

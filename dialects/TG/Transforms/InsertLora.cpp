@@ -374,11 +374,9 @@ struct TGInsertLoraPass
   void runOnOperation() override {
     scales.clear();
     ModuleOp module = getOperation();
-    auto func = module.lookupSymbol<func::FuncOp>("main");
-    if (!func) {
-      module.emitError("tg-insert-lora: no @main function");
+    auto func = lookupMain(module, "tg-insert-lora");
+    if (!func)
       return signalPassFailure();
-    }
     if (rank < 1) {
       func.emitError("--lora: rank=")
           << static_cast<int64_t>(rank) << " must be positive";

@@ -320,16 +320,13 @@ Folded foldSlice(const Fold &f) {
 }
 
 Converted convertSlice(const Conversion &c) {
-  const onnx::NodeProto &node = c.node;
-  ArrayRef<const Val *> in = c.in;
-  int64_t opset = c.opset;
   auto x = c.need(0);
   if (failed(x))
     return failure();
   SmallVector<const HostTensor *> hosts{nullptr};
-  for (size_t k = 1; k < in.size(); ++k)
-    hosts.push_back(in[k] && in[k]->isConst ? &in[k]->host : nullptr);
-  auto p = sliceParams(node, opset, hosts, typeOf(*x).getShape());
+  for (size_t k = 1; k < c.in.size(); ++k)
+    hosts.push_back(c.in[k] && c.in[k]->isConst ? &c.in[k]->host : nullptr);
+  auto p = sliceParams(c.node, c.opset, hosts, typeOf(*x).getShape());
   if (!p)
     return c.error() << llvm::toString(p.takeError()), failure();
   return wrap(tg::SliceOp::create(

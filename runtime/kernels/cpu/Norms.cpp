@@ -40,6 +40,17 @@ int64_t rowsPerBlock(int64_t width) {
   return std::max<int64_t>(1, 2048 / std::max<int64_t>(width, 1));
 }
 
+/// Runs row(r) for every r in [0, rows), in parallel blocks of rows of
+/// `width` elements that cost `cost` each.
+template <typename Row>
+void forEachRow(int64_t rows, int64_t width, int64_t cost, Row &&row) {
+  parallelBlocks(rows, rowsPerBlock(width), width * cost,
+                 [&](int64_t lo, int64_t hi) {
+                   for (int64_t r = lo; r < hi; ++r)
+                     row(r);
+                 });
+}
+
 /// out[c] = sum over rows r (ascending) of term(r, c), for c in [0, width),
 /// parallel over blocks of columns.
 template <typename Term>
@@ -69,46 +80,40 @@ void columnSums(int64_t rows, int64_t width, float *out, Term &&term) {
 void softmax(CFView x, FView out) {
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
-  parallelBlocks(rows, rowsPerBlock(width), width * 4,
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t r = lo; r < hi; ++r) {
-                     const float *xr = x.data + r * width;
-                     float *yr = out.data + r * width;
-                     float m = -std::numeric_limits<float>::infinity();
-                     for (int64_t c = 0; c < width; ++c)
-                       m = std::max(m, xr[c]);
-                     if (m == -std::numeric_limits<float>::infinity())
-                       m = 0.0f; // all -inf: avoid inf - inf
-                     double sum = 0.0;
-                     for (int64_t c = 0; c < width; ++c) {
-                       float e = std::exp(xr[c] - m);
-                       yr[c] = e;
-                       sum += e;
-                     }
-                     double inv = 1.0 / sum;
-                     for (int64_t c = 0; c < width; ++c)
-                       yr[c] = float(yr[c] * inv);
-                   }
-                 });
+  forEachRow(rows, width, 4, [&](int64_t r) {
+    const float *xr = x.data + r * width;
+    float *yr = out.data + r * width;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < width; ++c)
+      m = std::max(m, xr[c]);
+    if (m == -std::numeric_limits<float>::infinity())
+      m = 0.0f; // all -inf: avoid inf - inf
+    double sum = 0.0;
+    for (int64_t c = 0; c < width; ++c) {
+      float e = std::exp(xr[c] - m);
+      yr[c] = e;
+      sum += e;
+    }
+    double inv = 1.0 / sum;
+    for (int64_t c = 0; c < width; ++c)
+      yr[c] = float(yr[c] * inv);
+  });
 }
 
 void softmaxBackward(CFView y, CFView dY, FView dX) {
   int64_t rows, width;
   rowsOf(y.shape, rows, width);
-  parallelBlocks(rows, rowsPerBlock(width), width * 3,
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t r = lo; r < hi; ++r) {
-                     const float *yr = y.data + r * width;
-                     const float *gr = dY.data + r * width;
-                     float *dr = dX.data + r * width;
-                     double dot = 0.0;
-                     for (int64_t c = 0; c < width; ++c)
-                       dot += double(yr[c]) * gr[c];
-                     float d = float(dot);
-                     for (int64_t c = 0; c < width; ++c)
-                       dr[c] = yr[c] * (gr[c] - d);
-                   }
-                 });
+  forEachRow(rows, width, 3, [&](int64_t r) {
+    const float *yr = y.data + r * width;
+    const float *gr = dY.data + r * width;
+    float *dr = dX.data + r * width;
+    double dot = 0.0;
+    for (int64_t c = 0; c < width; ++c)
+      dot += double(yr[c]) * gr[c];
+    float d = float(dot);
+    for (int64_t c = 0; c < width; ++c)
+      dr[c] = yr[c] * (gr[c] - d);
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -129,20 +134,17 @@ double rmsInv(const float *x, int64_t width, float eps) {
 void rmsNorm(CFView x, CFView w, float eps, FView y) {
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
-  parallelBlocks(rows, rowsPerBlock(width), width * 3,
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t r = lo; r < hi; ++r) {
-                     const float *xr = x.data + r * width;
-                     float *yr = y.data + r * width;
-                     float inv = float(rmsInv(xr, width, eps));
-                     if (w.data)
-                       for (int64_t c = 0; c < width; ++c)
-                         yr[c] = xr[c] * inv * w.data[c];
-                     else
-                       for (int64_t c = 0; c < width; ++c)
-                         yr[c] = xr[c] * inv;
-                   }
-                 });
+  forEachRow(rows, width, 3, [&](int64_t r) {
+    const float *xr = x.data + r * width;
+    float *yr = y.data + r * width;
+    float inv = float(rmsInv(xr, width, eps));
+    if (w.data)
+      for (int64_t c = 0; c < width; ++c)
+        yr[c] = xr[c] * inv * w.data[c];
+    else
+      for (int64_t c = 0; c < width; ++c)
+        yr[c] = xr[c] * inv;
+  });
 }
 
 void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
@@ -152,29 +154,26 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   std::vector<float> inv(static_cast<size_t>(rows));
-  parallelBlocks(
-      rows, rowsPerBlock(width), width * 4, [&](int64_t lo, int64_t hi) {
-        for (int64_t r = lo; r < hi; ++r) {
-          const float *xr = x.data + r * width;
-          const float *gr = dY.data + r * width;
-          double rinv = rmsInv(xr, width, eps);
-          inv[size_t(r)] = float(rinv);
-          if (!dX.data)
-            continue;
-          double dot = 0.0;
-          for (int64_t c = 0; c < width; ++c)
-            dot += double(w.data ? gr[c] * w.data[c] : gr[c]) * xr[c];
-          float a = float(rinv);
-          float bcoef = float(rinv * rinv * rinv * dot / double(width));
-          float *dr = dX.data + r * width;
-          if (w.data)
-            for (int64_t c = 0; c < width; ++c)
-              dr[c] = a * (gr[c] * w.data[c]) - bcoef * xr[c];
-          else
-            for (int64_t c = 0; c < width; ++c)
-              dr[c] = a * gr[c] - bcoef * xr[c];
-        }
-      });
+  forEachRow(rows, width, 4, [&](int64_t r) {
+    const float *xr = x.data + r * width;
+    const float *gr = dY.data + r * width;
+    double rinv = rmsInv(xr, width, eps);
+    inv[size_t(r)] = float(rinv);
+    if (!dX.data)
+      return;
+    double dot = 0.0;
+    for (int64_t c = 0; c < width; ++c)
+      dot += double(w.data ? gr[c] * w.data[c] : gr[c]) * xr[c];
+    float a = float(rinv);
+    float bcoef = float(rinv * rinv * rinv * dot / double(width));
+    float *dr = dX.data + r * width;
+    if (w.data)
+      for (int64_t c = 0; c < width; ++c)
+        dr[c] = a * (gr[c] * w.data[c]) - bcoef * xr[c];
+    else
+      for (int64_t c = 0; c < width; ++c)
+        dr[c] = a * gr[c] - bcoef * xr[c];
+  });
   if (dW.data)
     columnSums(rows, width, dW.data, [&](int64_t r, int64_t c) {
       return double(dY.data[r * width + c]) * x.data[r * width + c] *
@@ -207,24 +206,21 @@ void meanRstd(const float *x, int64_t width, float eps, double &mean,
 void layerNorm(CFView x, CFView w, CFView b, float eps, FView y) {
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
-  parallelBlocks(rows, rowsPerBlock(width), width * 4,
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t r = lo; r < hi; ++r) {
-                     const float *xr = x.data + r * width;
-                     float *yr = y.data + r * width;
-                     double mean, rstd;
-                     meanRstd(xr, width, eps, mean, rstd);
-                     float m = float(mean), s = float(rstd);
-                     for (int64_t c = 0; c < width; ++c) {
-                       float v = (xr[c] - m) * s;
-                       if (w.data)
-                         v *= w.data[c];
-                       if (b.data)
-                         v += b.data[c];
-                       yr[c] = v;
-                     }
-                   }
-                 });
+  forEachRow(rows, width, 4, [&](int64_t r) {
+    const float *xr = x.data + r * width;
+    float *yr = y.data + r * width;
+    double mean, rstd;
+    meanRstd(xr, width, eps, mean, rstd);
+    float m = float(mean), s = float(rstd);
+    for (int64_t c = 0; c < width; ++c) {
+      float v = (xr[c] - m) * s;
+      if (w.data)
+        v *= w.data[c];
+      if (b.data)
+        v += b.data[c];
+      yr[c] = v;
+    }
+  });
 }
 
 void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
@@ -236,34 +232,31 @@ void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
   rowsOf(x.shape, rows, width);
   std::vector<float> means(static_cast<size_t>(rows)),
       rstds(static_cast<size_t>(rows));
-  parallelBlocks(rows, rowsPerBlock(width), width * 6,
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t r = lo; r < hi; ++r) {
-                     const float *xr = x.data + r * width;
-                     const float *gr = dY.data + r * width;
-                     double mean, rstd;
-                     meanRstd(xr, width, eps, mean, rstd);
-                     means[size_t(r)] = float(mean);
-                     rstds[size_t(r)] = float(rstd);
-                     if (!dX.data)
-                       continue;
-                     double sg = 0.0, sgx = 0.0;
-                     for (int64_t c = 0; c < width; ++c) {
-                       double g = w.data ? gr[c] * w.data[c] : gr[c];
-                       sg += g;
-                       sgx += g * ((xr[c] - mean) * rstd);
-                     }
-                     float mg = float(sg / double(width));
-                     float mgx = float(sgx / double(width));
-                     float m = float(mean), s = float(rstd);
-                     float *dr = dX.data + r * width;
-                     for (int64_t c = 0; c < width; ++c) {
-                       float g = w.data ? gr[c] * w.data[c] : gr[c];
-                       float xhat = (xr[c] - m) * s;
-                       dr[c] = s * (g - mg - xhat * mgx);
-                     }
-                   }
-                 });
+  forEachRow(rows, width, 6, [&](int64_t r) {
+    const float *xr = x.data + r * width;
+    const float *gr = dY.data + r * width;
+    double mean, rstd;
+    meanRstd(xr, width, eps, mean, rstd);
+    means[size_t(r)] = float(mean);
+    rstds[size_t(r)] = float(rstd);
+    if (!dX.data)
+      return;
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t c = 0; c < width; ++c) {
+      double g = w.data ? gr[c] * w.data[c] : gr[c];
+      sg += g;
+      sgx += g * ((xr[c] - mean) * rstd);
+    }
+    float mg = float(sg / double(width));
+    float mgx = float(sgx / double(width));
+    float m = float(mean), s = float(rstd);
+    float *dr = dX.data + r * width;
+    for (int64_t c = 0; c < width; ++c) {
+      float g = w.data ? gr[c] * w.data[c] : gr[c];
+      float xhat = (xr[c] - m) * s;
+      dr[c] = s * (g - mg - xhat * mgx);
+    }
+  });
   if (dW.data)
     columnSums(rows, width, dW.data, [&](int64_t r, int64_t c) {
       float xhat =
@@ -293,11 +286,9 @@ void rotaryRows(const Shape &shape, const float *in, const float *cosT,
   if (D % 2 != 0)
     detail::fatal("rotary: head dimension %lld is odd", (long long)D);
   int64_t rows = shape.numel() / std::max<int64_t>(D, 1);
-  parallelBlocks(rows, rowsPerBlock(D), D * 3, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      int64_t t = r % T;
-      fn(in + r * D, out + r * D, cosT + t * D, sinT + t * D, D / 2);
-    }
+  forEachRow(rows, D, 3, [&](int64_t r) {
+    int64_t t = r % T;
+    fn(in + r * D, out + r * D, cosT + t * D, sinT + t * D, D / 2);
   });
 }
 

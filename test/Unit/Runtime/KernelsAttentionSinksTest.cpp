@@ -153,6 +153,24 @@ Inputs inputs(const SinkCase &c) {
   return in;
 }
 
+/// The kernels' forward and backward of `c` on `in`. The gradients start
+/// as `fill`: NaN shows an element the backward left unwritten.
+struct SinkResults {
+  Tensor out, lse, dQ, dK, dV, dSinks;
+};
+SinkResults runSinks(const SinkCase &c, const Inputs &in, float fill = 0.0f) {
+  SinkResults r{Tensor(in.q.shape),       Tensor(Shape{c.B, c.Hq, c.T}),
+                Tensor(in.q.shape, fill), Tensor(in.k.shape, fill),
+                Tensor(in.v.shape, fill), Tensor(in.sinks.shape, fill)};
+  attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
+                 c.window, in.scale, r.out.v(), r.lse.v());
+  attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
+                         r.out.cv(), r.lse.cv(), in.dOut.cv(), c.causal,
+                         c.window, in.scale, r.dQ.v(), r.dK.v(), r.dV.v(),
+                         r.dSinks.v());
+  return r;
+}
+
 TEST(KernelAttentionSinks, ForwardMatchesTheExportersComposition) {
   for (const SinkCase &c : kSinkCases) {
     Inputs in = inputs(c);
@@ -169,14 +187,7 @@ TEST(KernelAttentionSinks, ForwardMatchesTheExportersComposition) {
 TEST(KernelAttentionSinks, BackwardMatchesTheCompositionsGradient) {
   for (const SinkCase &c : kSinkCases) {
     Inputs in = inputs(c);
-    Tensor out(in.q.shape), lse(Shape{c.B, c.Hq, c.T});
-    attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
-                   c.window, in.scale, out.v(), lse.v());
-    Tensor dQ(in.q.shape, std::nanf("")), dK(in.k.shape, std::nanf("")),
-        dV(in.v.shape, std::nanf("")), dSinks(in.sinks.shape, std::nanf(""));
-    attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                           out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
-                           in.scale, dQ.v(), dK.v(), dV.v(), dSinks.v());
+    auto [out, lse, dQ, dK, dV, dSinks] = runSinks(c, in, std::nanf(""));
     Naive want = naive(c, in.q, in.k, in.v, in.sinks, in.dOut, in.scale);
     std::string what = describe(c);
     expectNear(what + " dQ", dQ.data, want.dQ, 1e-4, 1e-5);
@@ -189,14 +200,7 @@ TEST(KernelAttentionSinks, BackwardMatchesTheCompositionsGradient) {
 TEST(KernelAttentionSinks, BackwardFiniteDifferences) {
   for (const SinkCase &c : kSinkCases) {
     Inputs in = inputs(c);
-    Tensor out(in.q.shape), lse(Shape{c.B, c.Hq, c.T});
-    attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
-                   c.window, in.scale, out.v(), lse.v());
-    Tensor dQ(in.q.shape), dK(in.k.shape), dV(in.v.shape),
-        dSinks(in.sinks.shape);
-    attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                           out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
-                           in.scale, dQ.v(), dK.v(), dV.v(), dSinks.v());
+    auto [out, lse, dQ, dK, dV, dSinks] = runSinks(c, in);
     Tensor o(in.q.shape), l(lse.shape);
     auto objective = [&] {
       attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
@@ -244,14 +248,7 @@ std::vector<float> runSinksSuite(const std::vector<Inputs> &ins) {
   for (size_t n = 0; n < ins.size(); ++n) {
     const SinkCase &c = kSinkCases[n];
     const Inputs &in = ins[n];
-    Tensor out(in.q.shape), lse(Shape{c.B, c.Hq, c.T});
-    attentionSinks(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(), c.causal,
-                   c.window, in.scale, out.v(), lse.v());
-    Tensor dQ(in.q.shape), dK(in.k.shape), dV(in.v.shape),
-        dSinks(in.sinks.shape);
-    attentionSinksBackward(in.q.cv(), in.k.cv(), in.v.cv(), in.sinks.cv(),
-                           out.cv(), lse.cv(), in.dOut.cv(), c.causal, c.window,
-                           in.scale, dQ.v(), dK.v(), dV.v(), dSinks.v());
+    auto [out, lse, dQ, dK, dV, dSinks] = runSinks(c, in);
     for (const Tensor *t : {&out, &lse, &dQ, &dK, &dV, &dSinks})
       all.insert(all.end(), t->data.begin(), t->data.end());
   }

@@ -118,10 +118,39 @@ TEST(Safetensors, UnwritablePathIsAnErrorAndLeavesNothing) {
   EXPECT_FALSE(exists(path));
 }
 
+/// A hand-built model with LoRA adapters: the constructor of each lists
+/// `params`, then `finish` points `spec` at them and gives parameter i's
+/// element e the value (i * stride + e) * step - 1.
+struct AdaptedModel {
+  explicit AdaptedModel(LoraSpec lora) : lora(lora) {}
+  AdaptedModel(const AdaptedModel &) = delete; // `spec` points into it.
+
+  void finish(int stride, float step) {
+    spec.modelPath = "model.onnx";
+    spec.inputName = "input_ids";
+    spec.loss = LossKind::CausalLM;
+    spec.params = params.data();
+    spec.numParams = int(params.size());
+    spec.lora = &lora;
+    values.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      for (int64_t e = 0; e < numElements(params[i]); ++e)
+        values[i].push_back(float(int(i) * stride + int(e)) * step - 1.0f);
+      ptrs.push_back(values[i].data());
+    }
+  }
+
+  std::vector<ParamSpec> params;
+  LoraSpec lora;
+  ModelSpec spec{};
+  std::vector<std::vector<float>> values;
+  std::vector<float *> ptrs;
+};
+
 /// A model with one adapted linear (a [4, 3] weight stored [in, out], or
 /// [out, in] when `transposed`) and one other linear weight.
-struct LoraModel {
-  explicit LoraModel(bool transposed) {
+struct LoraModel : AdaptedModel {
+  explicit LoraModel(bool transposed) : AdaptedModel({2, 3.0, 0.0, "up"}) {
     const char *w = "model.layers.0.mlp.up_proj.weight";
     const char *a = "model.layers.0.mlp.up_proj.lora_A.weight";
     const char *b = "model.layers.0.mlp.up_proj.lora_B.weight";
@@ -132,30 +161,10 @@ struct LoraModel {
         {"val_2", "model.layers.1.mlp.up_proj.weight", 2, {4, 3}, false},
         {"norm", "model.norm.weight", 1, {3}, false},
     };
-    spec.modelPath = "model.onnx";
-    spec.inputName = "input_ids";
     spec.batch = 1;
     spec.seqLen = 1;
-    spec.vocabSize = 0;
-    spec.loss = LossKind::CausalLM;
-    spec.params = params.data();
-    spec.numParams = int(params.size());
-    spec.lora = &lora;
-    values.resize(params.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      int64_t n = 1;
-      for (int d = 0; d < params[i].rank; ++d)
-        n *= params[i].dims[d];
-      for (int64_t e = 0; e < n; ++e)
-        values[i].push_back(float(int(i) * 10 + int(e)) * 0.125f - 1.0f);
-      ptrs.push_back(values[i].data());
-    }
+    finish(10, 0.125f);
   }
-  std::vector<ParamSpec> params;
-  LoraSpec lora{2, 3.0, 0.0, "up"};
-  ModelSpec spec{};
-  std::vector<std::vector<float>> values;
-  std::vector<float *> ptrs;
 };
 
 TEST(Lora, InitIsPeftsKaimingUniformForAAndZeroForB) {
@@ -300,8 +309,8 @@ TEST(Lora, ValidateNamesInconsistentAdapters) {
 /// experts module, each with A [E, d1, r=2] and B [E, r, d2] (PEFT's
 /// ParamWrapper: gate_up_proj wrapped first, so under ".base_layer"), and a
 /// router adapted as a parameter too.
-struct ExpertsModel {
-  ExpertsModel() {
+struct ExpertsModel : AdaptedModel {
+  ExpertsModel() : AdaptedModel({2, 3.0, 0.0, "experts+router"}) {
     const std::string m = "model.layers.0.mlp.experts";
     names = {m + ".gate_up_proj",
              m + ".base_layer.lora_A.weight",
@@ -341,25 +350,9 @@ struct ExpertsModel {
                 {"", "", 2, {2, 2}, true}, LoraFactor::B, gate, true),
         {"val_3", "model.layers.0.self_attn.q_proj.weight", 2, {3, 3}, false},
     };
-    spec.modelPath = "model.onnx";
-    spec.inputName = "input_ids";
-    spec.loss = LossKind::CausalLM;
-    spec.params = params.data();
-    spec.numParams = int(params.size());
-    spec.lora = &lora;
-    values.resize(params.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-      for (int64_t e = 0; e < numElements(params[i]); ++e)
-        values[i].push_back(float(int(i) * 30 + int(e)) * 0.0625f - 1.0f);
-      ptrs.push_back(values[i].data());
-    }
+    finish(30, 0.0625f);
   }
   std::vector<std::string> names;
-  std::vector<ParamSpec> params;
-  LoraSpec lora{2, 3.0, 0.0, "experts+router"};
-  ModelSpec spec{};
-  std::vector<std::vector<float>> values;
-  std::vector<float *> ptrs;
 };
 
 TEST(LoraExperts, ExportUsesPeftsParamWrapperLayoutAndLoadInvertsIt) {

@@ -33,8 +33,7 @@
 
 using namespace rondo;
 using namespace rondo::rt;
-using rondo::test::makeTempDir;
-using rondo::test::readText;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {
@@ -46,18 +45,6 @@ constexpr int64_t kBatch = kMicrobatches * kRowsPerMb;
 constexpr int64_t kRows = 12; // Not a multiple of the batch: wraps.
 
 using Weights = std::vector<std::vector<float>>;
-
-struct RunResult {
-  int rc;
-  std::string out, err;
-};
-
-int64_t numel(const ParamSpec &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.dims[i];
-  return n;
-}
 
 /// The values of `key` in every line of a JSON-lines log that has it.
 std::vector<double> logValues(const std::string &path, const std::string &key) {
@@ -80,6 +67,28 @@ bool sameBits(const std::vector<double> &a, const std::vector<double> &b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
+/// Reads the trainable state of the checkpoint LATEST names in `ckpt`.
+CheckpointMeta readToyCheckpoint(const std::string &ckpt,
+                                 const std::string &modelPath) {
+  const ModelSpec &spec =
+      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+  std::vector<std::vector<float>> storage;
+  std::vector<CheckpointTensor> tensors;
+  for (int i = 0; i < spec.numParams; ++i) {
+    const ParamSpec &p = spec.params[i];
+    if (!p.trainable)
+      continue;
+    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
+      storage.emplace_back(size_t(numElements(p)));
+      tensors.push_back(
+          {std::string(prefix) + p.name, nullptr, numElements(p)});
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    tensors[i].data = storage[i].data();
+  return readLatestCheckpoint(ckpt, tensors);
+}
+
 class PipelineTest : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -88,22 +97,7 @@ protected:
     dataPath = dir + "/tokens.npy";
     const ModelSpec &spec =
         toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
-    std::mt19937 rng(99);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    Weights initial;
-    std::vector<TensorToWrite<float>> tensors;
-    for (int i = 0; i < spec.numParams; ++i) {
-      std::vector<float> w(size_t(numel(spec.params[i])));
-      for (float &x : w)
-        x = i == toy::kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
-      initial.push_back(w);
-    }
-    for (int i = 0; i < spec.numParams; ++i) {
-      const ParamSpec &p = spec.params[i];
-      tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
-                         initial[size_t(i)].data()});
-    }
-    writeInitializerModel(modelPath, tensors);
+    toy::writeRandomWeights(spec, modelPath, 99);
     writeTokens(dataPath, kRows, 0);
   }
 
@@ -124,17 +118,12 @@ protected:
   RunResult run(std::vector<std::string> args, bool single = false) {
     const LossKind loss = lossKind;
     args.insert(args.begin(), "toy-pipeline");
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    int rc;
-    if (single) {
-      const ModelSpec &spec = toy::toyModel(kBatch, kSeq, loss, modelPath);
-      rc = trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
-    } else {
+    std::vector<char *> argv = argvOf(args);
+    return captureRun([&] {
+      if (single) {
+        const ModelSpec &spec = toy::toyModel(kBatch, kSeq, loss, modelPath);
+        return trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
+      }
       const toy::ToyPipeline &p =
           toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath, loss);
       if (failAtLaunch)
@@ -147,14 +136,9 @@ protected:
       if (breakProgram)
         for (rondo_program &program : programs)
           breakProgram(program);
-      rc = trainerMain(int(args.size()), argv.data(), *p.model, programs.data(),
-                       int(programs.size()));
-    }
-    RunResult r;
-    r.out = ::testing::internal::GetCapturedStdout();
-    r.err = ::testing::internal::GetCapturedStderr();
-    r.rc = rc;
-    return r;
+      return trainerMain(int(args.size()), argv.data(), *p.model,
+                         programs.data(), int(programs.size()));
+    });
   }
 
   /// Trains `steps` steps with `extra` flags; returns the losses and grad
@@ -453,22 +437,7 @@ TEST_F(PipelineTest, FailedCheckpointWriteKeepsThePreviousOne) {
                                "step 3"));
   EXPECT_THAT(r.err, HasSubstr(checkpointFileName(3)));
   EXPECT_THAT(r.err, HasSubstr("the previous checkpoint is kept"));
-  const ModelSpec &spec =
-      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
-  std::vector<std::vector<float>> storage;
-  std::vector<CheckpointTensor> tensors;
-  for (int i = 0; i < spec.numParams; ++i) {
-    const ParamSpec &p = spec.params[i];
-    if (!p.trainable)
-      continue;
-    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
-      storage.emplace_back(size_t(numel(p)));
-      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    tensors[i].data = storage[i].data();
-  CheckpointMeta meta = readLatestCheckpoint(ckpt, tensors);
+  CheckpointMeta meta = readToyCheckpoint(ckpt, modelPath);
   EXPECT_EQ(meta.step, 2);
 }
 
@@ -560,31 +529,6 @@ TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {
 
 } // namespace
 
-namespace {
-
-/// Reads the trainable state of the checkpoint LATEST names in `ckpt`.
-CheckpointMeta readToyCheckpoint(const std::string &ckpt,
-                                 const std::string &modelPath) {
-  const ModelSpec &spec =
-      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
-  std::vector<std::vector<float>> storage;
-  std::vector<CheckpointTensor> tensors;
-  for (int i = 0; i < spec.numParams; ++i) {
-    const ParamSpec &p = spec.params[i];
-    if (!p.trainable)
-      continue;
-    for (const char *prefix : {"", "exp_avg/", "exp_avg_sq/"}) {
-      storage.emplace_back(size_t(numel(p)));
-      tensors.push_back({std::string(prefix) + p.name, nullptr, numel(p)});
-    }
-  }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    tensors[i].data = storage[i].data();
-  return readLatestCheckpoint(ckpt, tensors);
-}
-
-} // namespace
-
 TEST_F(PipelineTest, CheckpointErrorStopKeepsThePreviousOneAndExits) {
   std::string ckpt = dir + "/ckpt";
   train("first", {"--checkpoint-dir", ckpt, "--save-every", "1"}, false, 2);
@@ -628,9 +572,7 @@ TEST_F(PipelineTest, NonFiniteGradientStopsNamingTheFirstStageInJobOrder) {
                                        ckpt,
                                        "--save-every",
                                        "1"};
-      std::vector<char *> argv;
-      for (std::string &a : args)
-        argv.push_back(a.data());
+      std::vector<char *> argv = argvOf(args);
       ::testing::internal::CaptureStderr();
       r.rc = trainerMain(int(args.size()), argv.data(), *p.model,
                          p.programs.data(), int(p.programs.size()));
@@ -655,9 +597,7 @@ TEST_F(PipelineTest, NonFiniteLossStopsNamingTheMicrobatch) {
   toy::toyPipelineNonFiniteAtStep(1, toy::kNanLoss);
   std::vector<std::string> args = {"toy-pipeline", "--data", dataPath,
                                    "--steps",      "3",      "--workers=3"};
-  std::vector<char *> argv;
-  for (std::string &a : args)
-    argv.push_back(a.data());
+  std::vector<char *> argv = argvOf(args);
   ::testing::internal::CaptureStderr();
   int rc = trainerMain(int(args.size()), argv.data(), *p.model,
                        p.programs.data(), int(p.programs.size()));
@@ -695,9 +635,7 @@ TEST_F(PipelineTest, OnNanSkipLeavesWeightsAndOptimizerAsBefore) {
         "--export-onnx",
         onnx};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
+    std::vector<char *> argv = argvOf(args);
     ::testing::internal::CaptureStderr();
     SkipRun r;
     r.rc = trainerMain(int(args.size()), argv.data(), *p.model,
@@ -763,9 +701,7 @@ TEST_F(PipelineTest, SignalFinishesTheStepWritesACheckpointAndExits) {
     std::vector<std::string> args = {
         "toy-pipeline", "--data", dataPath,      "--steps",          "6",
         "--lr",         "0.05",   "--workers=2", "--checkpoint-dir", ckpt};
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
+    std::vector<char *> argv = argvOf(args);
     ::testing::internal::CaptureStderr();
     int rc = trainerMain(int(args.size()), argv.data(), *p.model,
                          p.programs.data(), int(p.programs.size()));
@@ -801,9 +737,7 @@ TEST_F(PipelineTest, WatchdogNamesTheStageJobThatStoppedAdvancing) {
                                      "--quiet",
                                      "--watchdog-seconds",
                                      "1"};
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
+    std::vector<char *> argv = argvOf(args);
     std::exit(trainerMain(int(args.size()), argv.data(), *p.model,
                           p.programs.data(), int(p.programs.size())));
   };

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace rondo::test {
 
@@ -43,6 +44,33 @@ inline std::string readText(const std::string &path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+/// What a trainer run returned and printed.
+struct RunResult {
+  int rc;
+  std::string out, err;
+};
+
+/// The argv of a process started with `args` (which must outlive it).
+inline std::vector<char *> argvOf(std::vector<std::string> &args) {
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+/// Runs `body`, a trainer's main, with stdout and stderr captured.
+template <typename F> RunResult captureRun(F &&body) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  int rc = body();
+  RunResult r;
+  r.out = ::testing::internal::GetCapturedStdout();
+  r.err = ::testing::internal::GetCapturedStderr();
+  r.rc = rc;
+  return r;
 }
 
 /// Runs `body` and returns the message of the rt::Error it throws ("" when

@@ -6,9 +6,9 @@
 
 #include "ToyModel.h"
 
-#include <algorithm>
-#include <cmath>
-#include <vector>
+#include "rondo/runtime/OnnxWeights.h"
+
+#include <random>
 
 namespace rondo::toy {
 
@@ -46,6 +46,28 @@ const ModelSpec &toyModel(int64_t batch, int64_t seqLen, LossKind loss,
   return gSpec;
 }
 
+std::vector<std::vector<float>> writeRandomWeights(const ModelSpec &spec,
+                                                   const std::string &path,
+                                                   unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<std::vector<float>> weights;
+  std::vector<rt::TensorToWrite<float>> tensors;
+  for (int i = 0; i < spec.numParams; ++i) {
+    std::vector<float> w(size_t(rt::numElements(spec.params[i])));
+    for (float &x : w)
+      x = i == kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
+    weights.push_back(w);
+  }
+  for (int i = 0; i < spec.numParams; ++i) {
+    const ParamSpec &p = spec.params[i];
+    tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
+                       weights[size_t(i)].data()});
+  }
+  rt::writeInitializerModel(path, tensors);
+  return weights;
+}
+
 StepResult toyStep(const StepArgs &args) {
   const int64_t B = gSpec.batch, T = gSpec.seqLen;
   const float *emb = args.params[kEmb], *norm = args.params[kNorm],
@@ -75,22 +97,8 @@ StepResult toyStep(const StepArgs &args) {
       const int64_t x = args.inputIds[b * T + t];
       for (int64_t d = 0; d < kDim; ++d)
         h[d] = double(emb[x * kDim + d]) * norm[d];
-      double maxLogit = -HUGE_VAL;
-      for (int64_t v = 0; v < kVocab; ++v) {
-        double z = bias[v];
-        for (int64_t d = 0; d < kDim; ++d)
-          z += h[d] * proj[d * kVocab + v];
-        logits[v] = z;
-        maxLogit = std::max(maxLogit, z);
-      }
-      double sumExp = 0;
-      for (int64_t v = 0; v < kVocab; ++v)
-        sumExp += std::exp(logits[v] - maxLogit);
-      const double lse = maxLogit + std::log(sumExp);
-      lossSum += lse - logits[y];
-      for (int64_t v = 0; v < kVocab; ++v)
-        dlogits[v] =
-            (std::exp(logits[v] - lse) - (v == y ? 1.0 : 0.0)) * gradScale;
+      lossSum +=
+          headCrossEntropy(h.data(), proj, bias, y, gradScale, logits, dlogits);
       for (int64_t v = 0; v < kVocab; ++v)
         gBias[v] += float(dlogits[v]);
       for (int64_t d = 0; d < kDim; ++d) {

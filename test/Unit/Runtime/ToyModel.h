@@ -17,7 +17,10 @@
 
 #include "rondo/runtime/Trainer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 namespace rondo::toy {
 
@@ -34,6 +37,38 @@ const rt::ModelSpec &toyModel(int64_t batch, int64_t seqLen, rt::LossKind loss,
 
 /// The compiled step of the configured toy.
 rt::StepResult toyStep(const rt::StepArgs &args);
+
+/// Writes random initial weights for SPEC into the ONNX model at PATH and
+/// returns them. The frozen scale is not all ones, so that a missing factor
+/// in a backward shows.
+std::vector<std::vector<float>> writeRandomWeights(const rt::ModelSpec &spec,
+                                                   const std::string &path,
+                                                   unsigned seed);
+
+/// The head both toys share, for one position with hidden state H: the
+/// logits H proj + bias into LOGITS, their cross-entropy against Y
+/// (returned) and its gradient times SCALE into DLOGITS. The single-process
+/// and the pipelined toy must round alike, so there is one copy.
+template <typename T>
+double headCrossEntropy(const T *h, const float *proj, const float *bias,
+                        int64_t y, double scale, std::vector<double> &logits,
+                        std::vector<double> &dlogits) {
+  double maxLogit = -HUGE_VAL;
+  for (int64_t v = 0; v < kVocab; ++v) {
+    double z = bias[v];
+    for (int64_t d = 0; d < kDim; ++d)
+      z += double(h[d]) * proj[d * kVocab + v];
+    logits[v] = z;
+    maxLogit = std::max(maxLogit, z);
+  }
+  double sumExp = 0;
+  for (int64_t v = 0; v < kVocab; ++v)
+    sumExp += std::exp(logits[v] - maxLogit);
+  const double lse = maxLogit + std::log(sumExp);
+  for (int64_t v = 0; v < kVocab; ++v)
+    dlogits[v] = (std::exp(logits[v] - lse) - (v == y ? 1.0 : 0.0)) * scale;
+  return lse - logits[y];
+}
 
 } // namespace rondo::toy
 

@@ -165,21 +165,7 @@ void stageT(void *const *io, float lossScale) {
       if (y == -100)
         continue;
       const float *hv = h + (b * gT + t) * D;
-      double maxLogit = -HUGE_VAL;
-      for (int64_t v = 0; v < V; ++v) {
-        double z = bias[v];
-        for (int64_t d = 0; d < D; ++d)
-          z += double(hv[d]) * proj[d * V + v];
-        logits[v] = z;
-        maxLogit = std::max(maxLogit, z);
-      }
-      double sumExp = 0;
-      for (int64_t v = 0; v < V; ++v)
-        sumExp += std::exp(logits[v] - maxLogit);
-      const double lse = maxLogit + std::log(sumExp);
-      lossSum += lse - logits[y];
-      for (int64_t v = 0; v < V; ++v)
-        dl[v] = (std::exp(logits[v] - lse) - (v == y ? 1.0 : 0.0)) * scale;
+      lossSum += headCrossEntropy(hv, proj, bias, y, scale, logits, dl);
       for (int64_t v = 0; v < V; ++v)
         gBias[v] += float(dl[v]);
       if (b == 0 && t == 0 && nanHere && (gNanWhere & kNanProjGrad))

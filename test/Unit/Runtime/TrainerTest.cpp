@@ -29,9 +29,7 @@
 
 using namespace rondo;
 using namespace rondo::rt;
-using rondo::test::makeTempDir;
-using rondo::test::readText;
-using rondo::test::writeBytes;
+using namespace rondo::test;
 using ::testing::HasSubstr;
 
 namespace {
@@ -42,12 +40,6 @@ constexpr int64_t kRows = 6;
 using Weights = std::vector<std::vector<float>>;
 using Rows = std::vector<std::vector<int64_t>>;
 
-struct RunResult {
-  int rc;
-  std::string out;
-  std::string err;
-};
-
 /// One parsed --log-json line.
 struct LogLine {
   int64_t step;
@@ -57,13 +49,6 @@ struct LogLine {
   double lr;
   double gradNorm;
 };
-
-int64_t numel(const ParamSpec &p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.rank; ++i)
-    n *= p.dims[i];
-  return n;
-}
 
 /// Parses the log strictly: every line one object with exactly the six
 /// keys, in order.
@@ -105,22 +90,7 @@ protected:
     // a missing factor in the backward would show.
     const ModelSpec &spec =
         toy::toyModel(2, kSeq, LossKind::CausalLM, modelPath);
-    std::mt19937 rng(1234);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    std::vector<TensorToWrite<float>> tensors;
-    for (int i = 0; i < spec.numParams; ++i) {
-      const ParamSpec &p = spec.params[i];
-      std::vector<float> w(size_t(numel(p)));
-      for (float &x : w)
-        x = i == toy::kNorm ? 1.0f + 0.25f * normal(rng) : normal(rng);
-      initial.push_back(w);
-    }
-    for (int i = 0; i < spec.numParams; ++i) {
-      const ParamSpec &p = spec.params[i];
-      tensors.push_back({p.name, std::vector<int64_t>(p.dims, p.dims + p.rank),
-                         initial[size_t(i)].data()});
-    }
-    writeInitializerModel(modelPath, tensors);
+    initial = toy::writeRandomWeights(spec, modelPath, 1234);
     // A learnable sequence rule: next = 3 * token + 1 (mod V).
     for (int64_t r = 0; r < kRows; ++r) {
       std::vector<int64_t> row(kSeq);
@@ -144,18 +114,10 @@ protected:
                 LossKind loss = LossKind::CausalLM) {
     const ModelSpec &spec = toy::toyModel(batch, kSeq, loss, modelPath);
     args.insert(args.begin(), "toy-trainer");
-    std::vector<char *> argv;
-    for (std::string &a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    int rc = trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
-    RunResult result;
-    result.out = ::testing::internal::GetCapturedStdout();
-    result.err = ::testing::internal::GetCapturedStderr();
-    result.rc = rc;
-    return result;
+    std::vector<char *> argv = argvOf(args);
+    return captureRun([&] {
+      return trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
+    });
   }
 
   /// Loss and gradients of the toy on `batchRows`, computed by calling the
