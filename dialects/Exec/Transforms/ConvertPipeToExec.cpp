@@ -81,11 +81,12 @@ struct StageInfo {
 /// The products then read the copy (kern-bf16-storage) instead of rounding
 /// the fp32 weights at every microbatch. Idempotent: one plan is lowered
 /// once per optimizer mode.
-void addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
-                              const llvm::SmallDenseSet<Attribute> &resident) {
+LogicalResult
+addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
+                         const llvm::SmallDenseSet<Attribute> &resident) {
   auto precision = plan->getAttrOfType<StringAttr>("precision");
   if (!precision || precision.getValue() != "bf16" || resident.empty())
-    return;
+    return success();
   MLIRContext *ctx = module.getContext();
   for (auto stage : plan.getBody().getOps<pipe::StageOp>()) {
     auto fn = module.lookupSymbol<func::FuncOp>(
@@ -110,9 +111,11 @@ void addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
               fn.getNumArguments(),
               RankedTensorType::get(type.getShape(), BFloat16Type::get(ctx)),
               DictionaryAttr::get(ctx, attrs), fn.getLoc())))
-        continue;
+        return fn.emitOpError("cannot take the bf16 copy of '")
+               << name << "' as an argument";
     }
   }
+  return success();
 }
 
 /// Derives awaits from accesses while ops are appended in issue order.
@@ -281,7 +284,8 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
              << N << " workers; device-resident state needs one worker";
     residentSet.insert(resident.begin(), resident.end());
   }
-  addResidentBf16Arguments(module, plan, residentSet);
+  if (failed(addResidentBf16Arguments(module, plan, residentSet)))
+    return failure();
   llvm::SmallDenseSet<Attribute> bf16Copies;
   // Each resident parameter's size and how many stages produce a part of
   // its gradient.
