@@ -10,7 +10,8 @@ Where the model comes from:
   --model DIR          a local Hugging Face directory (config.json, and the
                        weights unless --graph-only)
   --config FILE.json   a config alone: random weights
-  --preset NAME        a built-in config: qwen3-0.6b, qwen3-1.7b, qwen3-8b
+  --preset NAME        a built-in config: qwen3-0.6b, qwen3-1.7b, qwen3-8b,
+                       gemma3-1b, qwen3-30b-a3b, gpt-oss-20b
   --layers N           keep only the first N decoder layers (any source)
 
 --graph-only writes the graph without weights, for models too large to hold
@@ -45,6 +46,38 @@ PRESETS = {
 QWEN3_COMMON = dict(vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
                     rope_theta=1000000.0, model_type="qwen3")
 
+# The families' shapes of issue 23 (published configs, random weights):
+# fields for AutoConfig.for_model; unset fields keep transformers' defaults.
+FAMILY_PRESETS = {
+    "gemma3-1b": dict(model_type="gemma3_text", vocab_size=262144, hidden_size=1152,
+                      intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+                      num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+                      sliding_window=512, max_position_embeddings=32768, rms_norm_eps=1e-6,
+                      hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                      layer_types=["full_attention" if (i + 1) % 6 == 0 else
+                                   "sliding_attention" for i in range(26)]),
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", vocab_size=151936, hidden_size=2048,
+                          intermediate_size=6144, moe_intermediate_size=768,
+                          num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, head_dim=128, num_experts=128,
+                          num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1,
+                          mlp_only_layers=[], max_position_embeddings=40960,
+                          rms_norm_eps=1e-6, rope_theta=1000000.0,
+                          tie_word_embeddings=False),
+    "gpt-oss-20b": dict(model_type="gpt_oss", vocab_size=201088, hidden_size=2880,
+                        intermediate_size=2880, num_hidden_layers=24,
+                        num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                        num_local_experts=32, num_experts_per_tok=4, sliding_window=128,
+                        layer_types=["sliding_attention" if i % 2 == 0 else
+                                     "full_attention" for i in range(24)],
+                        max_position_embeddings=131072, rms_norm_eps=1e-5,
+                        tie_word_embeddings=False),
+}
+
+
+def is_moe(config):
+    return bool(getattr(config, "num_experts", 0) or getattr(config, "num_local_experts", 0))
+
 
 def fail(message):
     sys.stderr.write("export-hf-onnx: error: %s\n" % message)
@@ -53,9 +86,12 @@ def fail(message):
 
 def load_config(a):
     from transformers import AutoConfig, Qwen3Config
-    if a.preset:
+    if a.preset in FAMILY_PRESETS:
+        config = AutoConfig.for_model(**FAMILY_PRESETS[a.preset])
+    elif a.preset:
         if a.preset not in PRESETS:
-            fail("--preset %s: unknown (known: %s)" % (a.preset, ", ".join(sorted(PRESETS))))
+            fail("--preset %s: unknown (known: %s)"
+                 % (a.preset, ", ".join(sorted(list(PRESETS) + list(FAMILY_PRESETS)))))
         fields = dict(QWEN3_COMMON, **PRESETS[a.preset])
         fields.pop("model_type")
         config = Qwen3Config(**fields)
@@ -78,7 +114,18 @@ def load_config(a):
         if getattr(config, "layer_types", None):
             config.layer_types = config.layer_types[:a.layers]
     config.use_cache = False
-    config._attn_implementation = "sdpa"
+    # GPT-OSS's attention sinks have no SDPA path in transformers; its eager
+    # attention exports the sink softmax rondo-compile recognises.
+    config._attn_implementation = "eager" if config.model_type == "gpt_oss" else "sdpa"
+    if is_moe(config):
+        # transformers' default experts backend (grouped_mm) has no ONNX
+        # conversion and "eager" loops over experts with data-dependent
+        # shapes that torch.export rejects; batched_mm exports statically
+        # (router, TopK, GatherND of each (token, slot)'s expert matrices,
+        # batched MatMul), the form rondo-compile recognises as routed experts.
+        config._experts_implementation = "batched_mm"
+        print("export-hf-onnx: a mixture of experts: exporting with the batched_mm "
+              "experts backend", flush=True)
     return config
 
 
@@ -101,6 +148,7 @@ def build_model(a, config):
     import torch
     from transformers import AutoModelForCausalLM
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
+    extra = {"experts_implementation": "batched_mm"} if is_moe(config) else {}
     if a.graph_only:
         # Built on the meta device (no initialisation work), then given
         # uninitialised CPU memory: the exporter needs real tensors, the
@@ -108,7 +156,7 @@ def build_model(a, config):
         # inverse frequencies) are computed in __init__, so those modules
         # are rebuilt on the CPU to keep their true values.
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype, **extra)
         model = model.to_empty(device="cpu")
         for name, module in list(model.named_modules()):
             if "rotary" in type(module).__name__.lower():
@@ -116,9 +164,10 @@ def build_model(a, config):
                 setattr(parent, name.rsplit(".", 1)[-1], type(module)(config=config))
         return model
     if a.model:
-        return AutoModelForCausalLM.from_pretrained(a.model, config=config, torch_dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(a.model, config=config, torch_dtype=dtype,
+                                                    **extra)
     torch.manual_seed(a.seed)
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype, **extra)
     # Random initialisation makes every norm weight ones, and the exporter
     # merges byte-identical initializers: the graph would then hold one
     # weight for all norms, which trains them as one. Perturbed, as the
@@ -162,7 +211,8 @@ def main():
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a local Hugging Face model directory")
     src.add_argument("--config", help="a config.json (random weights)")
-    src.add_argument("--preset", help="qwen3-0.6b, qwen3-1.7b or qwen3-8b")
+    src.add_argument("--preset", help="qwen3-0.6b, qwen3-1.7b, qwen3-8b, gemma3-1b, "
+                     "qwen3-30b-a3b or gpt-oss-20b")
     p.add_argument("-o", "--output", required=True, help="the ONNX file to write")
     p.add_argument("--graph-only", action="store_true",
                    help="no weights: initializers point into an absent OUT.data")
@@ -184,6 +234,8 @@ def main():
     start = time.time()
     config = load_config(a)
     model = build_model(a, config).eval()
+    if is_moe(config) and hasattr(model, "set_experts_implementation"):
+        model.set_experts_implementation("batched_mm")
     example = torch.zeros((2, 16), dtype=torch.int64)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     out_dir = os.path.dirname(os.path.abspath(a.output))

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Stages the families comparison (issue 23: sliding-window attention,
+# mixtures of experts) in build-gpu/ and packs it as gpu-pack.tar.xz:
+#
+#   bash bench/prepare-families.sh [h100|h200] GEMMA3_1B.onnx [QWEN3_30B_A3B_4L.onnx]
+#
+# The graphs come from the GPU machine (this one has no PyTorch):
+#   python3 scripts/export-hf-onnx.py --preset gemma3-1b --graph-only -o gemma3-1b.onnx
+#   python3 scripts/export-hf-onnx.py --preset qwen3-30b-a3b --layers 4 --graph-only \
+#     -o qwen3-30b-a3b-4l.onnx
+#
+#   gemma3-1b.trainer  Gemma-3-1B's shape (head dimension 256, a 512-token
+#                      window on five layers of six), 8 x 4096 tokens, full
+#                      fine-tune, the planner's own plan
+#   moe4l.trainer      Qwen3-30B-A3B's shape cut to 4 layers (128 experts,
+#                      top 8; 3.1B parameters, state that fits the host),
+#                      8 x 4096 tokens, full fine-tune
+#   plans/             --explain of each (predictions)
+# On the GPU machine: MACHINE=h100x1 bash test/GPU/run-families.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/gpu-pack.sh
+device=${1:-h100}
+gemma=${2:?the Gemma-3-1B graph (see above)}
+moe=${3:-}
+ninja -C build -j"${RONDO_JOBS:-2}" rondo-compile rondo_runtime_cuda rondo_kernels_cuda
+rm -rf build-gpu && mkdir -p build-gpu/lib build-gpu/plans
+compile "$gemma" --batch 8 --seq-len 4096 --workers 1 --explain=build-gpu/plans/gemma3-1b \
+  -o build-gpu/gemma3-1b.trainer
+if [ -n "$moe" ]; then
+  compile "$moe" --batch 8 --seq-len 4096 --workers 1 --explain=build-gpu/plans/moe4l \
+    -o build-gpu/moe4l.trainer
+fi
+# KERNEL_TESTS=1: the CUDA kernel tests too (run first by run-families.sh).
+if [ "${KERNEL_TESTS:-0}" = 1 ]; then
+  ninja -C build -j"${RONDO_JOBS:-2}" rondo-cuda-kernels-tests
+  cp build/runtime/cudakerneltests/rondo-cuda-kernels-tests build-gpu/
+  strip build-gpu/rondo-cuda-kernels-tests
+fi
+copy_gpu_libs build-gpu/gemma3-1b.trainer
+pack_gpu
+du -sh build-gpu gpu-pack.tar.xz

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine what bench/prepare-families.sh staged: the CUDA
+# kernel tests when staged, then each trainer beside PyTorch eager (the
+# Hugging Face model of the same shape, its own grouped-GEMM experts) in
+# bench/families.py, everything into $OUT/families.tar.xz.
+# Usage: MACHINE=h100x1 bash test/GPU/run-families.sh
+cd "$(dirname "$0")/../.."
+[ -x build-gpu/gemma3-1b.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+res=$(mktemp -d)
+if [ -x build-gpu/rondo-cuda-kernels-tests ]; then
+  timeout 300 build-gpu/rondo-cuda-kernels-tests > $res/cuda-kernels-tests.log 2>&1
+  echo "cuda kernel tests rc=$?"; grep -E "PASSED|FAILED|worst" $res/cuda-kernels-tests.log | head -20
+fi
+cp -r build-gpu/plans $res/
+if [ -x build-gpu/gemma3-1b.trainer ]; then
+  timeout ${GEMMA_TIMEOUT:-400} python3 bench/families.py --preset gemma3-1b --seq 4096 --rows 8 \
+    --torch-rows ${TORCH_ROWS:-1} --steps ${STEPS:-4} --skip 1 --machine "${MACHINE:-h100x1}" \
+    --out $res --rondo rondo=build-gpu/gemma3-1b.trainer 2>&1 | tail -16
+fi
+if [ -x build-gpu/moe4l.trainer ]; then
+  timeout ${MOE_TIMEOUT:-400} python3 bench/families.py --preset qwen3-30b-a3b --layers 4 \
+    --seq 4096 --rows 8 --torch-rows ${TORCH_ROWS:-1} --steps ${STEPS:-4} --skip 1 \
+    --machine "${MACHINE:-h100x1}" --out $res --rondo rondo=build-gpu/moe4l.trainer 2>&1 | tail -16
+fi
+tar cf - -C $res . | xz > $OUT/families.tar.xz
