@@ -83,9 +83,13 @@ static bool isMatmulLike(Operation *op) {
 /// The fused attention's efficiency at the keys its rows see (the spec's
 /// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
 static double attentionEfficiency(Operation *op, const DeviceSpec &spec) {
+  double efficiency =
+      isa<tg::AttentionGradOp>(op) && spec.attentionBackwardEfficiency > 0
+          ? spec.attentionBackwardEfficiency
+          : spec.attentionEfficiency;
   double h = spec.attentionTokensForHalfEfficiency;
   if (h <= 0)
-    return spec.attentionEfficiency;
+    return efficiency;
   Value k = op->getOperand(1); // q, k, v, ... for both ops
   auto type = cast<RankedTensorType>(k.getType());
   double keys = static_cast<double>(type.getDimSize(type.getRank() - 2));
@@ -93,8 +97,7 @@ static double attentionEfficiency(Operation *op, const DeviceSpec &spec) {
     if (window.getInt() > 0)
       keys = std::min(keys, static_cast<double>(window.getInt()));
   auto curve = [h](double s) { return s / (s + h); };
-  return std::min(spec.attentionEfficiency * curve(keys) /
-                      curve(spec.attentionFitTokens),
+  return std::min(efficiency * curve(keys) / curve(spec.attentionFitTokens),
                   spec.matmulEfficiency);
 }
 

@@ -337,7 +337,12 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                       "step time); link {1:f1} GB/s per worker per "
                       "direction{2})\n",
                       n, problem.linkBytesPerSecond / 1e9,
-                      problem.peerBytesPerSecond > 0
+                      n == 1 && problem.localCopyBytesPerSecond > 0
+                          ? llvm::formatv(", hand-offs copied within the "
+                                          "worker at {0:f0} GB/s",
+                                          problem.localCopyBytesPerSecond / 1e9)
+                                .str()
+                      : problem.peerBytesPerSecond > 0
                           ? llvm::formatv(", peer {0:f0} GB/s",
                                           problem.peerBytesPerSecond / 1e9)
                                 .str()

@@ -27,9 +27,12 @@ double transferSeconds(double bytes, double bytesPerSecond) {
   return bytesPerSecond > 0 ? bytes / bytesPerSecond : kInf;
 }
 
-/// An activation hand-off between two workers: a peer copy, or a D2H then an
-/// H2D over the host link.
+/// An activation hand-off to the next stage-job: within the worker when
+/// there is one (N = 1: job g+1 runs where job g ran); else between two
+/// workers, a peer copy, or a D2H then an H2D over the host link.
 double handoffSeconds(const PlanProblem &problem, double bytes) {
+  if (problem.workers == 1 && problem.localCopyBytesPerSecond > 0)
+    return transferSeconds(bytes, problem.localCopyBytesPerSecond);
   if (problem.peerBytesPerSecond > 0)
     return transferSeconds(bytes, problem.peerBytesPerSecond);
   return 2 * transferSeconds(bytes, problem.linkBytesPerSecond);

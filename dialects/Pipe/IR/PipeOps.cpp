@@ -289,6 +289,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     problem.mappedWeightBytes = mapped->convertToDouble();
   problem.linkBytesPerSecond = getLinkBandwidth().convertToDouble();
   problem.peerBytesPerSecond = getPeerBandwidth().convertToDouble();
+  if (std::optional<APFloat> local = getLocalCopyBandwidth())
+    problem.localCopyBytesPerSecond = local->convertToDouble();
   problem.optimizerParamsPerSecond =
       getOptimizerParamsPerSecond().convertToDouble();
   if (std::optional<uint64_t> cores = getSharedCores())

@@ -153,6 +153,11 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     and the chosen plan's `layouts_unfit` names the layouts (`RxN`) that had
     no plan within the budgets.
 
+    `local_copy_bandwidth`: the rate of a copy within one worker's memory,
+    at which a one-worker plan hands activations from one stage-job to the
+    next (the executor copies between its own buffers; a plan of several
+    workers stages hand-offs through the host or copies them peer to peer).
+
     Example:
     ```mlir
     pipe.plan @plan_w2 for @main workers 2 microbatches 4 {
@@ -207,7 +212,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$shared_cores,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$layout_gpus,
                        OptionalAttr<UnitAttr>:$layout_chosen,
-                       OptionalAttr<StrArrayAttr>:$layouts_unfit);
+                       OptionalAttr<StrArrayAttr>:$layouts_unfit,
+                       OptionalAttr<F64Attr>:$local_copy_bandwidth);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -523,6 +523,9 @@ struct PipePartitionPass
         std::min(spec.hostLinkBandwidth,
                  spec.hostLinkAggregateBandwidth / static_cast<double>(n));
     p.peerBytesPerSecond = n > 1 ? spec.peerBandwidth : 0;
+    // Read once and written once at the memory-bound kernels' rate.
+    p.localCopyBytesPerSecond =
+        spec.memoryBandwidth * spec.memoryEfficiency / 2.0;
     p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
     // A calibrated host's op times hold its concurrency (measured ops,
     // concurrentSlowdown); the cores bound the step (PlanProblem).

@@ -141,7 +141,10 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
       /*shared_params=*/nullptr, /*resident_layers=*/nullptr,
       /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr,
       /*shared_cores=*/nullptr, /*layout_gpus=*/nullptr,
-      /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr);
+      /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr,
+      /*local_copy_bandwidth=*/nullptr);
+  if (p.localCopyBytesPerSecond > 0)
+    plan.setLocalCopyBandwidthAttr(f64(p.localCopyBytesPerSecond));
   if (p.sharedCores > 0)
     plan.setSharedCoresAttr(i64(p.sharedCores));
   if (llvm::is_contained(p.resident, 1)) {

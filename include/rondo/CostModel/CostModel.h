@@ -41,9 +41,13 @@ struct DeviceSpec {
   /// is matmulEfficiency / (1 + (rowsForHalfEfficiency / rows)^exponent).
   double rowsForHalfEfficiency = 128;
   double rowsCurveExponent = 1;
-  /// Fraction of the peak fused causal attention reaches (forward and
-  /// backward); below the GEMM efficiency on every current kernel.
+  /// Fraction of the peak fused causal attention reaches (the forward, and
+  /// the backward unless attentionBackwardEfficiency is set); below the
+  /// GEMM efficiency on every current kernel.
   double attentionEfficiency = 0.6;
+  /// The backward's own efficiency (tg.attention_grad), where its kernels
+  /// run at another rate than the forward's; 0: attentionEfficiency.
+  double attentionBackwardEfficiency = 0;
   /// How the fused attention's rate grows with the keys a query row sees
   /// (S, or the window when narrower): attentionEfficiency holds at
   /// attentionFitTokens keys and scales as S / (S + this), as the kernels'

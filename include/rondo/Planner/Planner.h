@@ -102,6 +102,11 @@ struct PlanProblem {
   /// hand-offs are staged through host memory (D2H then H2D at the link
   /// bandwidth).
   double peerBytesPerSecond = 0;
+  /// A copy within one worker's memory (read and write), for the hand-offs
+  /// of a one-worker plan, whose consecutive stage-jobs share the worker:
+  /// the executor copies between its own buffers there (exec.copy handoff,
+  /// device to device). 0: staged like a hand-off between workers.
+  double localCopyBytesPerSecond = 0;
   /// Host optimizer throughput (AdamW parameters per second) and the
   /// number of trainable parameters per layer (for optimizer time).
   double optimizerParamsPerSecond = 4e9;
