@@ -312,8 +312,8 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
   if (spec.matmulEfficiency <= 0 || spec.matmulEfficiency > 1 ||
       spec.attentionEfficiency <= 0 || spec.attentionEfficiency > 1 ||
       spec.attentionBackwardEfficiency < 0 ||
-      spec.attentionBackwardEfficiency > 1 ||
-      spec.memoryEfficiency <= 0 || spec.memoryEfficiency > 1)
+      spec.attentionBackwardEfficiency > 1 || spec.memoryEfficiency <= 0 ||
+      spec.memoryEfficiency > 1)
     return specError(nameOrPath, "efficiencies must be in (0, 1]");
   return spec;
 }
