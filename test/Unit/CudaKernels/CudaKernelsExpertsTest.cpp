@@ -145,8 +145,8 @@ TEST_F(CudaKernels, ExpertSortIsStableCountingSort) {
     ck(cudaMalloc(&d, size_t(c.n + c.e + 2) * sizeof(int32_t)), "cudaMalloc");
     cu::expertSortForTesting(di.p, c.n, c.e, d, d + c.e + 1, d + c.e + 1 + c.n);
     ck(cudaStreamSynchronize(cu::currentStream()), "sort");
-    std::string what = "sort n=" + std::to_string(c.n) +
-                       " e=" + std::to_string(c.e);
+    std::string what =
+        "sort n=" + std::to_string(c.n) + " e=" + std::to_string(c.e);
     EXPECT_EQ(download32(d, size_t(c.e + 1)), offsets) << what;
     EXPECT_EQ(download32(d + c.e + 1, perm.size()), perm) << what;
     EXPECT_EQ(download32(d + c.e + 1 + c.n, 1)[0], bad) << what;
@@ -184,8 +184,7 @@ void checkExperts(const ExpertCase &c, const std::string &label, double tol) {
     DevIds di(ids, Shape{c.n});
     std::string what = label + " n" + std::to_string(c.n) + " k" +
                        std::to_string(c.kk) + " m" + std::to_string(c.m) +
-                       " e" + std::to_string(c.e) +
-                       (transW ? " transW" : "");
+                       " e" + std::to_string(c.e) + (transW ? " transW" : "");
     auto got = runTwice(
         {{refY.shape, {}}, {refDx.shape, {}}, {wShape, {}}},
         [&](const std::vector<FView> &o) {
@@ -204,7 +203,7 @@ void checkExperts(const ExpertCase &c, const std::string &label, double tol) {
 // K and M multiples of 4 (16-byte staging) and not (4-byte staging), several
 // column tiles and sort chunks, a long reduction.
 const ExpertCase kExpertCases[] = {
-    {1000, 96, 160, 7, 1.0, 3},  {777, 70, 42, 5, 0.0, 0},
+    {1000, 96, 160, 7, 1.0, 3},   {777, 70, 42, 5, 0.0, 0},
     {3000, 256, 320, 16, 1.2, 5}, {200, 1024, 72, 3, 0.0, -1},
     {150, 1030, 36, 3, 0.0, -1},  {64, 33, 300, 130, 0.5, 7},
     {1, 8, 8, 2, 0.0, -1},
@@ -236,8 +235,8 @@ TEST_F(CudaKernels, ExpertMatmulOutOfRangeAndEmpty) {
   for (cu::Precision prec : {cu::Precision::Bf16, cu::Precision::Fp32}) {
     PrecisionGuard guard(prec);
     const double tol = prec == cu::Precision::Bf16 ? kBf16Tol : kTol;
-    std::string what =
-        prec == cu::Precision::Bf16 ? "experts bad ids bf16" : "experts bad ids";
+    std::string what = prec == cu::Precision::Bf16 ? "experts bad ids bf16"
+                                                   : "experts bad ids";
     Tensor x = uniform(Shape{n, kk}), w = uniform(Shape{e, kk, m}),
            dy = uniform(Shape{n, m});
     std::vector<int64_t> ids = routing(n, e, 0.0, -1), valid = ids;
@@ -270,8 +269,8 @@ TEST_F(CudaKernels, ExpertMatmulOutOfRangeAndEmpty) {
     auto zero = runTwice(
         {{w.shape, {}}},
         [&](const std::vector<FView> &o) {
-          cu::expertMatmulWeightGrad(dnone.cv(), dnoneDy.cv(), dnoIds.v(),
-                                     o[0], false);
+          cu::expertMatmulWeightGrad(dnone.cv(), dnoneDy.cv(), dnoIds.v(), o[0],
+                                     false);
         },
         what + " no rows");
     EXPECT_TRUE(std::all_of(zero[0].begin(), zero[0].end(),
