@@ -129,8 +129,8 @@ double timeMs(cudaStream_t st, const std::function<void()> &fn) {
 /// Row t * k + j is token t's j-th expert. Balanced: experts (t k + j) mod E,
 /// each N / E rows. Skewed: k distinct experts per token by Gumbel top-k on
 /// log weights 1 / rank over a shuffled ranking of the experts.
-std::vector<int64_t> routing(int64_t tokens, int64_t e, int64_t k,
-                             bool skewed, std::mt19937 &gen) {
+std::vector<int64_t> routing(int64_t tokens, int64_t e, int64_t k, bool skewed,
+                             std::mt19937 &gen) {
   std::vector<int64_t> ids(size_t(tokens * k));
   if (!skewed) {
     for (int64_t t = 0; t < tokens; ++t)
@@ -173,7 +173,8 @@ double spotCheck(const float *x, const float *w, const float *dy,
                  const std::vector<int64_t> &ids, int64_t N, int64_t K,
                  int64_t M, std::mt19937 &gen) {
   double worst = 0.0;
-  auto err = [&](const std::vector<double> &ref, const std::vector<float> &got) {
+  auto err = [&](const std::vector<double> &ref,
+                 const std::vector<float> &got) {
     double scale = 0.0, e = 0.0;
     for (size_t i = 0; i < ref.size(); ++i) {
       scale = std::max(scale, std::fabs(ref[i]));
@@ -210,8 +211,8 @@ double spotCheck(const float *x, const float *w, const float *dy,
   for (int64_t r = 0; r < N; ++r)
     if (ids[size_t(r)] == e)
       for (int64_t c = 0; c < M; ++c)
-        ref[size_t(c)] += double(bf16(xp[size_t(r)])) *
-                          double(bf16(dys[size_t(r * M + c)]));
+        ref[size_t(c)] +=
+            double(bf16(xp[size_t(r)])) * double(bf16(dys[size_t(r * M + c)]));
   err(ref, download(dw, size_t(e * K * M + p * M), size_t(M)));
   return worst;
 }
@@ -264,8 +265,9 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
     CK(cudaMemsetAsync(a, 1, bytes, st));
-    double ms = timeMs(
-        st, [&] { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); });
+    double ms = timeMs(st, [&] {
+      CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
+    });
     copyTBs = 2.0 * bytes / ms / 1e9;
     const size_t l2Bytes = size_t(24) << 20;
     const int reps = 50;
@@ -319,16 +321,14 @@ int main(int argc, char **argv) {
           h, CUBLAS_OP_N, CUBLAS_OP_N, int(M), rowsE, int(K), &one, wb,
           CUDA_R_16BF, int(M), K * M, xb, CUDA_R_16BF, int(K),
           int64_t(rowsE) * K, &zero, out, CUDA_R_32F, int(M),
-          int64_t(rowsE) * M, int(E), CUBLAS_COMPUTE_32F,
-          CUBLAS_GEMM_DEFAULT));
+          int64_t(rowsE) * M, int(E), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
     auto gemmDgrad = [&] {
       CK(cublasGemmStridedBatchedEx(
           h, CUBLAS_OP_T, CUBLAS_OP_N, int(K), rowsE, int(M), &one, wb,
           CUDA_R_16BF, int(M), K * M, dyb, CUDA_R_16BF, int(M),
-          int64_t(rowsE) * M, &zero, dx, CUDA_R_32F, int(K),
-          int64_t(rowsE) * K, int(E), CUBLAS_COMPUTE_32F,
-          CUBLAS_GEMM_DEFAULT));
+          int64_t(rowsE) * M, &zero, dx, CUDA_R_32F, int(K), int64_t(rowsE) * K,
+          int(E), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
     auto gemmWgrad = [&] {
       CK(cublasGemmStridedBatchedEx(
@@ -370,8 +370,8 @@ int main(int argc, char **argv) {
                          FView{out, Shape{N, M}}, false);
       };
       auto dgrad = [&] {
-        cu::expertMatmul(CFView{dy, Shape{N, M}}, CFView{w, Shape{E, K, M}},
-                         iv, FView{dx, Shape{N, K}}, true);
+        cu::expertMatmul(CFView{dy, Shape{N, M}}, CFView{w, Shape{E, K, M}}, iv,
+                         FView{dx, Shape{N, K}}, true);
       };
       auto wgrad = [&] {
         cu::expertMatmulWeightGrad(CFView{x, Shape{N, K}},
@@ -402,8 +402,8 @@ int main(int argc, char **argv) {
           spotCheck(x, w, dy, out, dx, dw, hostIds, N, K, M, gen);
       worstCheck = std::max(worstCheck, check);
       if (!(check < 2e-2)) {
-        std::fprintf(stderr, "%s %s: spot check error %.3g\n", m.name,
-                     m.layer, check);
+        std::fprintf(stderr, "%s %s: spot check error %.3g\n", m.name, m.layer,
+                     check);
         return 1;
       }
       const char *routingName = skewed ? "zipf" : "balanced";
@@ -435,17 +435,17 @@ int main(int argc, char **argv) {
         cudaFree(sortOut);
       }
     }
-    for (void *p : {(void *)x, (void *)w, (void *)dy, (void *)out, (void *)dx,
-                    (void *)dw, (void *)xb, (void *)wb, (void *)dyb,
-                    (void *)ids})
+    for (void *p :
+         {(void *)x, (void *)w, (void *)dy, (void *)out, (void *)dx, (void *)dw,
+          (void *)xb, (void *)wb, (void *)dyb, (void *)ids})
       cudaFree(p);
   }
 
   std::printf("\n%-14s %-9s %-8s %-11s %6s %5s %5s %6s | %8s %7s | %8s %7s "
               "%6s | %8s %6s | %8s\n",
-              "model", "layer", "routing", "op", "N", "K", "M", "maxE",
-              "ms", "TFLOP/s", "cuBLAS", "TFLOP/s", "ratio", "+round",
-              "ratio", "mma.sync");
+              "model", "layer", "routing", "op", "N", "K", "M", "maxE", "ms",
+              "TFLOP/s", "cuBLAS", "TFLOP/s", "ratio", "+round", "ratio",
+              "mma.sync");
   FILE *json = std::fopen(jsonPath, "w");
   if (!json) {
     std::fprintf(stderr, "cannot write %s\n", jsonPath);
@@ -478,8 +478,8 @@ int main(int argc, char **argv) {
         r.model.c_str(), r.layer.c_str(), r.routing.c_str(), r.op.c_str(),
         (long long)r.N, (long long)r.K, (long long)r.M, (long long)r.E,
         (long long)r.maxRows, r.ms, gf / r.ms, r.cublasMs, gf / r.cublasMs,
-        r.cublasMs / r.ms, r.cublasRoundMs, r.cublasRoundMs / r.ms,
-        r.mmaSyncMs, i + 1 < rows.size() ? "," : "");
+        r.cublasMs / r.ms, r.cublasRoundMs, r.cublasRoundMs / r.ms, r.mmaSyncMs,
+        i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(json, "  ]\n}\n");
   std::fclose(json);
