@@ -417,14 +417,21 @@ __device__ inline int expertOfTile(const int32_t *tileStart, int experts,
   return lo;
 }
 
-/// The forward / input-gradient kernel body: block b is column tile
+/// Where a forward / input-gradient block works: block b is column tile
 /// b % colTiles of row tile b / colTiles (of a grid sized for the most row
-/// tiles any routing can give); blocks past the last tile return at once.
-template <class C, class Core>
-__device__ inline void productBlock(const ProductParams &p,
-                                    unsigned char *smem) {
+/// tiles any routing can give).
+struct ProductPos {
+  int expert, rowBegin, rowCount;
+  int64_t n0;
+};
+
+/// Finds the block's tile and fills `rows` (BM ints of shared memory) with
+/// its original rows (0 past rowCount); false (for every thread) when the
+/// block has no tile.
+template <class C>
+__device__ inline bool productPos(const ProductParams &p, int32_t *rows,
+                                  ProductPos &pos) {
   __shared__ int info[3]; // expert, first sorted row, rows
-  const Smem sm = carve<C>(smem);
   const int rowTile = int(blockIdx.x / unsigned(p.colTiles));
   const int colTile = int(blockIdx.x % unsigned(p.colTiles));
   if (threadIdx.x == 0) {
@@ -439,26 +446,30 @@ __device__ inline void productBlock(const ProductParams &p,
     }
   }
   __syncthreads();
-  const int e = info[0];
-  if (e < 0)
-    return;
-  const int rowBegin = info[1], rowCount = info[2];
+  pos.expert = info[0];
+  if (pos.expert < 0)
+    return false;
+  pos.rowBegin = info[1];
+  pos.rowCount = info[2];
+  pos.n0 = int64_t(colTile) * C::BN;
   for (int i = int(threadIdx.x); i < C::BM; i += C::NT)
-    sm.rows[i] = i < rowCount ? p.order.perm[rowBegin + i] : 0;
+    rows[i] = i < pos.rowCount ? p.order.perm[pos.rowBegin + i] : 0;
   __syncthreads();
+  return true;
+}
 
-  ProductTiles<C> tiles{&p,       p.w + int64_t(e) * p.K * p.M, sm.rows,
-                        rowCount, int64_t(colTile) * C::BN,     sm};
-  typename Core::Acc acc;
-  Core::zero(acc);
-  mainLoop<C, Core>(tiles, int((p.K + C::BK - 1) / C::BK), acc, sm);
-
-  const int64_t n0 = int64_t(colTile) * C::BN, M = p.M;
+/// Writes the accumulators to the rows' own places in out.
+template <class Core>
+__device__ inline void productEpilogue(const ProductParams &p,
+                                       const typename Core::Acc &acc,
+                                       const ProductPos &pos,
+                                       const int32_t *rows) {
+  const int64_t M = p.M;
   Core::forEach(acc, [&](int r, int c, float v0, float v1) {
-    const int64_t n = n0 + c;
-    if (r >= rowCount || n >= M)
+    const int64_t n = pos.n0 + c;
+    if (r >= pos.rowCount || n >= M)
       return;
-    float *o = p.out + int64_t(sm.rows[r]) * M + n;
+    float *o = p.out + int64_t(rows[r]) * M + n;
     if (p.vecOut) {
       *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
     } else {
@@ -469,32 +480,53 @@ __device__ inline void productBlock(const ProductParams &p,
   });
 }
 
-/// The weight-gradient kernel body: block b is output tile b % (pTiles *
-/// qTiles) of the expert ranked b / (pTiles * qTiles) by rows (the heaviest
-/// experts start first; the order of the sums does not depend on it).
+/// The forward / input-gradient kernel body with cp.async staging.
 template <class C, class Core>
-__device__ inline void weightGradBlock(const WeightGradParams &p,
-                                       unsigned char *smem) {
+__device__ inline void productBlock(const ProductParams &p,
+                                    unsigned char *smem) {
   const Smem sm = carve<C>(smem);
-  const unsigned perExpert = unsigned(p.pTiles) * unsigned(p.qTiles);
-  const int rank = int(blockIdx.x / perExpert);
-  const int within = int(blockIdx.x % perExpert);
-  const int e = p.order.bySize[rank];
-  const int rowBegin = p.order.offsets[e], rowEnd = p.order.offsets[e + 1];
-  const int64_t p0 = int64_t(within / p.qTiles) * C::BM;
-  const int64_t q0 = int64_t(within % p.qTiles) * C::BN;
-  const bool bad = *p.order.bad != 0;
-
-  WeightGradTiles<C> tiles{&p, rowBegin, rowEnd, p0, q0, sm, 0};
-  tiles.start();
+  ProductPos pos;
+  if (!productPos<C>(p, sm.rows, pos))
+    return;
+  ProductTiles<C> tiles{&p, p.w + int64_t(pos.expert) * p.K * p.M, sm.rows,
+                        pos.rowCount, pos.n0, sm};
   typename Core::Acc acc;
   Core::zero(acc);
-  mainLoop<C, Core>(tiles, (rowEnd - rowBegin + C::BK - 1) / C::BK, acc, sm);
+  mainLoop<C, Core>(tiles, int((p.K + C::BK - 1) / C::BK), acc, sm);
+  productEpilogue<Core>(p, acc, pos, sm.rows);
+}
 
+/// Where a weight-gradient block works: block b is output tile b % (pTiles *
+/// qTiles) of the expert ranked b / (pTiles * qTiles) by rows (the heaviest
+/// experts start first; the order of the sums does not depend on it).
+struct WeightGradPos {
+  int expert, rowBegin, rowEnd;
+  int64_t p0, q0;
+};
+
+template <class C>
+__device__ inline WeightGradPos weightGradPos(const WeightGradParams &p) {
+  const unsigned perExpert = unsigned(p.pTiles) * unsigned(p.qTiles);
+  const int within = int(blockIdx.x % perExpert);
+  WeightGradPos pos;
+  pos.expert = p.order.bySize[blockIdx.x / perExpert];
+  pos.rowBegin = p.order.offsets[pos.expert];
+  pos.rowEnd = p.order.offsets[pos.expert + 1];
+  pos.p0 = int64_t(within / p.qTiles) * C::BM;
+  pos.q0 = int64_t(within % p.qTiles) * C::BN;
+  return pos;
+}
+
+/// Writes dW[e]'s tile, NaN when a row's id was out of range.
+template <class Core>
+__device__ inline void weightGradEpilogue(const WeightGradParams &p,
+                                          const typename Core::Acc &acc,
+                                          const WeightGradPos &pos) {
+  const bool bad = *p.order.bad != 0;
   const int64_t P = p.pdim, Q = p.qdim;
-  float *dw = p.dw + int64_t(e) * P * Q;
+  float *dw = p.dw + int64_t(pos.expert) * P * Q;
   Core::forEach(acc, [&](int r, int c, float v0, float v1) {
-    const int64_t pr = p0 + r, q = q0 + c;
+    const int64_t pr = pos.p0 + r, q = pos.q0 + c;
     if (pr >= P || q >= Q)
       return;
     if (bad)
@@ -508,6 +540,22 @@ __device__ inline void weightGradBlock(const WeightGradParams &p,
         o[1] = v1;
     }
   });
+}
+
+/// The weight-gradient kernel body with cp.async staging.
+template <class C, class Core>
+__device__ inline void weightGradBlock(const WeightGradParams &p,
+                                       unsigned char *smem) {
+  const Smem sm = carve<C>(smem);
+  const WeightGradPos pos = weightGradPos<C>(p);
+  WeightGradTiles<C> tiles{&p, pos.rowBegin, pos.rowEnd, pos.p0, pos.q0, sm,
+                           0};
+  tiles.start();
+  typename Core::Acc acc;
+  Core::zero(acc);
+  mainLoop<C, Core>(tiles, (pos.rowEnd - pos.rowBegin + C::BK - 1) / C::BK,
+                    acc, sm);
+  weightGradEpilogue<Core>(p, acc, pos);
 }
 
 //===----------------------------------------------------------------------===//

@@ -154,11 +154,19 @@ TEST_F(CudaKernels, ExpertSortIsStableCountingSort) {
   }
 }
 
-/// Sets RONDO_GROUPED_SM90=0 for its lifetime: the bf16 expert products take
-/// the mma.sync kernels even on a Hopper GPU.
-struct GroupedMmaSyncOnly {
-  GroupedMmaSyncOnly() { setenv("RONDO_GROUPED_SM90", "0", 1); }
-  ~GroupedMmaSyncOnly() { unsetenv("RONDO_GROUPED_SM90"); }
+/// Sets an environment variable for its lifetime: RONDO_GROUPED_SM90=0 makes
+/// the bf16 expert products take the mma.sync kernels even on a Hopper GPU,
+/// RONDO_GROUPED_STAGING=smem the wgmma kernels with cp.async staging.
+struct ScopedEnv {
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+  const char *name_;
 };
 
 struct ExpertCase {
@@ -215,9 +223,16 @@ TEST_F(CudaKernels, ExpertMatmulBf16) {
     checkExperts(c, "experts bf16", kBf16Tol);
 }
 
+TEST_F(CudaKernels, ExpertMatmulBf16SmemStaging) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  ScopedEnv staging("RONDO_GROUPED_STAGING", "smem");
+  for (const ExpertCase &c : kExpertCases)
+    checkExperts(c, "experts bf16 cp.async staging", kBf16Tol);
+}
+
 TEST_F(CudaKernels, ExpertMatmulBf16MmaSync) {
   PrecisionGuard guard(cu::Precision::Bf16);
-  GroupedMmaSyncOnly mmaSync;
+  ScopedEnv mmaSync("RONDO_GROUPED_SM90", "0");
   for (const ExpertCase &c : kExpertCases)
     checkExperts(c, "experts bf16 mma.sync", kBf16Tol);
 }
