@@ -16,12 +16,13 @@
 // memory, fp32 accumulation and output: what the tensor cores reach when the
 // routing is balanced and the operands are bf16), and the same GEMM with its
 // operands rounded from fp32 first (what Precision::Bf16 matmul pays per
-// call). Rates count 2 N K M flops. Also the mma.sync kernels (balanced; on
-// Hopper they are the fallback), the sort alone, and the device's copy and
-// L2 read bandwidths. Inputs are random (never zeros); every output is
-// checked for NaN, and a few rows of each product against fp64 sums of the
-// bf16-rounded inputs on the host. Each time is the median of 10 calls after
-// 3 warm-up calls, with events on one stream.
+// call). Rates count 2 N K M flops. Also the wgmma kernels with every
+// operand staged by cp.async (RONDO_GROUPED_STAGING=smem), the mma.sync
+// kernels (RONDO_GROUPED_SM90=0, balanced only; the fallback off Hopper),
+// the sort alone, and the device's copy and L2 read bandwidths. Inputs are
+// random (never zeros); every output is checked for NaN, and a few rows of each
+// product against fp64 sums of the bf16-rounded inputs on the host. Each time
+// is the median of 10 calls after 3 warm-up calls, with events on one stream.
 //
 // Build: ninja -C build rondo-grouped-gemm-bench
 // Run:   rondo-grouped-gemm-bench [out.json]

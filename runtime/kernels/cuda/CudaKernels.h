@@ -94,7 +94,8 @@ private:
   cudaStream_t previous_;
 };
 
-/// How the matrix products (matmul, attention, linear cross-entropy) compute.
+/// How the matrix products (matmul, attention, linear cross-entropy, the
+/// experts' products) compute.
 /// Storage is fp32 either way.
 ///  - Fp32: fp32 inputs and accumulation (cuBLAS sgemm, TF32 off); matches the
 ///    CPU library to about 1e-6.

@@ -28,9 +28,11 @@
 // swizzled K-major tile (transposing the operands that are contiguous along
 // M, which cp.async cannot), and the tensor cores (wgmma on sm_90a, else
 // mma.sync m16n8k16 through ldmatrix) multiply the previous stage
-// meanwhile. fp32 accumulators go straight from registers to the rows' own
-// places in out: no un-permute pass. Rows whose id was out of range become
-// NaN in a separate pass over the ids.
+// meanwhile. On sm_90a operands contiguous along K skip the fp32 copy in
+// shared memory and are loaded through registers (GroupedGemmSm90.cu).
+// fp32 accumulators go straight from registers to the rows' own places in
+// out: no un-permute pass. Rows whose id was out of range become NaN in a
+// separate pass over the ids.
 //
 // Weight gradient. dW[e] = P_eᵀ Q_e over e's rows (P, Q = x, dY, swapped with
 // transW): a block owns a BM x BN tile of dW[e] and reduces over all of e's

@@ -297,47 +297,55 @@ template <class C> struct ProductTiles {
 
 /// The weight-gradient operands of one block: BK sorted rows of the expert a
 /// stage, A = BM columns of P and B = BN columns of Q (both MN-contiguous,
-/// transposed when rounded). Each thread stages one row of each stage, whose
-/// original index it loads one stage ahead.
+/// transposed when rounded). Each thread stages one row of each stage (whose
+/// original index it loads one stage ahead) at fixed columns: chunks
+/// tid % 8 + 8 i, their counts of columns in range computed once.
 template <class C> struct WeightGradTiles {
+  static_assert(C::NT == C::BK * 8, "eight threads a staged row");
+  static_assert(C::BM <= 256 && C::BN <= 256, "a nibble a chunk");
   const WeightGradParams *p;
   int rowBegin, rowEnd;
   int64_t p0, q0;
   Smem sm;
   int32_t nextRow;
+  uint32_t pCounts, qCounts; // 4 bits a chunk: columns in range (0-4)
 
   __device__ int32_t rowOf(int t) const {
     const int j = rowBegin + t * C::BK + int(threadIdx.x) / 8;
     return j < rowEnd ? __ldg(p->order.perm + j) : -1;
   }
-  __device__ void start() { nextRow = rowOf(0); }
+
+  __device__ void start() {
+    const int c = int(threadIdx.x) % 8;
+    pCounts = qCounts = 0;
+#pragma unroll
+    for (int i = 0; i < C::BM / 32; ++i)
+      pCounts |= uint32_t(clamp4(p->pdim - (p0 + 4 * (c + 8 * i)))) << (4 * i);
+#pragma unroll
+    for (int i = 0; i < C::BN / 32; ++i)
+      qCounts |= uint32_t(clamp4(p->qdim - (q0 + 4 * (c + 8 * i)))) << (4 * i);
+    nextRow = rowOf(0);
+  }
 
   __device__ void issue(int t, int slot) {
-    static_assert(C::NT == C::BK * 8, "eight threads a staged row");
-    const int tid = int(threadIdx.x), j = tid / 8, lane8 = tid % 8;
+    const int tid = int(threadIdx.x), j = tid / 8, c = tid % 8;
     const int32_t row = nextRow;
     nextRow = rowOf(t + 1);
-    const uint32_t sa = sm.stage0 + uint32_t(slot) * C::kStage;
-    const uint32_t sb = sa + C::kStageA;
-    const int64_t P = p->pdim, Q = p->qdim;
-    const float *pRow = p->p + (row >= 0 ? int64_t(row) * P : 0);
-    const float *qRow = p->q + (row >= 0 ? int64_t(row) * Q : 0);
+    const uint32_t sa = sm.stage0 + uint32_t(slot) * C::kStage +
+                        uint32_t(j * C::BM * 4 + c * 16);
+    const uint32_t sb = sm.stage0 + uint32_t(slot) * C::kStage + C::kStageA +
+                        uint32_t(j * C::BN * 4 + c * 16);
+    const bool ok = row >= 0;
+    const float *pRow = p->p + (ok ? int64_t(row) * p->pdim : 0) + p0 + 4 * c;
+    const float *qRow = p->q + (ok ? int64_t(row) * p->qdim : 0) + q0 + 4 * c;
 #pragma unroll
-    for (int i = 0; i < C::BM / 32; ++i) {
-      const int c = lane8 + 8 * i;
-      const int64_t col = p0 + c * 4;
-      const int valid = row >= 0 ? clamp4(P - col) : 0;
-      stageChunk(sa + uint32_t(j * C::BM * 4 + c * 16), pRow + col, p->p, valid,
-                 p->vec);
-    }
+    for (int i = 0; i < C::BM / 32; ++i)
+      stageChunk(sa + uint32_t(i * 128), pRow + 32 * i, p->p,
+                 ok ? int(pCounts >> (4 * i)) & 15 : 0, p->vec);
 #pragma unroll
-    for (int i = 0; i < C::BN / 32; ++i) {
-      const int c = lane8 + 8 * i;
-      const int64_t col = q0 + c * 4;
-      const int valid = row >= 0 ? clamp4(Q - col) : 0;
-      stageChunk(sb + uint32_t(j * C::BN * 4 + c * 16), qRow + col, p->q, valid,
-                 p->vec);
-    }
+    for (int i = 0; i < C::BN / 32; ++i)
+      stageChunk(sb + uint32_t(i * 128), qRow + 32 * i, p->q,
+                 ok ? int(qCounts >> (4 * i)) & 15 : 0, p->vec);
   }
 
   __device__ void convert(int slot, int half) const {
@@ -548,8 +556,8 @@ __device__ inline void weightGradBlock(const WeightGradParams &p,
                                        unsigned char *smem) {
   const Smem sm = carve<C>(smem);
   const WeightGradPos pos = weightGradPos<C>(p);
-  WeightGradTiles<C> tiles{&p, pos.rowBegin, pos.rowEnd, pos.p0, pos.q0, sm,
-                           0};
+  WeightGradTiles<C> tiles{
+      &p, pos.rowBegin, pos.rowEnd, pos.p0, pos.q0, sm, 0, 0, 0};
   tiles.start();
   typename Core::Acc acc;
   Core::zero(acc);

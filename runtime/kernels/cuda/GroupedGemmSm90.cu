@@ -8,15 +8,24 @@
 // on compute capability 9.0 and gives the design). Built for sm_90a alone
 // (CMakeLists.txt), since wgmma exists only there.
 //
-// A block is two warpgroups computing 128 x 256 outputs (64 rows each, as two
-// m64n128k16 products a k-step), 128 accumulators a thread. Both operands are
-// read by the tensor cores from the 128-byte-swizzled K-major bf16 tiles that
-// the shared staging (GroupedGemm.cuh) writes, the layout FlashAttentionSm90.cu
-// uses. The products of a stage are issued and committed before the threads
-// round the next stage, so rounding and the cp.async issue run under them;
-// three fp32 stages (162 KiB) plus the bf16 tiles (48 KiB) leave one block an
-// SM. No wgmma sits on a conditional path and no other instruction touches
-// the accumulators between issue and wait (ptxas would serialise them).
+// A block is two warpgroups computing 128 x 256 outputs (64 rows each, one
+// m64n256k16 product a k-step), 128 accumulators a thread. The tensor cores
+// read both operands from the 128-byte-swizzled K-major bf16 tiles (the
+// layout FlashAttentionSm90.cu uses), in two halves of 32 columns: while they
+// multiply one half the threads fill the other, so rounding and loading run
+// under the products, with one barrier per 32 k. Three ways to fill them:
+//  - cp.async staging (GroupedGemm.cuh; the weight gradient, unaligned sizes,
+//    RONDO_GROUPED_STAGING=smem): three fp32 stages (162 KiB) in flight,
+//    rounded (and transposed where needed) from shared memory.
+//  - register staging (the input gradient, transW): both operands are
+//    contiguous along K, so each thread loads its 16-byte chunks of the next
+//    stage into registers and stores them rounded, and no fp32 copy goes
+//    through shared memory.
+//  - mixed (the forward): x's rows through registers, w[e] [K, M] through
+//    cp.async and the transposing conversion.
+// One block an SM either way. No wgmma sits on a conditional path and no
+// other instruction touches the accumulators between issue and wait (ptxas
+// would serialise them).
 //
 //===----------------------------------------------------------------------===//
 
@@ -164,37 +173,16 @@ struct WgmmaCore {
 // Register staging
 //===----------------------------------------------------------------------===//
 //
-// The other way to feed the same products: each thread loads its share of
-// the next stage from global memory into registers (16-byte loads along K,
-// 4-byte loads down the columns of an operand contiguous along M, which the
-// thread then holds as 8 consecutive k of one column), rounds it and stores
-// it straight into the bf16 tile. No fp32 copy passes through shared memory,
-// which cp.async staging writes and reads once more per stage; the price is
-// a single stage of loads in flight (48 registers a thread).
-
-/// Shared memory of the register-staged kernels: the bf16 tiles, the tile's
-/// rows (product) and a ring of 8 stages of 32 sorted rows (weight grad).
-struct RegSmem {
-  static constexpr uint32_t kRowsOff = SmCfg::kTileA + SmCfg::kTileB;
-  static constexpr uint32_t kRingOff = kRowsOff + SmCfg::BM * 4;
-  static constexpr size_t kSmem = 1024 + kRingOff + 8 * 32 * 4;
-};
-
-__device__ inline Smem carveRegs(unsigned char *smem, int32_t *&ring) {
-  const uint32_t raw = smemAddr(smem);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  unsigned char *g = smem + (base - raw);
-  Smem s{};
-  s.tileA = base;
-  s.tileB = base + SmCfg::kTileA;
-  s.rows = reinterpret_cast<int32_t *>(g + RegSmem::kRowsOff);
-  ring = reinterpret_cast<int32_t *>(g + RegSmem::kRingOff);
-  return s;
-}
-
-__device__ inline float4 ldcg4(const float *p) {
-  return __ldcg(reinterpret_cast<const float4 *>(p));
-}
+// Operands contiguous along K (x's rows, and w's rows with transW) can skip
+// the fp32 round trip through shared memory: each thread loads its 16-byte
+// chunks of the next stage into registers, and after the next products are
+// issued rounds them and stores them into the bf16 tile (8-byte stores). One
+// stage of loads is in flight (16 registers for 128 rows). Operands
+// contiguous along M (w in the forward, both in the weight gradient) keep
+// cp.async staging, whose conversion transposes them: loading them into
+// registers a column at a time (4-byte loads, 8 k of one column per thread)
+// made the forward 20% and the weight gradient 5x slower than cp.async
+// staging on an H100 (bench/grouped_gemm.cu, 2026-11-27).
 
 /// The row of a K-contiguous tile that thread `tid` stages in round 0 (then
 /// + 32 a round), in 16-byte chunk tid % 8: a half-warp's two rows differ in
@@ -204,169 +192,69 @@ __device__ inline int stagedRow(int tid) {
   return 8 * (w >> 1) + 2 * (w & 1) + (q >> 1) + 4 * (q & 1);
 }
 
-/// Stores 4 floats of row r, k 4c .. 4c + 3 of the stage, into half `half`.
-__device__ inline void store4(uint32_t tile, int r, int c, int half, float4 v) {
-  const uint32_t addr =
-      tile + swz(r, half * 4 + (c >> 1)) + uint32_t(c & 1) * 8u;
-  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr),
-               "r"(packBf16(v.x, v.y)), "r"(packBf16(v.z, v.w))
-               : "memory");
+__device__ inline float4 ldcg4(const float *p) {
+  return __ldcg(reinterpret_cast<const float4 *>(p));
 }
 
-/// Stores 8 consecutive k (one octet) of column n into half `half`.
-__device__ inline void store8(uint32_t tile, int n, int oct, int half,
-                              const float *v) {
-  stShared16(tile + swz(n, half * 4 + oct),
-             make_uint4(packBf16(v[0], v[1]), packBf16(v[2], v[3]),
-                        packBf16(v[4], v[5]), packBf16(v[6], v[7])));
-}
+/// Rows of a K-contiguous operand staged through registers: R rows of the
+/// tile, rows stagedRow + 32 i of `base[i]` (K floats apart from stage to
+/// stage at k = 4 (tid % 8)); `valid` of the tile's rows exist.
+template <int R> struct RowRegs {
+  const float *base[R / 32];
+  int valid;
+  float4 v[R / 32];
 
-/// The product's operands staged through registers (p.vec: K a multiple of 4,
-/// x and w 16-byte aligned). A: 4 chunks of rows stagedRow + 32 i. B: with
-/// transW 8 chunks of rows likewise; else column tid, k 0-31 of the stage.
-template <bool TransW> struct ProductRegTiles {
-  static constexpr int BM = SmCfg::BM, BN = SmCfg::BN, BK = SmCfg::BK;
-  const ProductParams *p;
-  const float *aRow[BM / 32]; // x row of chunk i, at k = 4 (tid % 8)
-  const float *bBase;         // transW: w row of chunk 0; else column tid
-  int rowCount;
-  int64_t n0;
-  uint32_t tileA, tileB;
-  float4 a[BM / 32];
-  float b[32];
-
-  __device__ void init(const ProductParams &params, const ProductPos &pos,
-                       const int32_t *rows, const Smem &sm) {
-    p = &params;
-    const int tid = int(threadIdx.x), r0 = stagedRow(tid), c = tid & 7;
-    const int64_t K = p->K, M = p->M;
-    const float *wE = p->w + int64_t(pos.expert) * K * M;
-#pragma unroll
-    for (int i = 0; i < BM / 32; ++i)
-      aRow[i] = p->x + int64_t(rows[r0 + 32 * i]) * K + 4 * c;
-    bBase = TransW ? wE + (pos.n0 + r0) * K + 4 * c : wE + pos.n0 + tid;
-    rowCount = pos.rowCount;
-    n0 = pos.n0;
-    tileA = sm.tileA;
-    tileB = sm.tileB;
-  }
-
-  __device__ void begin() {}
-  __device__ void advance(int) {}
-
-  __device__ void load(int t) {
-    const int tid = int(threadIdx.x), r0 = stagedRow(tid), c = tid & 7;
-    const int64_t K = p->K, M = p->M, k0 = int64_t(t) * BK;
-    const bool kOk = k0 + 4 * c < K;
+  __device__ void load(int t, int64_t K) {
+    const int tid = int(threadIdx.x), r0 = stagedRow(tid);
+    const int64_t k = int64_t(t) * SmCfg::BK + 4 * (tid & 7);
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int i = 0; i < BM / 32; ++i)
-      a[i] = kOk && r0 + 32 * i < rowCount ? ldcg4(aRow[i] + k0) : zero4;
-    if (TransW) {
-#pragma unroll
-      for (int i = 0; i < BN / 32; ++i) {
-        const bool ok = kOk && n0 + r0 + 32 * i < M;
-        const float4 v = ok ? ldcg4(bBase + int64_t(32 * i) * K + k0) : zero4;
-        b[4 * i] = v.x;
-        b[4 * i + 1] = v.y;
-        b[4 * i + 2] = v.z;
-        b[4 * i + 3] = v.w;
-      }
-    } else {
-      const bool nOk = n0 + tid < M;
-      const float *col = bBase + k0 * M;
-#pragma unroll
-      for (int kk = 0; kk < BK; ++kk)
-        b[kk] = nOk && k0 + kk < K ? __ldcg(col + int64_t(kk) * M) : 0.0f;
-    }
+    for (int i = 0; i < R / 32; ++i)
+      v[i] = k < K && r0 + 32 * i < valid
+                 ? ldcg4(base[i] + int64_t(t) * SmCfg::BK)
+                 : zero4;
   }
 
-  __device__ void store(int half) const {
+  /// Rounds the loaded stage into half `half` of the tile at `tile`.
+  __device__ void store(uint32_t tile, int half) const {
     const int tid = int(threadIdx.x), r0 = stagedRow(tid), c = tid & 7;
 #pragma unroll
-    for (int i = 0; i < BM / 32; ++i)
-      store4(tileA, r0 + 32 * i, c, half, a[i]);
-    if (TransW) {
-#pragma unroll
-      for (int i = 0; i < BN / 32; ++i)
-        store4(tileB, r0 + 32 * i, c, half,
-               make_float4(b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]));
-    } else {
-#pragma unroll
-      for (int o = 0; o < 4; ++o)
-        store8(tileB, tid, o, half, b + 8 * o);
+    for (int i = 0; i < R / 32; ++i) {
+      const uint32_t addr =
+          tile + swz(r0 + 32 * i, half * 4 + (c >> 1)) + uint32_t(c & 1) * 8u;
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr),
+                   "r"(packBf16(v[i].x, v[i].y)), "r"(packBf16(v[i].z, v[i].w))
+                   : "memory");
     }
   }
 };
 
-/// The weight gradient's operands staged through registers: per stage 32
-/// sorted rows, whose original indices come from a shared ring that warp 0
-/// fills three stages ahead. A: columns tid % 128 of P for the octets
-/// tid / 128 and 2 + tid / 128; B: column tid of Q for all four octets.
-struct WeightGradRegTiles {
-  static constexpr int BK = SmCfg::BK;
-  const WeightGradParams *p;
-  int32_t *ring; // [8][32]
-  int rowBegin, rowEnd;
-  int64_t p0, q0;
-  uint32_t tileA, tileB;
-  int32_t pending; // warp 0: the original row of stage t + 4, lane's row
-  float a[16];
-  float b[32];
-
-  __device__ int32_t rowAt(int stage) const {
-    const int j = rowBegin + stage * BK + int(threadIdx.x);
-    return j < rowEnd ? __ldg(p->order.perm + j) : -1;
-  }
-
-  __device__ void begin() {
-    if (threadIdx.x < 32) {
+/// x's rows of the block: rows[r] of x, the first rowCount valid.
+__device__ inline RowRegs<SmCfg::BM> xRows(const ProductParams &p,
+                                           const int32_t *rows, int rowCount) {
+  RowRegs<SmCfg::BM> a;
+  const int tid = int(threadIdx.x), r0 = stagedRow(tid);
 #pragma unroll
-      for (int s = 0; s < 3; ++s)
-        ring[s * 32 + threadIdx.x] = rowAt(s);
-      pending = rowAt(3);
-    }
-    __syncthreads();
-  }
+  for (int i = 0; i < SmCfg::BM / 32; ++i)
+    a.base[i] = p.x + int64_t(rows[r0 + 32 * i]) * p.K + 4 * (tid & 7);
+  a.valid = rowCount;
+  return a;
+}
 
-  /// Iteration t: the ring gets stage t + 3 (read from iteration t + 1 on,
-  /// after this iteration's barrier).
-  __device__ void advance(int t) {
-    if (threadIdx.x < 32) {
-      ring[((t + 3) & 7) * 32 + threadIdx.x] = pending;
-      pending = rowAt(t + 4);
-    }
-  }
+/// The input-gradient product (transW): both operands through registers.
+struct ProductRegTiles {
+  const ProductParams *p;
+  RowRegs<SmCfg::BM> a;
+  RowRegs<SmCfg::BN> b;
+  uint32_t tileA, tileB;
 
   __device__ void load(int t) {
-    const int tid = int(threadIdx.x);
-    const int32_t *rows = ring + (t & 7) * 32;
-    const int64_t P = p->pdim, Q = p->qdim;
-    const int64_t pc = p0 + (tid & 127), qc = q0 + tid;
-    const bool pOk = pc < P, qOk = qc < Q;
-    const int pOct = tid >> 7; // P's octets: pOct and pOct + 2
-#pragma unroll
-    for (int o = 0; o < 4; ++o)
-#pragma unroll
-      for (int r = 0; r < 8; ++r) {
-        const int32_t row = rows[8 * o + r];
-        b[8 * o + r] =
-            qOk && row >= 0 ? __ldcg(p->q + int64_t(row) * Q + qc) : 0.0f;
-        if ((o & 1) == pOct) {
-          a[8 * (o >> 1) + r] =
-              pOk && row >= 0 ? __ldcg(p->p + int64_t(row) * P + pc) : 0.0f;
-        }
-      }
+    a.load(t, p->K);
+    b.load(t, p->K);
   }
-
   __device__ void store(int half) const {
-    const int tid = int(threadIdx.x);
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      store8(tileA, tid & 127, (tid >> 7) + 2 * i, half, a + 8 * i);
-#pragma unroll
-    for (int o = 0; o < 4; ++o)
-      store8(tileB, tid, o, half, b + 8 * o);
+    a.store(tileA, half);
+    b.store(tileB, half);
   }
 };
 
@@ -378,7 +266,6 @@ __device__ inline void regLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
                                const Smem &sm) {
   if (numK <= 0)
     return;
-  tiles.begin();
   tiles.load(0);
   tiles.store(0);
   if (numK > 1)
@@ -388,7 +275,6 @@ __device__ inline void regLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
 #pragma unroll 1
   for (int t = 0; t < numK; ++t) {
     WgmmaCore::math(acc, sm, t & 1);
-    tiles.advance(t);
     if (t + 1 < numK)
       tiles.store((t + 1) & 1);
     if (t + 2 < numK)
@@ -399,37 +285,97 @@ __device__ inline void regLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
   }
 }
 
-template <bool TransW>
+/// Shared memory of the register-staged kernel: the bf16 tiles and the
+/// tile's rows.
+constexpr size_t kRegSmem =
+    1024 + SmCfg::kTileA + SmCfg::kTileB + SmCfg::BM * 4;
+
 __global__ void __launch_bounds__(SmCfg::NT, 1)
     productRegsKernel(const __grid_constant__ ProductParams p) {
   extern __shared__ unsigned char smem[];
-  int32_t *ring;
-  const Smem sm = carveRegs(smem, ring);
+  const uint32_t raw = smemAddr(smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  Smem sm{};
+  sm.tileA = base;
+  sm.tileB = base + SmCfg::kTileA;
+  sm.rows = reinterpret_cast<int32_t *>(smem + (base - raw) + SmCfg::kTileA +
+                                        SmCfg::kTileB);
   ProductPos pos;
   if (!productPos<SmCfg>(p, sm.rows, pos))
     return;
-  ProductRegTiles<TransW> tiles;
-  tiles.init(p, pos, sm.rows, sm);
+  ProductRegTiles tiles{
+      &p, xRows(p, sm.rows, pos.rowCount), {}, sm.tileA, sm.tileB};
+  const int tid = int(threadIdx.x), r0 = stagedRow(tid);
+  const float *wE = p.w + int64_t(pos.expert) * p.K * p.M;
+#pragma unroll
+  for (int i = 0; i < SmCfg::BN / 32; ++i)
+    tiles.b.base[i] = wE + (pos.n0 + r0 + 32 * i) * p.K + 4 * (tid & 7);
+  tiles.b.valid = int(p.M - pos.n0 < SmCfg::BN ? p.M - pos.n0 : SmCfg::BN);
   WgmmaCore::Acc acc;
   WgmmaCore::zero(acc);
   regLoop(tiles, int((p.K + SmCfg::BK - 1) / SmCfg::BK), acc, sm);
   productEpilogue<WgmmaCore>(p, acc, pos, sm.rows);
 }
 
+/// The forward (w [K, M] contiguous along M): x's rows through registers, w
+/// through cp.async stages and the transposing conversion. Fits mainLoop:
+/// convert() is called for stages 0, 1, 2, ... in order, and rounds the
+/// registers' stage before loading the next one.
+struct ProductMixedTiles {
+  const ProductParams *p;
+  const float *wCol; // w[e] at row tid / 64, this thread's 4 columns
+  int wCount;        // of which exist: 0 or 4
+  Smem sm;
+  RowRegs<SmCfg::BM> a;
+  int aStage, numK;
+
+  __device__ void start(const float *wE, int64_t n0) {
+    const int tid = int(threadIdx.x);
+    const int64_t n = n0 + 4 * (tid % 64);
+    wCol = wE + int64_t(tid / 64) * p->M + n;
+    wCount = clamp4(p->M - n);
+    aStage = 0;
+    a.load(0, p->K);
+  }
+
+  /// Rows k0 + 4 i + tid / 64 of w[e], 16 bytes at the thread's columns.
+  __device__ void issue(int t, int slot) {
+    const int tid = int(threadIdx.x), r0 = tid / 64;
+    const int64_t K = p->K, M = p->M, k0 = int64_t(t) * SmCfg::BK;
+    const uint32_t sb = sm.stage0 + uint32_t(slot) * SmCfg::kStage +
+                        uint32_t(r0 * SmCfg::BN * 4 + (tid % 64) * 16);
+    const float *src = wCol + k0 * M;
+#pragma unroll
+    for (int i = 0; i < SmCfg::BK / 4; ++i)
+      stageChunk(sb + uint32_t(4 * i * SmCfg::BN * 4), src + 4 * i * M, p->w,
+                 k0 + 4 * i + r0 < K ? wCount : 0, true);
+  }
+
+  __device__ void convert(int slot, int half) {
+    const float *b =
+        reinterpret_cast<const float *>(sm.stage0Ptr + slot * SmCfg::kStage);
+    convertCols<SmCfg::BN, SmCfg::NT>(b, sm.tileB, half);
+    a.store(sm.tileA, half);
+    if (++aStage < numK)
+      a.load(aStage, p->K);
+  }
+};
+
 __global__ void __launch_bounds__(SmCfg::NT, 1)
-    weightGradRegsKernel(const __grid_constant__ WeightGradParams p) {
+    productMixedKernel(const __grid_constant__ ProductParams p) {
   extern __shared__ unsigned char smem[];
-  int32_t *ring;
-  const Smem sm = carveRegs(smem, ring);
-  const WeightGradPos pos = weightGradPos<SmCfg>(p);
-  WeightGradRegTiles tiles{&p,     ring,     pos.rowBegin, pos.rowEnd, pos.p0,
-                           pos.q0, sm.tileA, sm.tileB,     0,          {},
-                           {}};
+  const Smem sm = carve<SmCfg>(smem);
+  ProductPos pos;
+  if (!productPos<SmCfg>(p, sm.rows, pos))
+    return;
+  const int numK = int((p.K + SmCfg::BK - 1) / SmCfg::BK);
+  ProductMixedTiles tiles{&p, nullptr, 0, sm, xRows(p, sm.rows, pos.rowCount),
+                          0,  numK};
+  tiles.start(p.w + int64_t(pos.expert) * p.K * p.M, pos.n0);
   WgmmaCore::Acc acc;
   WgmmaCore::zero(acc);
-  regLoop(tiles, (pos.rowEnd - pos.rowBegin + SmCfg::BK - 1) / SmCfg::BK, acc,
-          sm);
-  weightGradEpilogue<WgmmaCore>(p, acc, pos);
+  mainLoop<SmCfg, WgmmaCore>(tiles, numK, acc, sm);
+  productEpilogue<WgmmaCore>(p, acc, pos, sm.rows);
 }
 
 //===----------------------------------------------------------------------===//
@@ -461,8 +407,9 @@ void launch(Kernel kernel, int64_t blocks, size_t smem, const Params &p,
   checkLaunch(name);
 }
 
-/// RONDO_GROUPED_STAGING=smem or regs picks the staging (benchmarks and
-/// tests compare them); unset, register staging where it applies.
+/// RONDO_GROUPED_STAGING=smem stages every operand by cp.async (the
+/// benchmark and the tests compare the two); unset, operands contiguous
+/// along K go through registers.
 bool registerStaging() {
   const char *env = std::getenv("RONDO_GROUPED_STAGING");
   return !(env && env[0] == 's');
@@ -489,17 +436,14 @@ void productSm90(const ProductParams &p, int64_t rowTiles, const char *name) {
   if (!registerStaging() || !p.vec)
     launch(productSm90Kernel, blocks, SmCfg::kSmem, p, name);
   else if (p.transW)
-    launch(productRegsKernel<true>, blocks, RegSmem::kSmem, p, name);
+    launch(productRegsKernel, blocks, kRegSmem, p, name);
   else
-    launch(productRegsKernel<false>, blocks, RegSmem::kSmem, p, name);
+    launch(productMixedKernel, blocks, SmCfg::kSmem, p, name);
 }
 
 void weightGradSm90(const WeightGradParams &p, const char *name) {
-  const int64_t blocks = int64_t(p.E) * p.pTiles * p.qTiles;
-  if (registerStaging())
-    launch(weightGradRegsKernel, blocks, RegSmem::kSmem, p, name);
-  else
-    launch(weightGradSm90Kernel, blocks, SmCfg::kSmem, p, name);
+  launch(weightGradSm90Kernel, int64_t(p.E) * p.pTiles * p.qTiles, SmCfg::kSmem,
+         p, name);
 }
 
 } // namespace rondo::cuda::detail::grouped
