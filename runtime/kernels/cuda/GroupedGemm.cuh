@@ -468,10 +468,9 @@ __device__ inline bool productPos(const ProductParams &p, int32_t *rows,
 
 /// Writes the accumulators to the rows' own places in out.
 template <class Core>
-__device__ inline void productEpilogue(const ProductParams &p,
-                                       const typename Core::Acc &acc,
-                                       const ProductPos &pos,
-                                       const int32_t *rows) {
+__device__ inline void
+productEpilogue(const ProductParams &p, const typename Core::Acc &acc,
+                const ProductPos &pos, const int32_t *rows) {
   const int64_t M = p.M;
   Core::forEach(acc, [&](int r, int c, float v0, float v1) {
     const int64_t n = pos.n0 + c;
@@ -496,8 +495,9 @@ __device__ inline void productBlock(const ProductParams &p,
   ProductPos pos;
   if (!productPos<C>(p, sm.rows, pos))
     return;
-  ProductTiles<C> tiles{&p, p.w + int64_t(pos.expert) * p.K * p.M, sm.rows,
-                        pos.rowCount, pos.n0, sm};
+  ProductTiles<C> tiles{&p,      p.w + int64_t(pos.expert) * p.K * p.M,
+                        sm.rows, pos.rowCount,
+                        pos.n0,  sm};
   typename Core::Acc acc;
   Core::zero(acc);
   mainLoop<C, Core>(tiles, int((p.K + C::BK - 1) / C::BK), acc, sm);
@@ -561,8 +561,8 @@ __device__ inline void weightGradBlock(const WeightGradParams &p,
   tiles.start();
   typename Core::Acc acc;
   Core::zero(acc);
-  mainLoop<C, Core>(tiles, (pos.rowEnd - pos.rowBegin + C::BK - 1) / C::BK,
-                    acc, sm);
+  mainLoop<C, Core>(tiles, (pos.rowEnd - pos.rowBegin + C::BK - 1) / C::BK, acc,
+                    sm);
   weightGradEpilogue<Core>(p, acc, pos);
 }
 
