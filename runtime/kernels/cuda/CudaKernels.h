@@ -94,7 +94,8 @@ private:
   cudaStream_t previous_;
 };
 
-/// How the matrix products (matmul, attention, linear cross-entropy) compute.
+/// How the matrix products (matmul, attention, linear cross-entropy, the
+/// experts' products) compute.
 /// Storage is fp32 either way.
 ///  - Fp32: fp32 inputs and accumulation (cuBLAS sgemm, TF32 off); matches the
 ///    CPU library to about 1e-6.
@@ -106,6 +107,13 @@ enum class Precision { Fp32, Bf16 };
 /// work in flight).
 void setPrecision(Precision precision);
 Precision precision();
+
+/// The device sort behind the experts' bf16 products (tests compare it with
+/// a host stable counting sort): offsets [experts + 1], perm [n] (positions
+/// below offsets[experts] written: the rows of each expert in ascending
+/// order) and *bad (rows whose id is outside [0, experts)), all device int32.
+void expertSortForTesting(const int64_t *ids, int64_t n, int64_t experts,
+                          int32_t *offsets, int32_t *perm, int32_t *bad);
 
 /// Destroys the calling thread's cuBLAS handles and workspaces (all devices).
 /// Optional: they are also released when the thread exits. The caller must

@@ -1,20 +1,23 @@
-//===- Experts.cu - Mixture-of-experts kernels (reference) ----------------===//
+//===- Experts.cu - Mixture-of-experts kernels ----------------------------===//
 //
 // Part of the Rondo project.
 //
 //===----------------------------------------------------------------------===//
 //
-// The GPU twins of kernels/cpu/Experts.cpp, written for correctness, not
-// speed: one thread per row of top-k, one thread per output element of the
-// grouped products, each summing in ascending order (so results do not
-// depend on the launch). A fast path (rows permuted by expert with a
-// counting sort, one grouped GEMM) is future work; the kernels' contract
-// (offsets from the ids, no scratch beyond what T*k rows need) allows it.
-// An expert id outside [0, E) makes the rows or elements it touches NaN
-// (the device cannot abort with a message; the CPU library does).
+// The GPU twins of kernels/cpu/Experts.cpp. The router's top-k is one thread
+// per row. The grouped products sort the rows by expert on the device and
+// run as grouped GEMMs (GroupedGemm.cu): under Precision::Bf16 on the tensor
+// cores; under Precision::Fp32 the products stay one thread per output
+// element (exact fp32, each summing in ascending order) and the weight
+// gradient sums each expert's own sorted rows in fp32. Every order depends
+// only on the ids, so results are bitwise reproducible. An expert id outside
+// [0, E) makes the rows or elements it touches NaN (the device cannot abort
+// with a message; the CPU library does): its output row, and all of a weight
+// gradient.
 //
 //===----------------------------------------------------------------------===//
 
+#include "GroupedGemm.cuh"
 #include "Internal.cuh"
 #include "Profile.cuh"
 
@@ -88,27 +91,6 @@ __global__ void expertMatmulKernel(const float *x, const float *w,
   }
 }
 
-__global__ void expertWeightGradKernel(const float *x, const float *dy,
-                                       const int64_t *ids, float *dw, int64_t n,
-                                       int64_t kk, int64_t m, int64_t e,
-                                       bool transW) {
-  RONDO_GRID_STRIDE(i, e * kk * m) {
-    int64_t expert = i / (kk * m), within = i % (kk * m);
-    // Element (p, c) of x[n]ᵀ·dy[n] ([K, M]), or (c, p) when stored [M, K].
-    int64_t p = transW ? within % kk : within / m;
-    int64_t c = transW ? within / kk : within % m;
-    float acc = 0.0f;
-    for (int64_t r = 0; r < n; ++r) {
-      int64_t id = ids[r];
-      if (id < 0 || id >= e)
-        acc = NAN;
-      else if (id == expert)
-        acc += x[r * kk + p] * dy[r * m + c];
-    }
-    dw[i] = acc;
-  }
-}
-
 } // namespace
 
 void topK(CFView x, FView values, MIView indices) {
@@ -144,6 +126,11 @@ void expertMatmul(CFView x, CFView w, IView ids, FView out, bool transW) {
       [](auto... args) { contract("expertMatmul", args...); });
   if (s.N * s.M == 0)
     return;
+  if (precision() == Precision::Bf16) {
+    grouped::expertProductBf16(x.data, w.data, ids.data, out.data, s.N, s.K,
+                               s.M, s.E, transW, "expertMatmul");
+    return;
+  }
   expertMatmulKernel<<<gridFor(s.N * s.M), kThreads, 0, currentStream()>>>(
       x.data, w.data, ids.data, out.data, s.N, s.K, s.M, s.E, transW);
   checkLaunch("expertMatmul");
@@ -157,10 +144,9 @@ void expertMatmulWeightGrad(CFView x, CFView dY, IView ids, FView dW,
       [](auto... args) { contract("expertMatmulWeightGrad", args...); });
   if (s.E * s.K * s.M == 0)
     return;
-  expertWeightGradKernel<<<gridFor(s.E * s.K * s.M), kThreads, 0,
-                           currentStream()>>>(
-      x.data, dY.data, ids.data, dW.data, s.N, s.K, s.M, s.E, transW);
-  checkLaunch("expertMatmulWeightGrad");
+  grouped::expertWeightGrad(x.data, dY.data, ids.data, dW.data, s.N, s.K, s.M,
+                            s.E, transW, precision() == Precision::Bf16,
+                            "expertMatmulWeightGrad");
 }
 
 } // namespace rondo::cuda

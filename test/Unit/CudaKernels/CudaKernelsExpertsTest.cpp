@@ -6,11 +6,17 @@
 //
 // The router's top-k (values, and the chosen positions exactly) and the
 // grouped expert products with their gradients, in both layouts of the
-// expert matrices, against the CPU library; twice, bitwise.
+// expert matrices, against the CPU library; twice, bitwise. The device sort
+// by expert against a host stable counting sort; the products under
+// Precision::Bf16 (the wgmma kernels on a Hopper GPU and the mma.sync ones)
+// and Precision::Fp32 on skewed routings, idle experts, ragged tiles and
+// sizes that are not multiples of 4, and ids out of range.
 //
 //===----------------------------------------------------------------------===//
 
 #include "CudaKernelsTestUtil.h"
+
+#include <cstdlib>
 
 namespace cuda_test {
 namespace {
@@ -78,6 +84,213 @@ TEST_F(CudaKernels, ExpertMatmulAndWeightGrad) {
     expectClose(got[0], refY, what);
     expectClose(got[1], refDx, what + " dx");
     expectClose(got[2], refDw, what + " dW");
+  }
+}
+
+std::vector<int32_t> download32(const int32_t *p, size_t n) {
+  std::vector<int32_t> h(n);
+  ck(cudaMemcpy(h.data(), p, n * sizeof(int32_t), cudaMemcpyDeviceToHost),
+     "download int32");
+  return h;
+}
+
+/// n expert ids with Zipf-like weights 1 / (e + 1)^skew (skew 0: uniform),
+/// never `idle` (pass -1 for none), shuffled over the experts so that the
+/// heavy ones are not the low ids.
+std::vector<int64_t> routing(int64_t n, int64_t e, double skew, int64_t idle) {
+  std::vector<double> weight(size_t(e), 0.0);
+  std::vector<int64_t> order(static_cast<size_t>(e));
+  for (int64_t i = 0; i < e; ++i)
+    order[size_t(i)] = i;
+  std::shuffle(order.begin(), order.end(), rng());
+  for (int64_t i = 0; i < e; ++i)
+    if (order[size_t(i)] != idle)
+      weight[size_t(order[size_t(i)])] = 1.0 / std::pow(double(i + 1), skew);
+  std::discrete_distribution<int64_t> pick(weight.begin(), weight.end());
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (auto &i : ids)
+    i = pick(rng());
+  return ids;
+}
+
+TEST_F(CudaKernels, ExpertSortIsStableCountingSort) {
+  struct Case {
+    int64_t n, e;
+    double skew;
+    int outside; // rows given an id outside [0, e)
+  } cases[] = {{1, 1, 0.0, 0},      {300, 4, 0.0, 0},  {5000, 37, 1.2, 0},
+               {4096, 128, 0.0, 3}, {2500, 3, 2.0, 0}, {1030, 9, 0.5, 1030}};
+  for (const Case &c : cases) {
+    std::vector<int64_t> ids = routing(c.n, c.e, c.skew, c.e > 2 ? 1 : -1);
+    for (int i = 0; i < c.outside; ++i)
+      ids[size_t((i * 7919) % c.n)] = i % 2 ? c.e + i : -1 - i;
+    // The host's stable counting sort.
+    std::vector<int32_t> offsets(size_t(c.e + 1), 0), perm;
+    int32_t bad = 0;
+    for (int64_t id : ids)
+      if (id >= 0 && id < c.e)
+        ++offsets[size_t(id + 1)];
+      else
+        ++bad;
+    for (int64_t i = 0; i < c.e; ++i)
+      offsets[size_t(i + 1)] += offsets[size_t(i)];
+    perm.resize(size_t(offsets[size_t(c.e)]));
+    std::vector<int32_t> next(offsets.begin(), offsets.end() - 1);
+    for (int64_t r = 0; r < c.n; ++r)
+      if (ids[size_t(r)] >= 0 && ids[size_t(r)] < c.e)
+        perm[size_t(next[size_t(ids[size_t(r)])]++)] = int32_t(r);
+
+    DevIds di(ids, Shape{c.n});
+    int32_t *d = nullptr;
+    ck(cudaMalloc(&d, size_t(c.n + c.e + 2) * sizeof(int32_t)), "cudaMalloc");
+    cu::expertSortForTesting(di.p, c.n, c.e, d, d + c.e + 1, d + c.e + 1 + c.n);
+    ck(cudaStreamSynchronize(cu::currentStream()), "sort");
+    std::string what =
+        "sort n=" + std::to_string(c.n) + " e=" + std::to_string(c.e);
+    EXPECT_EQ(download32(d, size_t(c.e + 1)), offsets) << what;
+    EXPECT_EQ(download32(d + c.e + 1, perm.size()), perm) << what;
+    EXPECT_EQ(download32(d + c.e + 1 + c.n, 1)[0], bad) << what;
+    cudaFree(d);
+  }
+}
+
+/// Sets an environment variable for its lifetime: RONDO_GROUPED_SM90=0 makes
+/// the bf16 expert products take the mma.sync kernels even on a Hopper GPU,
+/// RONDO_GROUPED_STAGING=smem the wgmma kernels with cp.async staging.
+struct ScopedEnv {
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+private:
+  const char *name_;
+};
+
+struct ExpertCase {
+  int64_t n, kk, m, e;
+  double skew;
+  int64_t idle;
+};
+
+/// The three products of a case (forward, input gradient, weight gradient)
+/// in both layouts, against the CPU library at `tol`, twice bitwise.
+void checkExperts(const ExpertCase &c, const std::string &label, double tol) {
+  for (bool transW : {false, true}) {
+    Shape wShape = transW ? Shape{c.e, c.m, c.kk} : Shape{c.e, c.kk, c.m};
+    Tensor x = uniform(Shape{c.n, c.kk}), w = uniform(wShape),
+           dy = uniform(Shape{c.n, c.m});
+    std::vector<int64_t> ids = routing(c.n, c.e, c.skew, c.idle);
+    IView hi{ids.data(), Shape{c.n}};
+    Tensor refY(Shape{c.n, c.m}), refDx(Shape{c.n, c.kk}), refDw(wShape);
+    cpu::expertMatmul(x.cv(), w.cv(), hi, refY.v(), transW);
+    cpu::expertMatmul(dy.cv(), w.cv(), hi, refDx.v(), !transW);
+    cpu::expertMatmulWeightGrad(x.cv(), dy.cv(), hi, refDw.v(), transW);
+    Dev dx(x), dw(w), ddy(dy);
+    DevIds di(ids, Shape{c.n});
+    std::string what = label + " n" + std::to_string(c.n) + " k" +
+                       std::to_string(c.kk) + " m" + std::to_string(c.m) +
+                       " e" + std::to_string(c.e) + (transW ? " transW" : "");
+    auto got = runTwice(
+        {{refY.shape, {}}, {refDx.shape, {}}, {wShape, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::expertMatmul(dx.cv(), dw.cv(), di.v(), o[0], transW);
+          cu::expertMatmul(ddy.cv(), dw.cv(), di.v(), o[1], !transW);
+          cu::expertMatmulWeightGrad(dx.cv(), ddy.cv(), di.v(), o[2], transW);
+        },
+        what);
+    expectClose(got[0], refY, what + " out", tol);
+    expectClose(got[1], refDx, what + " dx", tol);
+    expectClose(got[2], refDw, what + " dW", tol);
+  }
+}
+
+// Unbalanced routing with an idle expert, rows not a multiple of any tile,
+// K and M multiples of 4 (16-byte staging) and not (4-byte staging), several
+// column tiles and sort chunks, a long reduction.
+const ExpertCase kExpertCases[] = {
+    {1000, 96, 160, 7, 1.0, 3},   {777, 70, 42, 5, 0.0, 0},
+    {3000, 256, 320, 16, 1.2, 5}, {200, 1024, 72, 3, 0.0, -1},
+    {150, 1030, 36, 3, 0.0, -1},  {64, 33, 300, 130, 0.5, 7},
+    {1, 8, 8, 2, 0.0, -1},
+};
+
+TEST_F(CudaKernels, ExpertMatmulBf16) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  for (const ExpertCase &c : kExpertCases)
+    checkExperts(c, "experts bf16", kBf16Tol);
+}
+
+TEST_F(CudaKernels, ExpertMatmulBf16SmemStaging) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  ScopedEnv staging("RONDO_GROUPED_STAGING", "smem");
+  for (const ExpertCase &c : kExpertCases)
+    checkExperts(c, "experts bf16 cp.async staging", kBf16Tol);
+}
+
+TEST_F(CudaKernels, ExpertMatmulBf16MmaSync) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  ScopedEnv mmaSync("RONDO_GROUPED_SM90", "0");
+  for (const ExpertCase &c : kExpertCases)
+    checkExperts(c, "experts bf16 mma.sync", kBf16Tol);
+}
+
+TEST_F(CudaKernels, ExpertMatmulFp32Sorted) {
+  PrecisionGuard guard(cu::Precision::Fp32);
+  for (const ExpertCase &c : kExpertCases)
+    checkExperts(c, "experts fp32", kTol);
+}
+
+// Out-of-range ids: their rows of out are NaN and the rest as if they were
+// absent; all of dW is NaN. No rows at all: dW is zero.
+TEST_F(CudaKernels, ExpertMatmulOutOfRangeAndEmpty) {
+  const int64_t n = 300, kk = 64, m = 40, e = 4;
+  for (cu::Precision prec : {cu::Precision::Bf16, cu::Precision::Fp32}) {
+    PrecisionGuard guard(prec);
+    const double tol = prec == cu::Precision::Bf16 ? kBf16Tol : kTol;
+    std::string what = prec == cu::Precision::Bf16 ? "experts bad ids bf16"
+                                                   : "experts bad ids";
+    Tensor x = uniform(Shape{n, kk}), w = uniform(Shape{e, kk, m}),
+           dy = uniform(Shape{n, m});
+    std::vector<int64_t> ids = routing(n, e, 0.0, -1), valid = ids;
+    ids[7] = -1;
+    ids[100] = e;
+    valid[7] = valid[100] = 0;
+    Tensor refY(Shape{n, m});
+    cpu::expertMatmul(x.cv(), w.cv(), IView{valid.data(), Shape{n}}, refY.v(),
+                      false);
+    for (int64_t c = 0; c < m; ++c)
+      refY[7 * m + c] = refY[100 * m + c] = NAN;
+    Dev dx(x), dw(w), ddy(dy);
+    DevIds di(ids, Shape{n});
+    auto got = runTwice(
+        {{refY.shape, {}}, {w.shape, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::expertMatmul(dx.cv(), dw.cv(), di.v(), o[0], false);
+          cu::expertMatmulWeightGrad(dx.cv(), ddy.cv(), di.v(), o[1], false);
+        },
+        what);
+    expectClose(got[0], refY, what + " out", tol);
+    EXPECT_TRUE(std::all_of(got[1].begin(), got[1].end(),
+                            [](float v) { return std::isnan(v); }))
+        << what << ": dW is not all NaN";
+
+    Tensor none(Shape{0, kk}), noneDy(Shape{0, m});
+    Dev dnone(none), dnoneDy(noneDy);
+    std::vector<int64_t> noIds;
+    DevIds dnoIds(noIds, Shape{0});
+    auto zero = runTwice(
+        {{w.shape, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::expertMatmulWeightGrad(dnone.cv(), dnoneDy.cv(), dnoIds.v(), o[0],
+                                     false);
+        },
+        what + " no rows");
+    EXPECT_TRUE(std::all_of(zero[0].begin(), zero[0].end(),
+                            [](float v) { return v == 0.0f; }))
+        << what << ": dW of no rows is not zero";
   }
 }
 

@@ -1,0 +1,449 @@
+//===- GroupedGemmSm90.cu - The experts' grouped GEMM with wgmma ----------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The Hopper kernels of the bf16 grouped GEMM (GroupedGemm.cu dispatches here
+// on compute capability 9.0 and gives the design). Built for sm_90a alone
+// (CMakeLists.txt), since wgmma exists only there.
+//
+// A block is two warpgroups computing 128 x 256 outputs (64 rows each, one
+// m64n256k16 product a k-step), 128 accumulators a thread. The tensor cores
+// read both operands from the 128-byte-swizzled K-major bf16 tiles (the
+// layout FlashAttentionSm90.cu uses), in two halves of 32 columns: while they
+// multiply one half the threads fill the other, so rounding and loading run
+// under the products, with one barrier per 32 k. Three ways to fill them:
+//  - cp.async staging (GroupedGemm.cuh; the weight gradient, unaligned sizes,
+//    RONDO_GROUPED_STAGING=smem): three fp32 stages (162 KiB) in flight,
+//    rounded (and transposed where needed) from shared memory.
+//  - register staging (the input gradient, transW): both operands are
+//    contiguous along K, so each thread loads its 16-byte chunks of the next
+//    stage into registers and stores them rounded, and no fp32 copy goes
+//    through shared memory.
+//  - mixed (the forward): x's rows through registers, w[e] [K, M] through
+//    cp.async and the transposing conversion.
+// One block an SM either way. No wgmma sits on a conditional path and no
+// other instruction touches the accumulators between issue and wait (ptxas
+// would serialise them).
+//
+//===----------------------------------------------------------------------===//
+
+#include "GroupedGemm.cuh"
+
+#include <cstdlib>
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "GroupedGemmSm90.cu must be built for sm_90a only (CMakeLists.txt)"
+#endif
+
+namespace rondo::cuda::detail::grouped {
+
+namespace {
+
+using SmCfg = Cfg<kSm90RowTile, kSm90ColTile, 3>;
+
+/// d (64 x 256 per warpgroup) += A (64 x 16) Bᵀ (256 x 16), both K-major in
+/// shared memory (descriptors).
+__device__ inline void wgmma256(float (&d)[32][4], uint64_t descA,
+                                uint64_t descB) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, "
+      "%15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, "
+      "%41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "
+      "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, "
+      "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, "
+      "%93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, "
+      "%105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, "
+      "%116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+      "%127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]),
+        "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]),
+        "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]),
+        "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]),
+        "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]),
+        "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]),
+        "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]),
+        "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]),
+        "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]),
+        "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]),
+        "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]),
+        "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]),
+        "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]),
+        "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]),
+        "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]),
+        "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]),
+        "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
+      : "l"(descA), "l"(descB), "r"(1));
+}
+
+__device__ inline void wgFence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ inline void wgWait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+/// The descriptor of a K-major, 128-byte-swizzled operand at `addr`: 8-row
+/// groups 1024 bytes apart; the leading byte offset is unused while a k-step
+/// (32 bytes) stays inside a 128-byte row.
+__device__ inline uint64_t descOf(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+struct WgmmaCore {
+  struct Acc {
+    float d[32][4];
+  };
+
+  /// Pins the accumulators here: the compiler may not move their reads or
+  /// writes between a wgmma's issue and its wait.
+  __device__ static void pin(Acc &acc) {
+#pragma unroll
+    for (int n = 0; n < 32; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        asm volatile("" : "+f"(acc.d[n][e])::"memory");
+  }
+
+  __device__ static void zero(Acc &acc) {
+#pragma unroll
+    for (int n = 0; n < 32; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc.d[n][e] = 0.0f;
+  }
+
+  __device__ static void math(Acc &acc, const Smem &sm, int half) {
+    const uint32_t rows = uint32_t(threadIdx.x >> 7) * 64u * 128u;
+    pin(acc);
+    wgFence();
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const uint32_t k = uint32_t(half * 2 + kk) * 32u;
+      wgmma256(acc.d, descOf(sm.tileA + rows + k), descOf(sm.tileB + k));
+    }
+    wgCommit();
+  }
+
+  __device__ static void wait(Acc &acc) {
+    wgWait0();
+    pin(acc);
+  }
+
+  /// f(row, column, value, value of column + 1): a warp's 16 rows of an
+  /// m64nN accumulator have mma.sync's m16n8 layout.
+  template <class F> __device__ static void forEach(const Acc &acc, F &&f) {
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+    const int r = (warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2);
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+      const int c = n * 8 + 2 * (lane & 3);
+      f(r, c, acc.d[n][0], acc.d[n][1]);
+      f(r + 8, c, acc.d[n][2], acc.d[n][3]);
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Register staging
+//===----------------------------------------------------------------------===//
+//
+// Operands contiguous along K (x's rows, and w's rows with transW) can skip
+// the fp32 round trip through shared memory: each thread loads its 16-byte
+// chunks of the next stage into registers, and after the next products are
+// issued rounds them and stores them into the bf16 tile (8-byte stores). One
+// stage of loads is in flight (16 registers for 128 rows). Operands
+// contiguous along M (w in the forward, both in the weight gradient) keep
+// cp.async staging, whose conversion transposes them: loading them into
+// registers a column at a time (4-byte loads, 8 k of one column per thread)
+// made the forward 20% and the weight gradient 5x slower than cp.async
+// staging on an H100 (bench/grouped_gemm.cu, 2026-11-27).
+
+/// The row of a K-contiguous tile that thread `tid` stages in round 0 (then
+/// + 32 a round), in 16-byte chunk tid % 8: a half-warp's two rows differ in
+/// bit 2, so its 8-byte stores cover the 8 swizzled chunk positions once.
+__device__ inline int stagedRow(int tid) {
+  const int w = tid >> 5, q = (tid >> 3) & 3;
+  return 8 * (w >> 1) + 2 * (w & 1) + (q >> 1) + 4 * (q & 1);
+}
+
+__device__ inline float4 ldcg4(const float *p) {
+  return __ldcg(reinterpret_cast<const float4 *>(p));
+}
+
+/// Rows of a K-contiguous operand staged through registers: R rows of the
+/// tile, rows stagedRow + 32 i of `base[i]` (K floats apart from stage to
+/// stage at k = 4 (tid % 8)); `valid` of the tile's rows exist.
+template <int R> struct RowRegs {
+  const float *base[R / 32];
+  int valid;
+  float4 v[R / 32];
+
+  __device__ void load(int t, int64_t K) {
+    const int tid = int(threadIdx.x), r0 = stagedRow(tid);
+    const int64_t k = int64_t(t) * SmCfg::BK + 4 * (tid & 7);
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < R / 32; ++i)
+      v[i] = k < K && r0 + 32 * i < valid
+                 ? ldcg4(base[i] + int64_t(t) * SmCfg::BK)
+                 : zero4;
+  }
+
+  /// Rounds the loaded stage into half `half` of the tile at `tile`.
+  __device__ void store(uint32_t tile, int half) const {
+    const int tid = int(threadIdx.x), r0 = stagedRow(tid), c = tid & 7;
+#pragma unroll
+    for (int i = 0; i < R / 32; ++i) {
+      const uint32_t addr =
+          tile + swz(r0 + 32 * i, half * 4 + (c >> 1)) + uint32_t(c & 1) * 8u;
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr),
+                   "r"(packBf16(v[i].x, v[i].y)), "r"(packBf16(v[i].z, v[i].w))
+                   : "memory");
+    }
+  }
+};
+
+/// x's rows of the block: rows[r] of x, the first rowCount valid.
+__device__ inline RowRegs<SmCfg::BM> xRows(const ProductParams &p,
+                                           const int32_t *rows, int rowCount) {
+  RowRegs<SmCfg::BM> a;
+  const int tid = int(threadIdx.x), r0 = stagedRow(tid);
+#pragma unroll
+  for (int i = 0; i < SmCfg::BM / 32; ++i)
+    a.base[i] = p.x + int64_t(rows[r0 + 32 * i]) * p.K + 4 * (tid & 7);
+  a.valid = rowCount;
+  return a;
+}
+
+/// The input-gradient product (transW): both operands through registers.
+struct ProductRegTiles {
+  const ProductParams *p;
+  RowRegs<SmCfg::BM> a;
+  RowRegs<SmCfg::BN> b;
+  uint32_t tileA, tileB;
+
+  __device__ void load(int t) {
+    a.load(t, p->K);
+    b.load(t, p->K);
+  }
+  __device__ void store(int half) const {
+    a.store(tileA, half);
+    b.store(tileB, half);
+  }
+};
+
+/// The main loop of register staging: in iteration t the tensor cores
+/// multiply half t % 2 while the threads store stage t + 1 (loaded in
+/// iteration t - 1) into the other half and load stage t + 2.
+template <class Tiles>
+__device__ inline void regLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
+                               const Smem &sm) {
+  if (numK <= 0)
+    return;
+  tiles.load(0);
+  tiles.store(0);
+  if (numK > 1)
+    tiles.load(1);
+  proxyFence();
+  __syncthreads();
+#pragma unroll 1
+  for (int t = 0; t < numK; ++t) {
+    WgmmaCore::math(acc, sm, t & 1);
+    if (t + 1 < numK)
+      tiles.store((t + 1) & 1);
+    if (t + 2 < numK)
+      tiles.load(t + 2);
+    WgmmaCore::wait(acc);
+    proxyFence();
+    __syncthreads();
+  }
+}
+
+/// Shared memory of the register-staged kernel: the bf16 tiles and the
+/// tile's rows.
+constexpr size_t kRegSmem =
+    1024 + SmCfg::kTileA + SmCfg::kTileB + SmCfg::BM * 4;
+
+__global__ void __launch_bounds__(SmCfg::NT, 1)
+    productRegsKernel(const __grid_constant__ ProductParams p) {
+  extern __shared__ unsigned char smem[];
+  const uint32_t raw = smemAddr(smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  Smem sm{};
+  sm.tileA = base;
+  sm.tileB = base + SmCfg::kTileA;
+  sm.rows = reinterpret_cast<int32_t *>(smem + (base - raw) + SmCfg::kTileA +
+                                        SmCfg::kTileB);
+  ProductPos pos;
+  if (!productPos<SmCfg>(p, sm.rows, pos))
+    return;
+  ProductRegTiles tiles{
+      &p, xRows(p, sm.rows, pos.rowCount), {}, sm.tileA, sm.tileB};
+  const int tid = int(threadIdx.x), r0 = stagedRow(tid);
+  const float *wE = p.w + int64_t(pos.expert) * p.K * p.M;
+#pragma unroll
+  for (int i = 0; i < SmCfg::BN / 32; ++i)
+    tiles.b.base[i] = wE + (pos.n0 + r0 + 32 * i) * p.K + 4 * (tid & 7);
+  tiles.b.valid = int(p.M - pos.n0 < SmCfg::BN ? p.M - pos.n0 : SmCfg::BN);
+  WgmmaCore::Acc acc;
+  WgmmaCore::zero(acc);
+  regLoop(tiles, int((p.K + SmCfg::BK - 1) / SmCfg::BK), acc, sm);
+  productEpilogue<WgmmaCore>(p, acc, pos, sm.rows);
+}
+
+/// The forward (w [K, M] contiguous along M): x's rows through registers, w
+/// through cp.async stages and the transposing conversion. Fits mainLoop:
+/// convert() is called for stages 0, 1, 2, ... in order, and rounds the
+/// registers' stage before loading the next one.
+struct ProductMixedTiles {
+  const ProductParams *p;
+  const float *wCol; // w[e] at row tid / 64, this thread's 4 columns
+  int wCount;        // of which exist: 0 or 4
+  Smem sm;
+  RowRegs<SmCfg::BM> a;
+  int aStage, numK;
+
+  __device__ void start(const float *wE, int64_t n0) {
+    const int tid = int(threadIdx.x);
+    const int64_t n = n0 + 4 * (tid % 64);
+    wCol = wE + int64_t(tid / 64) * p->M + n;
+    wCount = clamp4(p->M - n);
+    aStage = 0;
+    a.load(0, p->K);
+  }
+
+  /// Rows k0 + 4 i + tid / 64 of w[e], 16 bytes at the thread's columns.
+  __device__ void issue(int t, int slot) {
+    const int tid = int(threadIdx.x), r0 = tid / 64;
+    const int64_t K = p->K, M = p->M, k0 = int64_t(t) * SmCfg::BK;
+    const uint32_t sb = sm.stage0 + uint32_t(slot) * SmCfg::kStage +
+                        uint32_t(r0 * SmCfg::BN * 4 + (tid % 64) * 16);
+    const float *src = wCol + k0 * M;
+#pragma unroll
+    for (int i = 0; i < SmCfg::BK / 4; ++i)
+      stageChunk(sb + uint32_t(4 * i * SmCfg::BN * 4), src + 4 * i * M, p->w,
+                 k0 + 4 * i + r0 < K ? wCount : 0, true);
+  }
+
+  __device__ void convert(int slot, int half) {
+    const float *b =
+        reinterpret_cast<const float *>(sm.stage0Ptr + slot * SmCfg::kStage);
+    convertCols<SmCfg::BN, SmCfg::NT>(b, sm.tileB, half);
+    a.store(sm.tileA, half);
+    if (++aStage < numK)
+      a.load(aStage, p->K);
+  }
+};
+
+__global__ void __launch_bounds__(SmCfg::NT, 1)
+    productMixedKernel(const __grid_constant__ ProductParams p) {
+  extern __shared__ unsigned char smem[];
+  const Smem sm = carve<SmCfg>(smem);
+  ProductPos pos;
+  if (!productPos<SmCfg>(p, sm.rows, pos))
+    return;
+  const int numK = int((p.K + SmCfg::BK - 1) / SmCfg::BK);
+  ProductMixedTiles tiles{&p, nullptr, 0, sm, xRows(p, sm.rows, pos.rowCount),
+                          0,  numK};
+  tiles.start(p.w + int64_t(pos.expert) * p.K * p.M, pos.n0);
+  WgmmaCore::Acc acc;
+  WgmmaCore::zero(acc);
+  mainLoop<SmCfg, WgmmaCore>(tiles, numK, acc, sm);
+  productEpilogue<WgmmaCore>(p, acc, pos, sm.rows);
+}
+
+//===----------------------------------------------------------------------===//
+// cp.async staging
+//===----------------------------------------------------------------------===//
+
+__global__ void __launch_bounds__(SmCfg::NT, 1)
+    productSm90Kernel(const __grid_constant__ ProductParams p) {
+  extern __shared__ unsigned char smem[];
+  productBlock<SmCfg, WgmmaCore>(p, smem);
+}
+
+__global__ void __launch_bounds__(SmCfg::NT, 1)
+    weightGradSm90Kernel(const __grid_constant__ WeightGradParams p) {
+  extern __shared__ unsigned char smem[];
+  weightGradBlock<SmCfg, WgmmaCore>(p, smem);
+}
+
+template <typename Kernel, typename Params>
+void launch(Kernel kernel, int64_t blocks, size_t smem, const Params &p,
+            const char *name) {
+  if (blocks > int64_t(0x7fffffff))
+    contract(name, "too many tiles for one launch (%lld)", (long long)blocks);
+  RONDO_CHECK(cudaFuncSetAttribute(kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(smem)),
+              name);
+  kernel<<<unsigned(blocks), SmCfg::NT, smem, currentStream()>>>(p);
+  checkLaunch(name);
+}
+
+/// RONDO_GROUPED_STAGING=smem stages every operand by cp.async (the
+/// benchmark and the tests compare the two); unset, operands contiguous
+/// along K go through registers.
+bool registerStaging() {
+  const char *env = std::getenv("RONDO_GROUPED_STAGING");
+  return !(env && env[0] == 's');
+}
+
+} // namespace
+
+bool groupedSm90Usable() {
+  const char *env = std::getenv("RONDO_GROUPED_SM90");
+  if (env && env[0] == '0')
+    return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) !=
+          cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+void productSm90(const ProductParams &p, int64_t rowTiles, const char *name) {
+  const int64_t blocks = rowTiles * p.colTiles;
+  if (!registerStaging() || !p.vec)
+    launch(productSm90Kernel, blocks, SmCfg::kSmem, p, name);
+  else if (p.transW)
+    launch(productRegsKernel, blocks, kRegSmem, p, name);
+  else
+    launch(productMixedKernel, blocks, SmCfg::kSmem, p, name);
+}
+
+void weightGradSm90(const WeightGradParams &p, const char *name) {
+  launch(weightGradSm90Kernel, int64_t(p.E) * p.pTiles * p.qTiles, SmCfg::kSmem,
+         p, name);
+}
+
+} // namespace rondo::cuda::detail::grouped
