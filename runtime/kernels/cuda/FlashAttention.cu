@@ -5,9 +5,9 @@
 //===----------------------------------------------------------------------===//
 //
 // The Precision::Bf16 path of attention / attentionBackward (Attention.cu
-// dispatches here for head dimensions 64 and 128): FlashAttention-2 on the
-// sm_80+ warp-level tensor cores (mma.sync m16n8k16 bf16 -> fp32, operands
-// from shared memory through ldmatrix).
+// dispatches here for head dimensions 64, 128 and 256): FlashAttention-2 on
+// the sm_80+ warp-level tensor cores (mma.sync m16n8k16 bf16 -> fp32,
+// operands from shared memory through ldmatrix).
 //
 // Hopper: on compute capability 9.0 the same algorithm runs on warpgroup
 // wgmma kernels instead (FlashAttentionSm90.cu, built for sm_90a only; its
@@ -20,17 +20,21 @@
 //
 // Staging (FlashAttentionStaging.cu): q, k, v (and dO) are first rounded to
 // bf16 (nearest even) by a conversion pass into stream-ordered temporaries
-// whose row counts are padded to the tile size with zero rows. Converting once costs one read of the
-// inputs, while converting inside the attention kernels would re-read the
-// fp32 k/v once per query tile; it also lets every tile load be a plain
-// 16-byte cp.async with no bounds checks, double-buffered against the tensor
-// cores. Shared-memory rows are padded by 16 bytes, so the eight row addresses
-// of every ldmatrix phase fall into distinct bank groups.
+// whose row counts are padded to the tile size with zero rows. Converting once
+// costs one read of the inputs, while converting inside the attention kernels
+// would re-read the fp32 k/v once per query tile; it also lets every tile load
+// be a plain 16-byte cp.async with no bounds checks, double-buffered against
+// the tensor cores. Shared-memory rows are padded by 16 bytes, so the eight row
+// addresses of every ldmatrix phase fall into distinct bank groups.
 //
 // Tiles: a block keeps a resident tile of BR rows in shared memory (query
 // rows in the forward and dQ kernels, key rows in the dK/dV kernel), one warp
 // per 16 of them, and streams BC-row tiles of the other side (forward: 128 x
-// 64, 8 warps; backward: 64 x 64, 4 warps). Scores stay in registers: the
+// 64, 8 warps; backward: 64 x 64, 4 warps). At D = 256 a warp's 16 x 256
+// fp32 accumulator alone is 128 registers a thread: BC shrinks to 32, and
+// the dK/dV kernel gives each 16 keys two warps, one accumulating dV and
+// one dK (dkvPairBlock; forward256 / backward256 say which tiles and why).
+// Scores stay in registers: the
 // fp32 accumulator fragment of S = Q K^T has exactly the register layout of
 // the bf16 A operand of the next product (P V, dS K, P^T dO, dS^T Q), so P /
 // dS are rounded to bf16 and fed back without going through shared memory (as

@@ -46,6 +46,12 @@
 //    double-buffered in registers or in shared memory, the O rescale moved)
 //    were serialised by ptxas and slower; FlashAttention-3's producer warp and
 //    two-warpgroup ping-pong are the next step.
+//  - Head dimension 256 (Gemma-3): the forward only, with 64-key tiles (the
+//    64 x 256 O accumulator is 128 registers a thread) and O += P V as two
+//    n128 products. The D = 256 backward runs on the mma.sync kernels:
+//    dK and dV of a warpgroup's keys would take 256 registers a thread, and
+//    the tiles these kernels stage (with their transposed copies) exceed a
+//    block's shared memory at D = 256 (runtime/kernels/cuda/NOTES.md).
 // Each output element is still owned by one thread with a fixed
 // accumulation order, so results are deterministic.
 //
