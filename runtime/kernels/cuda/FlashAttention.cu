@@ -5,9 +5,9 @@
 //===----------------------------------------------------------------------===//
 //
 // The Precision::Bf16 path of attention / attentionBackward (Attention.cu
-// dispatches here for head dimensions 64 and 128): FlashAttention-2 on the
-// sm_80+ warp-level tensor cores (mma.sync m16n8k16 bf16 -> fp32, operands
-// from shared memory through ldmatrix).
+// dispatches here for head dimensions 64, 128 and 256): FlashAttention-2 on
+// the sm_80+ warp-level tensor cores (mma.sync m16n8k16 bf16 -> fp32,
+// operands from shared memory through ldmatrix).
 //
 // Hopper: on compute capability 9.0 the same algorithm runs on warpgroup
 // wgmma kernels instead (FlashAttentionSm90.cu, built for sm_90a only; its
@@ -20,17 +20,21 @@
 //
 // Staging (FlashAttentionStaging.cu): q, k, v (and dO) are first rounded to
 // bf16 (nearest even) by a conversion pass into stream-ordered temporaries
-// whose row counts are padded to the tile size with zero rows. Converting once costs one read of the
-// inputs, while converting inside the attention kernels would re-read the
-// fp32 k/v once per query tile; it also lets every tile load be a plain
-// 16-byte cp.async with no bounds checks, double-buffered against the tensor
-// cores. Shared-memory rows are padded by 16 bytes, so the eight row addresses
-// of every ldmatrix phase fall into distinct bank groups.
+// whose row counts are padded to the tile size with zero rows. Converting once
+// costs one read of the inputs, while converting inside the attention kernels
+// would re-read the fp32 k/v once per query tile; it also lets every tile load
+// be a plain 16-byte cp.async with no bounds checks, double-buffered against
+// the tensor cores. Shared-memory rows are padded by 16 bytes, so the eight row
+// addresses of every ldmatrix phase fall into distinct bank groups.
 //
 // Tiles: a block keeps a resident tile of BR rows in shared memory (query
 // rows in the forward and dQ kernels, key rows in the dK/dV kernel), one warp
 // per 16 of them, and streams BC-row tiles of the other side (forward: 128 x
-// 64, 8 warps; backward: 64 x 64, 4 warps). Scores stay in registers: the
+// 64, 8 warps; backward: 64 x 64, 4 warps). At D = 256 a warp's 16 x 256
+// fp32 accumulator alone is 128 registers a thread: BC shrinks to 32, and
+// the dK/dV kernel gives each 16 keys two warps, one accumulating dV and
+// one dK (dkvPairBlock; forward256 / backward256 say which tiles and why).
+// Scores stay in registers: the
 // fp32 accumulator fragment of S = Q K^T has exactly the register layout of
 // the bf16 A operand of the next product (P V, dS K, P^T dO, dS^T Q), so P /
 // dS are rounded to bf16 and fed back without going through shared memory (as
@@ -620,6 +624,184 @@ __device__ inline void dkvBlock(const FlashParams &p, BlockPos pos) {
   }
 }
 
+/// The dK and dV of one key tile of one kv head where one warp cannot hold
+/// both accumulators of its keys (D = 256: 2 x 128 fp32 registers a thread).
+/// Two warps share each 16 keys: warp k of the first half accumulates dV,
+/// warp k of the second half dK, so every product of dkvBlock is still done
+/// once. Per chunk of queries the dV warp computes S^T = K Q^T and P^T, the
+/// dK warp dP^T = V dO^T; P^T (fp32, masked) goes from the dV warp to its
+/// partner through shared memory, and then each accumulates its own product
+/// (dV += P^T dO, dK += dS^T Q). The hand-over uses block barriers only, so
+/// warps of a tile their keys cannot see skip the products but not the
+/// barriers. Each output element is still owned by one thread with a fixed
+/// order.
+constexpr int kPairQC = 32; // dkvPairBlock's query columns per pass
+
+template <int D, int BR, int BC>
+__device__ inline void dkvPairBlock(const FlashParams &p, BlockPos pos) {
+  constexpr int kPairs = BR / 16;
+  constexpr int kNT = BR * 4; // two warps per 16 keys
+  constexpr int kQC = kPairQC;
+  constexpr int kNQ = kQC / 8;
+  constexpr int kDB = D / 8;
+  constexpr uint32_t kKBytes = tileBytes<D, BR>();
+  constexpr uint32_t kBytes = tileBytes<D, BC>();
+  constexpr uint32_t kVecBytes = BC * 4;
+  // A pair's P^T of one chunk: kNQ float4s a lane, lane-minor (no bank
+  // conflicts); two, so that a chunk's store never meets the last one's
+  // reads.
+  constexpr int kXVecs = kNQ * 32;
+  static_assert(2 * BC / 4 <= kNT, "one 16-byte vector chunk a thread");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK = smemAddr(smem);
+  const uint32_t sV = sK + kKBytes;
+  const uint32_t sQ = sV + kKBytes;    // two buffers
+  const uint32_t sO = sQ + 2 * kBytes; // dO, two buffers
+  const uint32_t sVec = sO + 2 * kBytes;
+  // Per buffer: lse2[BC] then delta[BC].
+  const float *vecs =
+      reinterpret_cast<const float *>(smem + 2 * kKBytes + 4 * kBytes);
+  float4 *xch = reinterpret_cast<float4 *>(smem + 2 * kKBytes + 4 * kBytes +
+                                           4 * kVecBytes);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const bool dkWarp = warp >= kPairs;
+  const int pair = dkWarp ? warp - kPairs : warp;
+  const int j0 = pos.slot * BR; // heavy (early) key tiles first
+  const int hk = pos.head, b = pos.batch;
+  const int64_t bhk = int64_t(b) * p.Hkv + hk;
+  const int diag = p.S - p.T;
+  // The query tiles that can see the key tile, as in dkvBlock.
+  int first = p.causal ? j0 - diag : 0;
+  first = first < 0 ? 0 : first;
+  const int qtStart = first / BC;
+  int qtEnd = p.Tpad / BC;
+  if (p.window > 0) {
+    const int last = j0 + BR - 1 - diag + p.window - 1;
+    qtEnd = last < 0 ? 0 : (last / BC + 1 < qtEnd ? last / BC + 1 : qtEnd);
+  }
+  const int nq = qtEnd - qtStart;
+  const int nWork = nq > 0 ? p.group * nq : 0;
+  const LdsmOffsets off = ldsmOffsets<D>(lane);
+  const int wk0 = j0 + pair * 16; // this pair's keys
+  const int key0 = wk0 + g;       // this thread's keys: key0, key0 + 8
+  float4 *myXch = xch + pair * 2 * kXVecs + lane;
+
+  auto loadWork = [&](int w, int buf) {
+    const int hq = hk * p.group + w / nq;
+    const int i0 = (qtStart + w % nq) * BC;
+    const int64_t rowBase = (int64_t(b) * p.Hq + hq) * p.Tpad + i0;
+    loadTileAsync<D, BC, kNT>(sQ + buf * kBytes, p.q + rowBase * D);
+    loadTileAsync<D, BC, kNT>(sO + buf * kBytes, p.dout + rowBase * D);
+    const int c = threadIdx.x;
+    if (c < 2 * BC / 4) {
+      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
+                                    : p.delta + rowBase + (c - BC / 4) * 4;
+      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
+    }
+  };
+
+  float acc[kDB][4]; // dV (first half of the warps) or dK
+  zero(acc);
+  if (nWork > 0) {
+    loadTileAsync<D, BR, kNT>(sK, p.k + (bhk * p.Spad + j0) * D);
+    loadTileAsync<D, BR, kNT>(sV, p.v + (bhk * p.Spad + j0) * D);
+    loadWork(0, 0);
+    cpAsyncCommit();
+  }
+  for (int w = 0; w < nWork; ++w) {
+    const int buf = w & 1;
+    // Item w has landed, and every warp is done with item w - 1, whose
+    // buffers the next item's copies (overlapping this item) reuse.
+    cpAsyncWait<0>();
+    __syncthreads();
+    if (w + 1 < nWork)
+      loadWork(w + 1, buf ^ 1);
+    cpAsyncCommit();
+
+    const int i0 = (qtStart + w % nq) * BC;
+    const bool hidden = tileHidden(p, i0, BC, wk0, 16);
+    const uint32_t qTile = sQ + buf * kBytes, oTile = sO + buf * kBytes;
+    const float *lse2 = vecs + buf * 2 * BC;
+    const float *dl = lse2 + BC;
+    const bool masked =
+        (p.causal && wk0 + 15 > i0 + diag) || windowCuts(p, i0, BC, wk0);
+#pragma unroll
+    for (int c = 0; c < BC / kQC; ++c) {
+      // S^T (dV warp) or dP^T (dK warp) for the pair's 16 keys x kQC
+      // queries.
+      float x[kNQ][4];
+      zero(x);
+      float4 *slot = myXch + (c & 1) * kXVecs;
+      if (!hidden) {
+        mmaRowsByRows<D>(x, dkWarp ? sV : sK, pair * 16, dkWarp ? oTile : qTile,
+                         c * kQC, off);
+        if (!dkWarp) {
+          // x becomes P^T, handed to the dK warp.
+#pragma unroll
+          for (int n = 0; n < kNQ; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int qi = c * kQC + n * 8 + 2 * t4 + (e & 1);
+              float pv = exp2f(fmaf(x[n][e], p.scaleLog2, -lse2[qi]));
+              const int key = key0 + 8 * (e >> 1);
+              if (masked &&
+                  (key > i0 + qi + diag || beforeWindow(p, i0 + qi, key)))
+                pv = 0.0f;
+              x[n][e] = pv;
+            }
+            slot[n * 32] = make_float4(x[n][0], x[n][1], x[n][2], x[n][3]);
+          }
+        }
+      }
+      // This chunk's P^T is visible to the dK warps; the other slot's
+      // readers (the last chunk) are done with it.
+      __syncthreads();
+      if (hidden)
+        continue;
+      if (dkWarp) {
+        // x becomes dS^T = P^T (dP^T - delta).
+#pragma unroll
+        for (int n = 0; n < kNQ; ++n) {
+          const float4 pv = slot[n * 32];
+          const float pe[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qi = c * kQC + n * 8 + 2 * t4 + (e & 1);
+            x[n][e] = pe[e] * (x[n][e] - dl[qi]);
+          }
+        }
+      }
+      // dV += P^T dO or dK += dS^T Q (bf16 operands).
+#pragma unroll
+      for (int kk = 0; kk < kNQ / 2; ++kk) {
+        uint32_t a[4];
+        accToA(x, kk, a);
+        mmaAccByRowsT<D>(acc, a, dkWarp ? qTile : oTile, c * kQC + kk * 16,
+                         off);
+      }
+    }
+  }
+
+  float *dst = dkWarp ? p.dk : p.dv;
+  const float mul = dkWarp ? p.scale : 1.0f;
+  if (!dst)
+    return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key0 + 8 * r;
+    if (j >= p.S)
+      continue;
+    float *row = dst + (bhk * p.S + j) * D + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < kDB; ++n) {
+      row[n * 8] = acc[n][2 * r] * mul;
+      row[n * 8 + 1] = acc[n][2 * r + 1] * mul;
+    }
+  }
+}
+
 template <int D, int BR, int BC, int MinBlocks>
 __global__ void __launch_bounds__(BR * 2, MinBlocks)
     flashDqKernel(FlashParams p) {
@@ -630,6 +812,11 @@ template <int D, int BR, int BC, int MinBlocks>
 __global__ void __launch_bounds__(BR * 2, MinBlocks)
     flashDkvKernel(FlashParams p) {
   dkvBlock<D, BR, BC>(p, blockPos(p, p.Hkv));
+}
+
+template <int D, int BR, int BC>
+__global__ void __launch_bounds__(BR * 4, 1) flashDkvPairKernel(FlashParams p) {
+  dkvPairBlock<D, BR, BC>(p, blockPos(p, p.Hkv));
 }
 
 FlashParams baseParams(const FlashDims &d, bool causal, float scale,
@@ -654,26 +841,53 @@ FlashParams baseParams(const FlashDims &d, bool causal, float scale,
   return p;
 }
 
+template <int D, int BR, int BC> constexpr size_t fwdSmem() {
+  return tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>());
+}
+template <int D, int BR, int BC> constexpr size_t dqSmem() {
+  return 2 * tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>());
+}
+template <int D, int BR, int BC> constexpr size_t dkvSmem() {
+  return 2 * tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>()) +
+         2 * 2 * BC * sizeof(float);
+}
+/// dkvPairBlock's: dkvBlock's and two P^T exchange slots a warp pair.
+template <int D, int BR, int BC> constexpr size_t dkvPairSmem() {
+  return dkvSmem<D, BR, BC>() +
+         size_t(BR / 16) * 2 * (kPairQC / 8) * 32 * sizeof(float4);
+}
+
 template <int D, int BR, int BC, int MB>
 void forwardCfg(const FlashParams &p, const char *name) {
-  size_t smem = tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>());
   launchFlash(flashFwdKernel<D, BR, BC, MB>, p.Tpad / BR, p.B * p.Hq, BR * 2,
-              smem, p, name);
+              fwdSmem<D, BR, BC>(), p, name);
 }
 
 template <int D, int BR, int BC, int MB>
 void dqCfg(const FlashParams &p, const char *name) {
-  size_t smem = 2 * tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>());
   launchFlash(flashDqKernel<D, BR, BC, MB>, p.Tpad / BR, p.B * p.Hq, BR * 2,
-              smem, p, name);
+              dqSmem<D, BR, BC>(), p, name);
 }
 
 template <int D, int BR, int BC, int MB>
 void dkvCfg(const FlashParams &p, const char *name) {
-  size_t smem = 2 * tileBytes<D, BR>() + 4 * size_t(tileBytes<D, BC>()) +
-                2 * 2 * BC * sizeof(float);
   launchFlash(flashDkvKernel<D, BR, BC, MB>, p.Spad / BR, p.B * p.Hkv, BR * 2,
-              smem, p, name);
+              dkvSmem<D, BR, BC>(), p, name);
+}
+
+template <int D, int BR, int BC>
+void dkvPairCfg(const FlashParams &p, const char *name) {
+  launchFlash(flashDkvPairKernel<D, BR, BC>, p.Spad / BR, p.B * p.Hkv, BR * 4,
+              dkvPairSmem<D, BR, BC>(), p, name);
+}
+
+/// The current device's attribute `attr` (0 if it cannot be read).
+int deviceAttr(cudaDeviceAttr attr) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess)
+    return 0;
+  return v;
 }
 
 // Measured on an H100 at T = 4096, D = 128, causal (DISABLED_FlashTimingW1):
@@ -694,6 +908,39 @@ void backwardD(const FlashParams &p, bool wantDq, bool wantDkv,
     dkvCfg<D, 64, 64, 2>(p, name);
 }
 
+// D = 256 (Gemma-3), measured on an H100 at Gemma-3-1B's heads (Hq 4, Hkv 1,
+// T 4096, causal, window 512 or none; DISABLED_FlashTimingGemma3): a warp's
+// 16 x 256 fp32 accumulator takes 128 registers a thread, so key tiles
+// shrink to 32 columns (no spills at 240-248 registers) and one block of 8
+// warps runs a SM. The forward's 128 x 32 tiles (132 KiB) fit every sm_80+
+// GPU; 128 x 64 (198 KiB) was 10% faster on the H100, whose forward at D =
+// 256 runs on the wgmma kernel anyway.
+void forward256(const FlashParams &p, const char *name) {
+  forwardCfg<256, 128, 32, 1>(p, name);
+}
+
+void backward256(const FlashParams &p, bool wantDq, bool wantDkv,
+                 const char *name) {
+  if (wantDq) {
+    // 128-row query tiles (198 KiB) were 15% faster than 64-row ones at two
+    // rows of 4096, but with fewer blocks than SMs their causal imbalance
+    // made them 30% slower (one row); GPUs with less shared memory per
+    // block (the A100's 163 KiB) take the 64-row tiles (132 KiB).
+    const int64_t blocks128 = int64_t(p.Tpad / 128) * p.B * p.Hq;
+    if (size_t(deviceAttr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) >=
+            dqSmem<256, 128, 32>() &&
+        blocks128 >= deviceAttr(cudaDevAttrMultiProcessorCount))
+      dqCfg<256, 128, 32, 1>(p, name);
+    else
+      dqCfg<256, 64, 32, 1>(p, name);
+  }
+  // 32-key tiles, 4 warps (108 KiB, two blocks an SM on an H100): with
+  // Gemma's single kv head there are only B * S / BR blocks, and 32-key
+  // tiles were 10-20% faster than 64-key ones (with 32- or 64-query tiles).
+  if (wantDkv)
+    dkvPairCfg<256, 32, 32>(p, name);
+}
+
 } // namespace
 
 } // namespace flash
@@ -701,7 +948,7 @@ void backwardD(const FlashParams &p, bool wantDq, bool wantDkv,
 using namespace flash;
 
 bool flashAttentionSupports(int64_t headDim) {
-  return headDim == 64 || headDim == 128;
+  return headDim == 64 || headDim == 128 || headDim == 256;
 }
 
 void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
@@ -728,8 +975,10 @@ void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
     flashForwardSm90(p, int(d.D), name);
   else if (d.D == 64)
     forwardD<64>(p, name);
-  else
+  else if (d.D == 128)
     forwardD<128>(p, name);
+  else
+    forward256(p, name);
   vb.temp.release();
   kb.temp.release();
   qb.temp.release();
@@ -754,7 +1003,7 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
                                        p.Tpad, int(d.D));
   checkLaunch(name);
   // The wgmma dQ kernel reads k^T; its dK/dV kernel reads q^T and dO^T.
-  const bool sm90 = flashSm90Usable();
+  const bool sm90 = flashSm90Usable() && flashSm90Backward(d.D);
   const bool wantDkv = dK || dV;
   Bf16Copy qb(q, mats, d.T, d.D, name, sm90 && wantDkv);
   Bf16Copy ob(dOut, mats, d.T, d.D, name, sm90 && wantDkv);
@@ -776,8 +1025,10 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
     flashBackwardSm90(p, int(d.D), dQ != nullptr, wantDkv, name);
   else if (d.D == 64)
     backwardD<64>(p, dQ != nullptr, dK || dV, name);
-  else
+  else if (d.D == 128)
     backwardD<128>(p, dQ != nullptr, dK || dV, name);
+  else
+    backward256(p, dQ != nullptr, dK || dV, name);
   vb.temp.release();
   kb.temp.release();
   ob.temp.release();

@@ -187,10 +187,14 @@ void launchFlash(Kernel kernel, int64_t slots, int heads, int threads,
 /// 9.0 (their sm_90a code runs nowhere else), unless RONDO_FLASH_SM90=0 asks
 /// for the mma.sync kernels (tests compare the two paths).
 bool flashSm90Usable();
-/// The forward on p (q, k, vT set; D = 64 or 128).
+/// The forward on p (q, k, vT set; D = 64, 128 or 256).
 void flashForwardSm90(const FlashParams &p, int D, const char *name);
+/// Whether the wgmma backward has kernels for head dimension D (64 and 128;
+/// D = 256 takes the mma.sync backward everywhere: FlashAttentionSm90.cu's
+/// header comment says why).
+inline bool flashSm90Backward(int64_t D) { return D == 64 || D == 128; }
 /// The dQ and / or dK, dV kernels on p (q, k, v, dout, qT, kT, doutT, lse2,
-/// delta set).
+/// delta set; flashSm90Backward(D)).
 void flashBackwardSm90(const FlashParams &p, int D, bool wantDq, bool wantDkv,
                        const char *name);
 

@@ -46,6 +46,12 @@
 //    double-buffered in registers or in shared memory, the O rescale moved)
 //    were serialised by ptxas and slower; FlashAttention-3's producer warp and
 //    two-warpgroup ping-pong are the next step.
+//  - Head dimension 256 (Gemma-3): the forward only, with 64-key tiles (the
+//    64 x 256 O accumulator is 128 registers a thread) and O += P V as two
+//    n128 products. The D = 256 backward runs on the mma.sync kernels:
+//    dK and dV of a warpgroup's keys would take 256 registers a thread, and
+//    the tiles these kernels stage (with their transposed copies) exceed a
+//    block's shared memory at D = 256 (runtime/kernels/cuda/NOTES.md).
 // Each output element is still owned by one thread with a fixed
 // accumulation order, so results are deterministic.
 //
@@ -245,9 +251,21 @@ __device__ inline void gemmSS(float (&acc)[NB][4], uint32_t aTile, int aR0,
 template <int KSteps, int NB>
 __device__ inline void gemmRS(float (&acc)[NB][4],
                               const uint32_t (&a)[KSteps][4], uint32_t bTile) {
+  if constexpr (NB == 32) {
+    // N = 256 (O at D = 256) as two n128 halves on rows 0 and 128 of B,
+    // with the n128 wrappers the other head dimensions use.
+    float(&lo)[16][4] = *reinterpret_cast<float(*)[16][4]>(&acc[0]);
+    float(&hi)[16][4] = *reinterpret_cast<float(*)[16][4]>(&acc[16]);
 #pragma unroll
-  for (int kk = 0; kk < KSteps; ++kk)
-    wgmmaRS(acc, a[kk], descAt<NB * 8>(bTile, 0, kk));
+    for (int kk = 0; kk < KSteps; ++kk) {
+      wgmmaRS(lo, a[kk], descAt<256>(bTile, 0, kk));
+      wgmmaRS(hi, a[kk], descAt<256>(bTile, 128, kk));
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk)
+      wgmmaRS(acc, a[kk], descAt<NB * 8>(bTile, 0, kk));
+  }
 }
 
 __device__ inline void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
@@ -806,7 +824,9 @@ __global__ void __launch_bounds__(kNT, 1) flashDkvSm90Kernel(FlashParams p) {
 }
 
 template <int D> void forwardSm90(const FlashParams &p, const char *name) {
-  constexpr int BC = 128;
+  // At D = 256 the 64 x 256 O accumulator takes 128 registers a thread, so
+  // the score tile shrinks to 64 keys (32 registers for S, 16 for P).
+  constexpr int BC = D <= 128 ? 128 : 64;
   const size_t smem = 1024 + size_t(kRows) * D * 2 + 4 * size_t(BC) * D * 2;
   launchFlash(flashFwdSm90Kernel<D, BC>, p.Tpad / kRows, p.B * p.Hq, kNT, smem,
               p, name);
@@ -848,8 +868,10 @@ bool flashSm90Usable() {
 void flashForwardSm90(const FlashParams &p, int D, const char *name) {
   if (D == 64)
     forwardSm90<64>(p, name);
-  else
+  else if (D == 128)
     forwardSm90<128>(p, name);
+  else
+    forwardSm90<256>(p, name);
 }
 
 void flashBackwardSm90(const FlashParams &p, int D, bool wantDq, bool wantDkv,

@@ -301,7 +301,7 @@ struct FlashDims {
   const float *sinks = nullptr; // [Hq] attention sinks (attentionSinks)
 };
 
-/// Head dimensions with a bf16 kernel (64 and 128).
+/// Head dimensions with a bf16 kernel (64, 128 and 256).
 bool flashAttentionSupports(int64_t headDim);
 /// The Precision::Bf16 attention (same contract as attention): inputs rounded
 /// to bf16, fp32 accumulation and softmax statistics.

@@ -99,7 +99,8 @@ TEST_F(CudaKernels, AttentionSinks) {
   }
 }
 
-TEST_F(CudaKernels, AttentionSinksBf16) {
+/// The bf16 cases on the kernels the current path takes (`path` names it).
+static void checkSinksBf16(const char *path) {
   PrecisionGuard guard(cu::Precision::Bf16);
   const SinkCase cases[] = {
       {1, 2, 2, 77, 77, 64, true, 0, -1.0f, 1.0f},
@@ -112,9 +113,15 @@ TEST_F(CudaKernels, AttentionSinksBf16) {
       {1, 4, 2, 300, 300, 64, true, 8, -1.0f, 1.0f},
       {1, 4, 2, 300, 300, 128, true, 100, -1.0f, 1.0f},
       {1, 8, 2, 200, 330, 64, true, 70, -1.0f, 1.0f},
+      // D = 256 (Gemma-3's heads): windowed over several tiles, large sinks
+      // and S > T, rows with no key.
+      {1, 4, 1, 300, 300, 256, true, 100, -1.0f, 1.0f},
+      {1, 4, 1, 200, 330, 256, false, 0, 1.0f, 3.0f},
+      {1, 4, 2, 130, 50, 256, true, 0, -1.0f, 1.0f},
   };
   for (const SinkCase &c : cases) {
-    std::string what = "attentionSinks bf16 " + sinkName(c);
+    std::string what =
+        std::string("attentionSinks bf16 ") + path + " " + sinkName(c);
     SinkRun r = runSinks(c, what);
     std::string line;
     for (int i = 0; i < 6; ++i) {
@@ -126,6 +133,13 @@ TEST_F(CudaKernels, AttentionSinksBf16) {
     }
     std::printf("[ bf16 ] %s:%s\n", what.c_str(), line.c_str());
   }
+}
+
+TEST_F(CudaKernels, AttentionSinksBf16) { checkSinksBf16("default"); }
+
+TEST_F(CudaKernels, AttentionSinksBf16MmaSync) {
+  MmaSyncOnly only;
+  checkSinksBf16("mma.sync");
 }
 
 // Sinks of -inf are attention without sinks, bit for bit, in both

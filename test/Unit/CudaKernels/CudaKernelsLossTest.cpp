@@ -494,6 +494,85 @@ TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
   unsetenv("RONDO_FLASH_SM90");
 }
 
+/// Attention at Gemma-3-1B's shape (4 query heads, 1 kv head, D = 256,
+/// causal, T = S) with an optional sliding window: ms per call of the
+/// forward, the backward and the backward's dQ / dK-dV halves (conversions
+/// included, as the trainer calls them), and the forward's FLOPs over the
+/// attended pairs (the causal triangle as T^2 / 2, as everywhere here).
+struct WindowTimes {
+  double fwd, bwd, bwdQ, bwdKV, flops;
+};
+WindowTimes timeWindowed(int64_t B, int64_t T, int64_t window, int reps) {
+  const int64_t Hq = 4, Hkv = 1, D = 256;
+  DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}), v(Shape{B, Hkv, T, D});
+  DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
+  DevBuf dq(Shape{B, Hq, T, D}, 0.0f, 0.0f),
+      dk(Shape{B, Hkv, T, D}, 0.0f, 0.0f), dv(Shape{B, Hkv, T, D}, 0.0f, 0.0f);
+  const float scale = 1.0f / std::sqrt(float(D));
+  FView noneQ{nullptr, Shape{B, Hq, T, D}}, noneK{nullptr, Shape{B, Hkv, T, D}};
+  double pairs = double(T) * double(T) / 2;
+  if (window > 0 && window < T)
+    pairs = double(window) * double(window + 1) / 2 +
+            double(T - window) * double(window);
+  WindowTimes t;
+  t.flops = 4.0 * B * Hq * pairs * D;
+  t.fwd = timeMs(
+      [&] {
+        cu::attention(q.cv(), k.cv(), v.cv(), true, window, scale, o.v(),
+                      l.v());
+      },
+      reps);
+  auto backward = [&](FView dQ, FView dK, FView dV) {
+    return timeMs(
+        [&] {
+          cu::attentionBackward(q.cv(), k.cv(), v.cv(), o.cv(), l.cv(), g.cv(),
+                                true, window, scale, dQ, dK, dV);
+        },
+        reps);
+  };
+  t.bwd = backward(dq.v(), dk.v(), dv.v());
+  t.bwdQ = backward(dq.v(), noneK, noneK);
+  t.bwdKV = backward(noneQ, dk.v(), dv.v());
+  return t;
+}
+
+// Gemma-3-1B's attention (B = 1 and 2 rows of T = 4096, Hq 4, Hkv 1, D 256,
+// causal; its local layers' 512-token window and its global layers' none)
+// on the bf16 paths (the default, wgmma where the GPU has it, and mma.sync)
+// and on the fp32 kernels that D = 256 fell back to before it had bf16
+// kernels. One line per case for bench/. Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingGemma3'.
+TEST_F(CudaKernels, DISABLED_FlashTimingGemma3) {
+  // The memory pool keeps freed memory, as in DISABLED_FlashTimingPaths
+  // with RONDO_BENCH_KEEP_POOL=1 (and as PyTorch's caching allocator does).
+  int dev = 0;
+  cudaMemPool_t pool;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetDefaultMemPool(&pool, dev), cudaSuccess);
+  uint64_t threshold = UINT64_MAX;
+  ASSERT_EQ(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                    &threshold),
+            cudaSuccess);
+  for (const char *path : {"default", "mma.sync", "fp32"}) {
+    const bool fp32 = std::string(path) == "fp32";
+    PrecisionGuard guard(fp32 ? cu::Precision::Fp32 : cu::Precision::Bf16);
+    if (std::string(path) == "mma.sync")
+      setenv("RONDO_FLASH_SM90", "0", 1);
+    for (int64_t B : {1, 2})
+      for (int64_t window : {512, 0}) {
+        WindowTimes t = timeWindowed(B, 4096, window, fp32 ? 3 : 20);
+        std::printf("[ flash ] path=%s B=%lld Hq=4 Hkv=1 T=4096 D=256 causal "
+                    "window=%lld fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f "
+                    "bwd_tflops=%.1f bwd_dq_only_ms=%.4f "
+                    "bwd_dkv_only_ms=%.4f\n",
+                    path, (long long)B, (long long)window, t.fwd, t.bwd,
+                    t.flops / t.fwd / 1e9, 2.5 * t.flops / t.bwd / 1e9, t.bwdQ,
+                    t.bwdKV);
+      }
+    unsetenv("RONDO_FLASH_SM90");
+  }
+}
+
 TEST_F(CudaKernels, ReportWorstError) {
   // Runs last in file order: prints the largest error seen (for the record).
   std::printf("[ worst max-abs-normalised error so far: %.3g (%s) ]\n",

@@ -554,17 +554,9 @@ bool rowSeesNoKey(const AttnCase &c, int64_t row) {
 }
 
 // The Precision::Bf16 path (FlashAttention.cu) against the fp32 CPU kernels:
-// head dims 64 and 128, MHA and GQA, causal and not, tails of the 64-row
+// head dims 64, 128 and 256, MHA and GQA, causal and not, tails of the 64-row
 // tiles, S > T and S < T (rows with no key: out = 0 and lse = -inf, dQ = 0,
 // exactly). Each run is also done twice and compared bit for bit.
-/// Sets RONDO_FLASH_SM90=0 for its lifetime: the bf16 attention takes its
-/// mma.sync kernels (FlashAttention.cu) even on a Hopper GPU, where it would
-/// otherwise take the wgmma ones (FlashAttentionSm90.cu); the tests run both.
-struct MmaSyncOnly {
-  MmaSyncOnly() { setenv("RONDO_FLASH_SM90", "0", 1); }
-  ~MmaSyncOnly() { unsetenv("RONDO_FLASH_SM90"); }
-};
-
 void checkAttentionBf16(const char *path) {
   PrecisionGuard guard(cu::Precision::Bf16);
   const AttnCase cases[] = {
@@ -589,7 +581,27 @@ void checkAttentionBf16(const char *path) {
       {1, 4, 1, 520, 520, 128, true},
       {1, 4, 2, 400, 600, 64, true, 150},
   };
-  for (const AttnCase &c : cases) {
+  // Head dimension 256 (Gemma-3: 4 query heads on 1 kv head): tails of the
+  // 32-, 64- and 128-row tiles, S > T and S < T, not causal, windows
+  // narrower than a tile, wider, of one key, and Gemma's 512 over several
+  // query and key tiles; then enough 128-row query tiles (9 x 32 heads) to
+  // fill any current GPU, so that the dQ kernel takes its 128-row tiles
+  // where they fit (H100).
+  const AttnCase cases256[] = {
+      {1, 4, 1, 300, 300, 256, true},
+      {2, 2, 2, 200, 200, 256, false},
+      {1, 4, 2, 130, 50, 256, true},
+      {1, 4, 1, 50, 130, 256, false},
+      {1, 2, 1, 1, 77, 256, true},
+      {1, 4, 1, 77, 77, 256, true, 8},
+      {1, 4, 1, 400, 600, 256, true, 150},
+      {1, 2, 1, 129, 129, 256, true, 1},
+      {1, 4, 1, 700, 700, 256, true, 512},
+      {1, 32, 4, 1100, 1100, 256, true, 128},
+  };
+  std::vector<AttnCase> all(std::begin(cases), std::end(cases));
+  all.insert(all.end(), std::begin(cases256), std::end(cases256));
+  for (const AttnCase &c : all) {
     std::string what = std::string("attention bf16 ") + path + " " + attnName(c);
     AttnRun r = runAttention(c, what);
     const std::vector<std::vector<float>> &got = r.got;
@@ -641,9 +653,8 @@ TEST_F(CudaKernels, AttentionBf16MmaSync) {
   checkAttentionBf16("mma.sync");
 }
 
-void checkAttentionBf16Deterministic() {
+void checkAttentionBf16Deterministic(const AttnCase &c) {
   PrecisionGuard guard(cu::Precision::Bf16);
-  const AttnCase c{2, 8, 2, 700, 700, 128, true};
   Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.S, c.D};
   Shape ls{c.B, c.Hq, c.T};
   Tensor q = uniform(qs, -2.0f, 2.0f), k = uniform(ks, -2.0f, 2.0f);
@@ -688,13 +699,21 @@ void checkAttentionBf16Deterministic() {
         << what << ": gradient " << i << " differs when others are skipped";
 }
 
+// D = 256 at Gemma-3-1B's heads and window: its dK/dV kernel's warp pairs
+// hand P^T over through shared memory, and a gradient skipped leaves one
+// warp of each pair without a store.
+const AttnCase kDeterminismCases[] = {{2, 8, 2, 700, 700, 128, true},
+                                      {2, 4, 1, 700, 700, 256, true, 512}};
+
 TEST_F(CudaKernels, AttentionBf16Deterministic) {
-  checkAttentionBf16Deterministic();
+  for (const AttnCase &c : kDeterminismCases)
+    checkAttentionBf16Deterministic(c);
 }
 
 TEST_F(CudaKernels, AttentionBf16DeterministicMmaSync) {
   MmaSyncOnly only;
-  checkAttentionBf16Deterministic();
+  for (const AttnCase &c : kDeterminismCases)
+    checkAttentionBf16Deterministic(c);
 }
 
 } // namespace cuda_test

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -304,6 +305,14 @@ private:
 
 /// bf16 inputs, fp32 accumulation: agreement with the fp32 CPU kernels.
 constexpr double kBf16Tol = 2e-2;
+
+/// Sets RONDO_FLASH_SM90=0 for its lifetime: the bf16 attention takes its
+/// mma.sync kernels (FlashAttention.cu) even on a Hopper GPU, where it would
+/// otherwise take the wgmma ones (FlashAttentionSm90.cu); the tests run both.
+struct MmaSyncOnly {
+  MmaSyncOnly() { setenv("RONDO_FLASH_SM90", "0", 1); }
+  ~MmaSyncOnly() { unsetenv("RONDO_FLASH_SM90"); }
+};
 
 /// Milliseconds per call of fn (median of `reps` timed calls after a warm-up),
 /// timed with events on the current stream.
