@@ -59,7 +59,8 @@ attn = "eager" if cfg.model_type == "gpt_oss" else "sdpa"
 torch.manual_seed(0)
 with torch.device("cuda"):
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, **extra)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+# The trainer's defaults: lr 1e-3, weight decay 0.01.
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True)
 rows, seq, mb = a["rows"], a["seq"], a["torch_rows"]
 ids = torch.from_numpy(__import__("numpy").load(a["data"])).cuda()
 times, losses = [], []
@@ -133,7 +134,8 @@ def main():
     results = []
     for spec in a.rondo:
         name, trainer = spec.split("=", 1)
-        log = os.path.join(a.out, "log-%s.jsonl" % name)
+        log = os.path.join(a.out, "log-%s-%s%s.jsonl" % (
+            name, a.preset, "-%dl" % a.layers if a.layers else ""))
         rc, out, host, gpu = run_child(
             [trainer, "--data", data, "--steps", str(a.steps), "--init=random", "--gpus", "0",
              "--log-json", log], a.timeout)

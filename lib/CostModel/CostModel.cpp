@@ -156,6 +156,9 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
     double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
     if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
       rate = peak * attentionEfficiency(op, spec);
+    else if (isa<tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op) &&
+             spec.expertMatmulEfficiency > 0 && options.bf16)
+      rate = peak * spec.expertMatmulEfficiency;
     else
       rate = peak * spec.matmulEfficiency /
              (1 + std::pow(spec.rowsForHalfEfficiency / rows,

@@ -66,6 +66,11 @@ static DeviceSpec h100() {
   // of resident-bf16-2026-11-27 measured 330 / 268 TFLOP/s there, 1.36x
   // W1's).
   s.attentionTokensForHalfEfficiency = 1774;
+  // The experts' grouped GEMMs (GroupedGemmSm90.cu) on Qwen3-30B-A3B's
+  // expert shapes, forward, input and weight gradient: 204-244 TFLOP/s
+  // (bench/results/h100x1/grouped-gemm-2026-11-27), against cuBLAS's
+  // 514-654 on the same work: they stage fp32 operands through L2.
+  s.expertMatmulEfficiency = 0.22;
   s.attentionFitTokens = 4096;
   s.memoryBandwidth = 3.35e12;
   s.memoryEfficiency = 0.70;
@@ -242,6 +247,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"rows_curve_exponent", &spec.rowsCurveExponent},
       {"attention_efficiency", &spec.attentionEfficiency},
       {"attention_backward_efficiency", &spec.attentionBackwardEfficiency},
+      {"expert_matmul_efficiency", &spec.expertMatmulEfficiency},
       {"attention_tokens_for_half_efficiency",
        &spec.attentionTokensForHalfEfficiency},
       {"attention_fit_tokens", &spec.attentionFitTokens},
@@ -312,7 +318,9 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
   if (spec.matmulEfficiency <= 0 || spec.matmulEfficiency > 1 ||
       spec.attentionEfficiency <= 0 || spec.attentionEfficiency > 1 ||
       spec.attentionBackwardEfficiency < 0 ||
-      spec.attentionBackwardEfficiency > 1 || spec.memoryEfficiency <= 0 ||
+      spec.attentionBackwardEfficiency > 1 ||
+      spec.expertMatmulEfficiency < 0 || spec.expertMatmulEfficiency > 1 ||
+      spec.memoryEfficiency <= 0 ||
       spec.memoryEfficiency > 1)
     return specError(nameOrPath, "efficiencies must be in (0, 1]");
   return spec;

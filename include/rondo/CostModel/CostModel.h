@@ -48,6 +48,10 @@ struct DeviceSpec {
   /// The backward's own efficiency (tg.attention_grad), where its kernels
   /// run at another rate than the forward's; 0: attentionEfficiency.
   double attentionBackwardEfficiency = 0;
+  /// The grouped products of a mixture of experts (tg.expert_matmul and its
+  /// weight gradient), whose kernels reach another rate than one dense
+  /// GEMM's; 0: matmulEfficiency with its rows curve.
+  double expertMatmulEfficiency = 0;
   /// How the fused attention's rate grows with the keys a query row sees
   /// (S, or the window when narrower): attentionEfficiency holds at
   /// attentionFitTokens keys and scales as S / (S + this), as the kernels'
