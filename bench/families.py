@@ -2,12 +2,16 @@
 """The families of issue 23 (mixtures of experts, sliding-window attention)
 on one GPU: Rondo trainers beside PyTorch in one run.
 
-PyTorch (--torch eager): the Hugging Face model of the same preset
+PyTorch (--torch eager, the default): the Hugging Face model of the same preset
 (scripts/export-hf-onnx.py's FAMILY_PRESETS, random weights), fp32
 parameters, autocast bf16, SDPA attention (GPT-OSS: eager, for its sinks),
 fused AdamW, mixtures of experts on transformers' grouped_mm experts backend
 (PyTorch's own grouped GEMM), microbatches of --torch-rows rows accumulated
-to --rows rows per step: a full fine-tune.
+to --rows rows per step: a full fine-tune. --torch lora / lora-ckpt: PEFT's
+LoRA (rank --lora-rank, alpha --lora-alpha) on the model in bf16, on every
+attention projection and, in a mixture of experts, every expert's stacked
+projections (target_parameters; else the MLP's linears), AdamW on the
+adapters, without / with gradient checkpointing.
 
 Rondo (--rondo NAME=TRAINER): each trainer trains --steps steps of --rows
 rows of --seq random tokens (--init=random, ids in [0, 8192)).
@@ -85,6 +89,67 @@ except torch.OutOfMemoryError:
 '''
 
 
+TORCH_LORA = r'''
+import json, sys, time, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from peft import LoraConfig, get_peft_model
+a = json.loads(sys.argv[1])
+fields = dict(a["fields"])
+if a["layers"]:
+    fields["num_hidden_layers"] = a["layers"]
+    if "layer_types" in fields:
+        fields["layer_types"] = fields["layer_types"][:a["layers"]]
+cfg = AutoConfig.for_model(**fields)
+cfg.use_cache = False
+moe = bool(getattr(cfg, "num_experts", 0) or getattr(cfg, "num_local_experts", 0))
+extra = {"experts_implementation": "grouped_mm"} if moe else {}
+attn = "eager" if cfg.model_type == "gpt_oss" else "sdpa"
+torch.manual_seed(0)
+with torch.device("cuda"):
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn,
+                                             dtype=torch.bfloat16, **extra)
+model.requires_grad_(False)
+# What rondo-compile's --lora adapts (targets all-linear): every attention
+# projection and, in a mixture of experts, every expert's stacked
+# projections (PEFT's target_parameters), the router left alone.
+modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
+params = []
+if moe:
+    params = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+else:
+    modules += ["gate_proj", "up_proj", "down_proj"]
+model = get_peft_model(model, LoraConfig(r=a["rank"], lora_alpha=a["alpha"], lora_dropout=0.0,
+                                         target_modules=modules,
+                                         target_parameters=params or None))
+if a["checkpointing"]:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+trainable = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(trainable, lr=1e-3, weight_decay=0.01, fused=True)
+rows, seq, mb = a["rows"], a["seq"], a["torch_rows"]
+ids = torch.from_numpy(__import__("numpy").load(a["data"])).cuda()
+times, losses = [], []
+try:
+    for step in range(a["steps"]):
+        torch.cuda.synchronize(); t0 = time.time()
+        total = 0.0
+        for r in range(0, rows, mb):
+            x = ids[r:r + mb]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            (loss * (x.shape[0] / rows)).backward()
+            total += loss.item() * x.shape[0] / rows
+        opt.step(); opt.zero_grad(set_to_none=True); torch.cuda.synchronize()
+        times.append(time.time() - t0); losses.append(total)
+        print("step %d %.3f s loss %.4f" % (step + 1, times[-1], total), flush=True)
+    print("RESULT " + json.dumps({"step_seconds": times, "losses": losses,
+                                  "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+                                  "parameters": sum(p.numel() for p in trainable)}))
+except torch.OutOfMemoryError:
+    print("RESULT " + json.dumps({"oom": True, "step_seconds": times,
+                                  "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}))
+'''
+
+
 def run_child(cmd, timeout):
     """Runs cmd, returns (returncode, output, host peak GiB, GPU peak GiB).
     The child is reaped with wait4 so that its own maximum resident set is
@@ -116,7 +181,11 @@ def main():
     p.add_argument("--torch-rows", type=int, default=1)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--skip", type=int, default=2)
-    p.add_argument("--torch", default="eager", help="'eager', or '' for none")
+    p.add_argument("--torch", default="eager",
+                   help="comma-separated: eager (full fine-tune), lora (PEFT, bf16 base), "
+                        "lora-ckpt (the same with gradient checkpointing); '' for none")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--lora-alpha", type=float, default=32)
     p.add_argument("--rondo", action="append", default=[], metavar="NAME=TRAINER")
     p.add_argument("--machine", required=True)
     p.add_argument("--out", required=True)
@@ -148,11 +217,14 @@ def main():
                         "step_seconds": times, "losses": [r["loss"] for r in steps],
                         "gpu_peak_gib": gpu, "host_peak_gib": host})
     for variant in [v for v in a.torch.split(",") if v]:
-        if variant != "eager":
-            sys.exit("families: --torch %s: only eager is measured" % variant)
+        if variant not in ("eager", "lora", "lora-ckpt"):
+            sys.exit("families: --torch %s: one of eager, lora, lora-ckpt" % variant)
         args = {"fields": presets[a.preset], "layers": a.layers, "rows": a.rows, "seq": a.seq,
-                "torch_rows": a.torch_rows, "steps": a.steps, "data": data}
-        rc, out, host, gpu = run_child([sys.executable, "-c", TORCH_FULL, json.dumps(args)],
+                "torch_rows": a.torch_rows, "steps": a.steps, "data": data,
+                "rank": a.lora_rank, "alpha": a.lora_alpha,
+                "checkpointing": variant == "lora-ckpt"}
+        script = TORCH_FULL if variant == "eager" else TORCH_LORA
+        rc, out, host, gpu = run_child([sys.executable, "-c", script, json.dumps(args)],
                                        a.timeout)
         lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
         res = json.loads(lines[-1][7:]) if lines else {}
@@ -179,8 +251,8 @@ def main():
             "%.2fx" % (tps / best_torch) if tps and best_torch else "-",
             "%.1f" % r["gpu_peak_gib"] if r["gpu_peak_gib"] else "-",
             "%.1f" % r["host_peak_gib"] if r["host_peak_gib"] else "-"))
-    path = os.path.join(a.out, "families-%s%s-%s.json" % (
-        a.preset, "-%dl" % a.layers if a.layers else "", a.machine))
+    path = os.path.join(a.out, "families-%s%s-%d-%s.json" % (
+        a.preset, "-%dl" % a.layers if a.layers else "", a.seq, a.machine))
     with open(path, "w") as f:
         json.dump({"preset": a.preset, "layers": a.layers, "seq": a.seq, "rows": a.rows,
                    "steps": a.steps, "skip": a.skip, "machine": a.machine,

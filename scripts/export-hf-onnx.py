@@ -162,6 +162,19 @@ def build_model(a, config):
             if "rotary" in type(module).__name__.lower():
                 parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
                 setattr(parent, name.rsplit(".", 1)[-1], type(module)(config=config))
+        # Parameters under 1 KB stay inline in the graph with whatever the
+        # uninitialised memory held: where that was zeros, the exporter's
+        # optimiser folded `x + bias` away (GPT-OSS's router bias in some
+        # layers), so those layers differed from the rest and rondo-compile
+        # could not cut the model into repeated layers. Each gets a distinct
+        # non-zero pattern instead, which differs from tensor to tensor so
+        # that no two are byte-identical (the exporter would merge them).
+        with torch.no_grad():
+            for i, p in enumerate(model.parameters()):
+                if p.numel() * p.element_size() < 1024:
+                    j = torch.arange(p.numel(), dtype=torch.float64)
+                    pattern = ((i * 7919 + j * 104729) % 997 + 1) / 997
+                    p.copy_(pattern.reshape(p.shape).to(p.dtype))
         return model
     if a.model:
         return AutoModelForCausalLM.from_pretrained(a.model, config=config, torch_dtype=dtype,

@@ -5,7 +5,7 @@
 # bench/families.py, everything into $OUT/families.tar.xz.
 # Usage: MACHINE=h100x1 bash test/GPU/run-families.sh
 cd "$(dirname "$0")/../.."
-[ -x build-gpu/gemma3-1b.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
+ls build-gpu/*.trainer > /dev/null 2>&1 || xz -dc gpu-pack.tar.xz | tar xf -
 export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 res=$(mktemp -d)
@@ -24,4 +24,15 @@ if [ -x build-gpu/moe4l.trainer ]; then
     --seq 4096 --rows 8 --torch-rows ${TORCH_ROWS:-1} --steps ${STEPS:-4} --skip 1 \
     --machine "${MACHINE:-h100x1}" --out $res --rondo rondo=build-gpu/moe4l.trainer 2>&1 | tail -16
 fi
-tar cf - -C $res . | xz > $OUT/families.tar.xz
+# GPT-OSS-20B's shape with LoRA: Rondo at 4K and 16K tokens, PEFT with
+# gradient checkpointing at the same lengths (its eager attention, the only
+# one with sinks, materialises the scores).
+for k in 4 16; do
+  if [ -x build-gpu/gptoss-lora${k}k.trainer ]; then
+    timeout ${GPTOSS_TIMEOUT:-420} python3 bench/families.py --preset gpt-oss-20b \
+      --seq $((k * 1024)) --rows 1 --steps ${STEPS:-4} --skip 1 --torch lora-ckpt \
+      --machine "${MACHINE:-h100x1}" --out $res --rondo rondo=build-gpu/gptoss-lora${k}k.trainer \
+      2>&1 | tail -14
+  fi
+done
+tar cf - -C $res --exclude=ids.npy . | xz > $OUT/families.tar.xz
