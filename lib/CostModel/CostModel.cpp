@@ -101,6 +101,18 @@ static double attentionEfficiency(Operation *op, const DeviceSpec &spec) {
                   spec.matmulEfficiency);
 }
 
+/// Whether the GPU runs this attention on a flash kernel: bf16 plans with a
+/// head dimension the kernels are built for (flashAttentionSupports in
+/// runtime/kernels/cuda/FlashAttention.cu); the rest take the fp32 kernel.
+static bool hasFlashAttention(Operation *op, const DeviceSpec &spec,
+                              const CostOptions &options) {
+  if (!spec.isGpu || spec.attentionFallbackFlops <= 0)
+    return true;
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  int64_t headDim = q.getDimSize(q.getRank() - 1);
+  return options.bf16 && (headDim == 64 || headDim == 128 || headDim == 256);
+}
+
 static double tokensPerStep(func::FuncOp func) {
   for (BlockArgument arg : func.getArguments())
     if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
@@ -155,7 +167,9 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
       rows = tokensPerStep(func) / m;
     double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
     if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
-      rate = peak * attentionEfficiency(op, spec);
+      rate = hasFlashAttention(op, spec, options)
+                 ? peak * attentionEfficiency(op, spec)
+                 : spec.attentionFallbackFlops;
     else if (isa<tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op) &&
              spec.expertMatmulEfficiency > 0 && options.bf16)
       rate = peak * spec.expertMatmulEfficiency;

@@ -71,6 +71,11 @@ static DeviceSpec h100() {
   // (bench/results/h100x1/grouped-gemm-2026-11-27), against cuBLAS's
   // 514-654 on the same work: they stage fp32 operands through L2.
   s.expertMatmulEfficiency = 0.22;
+  // The fp32 attention kernel (Attention.cu), which fp32 plans and head
+  // dimensions without a bf16 flash kernel take: 1.6-2.4 TFLOP/s forward
+  // and backward at Gemma-3-1B's heads (runtime/kernels/cuda/NOTES.md),
+  // 2.75-3.6 at D = 128.
+  s.attentionFallbackFlops = 2.2e12;
   s.attentionFitTokens = 4096;
   s.memoryBandwidth = 3.35e12;
   s.memoryEfficiency = 0.70;
@@ -248,6 +253,7 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"attention_efficiency", &spec.attentionEfficiency},
       {"attention_backward_efficiency", &spec.attentionBackwardEfficiency},
       {"expert_matmul_efficiency", &spec.expertMatmulEfficiency},
+      {"attention_fallback_flops", &spec.attentionFallbackFlops},
       {"attention_tokens_for_half_efficiency",
        &spec.attentionTokensForHalfEfficiency},
       {"attention_fit_tokens", &spec.attentionFitTokens},

@@ -52,6 +52,10 @@ struct DeviceSpec {
   /// weight gradient), whose kernels reach another rate than one dense
   /// GEMM's; 0: matmulEfficiency with its rows curve.
   double expertMatmulEfficiency = 0;
+  /// A GPU's attention without a bf16 flash kernel (fp32 plans, and head
+  /// dimensions other than 64, 128 and 256): the fp32 tiled kernel's
+  /// FLOP/s, whatever the length. 0: priced as the flash kernels are.
+  double attentionFallbackFlops = 0;
   /// How the fused attention's rate grows with the keys a query row sees
   /// (S, or the window when narrower): attentionEfficiency holds at
   /// attentionFitTokens keys and scales as S / (S + this), as the kernels'
