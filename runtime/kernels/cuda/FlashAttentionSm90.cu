@@ -58,6 +58,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FlashAttention.cuh"
+#include "Wgmma.cuh"
 
 #include <cstdlib>
 
@@ -167,46 +168,6 @@ __device__ inline void wgmmaRS(float (&d)[16][4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
 }
 
-__device__ inline void wgFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ inline void wgCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ inline void wgWait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-/// Orders the ordinary stores (cp.async included) of this thread to shared
-/// memory before later reads by the tensor cores (the async proxy).
-__device__ inline void proxyFence() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/// Pins accumulator / fragment registers at this point of the program: the
-/// compiler may not move their reads or writes across it, so none lands
-/// between a wgmma's issue and its wait_group.
-template <int N> __device__ inline void regFence(float (&c)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      asm volatile("" : "+f"(c[n][e])::"memory");
-}
-template <int N> __device__ inline void regFence(uint32_t (&a)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      asm volatile("" : "+r"(a[n][e])::"memory");
-}
-
-/// The descriptor of a K-major, 128-byte-swizzled operand at `addr`: 8-row
-/// groups 1024 bytes apart (stride byte offset); the leading byte offset is
-/// unused when a k-step (16 bf16, 32 bytes) stays inside one 128-byte row.
-__device__ inline uint64_t descOf(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) |
-         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
 
 /// The descriptor for k-step kk (columns 16 kk ..) of rows r0 .. (r0 % 8 ==
 /// 0) of a swizzled tile of Rows rows (swizzled tile layout: loadSw).

@@ -16,6 +16,7 @@
 #define RONDO_RUNTIME_KERNELS_CUDA_GROUPEDGEMM_CUH
 
 #include "Internal.cuh"
+#include "Wgmma.cuh"
 
 #include <cuda_bf16.h>
 
@@ -125,14 +126,6 @@ __device__ inline void cpAsyncCommit() {
 }
 template <int N> __device__ inline void cpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/// Orders this thread's ordinary shared-memory stores before later reads by
-/// the tensor cores' async proxy (wgmma); harmless before ldmatrix.
-__device__ inline void proxyFence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
 }
 
 __device__ inline uint32_t packBf16(float lo, float hi) {

@@ -97,24 +97,6 @@ __device__ inline void wgmma256(float (&d)[32][4], uint64_t descA,
       : "l"(descA), "l"(descB), "r"(1));
 }
 
-__device__ inline void wgFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ inline void wgCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ inline void wgWait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-
-/// The descriptor of a K-major, 128-byte-swizzled operand at `addr`: 8-row
-/// groups 1024 bytes apart; the leading byte offset is unused while a k-step
-/// (32 bytes) stays inside a 128-byte row.
-__device__ inline uint64_t descOf(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) |
-         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
 struct WgmmaCore {
   struct Acc {
     float d[32][4];
@@ -122,13 +104,7 @@ struct WgmmaCore {
 
   /// Pins the accumulators here: the compiler may not move their reads or
   /// writes between a wgmma's issue and its wait.
-  __device__ static void pin(Acc &acc) {
-#pragma unroll
-    for (int n = 0; n < 32; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        asm volatile("" : "+f"(acc.d[n][e])::"memory");
-  }
+  __device__ static void pin(Acc &acc) { regFence(acc.d); }
 
   __device__ static void zero(Acc &acc) {
 #pragma unroll
