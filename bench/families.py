@@ -46,7 +46,9 @@ def family_presets():
     return module.FAMILY_PRESETS
 
 
-TORCH_FULL = r'''
+# The PyTorch child: the config and data (TORCH_PROLOGUE), a model and its
+# optimizer (TORCH_FULL or TORCH_LORA), then the timed steps (TORCH_STEPS).
+TORCH_PROLOGUE = r'''
 import json, sys, time, torch
 from transformers import AutoConfig, AutoModelForCausalLM
 a = json.loads(sys.argv[1])
@@ -61,50 +63,16 @@ moe = bool(getattr(cfg, "num_experts", 0) or getattr(cfg, "num_local_experts", 0
 extra = {"experts_implementation": "grouped_mm"} if moe else {}
 attn = "eager" if cfg.model_type == "gpt_oss" else "sdpa"
 torch.manual_seed(0)
-with torch.device("cuda"):
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, **extra)
-# The trainer's defaults: lr 1e-3, weight decay 0.01.
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, fused=True)
-rows, seq, mb = a["rows"], a["seq"], a["torch_rows"]
-ids = torch.from_numpy(__import__("numpy").load(a["data"])).cuda()
-times, losses = [], []
-try:
-    for step in range(a["steps"]):
-        torch.cuda.synchronize(); t0 = time.time()
-        total = 0.0
-        for r in range(0, rows, mb):
-            x = ids[step % ids.shape[0], r:r + mb] if ids.dim() == 3 else ids[r:r + mb]
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=x, labels=x).loss
-            (loss * (x.shape[0] / rows)).backward()
-            total += loss.item() * x.shape[0] / rows
-        opt.step(); opt.zero_grad(set_to_none=True); torch.cuda.synchronize()
-        times.append(time.time() - t0); losses.append(total)
-        print("step %d %.3f s loss %.4f" % (step + 1, times[-1], total), flush=True)
-    print("RESULT " + json.dumps({"step_seconds": times, "losses": losses,
-                                  "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-                                  "parameters": sum(p.numel() for p in model.parameters())}))
-except torch.OutOfMemoryError:
-    print("RESULT " + json.dumps({"oom": True, "step_seconds": times}))
 '''
 
+TORCH_FULL = r'''
+with torch.device("cuda"):
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, **extra)
+trainable = list(model.parameters())
+'''
 
 TORCH_LORA = r'''
-import json, sys, time, torch
-from transformers import AutoConfig, AutoModelForCausalLM
 from peft import LoraConfig, get_peft_model
-a = json.loads(sys.argv[1])
-fields = dict(a["fields"])
-if a["layers"]:
-    fields["num_hidden_layers"] = a["layers"]
-    if "layer_types" in fields:
-        fields["layer_types"] = fields["layer_types"][:a["layers"]]
-cfg = AutoConfig.for_model(**fields)
-cfg.use_cache = False
-moe = bool(getattr(cfg, "num_experts", 0) or getattr(cfg, "num_local_experts", 0))
-extra = {"experts_implementation": "grouped_mm"} if moe else {}
-attn = "eager" if cfg.model_type == "gpt_oss" else "sdpa"
-torch.manual_seed(0)
 with torch.device("cuda"):
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn,
                                              dtype=torch.bfloat16, **extra)
@@ -124,6 +92,10 @@ model = get_peft_model(model, LoraConfig(r=a["rank"], lora_alpha=a["alpha"], lor
 if a["checkpointing"]:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 trainable = [p for p in model.parameters() if p.requires_grad]
+'''
+
+TORCH_STEPS = r'''
+# The trainer's defaults: lr 1e-3, weight decay 0.01.
 opt = torch.optim.AdamW(trainable, lr=1e-3, weight_decay=0.01, fused=True)
 rows, seq, mb = a["rows"], a["seq"], a["torch_rows"]
 ids = torch.from_numpy(__import__("numpy").load(a["data"])).cuda()
@@ -223,7 +195,8 @@ def main():
                 "torch_rows": a.torch_rows, "steps": a.steps, "data": data,
                 "rank": a.lora_rank, "alpha": a.lora_alpha,
                 "checkpointing": variant == "lora-ckpt"}
-        script = TORCH_FULL if variant == "eager" else TORCH_LORA
+        script = TORCH_PROLOGUE + (TORCH_FULL if variant == "eager" else TORCH_LORA) + \
+            TORCH_STEPS
         rc, out, host, gpu = run_child([sys.executable, "-c", script, json.dumps(args)],
                                        a.timeout)
         lines = [l for l in out.splitlines() if l.startswith("RESULT ")]

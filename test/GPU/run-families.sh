@@ -4,15 +4,7 @@
 # Hugging Face model of the same shape, its own grouped-GEMM experts) in
 # bench/families.py, everything into $OUT/families.tar.xz.
 # Usage: MACHINE=h100x1 bash test/GPU/run-families.sh
-cd "$(dirname "$0")/../.."
-ls build-gpu/*.trainer > /dev/null 2>&1 || xz -dc gpu-pack.tar.xz | tar xf -
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-res=$(mktemp -d)
-if [ -x build-gpu/rondo-cuda-kernels-tests ]; then
-  timeout 300 build-gpu/rondo-cuda-kernels-tests > $res/cuda-kernels-tests.log 2>&1
-  echo "cuda kernel tests rc=$?"; grep -E "PASSED|FAILED|worst" $res/cuda-kernels-tests.log | head -20
-fi
+source "$(dirname "$0")/gpu-env.sh" build-gpu/plans
 cp -r build-gpu/plans $res/
 if [ -x build-gpu/gemma3-1b.trainer ]; then
   timeout ${GEMMA_TIMEOUT:-400} python3 bench/families.py --preset gemma3-1b --seq 4096 --rows 8 \

@@ -14,15 +14,7 @@
 # PROFILE_TORCH=1 adds torch.profiler's kernel categories to the PyTorch
 # rows; STREAMED=0, PYTORCH=LIST and FIXTURES="" shorten the run.
 # Usage: MACHINE=h100x1 bash test/GPU/run-residency.sh
-cd "$(dirname "$0")/../.."
-[ -x build-gpu/w1.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-res=$(mktemp -d)
-if [ -x build-gpu/rondo-cuda-kernels-tests ]; then
-  timeout 300 build-gpu/rondo-cuda-kernels-tests > $res/cuda-kernels-tests.log 2>&1
-  echo "cuda kernel tests rc=$?"; grep -E "PASSED|FAILED|worst" $res/cuda-kernels-tests.log | head -20
-fi
+source "$(dirname "$0")/gpu-env.sh" build-gpu/w1.trainer
 if [ "${EXPORT8B:-0}" = 1 ]; then
   timeout 150 python3 scripts/export-hf-onnx.py --preset qwen3-8b --graph-only \
     -o $OUT/qwen3-8b.onnx 2>&1 | tail -2

@@ -1,0 +1,14 @@
+# Sourced by the one-GPU run scripts (run-residency.sh, run-families.sh) with
+# the path of a file the pack holds: unpacks gpu-pack.tar.xz once, sets the
+# loader path, names the card, makes the results folder $res and runs the
+# CUDA kernel tests into it when the pack has them.
+#   source "$(dirname "$0")/gpu-env.sh" build-gpu/w1.trainer
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+[ -e "$1" ] || xz -dc gpu-pack.tar.xz | tar xf -
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+res=$(mktemp -d)
+if [ -x build-gpu/rondo-cuda-kernels-tests ]; then
+  timeout 300 build-gpu/rondo-cuda-kernels-tests > $res/cuda-kernels-tests.log 2>&1
+  echo "cuda kernel tests rc=$?"; grep -E "PASSED|FAILED|worst" $res/cuda-kernels-tests.log | head -20
+fi
