@@ -52,6 +52,26 @@ struct FlashParams {
 // PTX wrappers
 //===----------------------------------------------------------------------===//
 
+/// The query tiles (of bc rows) [start, end) that see a key of the key tile
+/// [j0, j0 + br): from the first query that sees key j0 (causal: j0 less the
+/// diagonal's offset S - T) to, with a window, the tile of the last query
+/// that sees the tile's last key; the dK/dV kernels skip the others.
+struct QueryTiles {
+  int start, end;
+};
+__device__ inline QueryTiles queryTilesSeeing(const FlashParams &p, int j0,
+                                              int br, int bc) {
+  const int diag = p.S - p.T;
+  int first = p.causal ? j0 - diag : 0;
+  first = first < 0 ? 0 : first;
+  int end = p.Tpad / bc;
+  if (p.window > 0) {
+    const int last = j0 + br - 1 - diag + p.window - 1;
+    end = last < 0 ? 0 : (last / bc + 1 < end ? last / bc + 1 : end);
+  }
+  return {first / bc, end};
+}
+
 __device__ inline uint32_t smemAddr(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -648,17 +648,9 @@ __global__ void __launch_bounds__(kNT, 1) flashDkvSm90Kernel(FlashParams p) {
   const int hk = pos.head, b = pos.batch;
   const int64_t bhk = int64_t(b) * p.Hkv + hk;
   const int diag = p.S - p.T;
-  // The first query that sees key j0, and its tile.
-  int first = p.causal ? j0 - diag : 0;
-  first = first < 0 ? 0 : first;
-  const int qtStart = first / BC;
-  // With a window, the last query that sees the tile's last key, and its
-  // tile: later query tiles are skipped.
-  int qtEnd = p.Tpad / BC;
-  if (p.window > 0) {
-    const int last = j0 + BR - 1 - diag + p.window - 1;
-    qtEnd = last < 0 ? 0 : (last / BC + 1 < qtEnd ? last / BC + 1 : qtEnd);
-  }
+  // The query tiles that see this key tile.
+  const QueryTiles tiles = queryTilesSeeing(p, j0, BR, BC);
+  const int qtStart = tiles.start, qtEnd = tiles.end;
   const int nq = qtEnd - qtStart;
   const int nWork = nq > 0 ? p.group * nq : 0;
   const int wk0 = j0 + warp * 16; // this warp's keys
