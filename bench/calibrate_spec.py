@@ -37,7 +37,7 @@ import re
 import sys
 
 # The rates of the built-in spec the TEMPLATE was costed with
-# (lib/CostModel/DeviceSpec.cpp): the script scales these, so they must be
+# (compiler/CostModel/DeviceSpec.cpp): the script scales these, so they must be
 # the built-in values at the time the template was written. These are the
 # h100's since its calibration of 2026-11-26 (the h200 inherits them); the
 # first calibration scaled the measured-PyTorch rates 0.75 / 0.48 / 0.89.

@@ -18,9 +18,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/Import/OnnxImporter.h"
+#include "Import/OnnxImporter.h"
 
-#include "TG/IR/TGOps.h"
+#include "Dialect/TG/IR/TGOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"

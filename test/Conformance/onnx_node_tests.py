@@ -118,7 +118,7 @@ def type_name(t):
 
 def check_claims_against_source(path):
     """Ops with a conversion function in the importer's op table (the rows
-    `t.add("Op", fold, convert)` of lib/Import/Ops/*.cpp whose convert is not
+    `t.add("Op", fold, convert)` of compiler/Import/Ops/*.cpp whose convert is not
     nullptr) versus CLAIMED: a new or dropped op must show up here, not pass
     unnoticed."""
     sources = sorted(os.path.join(path, f) for f in os.listdir(path)
@@ -657,7 +657,7 @@ def main():
     parser.add_argument("--node-dir", default=NODE_DIR,
                         help="ONNX backend node tests (libonnx-testdata)")
     parser.add_argument("--importer-source",
-                        help="lib/Import/Ops, to check CLAIMED against it")
+                        help="compiler/Import/Ops, to check CLAIMED against it")
     parser.add_argument("--pipelines", default="none,tg",
                         help="comma-separated rondo-run pipelines to run")
     parser.add_argument("--work-dir", help="scratch directory (default: a "

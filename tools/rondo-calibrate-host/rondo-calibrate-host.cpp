@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CostModel/CostModel.h"
 #include "calibrate/HostCalibration.h"
-#include "rondo/CostModel/CostModel.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"

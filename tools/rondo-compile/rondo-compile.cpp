@@ -8,12 +8,12 @@
 // --emit=tg|train|pipe|exec|cpp|exe --workers N[,N...] --device=...
 // --explain[=DIR]
 //
-// The flags are declared in lib/Driver/Options.cpp and the compilation is
-// rondo::compile (lib/Driver/Driver.cpp); this file only parses.
+// The flags are declared in compiler/Driver/Options.cpp and the compilation is
+// rondo::compile (compiler/Driver/Driver.cpp); this file only parses.
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/Driver/Driver.h"
+#include "Driver/Driver.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"

@@ -9,14 +9,15 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Exec/Transforms/Passes.h"
-#include "Kern/Conversion/Passes.h"
-#include "Kern/Transforms/Passes.h"
-#include "Pipe/Transforms/Passes.h"
-#include "TG/IR/TGOps.h"
-#include "TG/Transforms/Passes.h"
-#include "rondo/Pipelines/Pipelines.h"
-#include "rondo/Tools/HelpOptions.h"
+#include "Conversion/PipeToExec/Passes.h"
+#include "Conversion/TGToKern/Passes.h"
+#include "Dialect/Exec/Transforms/Passes.h"
+#include "Dialect/Kern/Transforms/Passes.h"
+#include "Dialect/Pipe/Transforms/Passes.h"
+#include "Dialect/TG/IR/TGOps.h"
+#include "Dialect/TG/Transforms/Passes.h"
+#include "Driver/HelpOptions.h"
+#include "Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -32,7 +33,8 @@ int main(int argc, char **argv) {
   rondo::tg::registerTGPasses();
   rondo::pipe::registerPipePasses();
   rondo::exec::registerExecPasses();
-  rondo::kern::registerKernConversionPasses();
+  rondo::kern::registerTGToKernPasses();
+  rondo::exec::registerPipeToExecPasses();
   rondo::kern::registerKernTransformsPasses();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

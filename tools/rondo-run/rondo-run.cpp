@@ -19,10 +19,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TG/IR/TGOps.h"
-#include "rondo/Import/OnnxImporter.h"
-#include "rondo/Interpreter/Interpreter.h"
-#include "rondo/Pipelines/Pipelines.h"
+#include "Dialect/TG/IR/TGOps.h"
+#include "Import/OnnxImporter.h"
+#include "Interpreter/Interpreter.h"
+#include "Pipelines/Pipelines.h"
 #include "rondo/runtime/Data.h"
 #include "rondo/runtime/Error.h"
 #include "rondo/runtime/FloatConv.h"

@@ -9,10 +9,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "TG/IR/TGOps.h"
-#include "rondo/Import/OnnxImporter.h"
-#include "rondo/Target/Cpp/TrainerEmitter.h"
-#include "rondo/Tools/HelpOptions.h"
+#include "Dialect/TG/IR/TGOps.h"
+#include "Driver/HelpOptions.h"
+#include "Import/OnnxImporter.h"
+#include "Target/Cpp/TrainerEmitter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"

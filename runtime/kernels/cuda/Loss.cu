@@ -305,7 +305,7 @@ namespace {
 /// product (Precision::Bf16): dW, an fp32 [V, D] read and written by every
 /// accumulating product, then moves once per group instead of once per
 /// chunk, and the product's K is the group's rows. The cost model's
-/// workspace of the fused LM head counts the group (lib/CostModel).
+/// workspace of the fused LM head counts the group (compiler/CostModel).
 constexpr int64_t kDwGroupChunks = 4;
 
 /// The fp32 backward: per chunk, the logits gradient in place, its dH rows

@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/CostModel/KernelTimes.h"
+#include "CostModel/KernelTimes.h"
 
 #include <gtest/gtest.h>
 

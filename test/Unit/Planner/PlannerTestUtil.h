@@ -7,7 +7,7 @@
 #ifndef RONDO_TEST_UNIT_PLANNER_PLANNERTESTUTIL_H
 #define RONDO_TEST_UNIT_PLANNER_PLANNERTESTUTIL_H
 
-#include "rondo/Planner/Planner.h"
+#include "Planner/Planner.h"
 
 #include <random>
 #include <string>

@@ -1,0 +1,402 @@
+//===- CostModel.cpp - Op times and the layer table -------------*- C++ -*-===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// The IR is specialised to the whole step's batch; a microbatch is 1/M of
+// it. Everything that scales with tokens (FLOPs, activation bytes) is
+// divided by M; parameter reads are not, which is what makes tiny
+// microbatches memory-bound.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CostModel/CostModel.h"
+
+#include "Dialect/Pipe/IR/PipeOps.h"
+#include "Dialect/TG/IR/TGOps.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::cost;
+
+double rondo::cost::deviceBytes(Type type, bool bf16) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t)
+    return 0;
+  Type e = t.getElementType();
+  double width = e.getIntOrFloatBitWidth() / 8.0;
+  if (bf16 && isa<FloatType>(e))
+    width = std::min(width, 2.0);
+  return width * static_cast<double>(t.getNumElements());
+}
+
+std::string rondo::cost::opTimingKey(Operation *op) {
+  std::string key;
+  llvm::raw_string_ostream os(key);
+  os << op->getName().getStringRef();
+  SmallVector<NamedAttribute> attrs;
+  for (NamedAttribute attr : op->getAttrs())
+    if (attr.getName() != pipe::kLayerAttr)
+      attrs.push_back(attr);
+  if (!attrs.empty())
+    os << " " << DictionaryAttr::get(op->getContext(), attrs);
+  os << " (";
+  llvm::interleaveComma(op->getOperandTypes(), os);
+  os << ")";
+  return key;
+}
+
+static bool isParameter(Value v) {
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg)
+    return false;
+  auto func = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp());
+  return func && func.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
+}
+
+/// What a bf16 plan keeps of parameter `p` on a worker that holds it: its
+/// fp32 master weights, and a bf16 copy when products are all that read it
+/// (convert-pipe-to-exec's `param_bf16` arguments).
+static double residentBytesOf(Value p) {
+  double bytes = deviceBytes(p.getType(), /*bf16=*/false);
+  return tg::readOnlyByProducts(p) ? 1.5 * bytes : bytes;
+}
+
+/// Ops whose FLOPs run on tensor cores (GEMM-shaped work; the grouped
+/// expert products of a mixture of experts are one GEMM per expert).
+static bool isMatmulLike(Operation *op) {
+  return isa<tg::MatmulOp, tg::AttentionOp, tg::AttentionGradOp,
+             tg::LinearCrossEntropyOp, tg::LinearCrossEntropyGradOp,
+             tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op);
+}
+
+/// The fused attention's efficiency at the keys its rows see (the spec's
+/// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
+static double attentionEfficiency(Operation *op, const DeviceSpec &spec) {
+  double efficiency =
+      isa<tg::AttentionGradOp>(op) && spec.attentionBackwardEfficiency > 0
+          ? spec.attentionBackwardEfficiency
+          : spec.attentionEfficiency;
+  double h = spec.attentionTokensForHalfEfficiency;
+  if (h <= 0)
+    return efficiency;
+  Value k = op->getOperand(1); // q, k, v, ... for both ops
+  auto type = cast<RankedTensorType>(k.getType());
+  double keys = static_cast<double>(type.getDimSize(type.getRank() - 2));
+  if (auto window = op->getAttrOfType<IntegerAttr>("window"))
+    if (window.getInt() > 0)
+      keys = std::min(keys, static_cast<double>(window.getInt()));
+  auto curve = [h](double s) { return s / (s + h); };
+  return std::min(efficiency * curve(keys) / curve(spec.attentionFitTokens),
+                  spec.matmulEfficiency);
+}
+
+/// Whether the GPU runs this attention on a flash kernel: bf16 plans with a
+/// head dimension the kernels are built for (flashAttentionSupports in
+/// runtime/kernels/cuda/FlashAttention.cu); the rest take the fp32 kernel.
+static bool hasFlashAttention(Operation *op, const DeviceSpec &spec,
+                              const CostOptions &options) {
+  if (!spec.isGpu || spec.attentionFallbackFlops <= 0)
+    return true;
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  int64_t headDim = q.getDimSize(q.getRank() - 1);
+  return options.bf16 && (headDim == 64 || headDim == 128 || headDim == 256);
+}
+
+static double tokensPerStep(func::FuncOp func) {
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), tg::kInputAttr))
+      if (auto t = dyn_cast<RankedTensorType>(arg.getType()))
+        return static_cast<double>(t.getNumElements());
+  return 1;
+}
+
+double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
+                              const CostOptions &options) {
+  double m = static_cast<double>(options.microbatches);
+  double share = 1;
+  if (spec.sharedCompute && !spec.measureOps) {
+    share =
+        spec.cores > 0
+            ? std::max(1.0, static_cast<double>(options.workers) / spec.cores)
+            : static_cast<double>(options.workers);
+  }
+  auto measured = spec.opTimings.find(opTimingKey(op));
+  if (measured != spec.opTimings.end())
+    return measured->second / m * share;
+  if (spec.measureOps) {
+    // A worker's kernels run on its share of the cores (ThreadPools.cpp);
+    // min(W, cores) workers compute at once.
+    int cores = std::max(1, static_cast<int>(spec.cores));
+    int workers = static_cast<int>(std::max<int64_t>(1, options.workers));
+    double concurrent = std::min(workers, cores);
+    double slowdown = cores > 1 ? 1 + (spec.concurrentSlowdown - 1) *
+                                          (concurrent - 1) / (cores - 1)
+                                : 1;
+    if (std::optional<double> s = measuredHostOpSecondsInStep(
+            op, options.microbatches, std::max(1, cores / workers), slowdown))
+      return *s;
+  }
+  auto cost = dyn_cast<tg::CostOpInterface>(op);
+  if (!cost)
+    return 0;
+  double flops = cost.getFlops() / m;
+  // Reads and writes at the plan's precision; parameters are read whole by
+  // every microbatch.
+  double bytes = 0;
+  for (Value v : op->getOperands())
+    bytes += deviceBytes(v.getType(), options.bf16Storage) /
+             (isParameter(v) ? 1 : m);
+  for (Value v : op->getResults())
+    bytes += deviceBytes(v.getType(), options.bf16Storage) / m;
+  double rate;
+  if (isMatmulLike(op)) {
+    double rows = 1;
+    if (auto func = op->getParentOfType<func::FuncOp>())
+      rows = tokensPerStep(func) / m;
+    double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
+    if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
+      rate = hasFlashAttention(op, spec, options)
+                 ? peak * attentionEfficiency(op, spec)
+                 : spec.attentionFallbackFlops;
+    else if (isa<tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op) &&
+             spec.expertMatmulEfficiency > 0 && options.bf16)
+      rate = peak * spec.expertMatmulEfficiency;
+    else
+      rate = peak * spec.matmulEfficiency /
+             (1 + std::pow(spec.rowsForHalfEfficiency / rows,
+                           spec.rowsCurveExponent));
+  } else {
+    // Elementwise and reduction work runs on the vector units at a
+    // fraction of the fp32 rate; it is bandwidth-bound in practice.
+    rate = spec.peakFlopsFp32 * 0.5;
+  }
+  double bandwidth = spec.memoryBandwidth * spec.memoryEfficiency;
+  if (isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(op))
+    return 0; // materialised once, or never
+  bool layoutOnly = isa<tg::ReshapeOp>(op);
+  double seconds = std::max(flops / rate, layoutOnly ? 0 : bytes / bandwidth);
+  return (seconds + spec.kernelLaunchSeconds) * share;
+}
+
+llvm::Expected<LayerTable>
+rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
+                             const CostOptions &options) {
+  auto kinds = func->getAttrOfType<ArrayAttr>(pipe::kLayerKindsAttr);
+  if (!kinds || kinds.empty())
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "@main has no layers (run pipe-layerize before tg-autodiff)");
+  size_t numLayers = kinds.size();
+  double m = static_cast<double>(options.microbatches);
+  LayerTable table;
+  table.layers.resize(numLayers);
+  table.trainableParams.assign(numLayers, 0);
+  for (auto [i, kind] : llvm::enumerate(kinds)) {
+    StringRef k = cast<StringAttr>(kind).getValue();
+    planner::LayerCost &layer = table.layers[i];
+    layer.kind = k == "prefix" ? planner::LayerKind::Prefix
+                 : k == "tail" ? planner::LayerKind::Tail
+                               : planner::LayerKind::Block;
+    layer.name = (k + " " + llvm::Twine(i)).str();
+    layer.backwardWork = false; // until a gradient op is found in it
+  }
+
+  // Gradient ops are those downstream of the loss-scale seed.
+  Block &body = func.getBody().front();
+  llvm::DenseSet<Value> backward;
+  for (BlockArgument arg : func.getArguments())
+    if (func.getArgAttr(arg.getArgNumber(), tg::kLossScaleAttr))
+      backward.insert(arg);
+
+  std::vector<llvm::SetVector<Value>> paramsOf(numLayers), inputsOf(numLayers);
+  llvm::DenseSet<Value> saved; // forward values the backward reads
+  llvm::DenseSet<Value> ownedParams;
+  for (Operation &op : body.without_terminator()) {
+    bool isBackward = llvm::any_of(
+        op.getOperands(), [&](Value v) { return backward.contains(v); });
+    if (isBackward)
+      for (Value r : op.getResults())
+        backward.insert(r);
+    std::optional<int64_t> layerIndex = pipe::getLayer(&op);
+    if (!layerIndex)
+      continue; // side data: every stage recomputes it, at negligible cost
+    if (*layerIndex < 0 || static_cast<size_t>(*layerIndex) >= numLayers)
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "op tagged with layer " + llvm::Twine(*layerIndex) +
+              " but @main has " + llvm::Twine(numLayers) + " layers");
+    planner::LayerCost &layer = table.layers[*layerIndex];
+    double seconds = opSeconds(&op, spec, options);
+    double flops = 0;
+    if (auto cost = dyn_cast<tg::CostOpInterface>(&op))
+      flops = cost.getFlops() / m;
+    if (isBackward) {
+      double outputs = 0;
+      for (Value r : op.getResults())
+        outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
+      layer.transientBytes = std::max(layer.transientBytes, outputs);
+      layer.backwardWork = true;
+      layer.backwardSeconds += seconds;
+      layer.backwardFlops += flops;
+    } else {
+      layer.forwardSeconds += seconds;
+      layer.forwardFlops += flops;
+      // The fused LM head's logits exist a chunk at a time in fp32, and
+      // its gradient in bf16 for a group of four chunks on GPUs (the
+      // kDwGroupChunks of runtime/kernels/cuda/Loss.cu; in place on the
+      // host, less), neither more rows than a microbatch has: transient,
+      // but beside everything saved.
+      if (auto head = dyn_cast<tg::LinearCrossEntropyOp>(&op)) {
+        auto w = cast<RankedTensorType>(head.getW().getType());
+        auto h = cast<RankedTensorType>(head.getH().getType());
+        double vocab = static_cast<double>(
+            head.getTransposeW() ? w.getShape()[0] : w.getShape()[1]);
+        double rows =
+            static_cast<double>(h.getNumElements()) /
+            static_cast<double>(std::max<int64_t>(h.getShape().back(), 1)) / m;
+        double chunk = head.getChunkRows() > 0
+                           ? static_cast<double>(head.getChunkRows())
+                           : rows;
+        layer.workspaceBytes +=
+            (4 * std::min(chunk, rows) + 2 * std::min(4 * chunk, rows)) * vocab;
+      }
+    }
+    // A layer's workspace is what its backward keeps of its forward: every
+    // forward value a gradient op reads, once however many read it (the
+    // normed hidden state feeds q, k and v), never a parameter (read from
+    // the parameter buffer) nor side data.
+    if (isBackward)
+      for (Value v : op.getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (!def || backward.contains(v) || !saved.insert(v).second)
+          continue;
+        std::optional<int64_t> from = pipe::getLayer(def);
+        if (!from || *from < 0 || static_cast<size_t>(*from) >= numLayers ||
+            isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(def))
+          continue;
+        table.layers[*from].workspaceBytes +=
+            deviceBytes(v.getType(), options.bf16Storage) / m;
+      }
+    for (Value v : op.getOperands()) {
+      if (isParameter(v)) {
+        paramsOf[*layerIndex].insert(v);
+        continue;
+      }
+      if (isBackward)
+        continue;
+      // The activation entering the layer: produced by an earlier layer
+      // (or the token data, for the first layer that reads it).
+      std::optional<int64_t> from = pipe::getLayer(v.getDefiningOp());
+      bool isData = isa<BlockArgument>(v);
+      if ((from && *from < *layerIndex) || (isData && !backward.contains(v)))
+        inputsOf[*layerIndex].insert(v);
+    }
+  }
+
+  for (BlockArgument arg : func.getArguments()) {
+    if (!func.getArgAttr(arg.getArgNumber(), tg::kParamAttr))
+      continue;
+    double elements = static_cast<double>(
+        cast<RankedTensorType>(arg.getType()).getNumElements());
+    table.paramCount += elements;
+    if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
+      table.trainableCount += elements;
+    else if (func.getArgAttr(arg.getArgNumber(), tg::kExternalF32Attr))
+      table.mappableBytes += 4 * elements;
+  }
+  table.layerParamArgs.assign(numLayers, {});
+  for (size_t l = 0; l < numLayers; ++l) {
+    planner::LayerCost &layer = table.layers[l];
+    for (Value p : paramsOf[l]) {
+      auto arg = cast<BlockArgument>(p);
+      table.layerParamArgs[l].push_back(arg.getArgNumber());
+      layer.paramBytes += deviceBytes(p.getType(), options.bf16Storage);
+      if (options.bf16)
+        layer.residentBytes =
+            layer.residentBytes.value_or(0) + residentBytesOf(p);
+      if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
+        continue;
+      // Gradients accumulate over the microbatches in fp32 on the worker.
+      layer.gradBytes += deviceBytes(p.getType(), /*bf16=*/false);
+      if (ownedParams.insert(p).second)
+        table.trainableParams[l] += static_cast<double>(
+            cast<RankedTensorType>(p.getType()).getNumElements());
+    }
+    for (Value v : inputsOf[l]) {
+      // Labels and masks are side data every stage reads from the host;
+      // only activations (and the first layer's token ids) are handed off.
+      if (isa<BlockArgument>(v) && l != 0)
+        continue;
+      layer.inputBytes += deviceBytes(v.getType(), options.bf16Storage) / m;
+    }
+  }
+  for (BlockArgument arg : func.getArguments()) {
+    planner::SharedParam shared;
+    for (size_t l = 0; l < numLayers; ++l)
+      if (paramsOf[l].contains(arg))
+        shared.layers.push_back(static_cast<int>(l));
+    if (shared.layers.size() < 2)
+      continue;
+    shared.paramBytes = deviceBytes(arg.getType(), options.bf16Storage);
+    if (options.bf16)
+      shared.residentBytes = residentBytesOf(arg);
+    if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
+      shared.gradBytes = deviceBytes(arg.getType(), /*bf16=*/false);
+    table.sharedParams.push_back(std::move(shared));
+  }
+  // fp32 master weights for every parameter, AdamW moments and an fp32
+  // gradient for every trainable one; with bf16 storage also the bf16
+  // upload copy (fp32 storage uploads the master weights themselves).
+  table.hostFixedBytes = 4 * table.paramCount + 12 * table.trainableCount +
+                         (options.bf16Storage ? 2 * table.paramCount : 0);
+  return table;
+}
+
+void rondo::cost::writeOpTimingsTemplate(func::FuncOp func,
+                                         const DeviceSpec &spec, bool bf16,
+                                         llvm::raw_ostream &os) {
+  struct Entry {
+    double seconds = 0, flops = 0;
+    int64_t count = 0;
+  };
+  std::vector<std::pair<std::string, Entry>> entries;
+  llvm::StringMap<size_t> index;
+  CostOptions options{/*microbatches=*/1, /*workers=*/1, bf16};
+  DeviceSpec analytic = spec;
+  analytic.opTimings.clear();
+  for (Operation &op : func.getBody().front().without_terminator()) {
+    auto cost = dyn_cast<tg::CostOpInterface>(&op);
+    // Constants are materialised once and the causal mask never is.
+    if (!cost || isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(&op))
+      continue;
+    std::string key = opTimingKey(&op);
+    auto [it, inserted] = index.try_emplace(key, entries.size());
+    if (inserted)
+      entries.push_back({key, Entry()});
+    Entry &e = entries[it->second].second;
+    e.seconds = opSeconds(&op, analytic, options);
+    e.flops = cost.getFlops();
+    ++e.count;
+  }
+  llvm::json::Array timings;
+  for (auto &[key, e] : entries)
+    timings.push_back(llvm::json::Object{{"op", key},
+                                         {"seconds", e.seconds},
+                                         {"count", e.count},
+                                         {"flops", e.flops}});
+  llvm::json::Object root{{"name", spec.name + "-profile"},
+                          {"base", spec.name},
+                          {"op_timings", std::move(timings)}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}

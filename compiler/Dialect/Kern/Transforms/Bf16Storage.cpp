@@ -1,0 +1,312 @@
+//===- Bf16Storage.cpp - The kern-bf16-storage pass -----------------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Decides, per stage function, which values live in bf16: the operands of
+// matrix products. A value read only by products is produced in bf16 by its
+// kernel's twin; any other gets a toBf16 copy in front of its products. Both
+// round exactly where matmul used to round its operands, so the bits stay.
+//
+// A device-resident weight whose stage function also takes its bf16 copy
+// (the `param_bf16` argument convert-pipe-to-exec adds) is read from that
+// copy: the trainer rounds it once per update, not once per microbatch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Dialect/Kern/Transforms/Passes.h"
+
+#include "Dialect/Exec/IR/ExecOps.h"
+#include "Dialect/Kern/IR/KernelTable.h"
+#include "Dialect/TG/IR/TGOps.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::kern;
+
+namespace rondo::kern {
+#define GEN_PASS_DEF_KERNBF16STORAGEPASS
+#include "Dialect/Kern/Transforms/Passes.h.inc"
+} // namespace rondo::kern
+
+namespace {
+
+/// The kernel that computes what `kernel` computes and stores it in bf16:
+/// by KernelList.def's naming rule, `<kernel>ToBf16`, when the list has it
+/// ("" otherwise). The call's verifier checks its parameters.
+std::string bf16Twin(StringRef kernel) {
+  std::string twin = (kernel + "ToBf16").str();
+  return lookupKernel(twin) ? twin : std::string();
+}
+
+bool isF32(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType().isF32();
+}
+
+RankedTensorType asBf16(Type t) {
+  auto r = cast<RankedTensorType>(t);
+  return RankedTensorType::get(r.getShape(), BFloat16Type::get(t.getContext()));
+}
+
+bool isProduct(CallOp call) { return call.getKernel() == "matmul"; }
+
+/// One operand (a or b) of a product, and the reshapes between it and the
+/// value it reads (outermost last).
+struct ProductUse {
+  OpOperand *operand;
+  SmallVector<tg::ReshapeOp> chain;
+};
+
+/// Whether every use of `v`, through reshapes, is operand a or b of a
+/// product (a function result or any other reader is not).
+bool onlyProducts(Value v) {
+  for (OpOperand &use : v.getUses()) {
+    if (auto r = dyn_cast<tg::ReshapeOp>(use.getOwner())) {
+      if (!onlyProducts(r.getResult()))
+        return false;
+      continue;
+    }
+    auto call = dyn_cast<CallOp>(use.getOwner());
+    // a and b are the first two operands (inputs come before inits).
+    if (!call || !isProduct(call) || use.getOperandNumber() >= 2)
+      return false;
+  }
+  return true;
+}
+
+/// Points `use` at `stored` (bf16), rebuilding its reshapes in bf16 just in
+/// front of the product.
+void redirect(ProductUse &use, Value stored) {
+  OpBuilder b(use.operand->getOwner());
+  for (tg::ReshapeOp r : use.chain)
+    stored = tg::ReshapeOp::create(b, r.getLoc(), asBf16(r.getType()), stored);
+  use.operand->set(stored);
+}
+
+/// Erases the reshapes of `v` that nothing reads any more.
+void eraseDeadReshapes(Value v) {
+  for (Operation *user : llvm::make_early_inc_range(v.getUsers()))
+    if (auto r = dyn_cast<tg::ReshapeOp>(user)) {
+      eraseDeadReshapes(r.getResult());
+      if (r->use_empty())
+        r.erase();
+    }
+}
+
+using UsesBySource = llvm::MapVector<Value, SmallVector<ProductUse>>;
+
+/// Replaces `producer` by its bf16 twin when every result it computes is
+/// read only by products (a skipped or unread result stays unread): each
+/// result's products then read the twin's result. The caller erases
+/// `producer` on success.
+LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource) {
+  std::string twin = bf16Twin(producer.getKernel());
+  if (twin.empty() || !producer.getInits().empty())
+    return failure();
+  for (Value r : producer->getResults())
+    if (!r.use_empty() && (!bySource.count(r) || !onlyProducts(r)))
+      return failure();
+  SmallVector<Type> types;
+  for (Value r : producer->getResults())
+    types.push_back(asBf16(r.getType()));
+  OpBuilder b(producer);
+  auto stored = CallOp::create(
+      b, producer.getLoc(), types,
+      FlatSymbolRefAttr::get(producer.getContext(), twin), producer.getInputs(),
+      ValueRange{}, producer.getArgsAttr(), producer.getSkipAttr());
+  for (auto [k, r] : llvm::enumerate(producer->getResults())) {
+    if (auto it = bySource.find(r); it != bySource.end())
+      for (ProductUse &use : it->second)
+        redirect(use, stored.getResult(k));
+    eraseDeadReshapes(r);
+  }
+  return success();
+}
+
+/// The kernels that read bf16 operands in place of an fp32 twin's
+/// (KernelList.def's `<kernel>Bf16`), by the twin they replace.
+StringRef bf16OperandTwin(StringRef kernel) {
+  return llvm::StringSwitch<StringRef>(kernel)
+      .Case("gatedActToBf16", "gatedActBf16")
+      .Case("gatedActBackwardToBf16", "gatedActBackwardBf16")
+      .Default("");
+}
+
+/// A product that may store its result in bf16: one fp32 result, nothing to
+/// accumulate into.
+bool isPlainBf16Product(CallOp call) {
+  if (call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
+      call->getNumResults() != 1 || !isF32(call.getResult(0)))
+    return false;
+  auto accumulate =
+      call.getArgs()
+          ? dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"))
+          : BoolAttr();
+  return accumulate && !accumulate.getValue();
+}
+
+/// bf16 activations: products whose every reader has a bf16-operand twin
+/// whose every operand is such a product store their results in bf16
+/// (matmulBf16ToBf16), and those readers read them as they are. The set is
+/// the greatest fixed point: a reader with any other operand keeps fp32 and
+/// so do the products it reads.
+void storeProductsInBf16(func::FuncOp fn) {
+  SetVector<Operation *> readers;
+  fn.walk([&](CallOp call) {
+    if (!bf16OperandTwin(call.getKernel()).empty())
+      readers.insert(call);
+  });
+  auto storable = [&](Value v) {
+    auto product = v.getDefiningOp<CallOp>();
+    return product && isPlainBf16Product(product) &&
+           llvm::all_of(v.getUsers(),
+                        [&](Operation *u) { return readers.contains(u); });
+  };
+  for (bool changed = true; changed;) {
+    SetVector<Operation *> kept;
+    for (Operation *reader : readers)
+      if (llvm::all_of(cast<CallOp>(reader).getInputs(), storable))
+        kept.insert(reader);
+    changed = kept.size() != readers.size();
+    readers = std::move(kept);
+  }
+  MLIRContext *ctx = fn.getContext();
+  IRMapping stored;
+  for (Operation *reader : readers)
+    for (Value v : cast<CallOp>(reader).getInputs()) {
+      if (stored.contains(v))
+        continue;
+      auto product = v.getDefiningOp<CallOp>();
+      SmallVector<NamedAttribute> args;
+      for (NamedAttribute a : product.getArgsAttr())
+        if (a.getName() != "accumulate")
+          args.push_back(a);
+      OpBuilder b(product);
+      auto bf16 = CallOp::create(
+          b, product.getLoc(), TypeRange{asBf16(v.getType())},
+          FlatSymbolRefAttr::get(ctx, "matmulBf16ToBf16"), product.getInputs(),
+          ValueRange{}, b.getDictionaryAttr(args), nullptr);
+      stored.map(v, bf16.getResult(0));
+    }
+  for (Operation *op : readers) {
+    auto reader = cast<CallOp>(op);
+    SmallVector<Value> inputs;
+    for (Value v : reader.getInputs())
+      inputs.push_back(stored.lookup(v));
+    OpBuilder b(reader);
+    auto twin = CallOp::create(
+        b, reader.getLoc(), reader->getResultTypes(),
+        FlatSymbolRefAttr::get(ctx, bf16OperandTwin(reader.getKernel())),
+        inputs, ValueRange{}, reader.getArgsAttr(), reader.getSkipAttr());
+    reader->replaceAllUsesWith(twin->getResults());
+    reader.erase();
+  }
+  for (auto [from, to] : stored.getValueMap())
+    from.getDefiningOp()->erase();
+}
+
+struct KernBf16StoragePass
+    : kern::impl::KernBf16StoragePassBase<KernBf16StoragePass> {
+  using KernBf16StoragePassBase::KernBf16StoragePassBase;
+
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    if (!fn->hasAttr(exec::kStageAttr) || !fn.getBody().hasOneBlock())
+      return;
+    MLIRContext *ctx = &getContext();
+    DenseMap<Operation *, unsigned> position;
+    SmallVector<CallOp> products;
+    for (Operation &op : fn.getBody().front()) {
+      position[&op] = position.size();
+      if (auto call = dyn_cast<CallOp>(op); call && isProduct(call))
+        products.push_back(call);
+    }
+    // The fp32 values products read, each with its product operands in
+    // program order.
+    llvm::MapVector<Value, SmallVector<ProductUse>> bySource;
+    for (CallOp product : products)
+      for (unsigned k : {0u, 1u}) {
+        ProductUse use{&product->getOpOperand(k), {}};
+        Value v = use.operand->get();
+        while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
+          use.chain.push_back(r);
+          v = r.getX();
+        }
+        std::reverse(use.chain.begin(), use.chain.end());
+        if (isF32(v))
+          bySource[v].push_back(std::move(use));
+      }
+
+    // The bf16 copies the trainer keeps of resident weights, by parameter.
+    DenseMap<Attribute, Value> residentCopy;
+    for (BlockArgument arg : fn.getArguments())
+      if (auto role = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      exec::kRoleAttr);
+          role && role.getValue() == "param_bf16")
+        residentCopy[fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr)] = arg;
+    auto copyOf = [&](Value v) -> Value {
+      auto arg = dyn_cast<BlockArgument>(v);
+      if (!arg || arg.getOwner()->getParentOp() != fn)
+        return {};
+      Attribute name = fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
+      return name ? residentCopy.lookup(name) : Value();
+    };
+
+    // Producers are looked up before any is replaced (a replaced
+    // producer's results are gone).
+    SmallVector<CallOp> producers;
+    for (auto &entry : bySource)
+      producers.push_back(entry.first.getDefiningOp<CallOp>());
+    DenseSet<Operation *> replaced;
+    for (auto [index, entry] : llvm::enumerate(bySource)) {
+      CallOp producer = producers[index];
+      if (producer && replaced.contains(producer))
+        continue; // stored in bf16 with a sibling result
+      Value value = entry.first;
+      SmallVector<ProductUse> &uses = entry.second;
+      if (Value copy = copyOf(value)) {
+        for (ProductUse &use : uses)
+          redirect(use, copy);
+        eraseDeadReshapes(value);
+        continue;
+      }
+      if (producer && succeeded(storeResultsInBf16(producer, bySource))) {
+        replaced.insert(producer);
+        producer.erase();
+        continue;
+      }
+      // One copy in front of the first product of each run of products
+      // that follow it closely.
+      Value copy;
+      unsigned copyAt = 0;
+      for (ProductUse &use : uses) {
+        Operation *product = use.operand->getOwner();
+        unsigned at = position.lookup(product);
+        if (!copy || at > copyAt + shareWindow) {
+          OpBuilder b(product);
+          copy = CallOp::create(
+                     b, product->getLoc(), TypeRange{asBf16(value.getType())},
+                     FlatSymbolRefAttr::get(ctx, "toBf16"), ValueRange{value},
+                     ValueRange{}, nullptr, nullptr)
+                     .getResult(0);
+          copyAt = at;
+        }
+        redirect(use, copy);
+      }
+      eraseDeadReshapes(value);
+    }
+
+    for (CallOp product : products)
+      if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
+        product.setKernelAttr(FlatSymbolRefAttr::get(ctx, "matmulBf16"));
+    storeProductsInBf16(fn);
+  }
+};
+
+} // namespace
