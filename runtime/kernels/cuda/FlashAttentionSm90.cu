@@ -52,6 +52,10 @@
 //    dK and dV of a warpgroup's keys would take 256 registers a thread, and
 //    the tiles these kernels stage (with their transposed copies) exceed a
 //    block's shared memory at D = 256 (runtime/kernels/cuda/NOTES.md).
+//  - The backward here is two kernels (dQ; dK and dV) that both compute S
+//    and dP. FlashAttentionSm90Bwd.cu has a fused one at D = 128 (S and dP
+//    once, dQ added across key tiles in a fixed order); it is slower at W1's
+//    shape and so opt-in (flashSm90Fused, runtime/kernels/cuda/NOTES.md).
 // Each output element is still owned by one thread with a fixed
 // accumulation order, so results are deterministic.
 //

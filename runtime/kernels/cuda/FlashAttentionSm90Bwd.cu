@@ -23,16 +23,15 @@
 //  3. stores dS^T transposed (stmatrix .trans) into a [64 queries][128 keys]
 //     shared tile, and after a block barrier computes its 64-column half of
 //     this key tile's dQ contribution, dS K (K read MN-major from its tile);
-//  4. adds that half (scaled) into the fp32 dQ output with float2 atomics,
+//  4. keeps that half (scaled) in shared memory and, during the next item's
+//     first products, adds it into the fp32 dQ output with float4 atomics,
 //     but only after the key tile before it has added its own: a counter a
 //     (head, query tile, half) in global memory counts the key tiles that
 //     have added, and key tile n waits until it reads n - first, where
-//     first is the first key tile that sees the query tile. So every dQ
-//     element is the sum of the key tiles' contributions in ascending key
-//     order, whatever the timing: the result is bitwise reproducible. The
-//     warpgroup releases the counter (a fence, then a release add) during
-//     the next item's first products, so the fence's wait stays off the
-//     critical path.
+//     first is the first key tile that sees the query tile; then a fence
+//     and a release add publish the additions. So every dQ element is the
+//     sum of the key tiles' contributions in ascending key order, whatever
+//     the timing: the result is bitwise reproducible.
 // Deadlock freedom: a block waits only on blocks of lower key tiles of its
 // kv head, and the launch order (blockPos: key tiles slowest) gives those
 // lower linear indices, so they are running or done. Descending query tiles
@@ -46,6 +45,12 @@
 // two-kernel backward. Callers that do not want dQ get it in a temporary:
 // the kernel always computes all three, so that a gradient's bits never
 // depend on which others were asked for.
+//
+// Measured on an H100 (runtime/kernels/cuda/NOTES.md): the kernel without
+// its dQ additions runs W1's backward at ~300 TFLOP/s, but moving the dQ
+// partials (fp32, 32 KiB per item: 0.55 GB at one row of 4096 tokens, 16
+// heads) costs more than the two recomputed products it saves, so it is not
+// the default (kFusedByDefault; RONDO_FLASH_FUSED_BWD=1 selects it).
 //
 //===----------------------------------------------------------------------===//
 
@@ -96,6 +101,13 @@ __device__ inline int loadAcquire(const int *p) {
   return v;
 }
 
+/// Spins until *p == want, backing off so that waiting blocks do not crowd
+/// the L2 with loads.
+__device__ inline void waitFor(const int *p, int want) {
+  while (loadAcquire(p) != want)
+    __nanosleep(40);
+}
+
 __device__ inline void addRelease(int *p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v)
                : "memory");
@@ -107,33 +119,7 @@ __device__ inline void wgBarrier(int wg) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 
-/// Adds `bytes` (a multiple of 16) of fp32 at `src` (shared) into `dst`
-/// (global, 16-byte aligned) with the bulk copy engine, in this thread's
-/// current bulk group.
-__device__ inline void bulkAddF32(float *dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
-               "[%0], [%1], %2;\n" ::"l"(dst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ inline void bulkCommit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-/// Waits until this thread's bulk groups are complete (their writes done).
-__device__ inline void bulkWait0() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-
-/// How a block adds its dQ contributions (RONDO_FLASH_FUSED_VARIANT, for
-/// timing): kAddNow from registers right after the product; kAddDeferred
-/// through shared memory during the next item's first products;
-/// kAddUnordered as kAddNow without waiting for the key tiles before
-/// (not deterministic; measures what the order costs); kAddBulk through
-/// shared memory (two buffers) by the bulk copy engine's reductions, issued
-/// during the next item's first products and released at its end.
-enum AddMode { kAddNow = 0, kAddDeferred = 1, kAddUnordered = 2, kAddBulk = 3 };
-
-template <int D, int Mode>
+template <int D>
 __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
   static_assert(D == 128, "a warpgroup's half of a dQ row is one 64-column "
                           "swizzle block");
@@ -154,9 +140,8 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
   // Per buffer: lse2[BC] then delta[BC].
   const float *vecs =
       reinterpret_cast<const float *>(smem + (sVec - smemAddr(smem)));
-  // kAddDeferred: the last item's scaled dQ, [BC][kDqLd] fp32 (rows padded
-  // by 8 floats: the fragment stores of a warp's 8 rows meet at most two to
-  // a bank).
+  // The last item's scaled dQ, [BC][kDqLd] fp32 (rows padded by 8 floats:
+  // the fragment stores of a warp's 8 rows meet at most two to a bank).
   constexpr int kDqLd = D + 8;
   float *sDq = reinterpret_cast<float *>(smem + (sVec - smemAddr(smem)) +
                                          2 * 2 * kVecBytes);
@@ -193,8 +178,9 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
       cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
     }
   };
-  // The counter of this warpgroup's half of item w's dQ rows, and the value
-  // it holds once every key tile before this one that sees them has added.
+  // The counter of this warpgroup's half of item w's dQ rows ([B * Hq, nQt,
+  // warpgroup]), and the value it holds once every key tile before this one
+  // that sees them has added.
   auto counterOf = [&](int w) {
     return p.dqSem + ((int64_t(b) * p.Hq + itemHead(w)) * nQt + itemQt(w)) * 2 +
            wg;
@@ -206,58 +192,13 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
         ++first;
     return kt - first;
   };
-  // Publishes this warpgroup's last dQ additions (issued by every thread)
-  // to the next key tile.
-  auto release = [&](int *counter) {
-    __threadfence();
-    wgBarrier(wg);
-    if ((threadIdx.x & 127) == 0)
-      addRelease(counter, 1);
-  };
-
-  // kAddDeferred: adds this warpgroup's half of item w's dQ (in sDq) after
-  // the key tiles before this one, and releases it: 16 threads a row, float4
-  // atomics.
-  // kAddBulk: warp 0 adds item w's dQ rows (both halves, sDq buffer w % 2)
-  // after the key tiles before this one, a lane per two rows...
-  auto bulkIssue = [&](int w) {
-    int *counter =
-        p.dqSem + ((int64_t(b) * p.Hq + itemHead(w)) * nQt + itemQt(w)) * 2;
-    if (lane == 0) {
-      const int want = predecessors(itemQt(w));
-      while (loadAcquire(counter) != want) {
-      }
-    }
-    __syncwarp();
-    const int64_t mat = int64_t(b) * p.Hq + itemHead(w);
-    const int i0 = itemQt(w) * BC;
-    const uint32_t src = smemAddr(sDq) + uint32_t((w & 1) * BC * kDqLd * 4);
-#pragma unroll
-    for (int r = lane; r < BC; r += 32)
-      if (i0 + r < p.T)
-        bulkAddF32(p.dq + (mat * p.T + i0 + r) * D,
-                   src + uint32_t(r * kDqLd * 4), D * 4);
-    bulkCommit();
-  };
-  // ... and once they are done (a whole item later), releases the counter.
-  auto bulkRelease = [&](int w) {
-    bulkWait0();
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-    __threadfence();
-    __syncwarp();
-    if (lane == 0)
-      addRelease(p.dqSem +
-                     ((int64_t(b) * p.Hq + itemHead(w)) * nQt + itemQt(w)) * 2,
-                 1);
-  };
-
+  // Adds this warpgroup's half of item w's dQ (in sDq) after the key tiles
+  // before this one (16 threads a row, float4 atomics), and publishes the
+  // additions to the next key tile: every thread's fence, then one release.
   auto flush = [&](int w) {
     int *counter = counterOf(w);
-    if ((threadIdx.x & 127) == 0) {
-      const int want = predecessors(itemQt(w));
-      while (loadAcquire(counter) != want) {
-      }
-    }
+    if ((threadIdx.x & 127) == 0)
+      waitFor(counter, predecessors(itemQt(w)));
     wgBarrier(wg);
     const int tid = threadIdx.x & 127;
     const int64_t mat = int64_t(b) * p.Hq + itemHead(w);
@@ -265,12 +206,15 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
 #pragma unroll
     for (int it = 0; it < BC * 64 / 4 / 128; ++it) {
       const int r = it * 8 + (tid >> 4), c = wg * 64 + (tid & 15) * 4;
+      const float4 v = *reinterpret_cast<const float4 *>(sDq + r * kDqLd + c);
       if (i0 + r < p.T)
         atomicAdd(
-            reinterpret_cast<float4 *>(p.dq + (mat * p.T + i0 + r) * D + c),
-            *reinterpret_cast<const float4 *>(sDq + r * kDqLd + c));
+            reinterpret_cast<float4 *>(p.dq + (mat * p.T + i0 + r) * D + c), v);
     }
-    release(counter);
+    __threadfence();
+    wgBarrier(wg);
+    if (tid == 0)
+      addRelease(counter, 1);
   };
 
   float dk[kDB][4], dv[kDB][4];
@@ -282,12 +226,12 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
     loadWork(0, 0);
     cpAsyncCommit();
   }
-  int *pending = nullptr; // the counter this warpgroup still has to release
   for (int w = 0; w < nWork; ++w) {
     const int buf = w & 1;
     // Item w has landed, and every thread is done with item w - 1 (its
-    // buffers, dS and, but for kAddBulk's two buffers, its dQ rows): the next
-    // item's copies go to its buffers, under this item's work.
+    // buffers, dS, and its dQ rows but for its own warpgroup's half, which
+    // it flushes below): the next item's copies go to its buffers, under
+    // this item's work.
     cpAsyncWait<0>();
     proxyFence();
     __syncthreads();
@@ -295,7 +239,7 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
       loadWork(w + 1, buf ^ 1);
     cpAsyncCommit();
 
-    const int qt = itemQt(w), hq = itemHead(w);
+    const int qt = itemQt(w);
     const int i0 = qt * BC;
     const uint32_t qTile = sQO + uint32_t(buf) * 2 * kBytes;
     const uint32_t oTile = qTile + kBytes;
@@ -314,12 +258,8 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
     gemmSS<BR, D / 16>(st, sK, wg * 64, qTile);
     gemmSS<BR, D / 16>(dpt, sV, wg * 64, oTile);
     wgCommit();
-    if (Mode == kAddBulk && w > 0 && warp == 0)
-      bulkIssue(w - 1); // under the products just issued
-    else if (Mode == kAddDeferred && w > 0)
+    if (w > 0)
       flush(w - 1); // under the products just issued
-    else if (pending)
-      release(pending); // under the products just issued
     wgWait0();
     regFence(st);
     regFence(dpt);
@@ -389,61 +329,21 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
     regFence(da);
     regFence(dq);
 
-    if constexpr (Mode == kAddDeferred || Mode == kAddBulk) {
-      // Kept for the next item (whose first products hide the wait and the
-      // additions); kAddDeferred's last flush read this half before its
-      // release, kAddBulk's reductions of two items ago were waited for at
-      // the end of the last.
-      float *buf = sDq + (Mode == kAddBulk ? (w & 1) * BC * kDqLd : 0);
+    // Kept for the next item, whose first products hide the wait and the
+    // additions (this warpgroup's flush of the last item read its half
+    // before its release).
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float *row =
-            buf + ((warp & 3) * 16 + g + 8 * r) * kDqLd + wg * 64 + 2 * t4;
+    for (int r = 0; r < 2; ++r) {
+      float *row =
+          sDq + ((warp & 3) * 16 + g + 8 * r) * kDqLd + wg * 64 + 2 * t4;
 #pragma unroll
-        for (int n = 0; n < kHB; ++n)
-          *reinterpret_cast<float2 *>(row + n * 8) =
-              make_float2(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
-      }
-      if (Mode == kAddBulk) {
-        proxyFence(); // read by the bulk copy engine
-        if (w > 0 && warp == 0)
-          bulkRelease(w - 1);
-      }
-    } else {
-      // Add it into dQ after the key tiles before this one.
-      int *counter = counterOf(w);
-      if (Mode == kAddNow && (threadIdx.x & 127) == 0) {
-        const int want = predecessors(qt);
-        while (loadAcquire(counter) != want) {
-        }
-      }
-      wgBarrier(wg);
-      const int64_t mat = int64_t(b) * p.Hq + hq;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = i0 + (warp & 3) * 16 + g + 8 * r;
-        if (i >= p.T)
-          continue;
-        float *row = p.dq + (mat * p.T + i) * D + wg * 64 + 2 * t4;
-#pragma unroll
-        for (int n = 0; n < kHB; ++n)
-          atomicAdd(
-              reinterpret_cast<float2 *>(row + n * 8),
-              make_float2(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale));
-      }
-      pending = counter;
+      for (int n = 0; n < kHB; ++n)
+        *reinterpret_cast<float2 *>(row + n * 8) =
+            make_float2(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
     }
   }
-  if (Mode == kAddBulk && nWork > 0) {
-    __syncthreads(); // the last item's dQ rows are in sDq
-    if (warp == 0) {
-      bulkIssue(nWork - 1);
-      bulkRelease(nWork - 1);
-    }
-  } else if (Mode == kAddDeferred && nWork > 0)
+  if (nWork > 0)
     flush(nWork - 1);
-  else if (pending)
-    release(pending);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -487,24 +387,13 @@ void flashBackwardSm90Fused(const FlashParams &params, const char *name) {
   RONDO_CHECK(
       cudaMemsetAsync(p.dqSem, 0, counters * sizeof(int), currentStream()),
       name);
+  // K, V; Q, dO (two buffers); dS; lse2, delta (two buffers); dQ rows.
   const size_t smem = 1024 + 2 * size_t(kRows) * D * 2 +
                       4 * size_t(BC) * D * 2 + size_t(BC) * kRows * 2 +
-                      2 * 2 * BC * sizeof(float);
-  const char *env = std::getenv("RONDO_FLASH_FUSED_VARIANT");
-  const int mode = env ? std::atoi(env) : kAddBulk;
-  if (mode == kAddBulk)
-    launchFlash(flashBwdSm90Kernel<D, kAddBulk>, p.Spad / kRows, p.B * p.Hkv,
-                kNT, smem + 2 * size_t(BC) * (D + 8) * sizeof(float), p, name);
-  else if (mode == kAddDeferred)
-    launchFlash(flashBwdSm90Kernel<D, kAddDeferred>, p.Spad / kRows,
-                p.B * p.Hkv, kNT, smem + size_t(BC) * (D + 8) * sizeof(float),
-                p, name);
-  else if (mode == kAddUnordered)
-    launchFlash(flashBwdSm90Kernel<D, kAddUnordered>, p.Spad / kRows,
-                p.B * p.Hkv, kNT, smem, p, name);
-  else
-    launchFlash(flashBwdSm90Kernel<D, kAddNow>, p.Spad / kRows, p.B * p.Hkv,
-                kNT, smem, p, name);
+                      2 * 2 * BC * sizeof(float) +
+                      size_t(BC) * (D + 8) * sizeof(float);
+  launchFlash(flashBwdSm90Kernel<D>, p.Spad / kRows, p.B * p.Hkv, kNT, smem, p,
+              name);
   sem.release();
   if (dqTemp)
     dqTemp->release();
