@@ -74,7 +74,8 @@ def main():
     for T, D in shapes:
         for pool in ("keep", "release"):
             for path, name in (("mma.sync", "rondo before (mma.sync)"),
-                               ("default", "rondo after (wgmma, sm_90a)")):
+                               ("default", "rondo after (wgmma, sm_90a)"),
+                               ("fused", "rondo fused backward (opt-in)")):
                 r = rondo.get((path, pool, T, D))
                 if r:
                     add(f"{name}, pool {pool}", T, D, r["fwd_ms"], r["bwd_ms"],

@@ -4,10 +4,14 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Included by FlashAttention.cu (the mma.sync kernels, conversions and
-// dispatch) and FlashAttentionSm90.cu (the wgmma kernels, built for sm_90a
-// only): the kernel parameters, the mask geometry and the small PTX wrappers
-// both use. See FlashAttention.cu's header comment for the design.
+// Included by every part of the bf16 attention: FlashAttention.cu (the
+// mma.sync forward, the backward's prologue and the dispatch),
+// FlashAttentionMmaBwd.cu (the mma.sync backward), FlashAttentionStaging.cu
+// (the bf16 copies) and, built for sm_90a only, FlashAttentionSm90.cu (the
+// wgmma forward and two-kernel backward) and FlashAttentionSm90Bwd.cu (the
+// fused wgmma backward): the kernel parameters, the mask geometry and the
+// small PTX wrappers they share. See FlashAttention.cu's header comment for
+// the design.
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,6 +46,8 @@ struct FlashParams {
   const float *lse2, *delta;
   const float *sinks; // [Hq] or null (forward only: lse carries them)
   float *out, *lse, *dq, *dk, *dv;
+  // The fused Hopper backward's dQ counters: [B * Hq, Tpad / 64, 2], zeroed.
+  int *dqSem;
   int B, Hq, Hkv, group, T, S, Tpad, Spad;
   bool causal;
   int window; // > 0: sliding window (causal only)
@@ -74,6 +80,13 @@ __device__ inline QueryTiles queryTilesSeeing(const FlashParams &p, int j0,
 
 __device__ inline uint32_t smemAddr(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void ldsm4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, "
+               "[%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 __device__ inline void cpAsync16(uint32_t dst, const void *src) {
@@ -217,6 +230,24 @@ inline bool flashSm90Backward(int64_t D) { return D == 64 || D == 128; }
 /// delta set; flashSm90Backward(D)).
 void flashBackwardSm90(const FlashParams &p, int D, bool wantDq, bool wantDkv,
                        const char *name);
+/// Whether the backward at head dimension D takes the fused Hopper kernel
+/// (FlashAttentionSm90Bwd.cu): D = 128 and its default, or
+/// RONDO_FLASH_FUSED_BWD=1 / 0 (tests and timings compare the two).
+bool flashSm90Fused(int64_t D);
+/// dQ, dK and dV in one kernel on p (q, k, v, dout, lse2, delta set; no
+/// transposed copies; D = 128). A null p.dq goes to a temporary: the kernel
+/// always computes all three, so each gradient's bits are the same whichever
+/// others are wanted.
+void flashBackwardSm90Fused(const FlashParams &p, const char *name);
+
+//===----------------------------------------------------------------------===//
+// The mma.sync backward (FlashAttentionMmaBwd.cu)
+//===----------------------------------------------------------------------===//
+
+/// The dQ and / or dK, dV kernels on p (q, k, v, dout, lse2, delta set) for
+/// D = 64, 128 or 256, on any sm_80+ GPU.
+void flashBackwardMmaSync(const FlashParams &p, int D, bool wantDq,
+                          bool wantDkv, const char *name);
 
 //===----------------------------------------------------------------------===//
 // Staging (FlashAttentionStaging.cu)

@@ -478,9 +478,17 @@ TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
     int64_t T, D;
   };
   const Case cases[] = {{4096, 128}, {2048, 128}, {4096, 64}, {8192, 128}};
-  for (const char *path : {"default", "mma.sync"}) {
-    if (std::string(path) == "mma.sync")
+  // "fused" / "two-kernel": the Hopper backward at D = 128 as one kernel or
+  // as a dQ and a dK/dV kernel; the same as "default" elsewhere.
+  for (const char *path : {"default", "fused", "two-kernel", "mma.sync"}) {
+    if (std::string(path) == "fused")
+      setenv("RONDO_FLASH_FUSED_BWD", "1", 1);
+    if (std::string(path) == "two-kernel")
+      setenv("RONDO_FLASH_FUSED_BWD", "0", 1);
+    if (std::string(path) == "mma.sync") {
+      unsetenv("RONDO_FLASH_FUSED_BWD");
       setenv("RONDO_FLASH_SM90", "0", 1);
+    }
     for (const Case &c : cases) {
       FlashTimes t = timeFlash(c.T, c.D);
       std::printf("[ flash ] path=%s pool=%s B=1 Hq=16 Hkv=8 T=%lld D=%lld causal "

@@ -557,8 +557,10 @@ bool rowSeesNoKey(const AttnCase &c, int64_t row) {
 // head dims 64, 128 and 256, MHA and GQA, causal and not, tails of the 64-row
 // tiles, S > T and S < T (rows with no key: out = 0 and lse = -inf, dQ = 0,
 // exactly). Each run is also done twice and compared bit for bit.
+void checkAttentionBf16Cases(const char *path,
+                             const std::vector<AttnCase> &all);
+
 void checkAttentionBf16(const char *path) {
-  PrecisionGuard guard(cu::Precision::Bf16);
   const AttnCase cases[] = {
       {1, 2, 2, 1, 1, 64, true},       {1, 2, 2, 77, 77, 64, true},
       {2, 2, 2, 200, 200, 128, true},  {1, 8, 2, 257, 257, 64, true},
@@ -601,6 +603,13 @@ void checkAttentionBf16(const char *path) {
   };
   std::vector<AttnCase> all(std::begin(cases), std::end(cases));
   all.insert(all.end(), std::begin(cases256), std::end(cases256));
+  checkAttentionBf16Cases(path, all);
+}
+
+/// Each case against the CPU kernels (and run twice, bit for bit: runTwice).
+void checkAttentionBf16Cases(const char *path,
+                             const std::vector<AttnCase> &all) {
+  PrecisionGuard guard(cu::Precision::Bf16);
   for (const AttnCase &c : all) {
     std::string what = std::string("attention bf16 ") + path + " " + attnName(c);
     AttnRun r = runAttention(c, what);
@@ -714,6 +723,38 @@ TEST_F(CudaKernels, AttentionBf16DeterministicMmaSync) {
   MmaSyncOnly only;
   for (const AttnCase &c : kDeterminismCases)
     checkAttentionBf16Deterministic(c);
+}
+
+// The Hopper backward at D = 128 on each of its versions, whichever is the
+// default (elsewhere both are the default path again).
+TEST_F(CudaKernels, AttentionBf16TwoKernelBackward) {
+  FusedBackward two(false);
+  checkAttentionBf16("two-kernel");
+}
+
+TEST_F(CudaKernels, AttentionBf16FusedBackward) {
+  FusedBackward fused(true);
+  checkAttentionBf16("fused");
+  for (const AttnCase &c : kDeterminismCases)
+    checkAttentionBf16Deterministic(c);
+}
+
+// The fused Hopper backward (D = 128) over many key tiles: its dQ is the sum
+// of every key tile's contribution, added in key-tile order behind a counter
+// per query tile, so each run must match the CPU and repeat bit for bit
+// (runTwice) with many blocks adding to each dQ row at once. Causal with
+// two batch rows and GQA, S > T, a window over several key tiles, and not
+// causal with S != T; then the same run with dQ alone and dK/dV alone.
+TEST_F(CudaKernels, AttentionBf16FusedBackwardManyKeyTiles) {
+  FusedBackward fused(true);
+  const std::vector<AttnCase> cases = {
+      {2, 4, 2, 1100, 1100, 128, true},
+      {1, 4, 1, 700, 1300, 128, true},
+      {1, 4, 2, 1200, 1200, 128, true, 300},
+      {1, 2, 1, 600, 1000, 128, false},
+  };
+  checkAttentionBf16Cases("fused", cases);
+  checkAttentionBf16Deterministic(cases[0]);
 }
 
 } // namespace cuda_test

@@ -314,6 +314,16 @@ struct MmaSyncOnly {
   ~MmaSyncOnly() { unsetenv("RONDO_FLASH_SM90"); }
 };
 
+/// Makes the Hopper bf16 attention backward at D = 128 take its fused
+/// kernel (on) or its two-kernel version (a dQ kernel and a dK/dV kernel)
+/// for its lifetime; nothing changes elsewhere.
+struct FusedBackward {
+  explicit FusedBackward(bool on) {
+    setenv("RONDO_FLASH_FUSED_BWD", on ? "1" : "0", 1);
+  }
+  ~FusedBackward() { unsetenv("RONDO_FLASH_FUSED_BWD"); }
+};
+
 /// Milliseconds per call of fn (median of `reps` timed calls after a warm-up),
 /// timed with events on the current stream.
 inline double timeMs(const std::function<void()> &fn, int reps = 10) {
