@@ -17,6 +17,22 @@
 
 #include <cstdint>
 
+// The "+f" operand list of a wgmma accumulator of N / 8 rows of four fp32
+// (m64nNk16: one thread's N / 2 values), d[0][0] first, as the inline-asm
+// wrappers of the attention and grouped-GEMM kernels bind it to %0 ...
+#define RONDO_WGMMA_ROW(d, i)                                                  \
+  "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define RONDO_WGMMA_ROWS4(d, i)                                                \
+  RONDO_WGMMA_ROW(d, i), RONDO_WGMMA_ROW(d, i + 1), RONDO_WGMMA_ROW(d, i + 2), \
+      RONDO_WGMMA_ROW(d, i + 3)
+#define RONDO_WGMMA_ACC8(d) RONDO_WGMMA_ROWS4(d, 0), RONDO_WGMMA_ROWS4(d, 4)
+#define RONDO_WGMMA_ACC16(d)                                                   \
+  RONDO_WGMMA_ROWS4(d, 0), RONDO_WGMMA_ROWS4(d, 4), RONDO_WGMMA_ROWS4(d, 8),   \
+      RONDO_WGMMA_ROWS4(d, 12)
+#define RONDO_WGMMA_ACC32(d)                                                   \
+  RONDO_WGMMA_ACC16(d), RONDO_WGMMA_ROWS4(d, 16), RONDO_WGMMA_ROWS4(d, 20),    \
+      RONDO_WGMMA_ROWS4(d, 24), RONDO_WGMMA_ROWS4(d, 28)
+
 namespace rondo::cuda::detail {
 
 __device__ inline void wgFence() {
