@@ -188,6 +188,32 @@ __device__ inline bool beforeWindow(const FlashParams &p, int i, int j) {
   return p.window > 0 && j <= i + (p.S - p.T) - p.window;
 }
 
+/// The dQ kernels' step from a warp's S and dP accumulators (m16n8 layout,
+/// kNB column blocks of 8 keys from j0; this thread's rows row0 and row0 +
+/// 8, column pair 2 t4) to dS = P (dP - delta) in place of S, P recomputed
+/// from the saved log-sum-exp (lse2, log2 units) and hidden scores zeroed
+/// where `masked`.
+template <int kNB>
+__device__ inline void
+scoresToDs(float (&s)[kNB][4], const float (&dp)[kNB][4], const FlashParams &p,
+           bool masked, int j0, int row0, int diag, int t4,
+           const float (&lse2)[2], const float (&dl)[2]) {
+#pragma unroll
+  for (int n = 0; n < kNB; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1;
+      float pv = exp2f(fmaf(s[n][e], p.scaleLog2, -lse2[r]));
+      if (masked) {
+        int j = j0 + n * 8 + 2 * t4 + (e & 1);
+        int i = row0 + 8 * r;
+        if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
+          pv = 0.0f;
+      }
+      s[n][e] = pv * (dp[n][e] - dl[r]);
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // Launch
 //===----------------------------------------------------------------------===//

@@ -92,22 +92,9 @@ __device__ inline void dqBlock(const FlashParams &p, BlockPos pos) {
     const bool masked = j0 + BC > p.S ||
                         (p.causal && j0 + BC - 1 > w0 + diag) ||
                         windowCuts(p, w0, 16, j0);
-#pragma unroll
-    for (int n = 0; n < kNB; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        float pv = exp2f(fmaf(s[n][e], p.scaleLog2, -lse2[r]));
-        if (masked) {
-          int j = j0 + n * 8 + 2 * t4 + (e & 1);
-          int i = row0 + 8 * r;
-          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
-            pv = 0.0f;
-        }
-        s[n][e] = pv * (dp[n][e] - dl[r]);
-      }
+    scoresToDs(s, dp, p, masked, j0, row0, diag, t4, lse2, dl);
 
-      // dQ += dS K (dS rounded to bf16).
+    // dQ += dS K (dS rounded to bf16).
 #pragma unroll
     for (int kk = 0; kk < kNB / 2; ++kk) {
       uint32_t a[4];

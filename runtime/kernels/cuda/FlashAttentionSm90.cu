@@ -383,20 +383,7 @@ __global__ void __launch_bounds__(kNT, 1) flashDqSm90Kernel(FlashParams p) {
     const bool masked = j0 + BC > p.S ||
                         (p.causal && j0 + BC - 1 > w0 + diag) ||
                         windowCuts(p, w0, 16, j0);
-#pragma unroll
-    for (int n = 0; n < kNB; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        float pv = exp2f(fmaf(s[n][e], p.scaleLog2, -lse2[r]));
-        if (masked) {
-          int j = j0 + n * 8 + 2 * t4 + (e & 1);
-          int i = row0 + 8 * r;
-          if (j >= p.S || (p.causal && j > i + diag) || beforeWindow(p, i, j))
-            pv = 0.0f;
-        }
-        s[n][e] = pv * (dp[n][e] - dl[r]);
-      }
+    scoresToDs(s, dp, p, masked, j0, row0, diag, t4, lse2, dl);
 
     // dQ_{j-1} has landed; dS_j (rounded to bf16) becomes the pending A
     // (dS_j pinned before the wait, as in the forward).
