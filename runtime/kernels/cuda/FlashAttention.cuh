@@ -93,20 +93,6 @@ __device__ inline void cpAsync16(uint32_t dst, const void *src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
                "l"(src));
 }
-__device__ inline void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ inline void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/// Two floats rounded to bf16 (nearest even), `lo` in the low half.
-__device__ inline uint32_t packBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  uint32_t r;
-  memcpy(&r, &v, sizeof(r));
-  return r;
-}
 
 /// The A operand (16 rows x 16 of the k dimension) for k-step kk from
 /// accumulator fragments c[n] of 8 columns each: columns 16 kk .. 16 kk + 15.

@@ -603,19 +603,7 @@ void backwardSm90(const FlashParams &p, bool wantDq, bool wantDkv,
 
 } // namespace
 
-bool flashSm90Usable() {
-  const char *env = std::getenv("RONDO_FLASH_SM90");
-  if (env && env[0] == '0')
-    return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) !=
-          cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-}
+bool flashSm90Usable() { return sm90KernelsUsable("RONDO_FLASH_SM90"); }
 
 void flashForwardSm90(const FlashParams &p, int D, const char *name) {
   if (D == 64)

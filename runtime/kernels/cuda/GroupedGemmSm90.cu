@@ -362,19 +362,7 @@ bool registerStaging() {
 
 } // namespace
 
-bool groupedSm90Usable() {
-  const char *env = std::getenv("RONDO_GROUPED_SM90");
-  if (env && env[0] == '0')
-    return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) !=
-          cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-}
+bool groupedSm90Usable() { return sm90KernelsUsable("RONDO_GROUPED_SM90"); }
 
 void productSm90(const ProductParams &p, int64_t rowTiles, const char *name) {
   const int64_t blocks = rowTiles * p.colTiles;

@@ -24,6 +24,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace rondo::cuda::detail {
 
@@ -487,6 +489,40 @@ void tiledColumnSums(int64_t rows, int64_t width, float *out, Term term,
   checkLaunch(kernel);
   finishColumnTiles(partial.as<double>(), tiles, width, out, kernel);
   partial.release();
+}
+
+/// The cp.async group of this thread's copies so far; waiting until at most
+/// N groups are in flight.
+__device__ inline void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ inline void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// Two floats rounded to bf16 (nearest even), `lo` in the low half.
+__device__ inline uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t r;
+  memcpy(&r, &v, sizeof(r));
+  return r;
+}
+
+/// Whether the sm_90a kernels of a family may run: the current device is
+/// compute capability 9.0 and `envVar` (RONDO_FLASH_SM90, RONDO_GROUPED_SM90)
+/// is not "0".
+inline bool sm90KernelsUsable(const char *envVar) {
+  const char *env = std::getenv(envVar);
+  if (env && env[0] == '0')
+    return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) !=
+          cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
 }
 
 } // namespace rondo::cuda::detail
