@@ -139,13 +139,7 @@ __global__ void __launch_bounds__(BR * 2, MinBlocks)
   for (int jt = jtBegin; jt < nTiles; ++jt) {
     const int j0 = jt * BC;
     const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
-    if (jt + 1 < nTiles) {
-      loadTileAsync<D, BC, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D);
-      loadTileAsync<D, BC, kNT>(sV + (kBytes - buf), vg + int64_t(j0 + BC) * D);
-    }
-    cpAsyncCommit();
-    cpAsyncWait<1>(); // this tile's group (and Q) have landed
-    __syncthreads();
+    nextKvTile<D, BC, kNT>(sK, sV, buf, kg, vg, j0, jt, nTiles);
     if (tileHidden(p, w0, 16, j0, BC)) {
       __syncthreads(); // the buffer is refilled two iterations on
       continue;

@@ -64,6 +64,24 @@ __device__ inline void loadTileAsync(uint32_t dst, const bf16 *src) {
   }
 }
 
+/// One step of the K/V double buffer of the forward and dQ kernels (key
+/// tile jt of nTiles, its buffer at offset `buf` of the two kBytes halves):
+/// enqueues the next tile's K and V into the other half, then waits for this
+/// tile's (the group before) and syncs the block.
+template <int D, int BC, int NT>
+__device__ inline void nextKvTile(uint32_t sK, uint32_t sV, uint32_t buf,
+                                  const bf16 *kg, const bf16 *vg, int j0,
+                                  int jt, int nTiles) {
+  constexpr uint32_t kBytes = tileBytes<D, BC>();
+  if (jt + 1 < nTiles) {
+    loadTileAsync<D, BC, NT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D);
+    loadTileAsync<D, BC, NT>(sV + (kBytes - buf), vg + int64_t(j0 + BC) * D);
+  }
+  cpAsyncCommit();
+  cpAsyncWait<1>();
+  __syncthreads();
+}
+
 /// Per-lane byte offsets of the ldmatrix row addresses inside a tile.
 struct LdsmOffsets {
   uint32_t a;  // A operand (x4): rows (lane & 15), k half (lane >> 4)

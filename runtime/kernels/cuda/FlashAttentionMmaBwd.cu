@@ -70,13 +70,7 @@ __device__ inline void dqBlock(const FlashParams &p, BlockPos pos) {
   for (int jt = jtBegin; jt < nTiles; ++jt) {
     const int j0 = jt * BC;
     const uint32_t buf = ((jt - jtBegin) & 1) ? kBytes : 0u;
-    if (jt + 1 < nTiles) {
-      loadTileAsync<D, BC, kNT>(sK + (kBytes - buf), kg + int64_t(j0 + BC) * D);
-      loadTileAsync<D, BC, kNT>(sV + (kBytes - buf), vg + int64_t(j0 + BC) * D);
-    }
-    cpAsyncCommit();
-    cpAsyncWait<1>();
-    __syncthreads();
+    nextKvTile<D, BC, kNT>(sK, sV, buf, kg, vg, j0, jt, nTiles);
     if (tileHidden(p, w0, 16, j0, BC)) {
       __syncthreads();
       continue;
