@@ -47,6 +47,7 @@
 #ifndef RONDO_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H
 #define RONDO_RUNTIME_KERNELS_CUDA_CUDAKERNELS_H
 
+#include "AdamWTypes.h"
 #include "Kernels.h"
 
 #include <cstdint>
@@ -138,36 +139,21 @@ void gatherRows(CFView table, IView ids, FView out, int *badId = nullptr);
 //
 // The host optimizer's functions (runtime/src/AdamW.cpp, rondo::rt) for
 // optimizer state and gradients that live on the GPU; the CUDA DeviceOps
-// calls them. The types mirror rt::AdamWConfig / rt::AdamWTensor so that this
-// library does not depend on the runtime's headers. Pointers are device
-// pointers of the current device; the arrays of descriptors are host arrays.
+// calls them. They take the host optimizer's descriptions (AdamWTypes.h,
+// beside the CPU kernels' header, so that this library does not depend on the
+// runtime's headers). Pointers are device pointers of the current device; the
+// arrays of descriptors are host arrays.
 //
 // Unlike the kernels above, gradNormPartials and allFinite return results to
 // the host: they synchronise the current stream before returning.
 
-/// torch.optim.AdamW's hyper-parameters (rt::AdamWConfig).
-struct AdamWHyper {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-};
-
-/// One tensor of adamwUpdate (rt::AdamWTensor); its group's learning rate is
-/// lr * lrScale.
-struct AdamWParam {
-  float *param = nullptr;
-  const float *grad = nullptr;
-  float *expAvg = nullptr;
-  float *expAvgSq = nullptr;
-  int64_t numel = 0;
-  double lrScale = 1.0;
-  double weightDecay = 0.0;
-};
+using rondo::AdamWConfig;
+using rondo::AdamWTensor;
 
 /// rt::adamwUpdate bit for bit: one AdamW step (number `step` >= 1) of every
 /// tensor, fused into one kernel launch for up to 512 tensors.
-void adamwUpdate(const AdamWParam *tensors, size_t count,
-                 const AdamWHyper &hyper, double lr, int64_t step);
+void adamwUpdate(const AdamWTensor *tensors, size_t count,
+                 const AdamWConfig &hyper, double lr, int64_t step);
 
 /// n floats at data, in device memory.
 struct FloatSpan {

@@ -311,8 +311,8 @@ __global__ void sumPartsKernel(float *sum, const __grid_constant__ PartList l,
 
 } // namespace
 
-void adamwUpdate(const AdamWParam *tensors, size_t count,
-                 const AdamWHyper &hyper, double lr, int64_t step) {
+void adamwUpdate(const AdamWTensor *tensors, size_t count,
+                 const AdamWConfig &hyper, double lr, int64_t step) {
   ProfileScope profileScope("adamwUpdate");
   // AdamW.cpp's scalars, in its order (Python evaluates them in double; the
   // kernels take fp32 scalars).
@@ -333,7 +333,7 @@ void adamwUpdate(const AdamWParam *tensors, size_t count,
   batch.count = 0;
   batch.firstChunk[0] = 0;
   for (size_t i = 0; i < count; ++i) {
-    const AdamWParam &x = tensors[i];
+    const AdamWTensor &x = tensors[i];
     if (x.numel <= 0)
       continue;
     const int64_t chunks = (x.numel + kAdamWChunk - 1) / kAdamWChunk;

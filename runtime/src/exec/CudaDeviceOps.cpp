@@ -196,15 +196,8 @@ public:
 
   void adamw(int32_t worker, const AdamWTensor *tensors, size_t count,
              const AdamWConfig &config, double lr, int64_t step) override {
-    std::vector<cuda::AdamWParam> params(count);
-    for (size_t i = 0; i < count; ++i) {
-      const AdamWTensor &x = tensors[i];
-      params[i] = {x.param, x.grad,    x.expAvg,     x.expAvgSq,
-                   x.numel, x.lrScale, x.weightDecay};
-    }
-    cuda::AdamWHyper hyper{config.beta1, config.beta2, config.eps};
     onOptimizerStream(worker, "the device AdamW", [&](cudaStream_t) {
-      cuda::adamwUpdate(params.data(), count, hyper, lr, step);
+      cuda::adamwUpdate(tensors, count, config, lr, step);
     });
   }
 

@@ -124,7 +124,7 @@ void checkAdamW(const std::vector<AdamWCase> &cases,
   std::vector<std::vector<float>> p(count), g(count), m(count), v(count);
   std::vector<std::unique_ptr<OptBuf>> dp, dg, dm, dv;
   std::vector<rt::AdamWTensor> host(count);
-  std::vector<cu::AdamWParam> dev(count);
+  std::vector<cu::AdamWTensor> dev(count);
   for (size_t t = 0; t < count; ++t) {
     const AdamWCase &c = cases[t];
     size_t n = size_t(c.numel);
@@ -142,7 +142,7 @@ void checkAdamW(const std::vector<AdamWCase> &cases,
     dev[t] = {dp[t]->p, dg[t]->p,  dm[t]->p,     dv[t]->p,
               c.numel,  c.lrScale, c.weightDecay};
   }
-  const cu::AdamWHyper hyper{config.beta1, config.beta2, config.eps};
+  const cu::AdamWConfig hyper{config.beta1, config.beta2, config.eps};
   const double lrs[] = {1e-3, 3e-4, 2e-3};
   for (int step = 1; step <= steps; ++step) {
     if (step > 1)
@@ -361,7 +361,7 @@ TEST_F(CudaKernels, DISABLED_OptimizerTiming) {
     ck(cudaMemset(b, 0, bytes), "memset");
   }
   ck(cudaDeviceSynchronize(), "sync memset");
-  std::vector<cu::AdamWParam> params(tensors);
+  std::vector<cu::AdamWTensor> params(tensors);
   for (int t = 0; t < tensors; ++t)
     params[t] = {buf[0] + t * stride,
                  buf[1] + t * stride,
@@ -374,7 +374,7 @@ TEST_F(CudaKernels, DISABLED_OptimizerTiming) {
   int64_t step = 0;
   double ms = timeMs(
       [&] {
-        cu::adamwUpdate(params.data(), params.size(), cu::AdamWHyper{}, 1e-4,
+        cu::adamwUpdate(params.data(), params.size(), cu::AdamWConfig{}, 1e-4,
                         ++step);
       },
       5);

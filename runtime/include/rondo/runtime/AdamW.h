@@ -31,6 +31,7 @@
 #ifndef RONDO_RUNTIME_ADAMW_H
 #define RONDO_RUNTIME_ADAMW_H
 
+#include "AdamWTypes.h"
 #include "rondo/runtime/Buffer.h"
 
 #include <cstddef>
@@ -39,24 +40,8 @@
 
 namespace rondo::rt {
 
-/// Hyper-parameters shared by all tensors (torch.optim.AdamW's defaults).
-struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-};
-
-/// One tensor of the update with its parameter-group settings.
-struct AdamWTensor {
-  float *param = nullptr;
-  const float *grad = nullptr;
-  float *expAvg = nullptr;
-  float *expAvgSq = nullptr;
-  int64_t numel = 0;
-  /// The group's learning rate is `lr * lrScale`.
-  double lrScale = 1.0;
-  double weightDecay = 0.0;
-};
+using rondo::AdamWConfig;
+using rondo::AdamWTensor;
 
 /// Applies one AdamW update with optimizer step number `step` (>= 1: the
 /// value of PyTorch's state["step"] after its increment) and learning rate
