@@ -71,9 +71,9 @@ struct TrainerOptions {
   /// threads. 0: the default.
   int workers = 0;
   bool quiet = false;
-  /// "sync", "overlap" or "stale" (the sync program, its update applied one
-  /// step late); empty: overlap unless clipping, gradient dumps or
-  /// --on-nan=skip need every gradient before the first update.
+  /// "sync", "overlap" or "stale" (the stale program: each step's update
+  /// applied one step late); empty: overlap unless clipping, gradient dumps
+  /// or --on-nan=skip need every gradient before the first update.
   std::string optimizerMode;
   std::string trace;
   std::string gpus;      ///< GPU trainers: the GPUs workers run on.

@@ -31,20 +31,31 @@ namespace rondo::rt {
 
 namespace {
 
-/// The plans a pipelined trainer was compiled for, for errors and --help.
+bool isStale(const rondo_program &p) {
+  return p.optimizer && std::string(p.optimizer) == "stale";
+}
+
+/// The plans a pipelined trainer was compiled for, for errors and --help:
+/// the sync and overlap programs, then (a sentence of their own) the
+/// stale ones.
 std::string describePlans(const rondo_program *programs, int numPrograms) {
-  std::string s;
+  std::string s, stale;
   for (int i = 0; i < numPrograms; ++i) {
-    if (i)
-      s += ", ";
-    s += std::string(programs[i].name ? programs[i].name : "?") + " (" +
-         (programs[i].replicas > 1
-              ? std::to_string(programs[i].replicas) + " replicas x "
-              : std::string()) +
-         std::to_string(programs[i].workers) +
-         (programs[i].workers == 1 ? " worker, " : " workers, ") +
-         (programs[i].optimizer ? programs[i].optimizer : "?") + ")";
+    const rondo_program &p = programs[i];
+    std::string &list = isStale(p) ? stale : s;
+    if (!list.empty())
+      list += ", ";
+    list +=
+        std::string(p.name ? p.name : "?") + " (" +
+        (p.replicas > 1 ? std::to_string(p.replicas) + " replicas x "
+                        : std::string()) +
+        std::to_string(p.workers) + (p.workers == 1 ? " worker" : " workers") +
+        (isStale(p) ? std::string()
+                    : std::string(", ") + (p.optimizer ? p.optimizer : "?")) +
+        ")";
   }
+  if (!stale.empty())
+    s += ". With one-step-stale updates (--optimizer-mode=stale): " + stale;
   return s;
 }
 
@@ -139,19 +150,16 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
   const int workers = opts.workers > 0 ? opts.workers : programs[0].workers;
   // A program made for this many replicas, else (a trainer compiled for
   // one) any: its step is then the replicas' batches together.
+  const std::string &mode = opts.optimizerMode;
   for (int i = 0; i < numPrograms; ++i)
     if (programs[i].workers == workers && programs[i].optimizer &&
         std::max(programs[i].replicas, 1) == opts.replicas &&
-        (opts.optimizerMode == "stale"
-             ? std::string("sync")
-             : opts.optimizerMode) == programs[i].optimizer) {
+        mode == programs[i].optimizer) {
       chosen = &programs[i];
       return "";
     }
-  // The stale step runs the sync program (one update per step), late.
-  const std::string mode =
-      opts.optimizerMode == "stale" ? "sync" : opts.optimizerMode;
   std::vector<int> counts;
+  const rondo_program *sync = nullptr;
   for (int i = 0; i < numPrograms; ++i) {
     if (std::find(counts.begin(), counts.end(), programs[i].workers) ==
         counts.end())
@@ -161,7 +169,18 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
       chosen = &programs[i];
       return "";
     }
+    if (programs[i].workers == workers && programs[i].optimizer &&
+        std::string(programs[i].optimizer) == "sync" && !sync)
+      sync = &programs[i];
   }
+  // The compiler builds no stale program for a plan that keeps its state
+  // on the worker.
+  if (mode == "stale" && sync && sync->numResidentParams > 0)
+    return std::string("--optimizer-mode=stale: the program '") + sync->name +
+           "' keeps its parameters on the worker, which updates them "
+           "between steps with nothing to hide; run it in overlap or sync "
+           "mode, or compile with --optimizer-mode=stale (whose plans "
+           "stream) for stale updates";
   std::string list;
   for (size_t i = 0; i < counts.size(); ++i)
     list += (i ? ", " : "") + std::to_string(counts[i]);

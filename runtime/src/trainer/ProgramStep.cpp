@@ -53,25 +53,19 @@ std::string agreeOnShards(const ProgramGrads &grads,
 
 void Trainer::setUpProgram(int64_t firstStep) {
   info = analyseProgram(*program, model);
-  staleMode = opts.optimizerMode == "stale";
-  syncMode = std::string(program->optimizer) == "sync" && !staleMode;
+  staleMode = std::string(program->optimizer) == "stale";
+  syncMode = std::string(program->optimizer) == "sync";
+  // The first step's stale update has nothing to apply: a checkpoint
+  // holds the weights after every update before it.
+  staleApplied = firstStep - 1;
   exec = std::make_unique<HostExec>(
       *program, model, info, store.data(), *this, !opts.trace.empty(),
       firstStep,
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       store.pageable());
-  exec->setStaleOptimizer(staleMode);
   resident = std::make_unique<ResidentState>(*program, model, info, *exec,
                                              store.data());
   if (resident->active()) {
-    if (staleMode)
-      throw Error(std::string("--optimizer-mode=stale: the program '") +
-                  program->name +
-                  "' keeps its parameters on the worker, which updates "
-                  "them between steps with nothing to hide; run it in "
-                  "overlap or sync mode, or compile with "
-                  "--optimizer-mode=stale (whose plans stream) for stale "
-                  "updates");
     // The sums read the worker's memory: host memory on the host backend,
     // the GPU's own for the NCCL engine; MPI cannot read a GPU's.
     if (replicas.active() && std::string(exec->backendName()) != "host" &&
@@ -84,9 +78,12 @@ void Trainer::setUpProgram(int64_t firstStep) {
                   "--residency=streamed");
     resident->bind(optimizer);
   }
-  // The update reads the stale copy of the gradients when there is one.
+  // A stale program's update reads the previous step's gradients, which
+  // its stash task copied aside.
   grads = std::make_unique<ProgramGrads>(
-      *program, model, info, replicas, exec->optimizerGradients(),
+      *program, model, info, replicas,
+      exec->hostBuffer(staleMode ? program->gradStashBuffer
+                                 : program->hostGradsBuffer),
       exec->hostBuffer(program->hostGradsBuffer), *resident);
   grads->bind(optimizer);
   if (resident->active())
@@ -115,6 +112,28 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
     optimizeStage(tag, stage);
   else
     optimizeAll(tag);
+}
+
+int64_t Trainer::optimizeStashed(const StepTag &tag) {
+  // The stash holds the gradients of the step issued before this one;
+  // a drain may have applied them already (and did before an evaluation).
+  const int64_t step = tag.step - 1;
+  if (tag.eval || step <= staleApplied)
+    return -1;
+  StepTag of = tag;
+  of.step = step;
+  optimizeAll(of);
+  staleApplied = step;
+  return step;
+}
+
+void Trainer::applyPendingStaleUpdate() {
+  if (!staleMode || lastTrainIssued <= staleApplied)
+    return;
+  StepTag tag;
+  tag.step = lastTrainIssued;
+  optimizeAll(tag);
+  staleApplied = lastTrainIssued;
 }
 
 void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
@@ -186,9 +205,9 @@ double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   exec->beginStep(step, eval, lossScale);
   program->issue(exec.get());
   if (log.hasPending()) {
-    // The previous step's update was released by this issue; log that
-    // step once it has run, while the GPUs compute this one.
-    exec->waitForPreviousUpdate();
+    // This step's stale update applies the previous step's gradients; log
+    // that step once it has run, while the GPUs compute this one.
+    exec->waitForUpdate();
     exec->checkError();
     log.logPending(syncNorm);
   }
@@ -277,6 +296,7 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
     count = int64_t(global);
   }
   dumpNow = step == 0 && !opts.dumpGradients.empty();
+  lastTrainIssued = step;
   const double lossSum = issuePipelined(
       step, false,
       feed.lossScaleFor(count, program->microbatches * replicas.count()));

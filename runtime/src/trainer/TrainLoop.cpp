@@ -435,7 +435,7 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
     if (exec && !opts.trace.empty()) {
       std::vector<TraceRecord> records = exec->takeTrace();
       try {
-        writeChromeTrace(opts.trace, *program, records, staleMode);
+        writeChromeTrace(opts.trace, *program, records);
       } catch (const Error &e) {
         throw Error(std::string("--trace: ") + e.what());
       }
@@ -488,6 +488,7 @@ void Trainer::drain() {
   if (exec) {
     exec->drainHost();
     exec->checkError();
+    applyPendingStaleUpdate();
   }
   nan.throwIfStop();
 }

@@ -39,12 +39,14 @@
 // stages) compute. Every parameter is updated once per step with this
 // step's complete gradient, so there is no staleness and, AdamW being
 // elementwise, overlap gives the same bits as sync. RoundPipe's one-step-
-// stale update (stale: the sync program, each step's task held back until
-// the next step's uploads have read the weights, see HostExec.h) hides
-// all of the optimizer on one worker but changes the numerics: the
-// gradient of step s is computed on the weights before update s-1, and
-// every drain (checkpoints, evaluation, the end) applies the pending
-// update, so the step after it runs on fresh weights.
+// stale update (the stale program: each step's STASH_GRADS task sets its
+// gradients aside, the next step's STALE_OPTIMIZER task applies them once
+// that step's uploads have read the weights) hides all of the optimizer
+// on one worker but changes the numerics: the gradient of step s is
+// computed on the weights before update s-1, and every drain
+// (checkpoints, evaluation, the end) applies the pending update on the
+// trainer thread once the executor is idle, so the step after it runs on
+// fresh weights (and its STALE_OPTIMIZER task has nothing to apply).
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,6 +68,7 @@
 #include "trainer/ResidentState.h"
 #include "trainer/StepLog.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -91,6 +94,7 @@ public:
   // ExecClient, on the executor's host threads.
   void loadBatch(const StepTag &tag) override;
   void optimize(const StepTag &tag, int32_t stage) override;
+  int64_t optimizeStashed(const StepTag &tag) override;
 
 private:
   // TrainLoop.cpp: the phases of a run.
@@ -140,8 +144,12 @@ private:
   /// Stops with an error when the replicas' weights differ.
   void checkReplicasAgree(int64_t stepsDone);
   void dumpGradients(double loss, const std::vector<const float *> &grads);
-  /// Waits for every issued op and stops on a recorded error.
+  /// Waits for every issued op (and applies a pending stale update) and
+  /// stops on a recorded error.
   void drain();
+  /// Stale program, executor idle: applies the update of the last issued
+  /// training step if no STALE_OPTIMIZER task applied it yet.
+  void applyPendingStaleUpdate();
   /// drain(), then brings device-resident weights and moments back into
   /// the host copies that checkpoints and exports read.
   void drainToHost();
@@ -200,8 +208,14 @@ private:
   std::unique_ptr<ProgramGrads> grads;
   std::unique_ptr<HostExec> exec;
   bool syncMode = true;
-  /// --optimizer-mode=stale: steps are logged late (StepLog::hold).
+  /// A stale program (--optimizer-mode=stale): steps are logged late
+  /// (StepLog::hold).
   bool staleMode = false;
+  /// Stale program: the last training step issued, and the last step
+  /// whose update has been applied (by a STALE_OPTIMIZER task on the
+  /// optimizer thread, or by a drain when the executor is idle).
+  int64_t lastTrainIssued = -1;
+  std::atomic<int64_t> staleApplied{-1};
   /// --on-nan=skip: the sync OPTIMIZER task leaves the update to the
   /// trainer thread, which first checks the losses too.
   bool deferUpdate = false;
