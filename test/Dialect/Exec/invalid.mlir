@@ -193,6 +193,7 @@ exec.program @stale_update_after_stash plan @plan_w1 workers 1 microbatches 1 fi
   %1 = exec.fill_zero <@grads job 0 slot 0 offset 0 bytes 64> job 0
   %2 = exec.launch @T job 0 mb 0 inputs [#exec.ref<@params0 job 0 slot 0 offset 0 bytes 64>] outputs [] accumulate [#exec.ref<@grads job 0 slot 0 offset 0 bytes 64>] await(%0)
   %3 = exec.copy grad_download <@grads job 0 slot 0 offset 0 bytes 64> to <@host_grads job -1 slot 0 offset 0 bytes 64> on download job 0 mb -1 await(%2, %stash)
+  // expected-note @+1 {{the stash_grads task}}
   %4 = exec.host_task stash_grads await(%3)
   // expected-error @+1 {{is issued after the stash_grads task of its step, so it would apply this step's gradients}}
   %5 = exec.host_task stale_optimizer await(%0, %4)
@@ -217,6 +218,7 @@ exec.program @stale_upload_races_update plan @plan_w1 workers 1 microbatches 1 f
   %1 = exec.fill_zero <@grads job 0 slot 0 offset 0 bytes 64> job 0
   %2 = exec.launch @T job 0 mb 0 inputs [#exec.ref<@params0 job 0 slot 0 offset 0 bytes 64>] outputs [] accumulate [#exec.ref<@grads job 0 slot 0 offset 0 bytes 64>] await(%0)
   %3 = exec.copy grad_download <@grads job 0 slot 0 offset 0 bytes 64> to <@host_grads job -1 slot 0 offset 0 bytes 64> on download job 0 mb -1 await(%2, %stash)
+  // expected-note @+1 {{the conflicting exec.host_task (step 0)}}
   %4 = exec.host_task stale_optimizer await(%0, %stash)
   %5 = exec.host_task stash_grads await(%3)
   exec.barrier
