@@ -196,13 +196,16 @@ double HostExec::nowUs() const {
       .count();
 }
 
-void HostExec::beginStep(int64_t step, bool eval, float lossScale) {
+void HostExec::beginStep(int64_t step, bool eval, float lossScale, int32_t pass,
+                         int32_t passes) {
   if (started)
     ++tag.seq;
   started = true;
   tag.step = step;
   tag.eval = eval;
   tag.lossScale = lossScale;
+  tag.pass = pass;
+  tag.passes = passes;
   for (auto &d : gradDownloads)
     d.clear();
 }
@@ -443,11 +446,10 @@ void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
     if (stale && stage != -1)
       throw Error("exec: " + what.text() + ": serves every stage, not stage " +
                   std::to_string(stage));
-    if (stale && std::string(program.optimizer) != "stale")
+    const std::string mode = program.optimizer ? program.optimizer : "?";
+    if (stale && mode != "stale")
       throw Error("exec: " + what.text() +
-                  ": belongs to a stale program, not "
-                  "a " +
-                  program.optimizer + " one");
+                  ": belongs to a stale program, not a " + mode + " one");
     Op op;
     op.op = TraceRecord::Task;
     op.event = event;

@@ -96,6 +96,9 @@ struct StepTag {
   int64_t step = 0;  ///< Training step (for eval batches: steps done).
   bool eval = false; ///< An evaluation batch: no update.
   float lossScale = 1.0f;
+  /// --grad-accum: this is program step `pass` of the `passes` whose
+  /// gradients one update sums (rows pass * batch .. of the step's).
+  int32_t pass = 0, passes = 1;
 };
 
 /// The trainer's side of host tasks; called on the host threads.
@@ -173,8 +176,10 @@ public:
   /// "host" or "cuda".
   const char *backendName() const { return device->name(); }
 
-  /// Starts the next step; ops issued until the next call belong to it.
-  void beginStep(int64_t step, bool eval, float lossScale);
+  /// Starts the next step (program step `pass` of `passes` of training
+  /// step `step`); ops issued until the next call belong to it.
+  void beginStep(int64_t step, bool eval, float lossScale, int32_t pass = 0,
+                 int32_t passes = 1);
   const StepTag &currentTag() const { return tag; }
 
   void copy(int32_t event, int32_t kind, int32_t stream, int32_t job,

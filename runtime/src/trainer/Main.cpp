@@ -238,8 +238,6 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
                          DeviceOpsFactory device,
                          std::unique_ptr<ReplicaGroup> &replicas,
                          std::string &who) {
-  if (!program)
-    return "--replicas needs a pipelined trainer (compiled with --workers)";
   // GPU trainers sum on the GPUs (NCCL): device-resident state never
   // leaves them, and the GPU machines need no MPI. Host trainers use MPI.
   std::string engine = options.replicaEngine;
@@ -297,9 +295,11 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
   return "";
 }
 
-int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
-                    const rondo_program *programs, int numPrograms,
-                    DeviceOpsFactory device = nullptr) {
+} // namespace
+
+int trainerMain(int argc, char **argv, const ModelSpec &model,
+                const rondo_program *programs, int numPrograms,
+                DeviceOpsFactory device) {
   const char *argv0 = argc > 0 && argv[0] ? argv[0] : "trainer";
   TrainerOptions options;
   std::string message;
@@ -325,41 +325,41 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
     return usageError(why);
   if (options.optimizerMode.empty())
     options.optimizerMode = defaultOptimizerMode(options, model);
-  const rondo_program *program = nullptr;
-  if (programs || numPrograms) {
-    const char *worldSize = std::getenv("WORLD_SIZE");
-    if (!worldSize)
-      worldSize = std::getenv("OMPI_COMM_WORLD_SIZE");
-    if (!worldSize)
-      worldSize = std::getenv("SLURM_NTASKS");
-    if (std::string why =
-            selectLayout(programs, numPrograms, options, worldSize);
-        !why.empty())
-      return usageError(why);
-    // The chosen layout has several replicas and nothing launched them:
-    // this process starts them on this machine's GPUs.
-    if (options.replicas > 1 && !options.replicasGiven && !worldSize) {
-      if (!device)
-        return usageError(
-            "this trainer's layout has " + std::to_string(options.replicas) +
-            " replicas: start it as mpirun -np " +
-            std::to_string(options.replicas) + " " + argv0 +
-            " ... (or pick a one-process layout with --replicas 1 and "
-            "--workers)");
-      return launchLocalReplicas(argc, argv, options.replicas, argv0);
-    }
-    std::string why = selectProgram(programs, numPrograms, options, program);
-    if (!why.empty())
-      return usageError(why);
-    // A program's step is its compiled global batch, split into the plan's
-    // microbatches; more rows per step is a larger --batch.
-    if (options.gradAccum > 1)
+  // --grad-accum sums K program steps' gradients on the host before one
+  // update.
+  if (options.gradAccum > 1 && options.optimizerMode == "stale")
+    return usageError("--grad-accum cannot be combined with "
+                      "--optimizer-mode=stale (its update runs a program "
+                      "step late); use --optimizer-mode=sync or overlap, or "
+                      "compile with --batch B*K");
+  const char *worldSize = std::getenv("WORLD_SIZE");
+  if (!worldSize)
+    worldSize = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!worldSize)
+    worldSize = std::getenv("SLURM_NTASKS");
+  if (std::string why = selectLayout(programs, numPrograms, options, worldSize);
+      !why.empty())
+    return usageError(why);
+  // The chosen layout has several replicas and nothing launched them:
+  // this process starts them on this machine's GPUs.
+  if (options.replicas > 1 && !options.replicasGiven && !worldSize) {
+    if (!device)
       return usageError(
-          "--grad-accum is not supported by pipelined trainers; compile with "
-          "--batch B*K to train on K times the rows per step (rondo-compile "
-          "emits only pipelined trainers, whose plans already split a step "
-          "into microbatches)");
+          "this trainer's layout has " + std::to_string(options.replicas) +
+          " replicas: start it as mpirun -np " +
+          std::to_string(options.replicas) + " " + argv0 +
+          " ... (or pick a one-process layout with --replicas 1 and "
+          "--workers)");
+    return launchLocalReplicas(argc, argv, options.replicas, argv0);
   }
+  const rondo_program *program = nullptr;
+  if (std::string why = selectProgram(programs, numPrograms, options, program);
+      !why.empty())
+    return usageError(why);
+  if (options.gradAccum > 1 && options.replicas > 1)
+    return usageError("--grad-accum cannot be combined with --replicas; "
+                      "compile with --batch B*K for K times the rows per "
+                      "step");
   std::unique_ptr<ReplicaGroup> replicas;
   std::string who = argv0;
   if (options.replicas > 1)
@@ -371,14 +371,12 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   // (A program whose rows do not make up the global batch is reported by
   // analyseProgram, against the model's.)
   ModelSpec processModel = model;
-  if (program) {
-    const int64_t rows =
-        int64_t(program->microbatches) * program->rowsPerMicrobatch;
-    if (rows * std::max(program->replicas, 1) == model.batch)
-      processModel.batch = rows;
-  }
+  const int64_t rows =
+      int64_t(program->microbatches) * program->rowsPerMicrobatch;
+  if (rows * std::max(program->replicas, 1) == model.batch)
+    processModel.batch = rows;
   try {
-    return Trainer(processModel, options, step, program, who.c_str(), device,
+    return Trainer(processModel, options, *program, who.c_str(), device,
                    replicas.get())
         .run();
   } catch (const Error &e) {
@@ -392,21 +390,6 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   if (replicas)
     replicas->abortAll(1);
   return 1;
-}
-
-} // namespace
-
-int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step) {
-  return trainerMainImpl(argc, argv, model, step, nullptr, 0);
-}
-
-int trainerMain(int argc, char **argv, const ModelSpec &model,
-                const rondo_program *programs, int numPrograms,
-                DeviceOpsFactory device) {
-  if (!programs && numPrograms == 0)
-    numPrograms = -1; // Still a pipelined trainer: report the missing table.
-  return trainerMainImpl(argc, argv, model, nullptr, programs, numPrograms,
-                         device);
 }
 
 } // namespace rondo::rt

@@ -7,7 +7,10 @@
 // The trainer thread issues a step and reads its losses; the executor's
 // host threads call back to load the batch and to run the optimizer tasks,
 // which sum the gradients across replicas, look for non-finite values
-// before they update anything, and update.
+// before they update anything, and update. With --grad-accum K an
+// optimizer step is K program steps on consecutive batches: the tasks of
+// the first K-1 add their gradients to the accumulators, those of the
+// last add theirs and update.
 //
 //===----------------------------------------------------------------------===//
 
@@ -84,7 +87,8 @@ void Trainer::setUpProgram(int64_t firstStep) {
       *program, model, info, replicas,
       exec->hostBuffer(staleMode ? program->gradStashBuffer
                                  : program->hostGradsBuffer),
-      exec->hostBuffer(program->hostGradsBuffer), *resident);
+      exec->hostBuffer(program->hostGradsBuffer), *resident,
+      int32_t(opts.gradAccum));
   grads->bind(optimizer);
   if (resident->active())
     resident->push(optimizer);
@@ -92,16 +96,20 @@ void Trainer::setUpProgram(int64_t firstStep) {
   exec->setWatchdog(opts.watchdogSeconds);
 }
 
-void Trainer::loadBatch(const StepTag &) {
+void Trainer::loadBatch(const StepTag &tag) {
   const int64_t rows = program->rowsPerMicrobatch * model.seqLen;
   const int64_t bytes = rows * int64_t(sizeof(int64_t));
+  // Program step `pass` of the optimizer step trains the pass-th batch of
+  // its rows.
+  const int64_t first = int64_t(tag.pass) * program->microbatches;
   for (auto [buffer, source] :
        {std::pair(program->idsBuffer, &feed.ids()),
         std::pair(program->labelsBuffer, &feed.labelsOfBatch())}) {
     char *base = exec->hostBuffer(buffer);
     const int64_t stride = microbatchStride(*program, buffer, bytes);
     for (int32_t m = 0; m < program->microbatches; ++m)
-      std::memcpy(base + m * stride, source->data() + m * rows, size_t(bytes));
+      std::memcpy(base + m * stride, source->data() + (first + m) * rows,
+                  size_t(bytes));
   }
 }
 
@@ -143,6 +151,7 @@ void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
     return;
   const std::vector<int32_t> &parts = grads->readBy(stage);
   const std::vector<int> &which = grads->finalisedBy(stage);
+  const bool last = tag.pass + 1 >= tag.passes;
   grads->sumAcrossReplicas(parts, replicas);
   // Every replica takes part in the same collectives and then makes the
   // same decision.
@@ -159,12 +168,34 @@ void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
     return;
   }
   for (int i : which)
-    grads->prepare(optimizer.tensors()[size_t(i)]);
-  optimizer.update(which, tag.step);
+    if (grads->accumulates())
+      grads->accumulate(optimizer.tensors()[size_t(i)], tag.pass == 0);
+    else
+      grads->prepare(optimizer.tensors()[size_t(i)]);
+  if (last)
+    optimizer.update(which, tag.step);
 }
 
 void Trainer::optimizeAll(const StepTag &tag) {
   grads->sumAcrossReplicas(grads->all(), replicas);
+  if (grads->accumulates()) {
+    // This program step's gradients into the sums; the last one updates
+    // (or skips) with the sums unless an earlier one found a non-finite
+    // gradient.
+    for (const OptParam &o : optimizer.tensors())
+      grads->accumulate(o, tag.pass == 0);
+    if (std::string bad = grads->nonFinite(grads->all()); !bad.empty())
+      nan.record(tag.step, bad);
+    if (tag.pass + 1 < tag.passes)
+      return;
+    syncNorm = optimizer.ownedGradNorm(optimizer.all());
+    if (dumpNow && opts.clipGradNorm)
+      stashGradients();
+    if (nan.foundIn(tag.step) || deferUpdate)
+      return;
+    optimizer.clipAndUpdate(tag.step, syncNorm);
+    return;
+  }
   for (const OptParam &o : optimizer.tensors())
     grads->prepare(o);
   std::string bad;
@@ -201,8 +232,9 @@ void Trainer::stashGradients() {
   }
 }
 
-double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
-  exec->beginStep(step, eval, lossScale);
+double Trainer::issuePipelined(int64_t step, bool eval, float lossScale,
+                               int32_t pass, int32_t passes) {
+  exec->beginStep(step, eval, lossScale, pass, passes);
   program->issue(exec.get());
   if (log.hasPending()) {
     // This step's stale update applies the previous step's gradients; log
@@ -217,11 +249,12 @@ double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   const int64_t stride =
       microbatchStride(*program, program->lossBuffer, sizeof(float));
   double sum = 0;
-  microbatchLosses.assign(size_t(program->microbatches), 0.0);
+  if (pass == 0)
+    microbatchLosses.clear();
   for (int32_t m = 0; m < program->microbatches; ++m) {
     float loss;
     std::memcpy(&loss, losses + m * stride, sizeof(float));
-    microbatchLosses[size_t(m)] = loss;
+    microbatchLosses.push_back(loss);
     sum += double(loss);
   }
   return sum;
@@ -249,7 +282,7 @@ double Trainer::stepLoss(int64_t step, int64_t count, double lossSum,
                                : std::numeric_limits<double>::quiet_NaN())
                   : lossSum / double(microbatches);
   };
-  double loss = lossOf(program->microbatches);
+  double loss = lossOf(program->microbatches * opts.gradAccum);
   badLoss = nonFiniteLoss(microbatchLosses, step);
   if (replicas.active()) {
     // One loss for all, and one decision about a non-finite one.
@@ -297,9 +330,14 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
   }
   dumpNow = step == 0 && !opts.dumpGradients.empty();
   lastTrainIssued = step;
-  const double lossSum = issuePipelined(
-      step, false,
-      feed.lossScaleFor(count, program->microbatches * replicas.count()));
+  // --grad-accum K: K program steps, one update; the loss is the mean over
+  // every microbatch of the K batches.
+  const int32_t passes = int32_t(opts.gradAccum);
+  const float lossScale = feed.lossScaleFor(
+      count, program->microbatches * replicas.count() * passes);
+  double lossSum = 0;
+  for (int32_t pass = 0; pass < passes; ++pass)
+    lossSum += issuePipelined(step, false, lossScale, pass, passes);
   std::string badLoss;
   const double loss = stepLoss(step, count, lossSum, badLoss);
   finishUpdate(step, badLoss);
@@ -308,6 +346,11 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
     norm = syncNorm;
   } else if (staleMode) {
     norm = std::numeric_limits<double>::quiet_NaN(); // Its update logs it.
+  } else if (grads->accumulates()) {
+    // The norm of the sums, once the last program step's tasks made them.
+    exec->drainHost();
+    exec->checkError();
+    norm = optimizer.ownedGradNorm(optimizer.all());
   } else {
     // Only logged: the tasks read the same gradients, nothing writes them
     // until the next step is issued.

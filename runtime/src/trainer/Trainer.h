@@ -13,13 +13,13 @@
 //                    end of the run;
 //   ProgramStep.cpp  one step of a program: issue, the optimizer tasks
 //                    (ExecClient), the loss and the update decision;
-//   LocalStep.cpp    one step of a StepFn (the runtime tests' toy only);
 //   Main.cpp         trainerMain: flags, program selection, replicas.
 //
 // Semantics of one optimizer step s (0-based) of --steps N:
-//   1. Take the next rowsPerStep rows of the data (K * batch for a StepFn
-//      with --grad-accum K, the global batch for a program), wrapping
-//      around at the end: rows (s*rowsPerStep + j) mod rows.
+//   1. Take the next rowsPerStep rows of the data (the program's global
+//      batch, K of them with --grad-accum K, each trained by one step of
+//      the program), wrapping around at the end: rows
+//      (s*rowsPerStep + j) mod rows.
 //   2. CausalLM: count the non-ignored targets of those rows, labels[:, 1:]
 //      != -100, and pass lossScale = 1/count to every microbatch so that the
 //      summed gradient is that of the global mean; the loss is the sum of
@@ -80,9 +80,9 @@ namespace rondo::rt {
 
 class Trainer final : public ExecClient {
 public:
-  /// Runs `program` or, when it is null, `step`.
-  Trainer(const ModelSpec &model, const TrainerOptions &options, StepFn step,
-          const rondo_program *program, const char *argv0,
+  /// Runs `program`.
+  Trainer(const ModelSpec &model, const TrainerOptions &options,
+          const rondo_program &program, const char *argv0,
           DeviceOpsFactory device = nullptr, ReplicaGroup *replicas = nullptr);
   /// The executor's threads call back into the components: it goes first.
   ~Trainer() override { exec.reset(); }
@@ -110,7 +110,7 @@ private:
   /// blamed, and the NaN spreads to every weight in one update.
   void checkInitialWeights(int64_t firstStep) const;
   /// The OpenMP threads each computing thread uses: a plan's share of the
-  /// cores per worker, or a StepFn's team.
+  /// cores per worker.
   int computeThreads() const;
   /// The start-up lines: parameters, data, plan, thread pools, LoRA.
   void describeRun() const;
@@ -161,9 +161,12 @@ private:
   // ProgramStep.cpp: one step of a program.
   void setUpProgram(int64_t firstStep);
   double runStepPipelined(int64_t step, StepRecord &record);
-  /// Issues one step of the program on the batch and returns the sum of its
-  /// microbatch losses (in microbatch order).
-  double issuePipelined(int64_t step, bool eval, float lossScale);
+  /// Issues one step of the program on the batch (its `pass`-th of
+  /// `passes` program steps, --grad-accum) and returns the sum of its
+  /// microbatch losses (in microbatch order), which it adds to
+  /// microbatchLosses.
+  double issuePipelined(int64_t step, bool eval, float lossScale,
+                        int32_t pass = 0, int32_t passes = 1);
   /// The loss of the step over every replica's microbatches; `badLoss`
   /// receives the first non-finite one (this replica's or another's) or "".
   double stepLoss(int64_t step, int64_t count, double lossSum,
@@ -181,14 +184,8 @@ private:
   /// Copies every trainable gradient (host or worker) into dumpStash.
   void stashGradients();
 
-  // LocalStep.cpp: one step of a StepFn.
-  double runStepLocal(int64_t step, StepRecord &record);
-  /// The loss sum of the evaluation batch with `count` targets.
-  double evaluateLocal(int64_t count);
-
   const ModelSpec &model;
   const TrainerOptions &opts;
-  StepFn stepFn;
   const rondo_program *program;
   const char *argv0;
   DeviceOpsFactory deviceFactory;

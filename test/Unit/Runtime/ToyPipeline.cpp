@@ -33,6 +33,11 @@ void (*gAction)() = nullptr;
 std::atomic<int> gActionLaunches{0};
 int64_t gNanStep = -1;
 int gNanWhere = 0;
+bool gNanFrom = false; ///< Every step from gNanStep on.
+bool nanInStep(int64_t launch) {
+  return gNanStep >= 0 &&
+         (gNanFrom ? launch / gM >= gNanStep : launch / gM == gNanStep);
+}
 std::atomic<int64_t> gTLaunches{0}, gB1Launches{0};
 
 // Stage images.
@@ -155,7 +160,7 @@ void stageT(void *const *io, float lossScale) {
                            ? (count ? double(lossScale) / double(count) : 0.0)
                            : double(lossScale);
   const int64_t launch = gTLaunches++;
-  const bool nanHere = gNanStep >= 0 && launch / gM == gNanStep;
+  const bool nanHere = nanInStep(launch);
   double lossSum = 0;
   std::vector<double> logits(V), dl(V);
   std::fill(dh, dh + gR * gT * D, 0.0f);
@@ -197,7 +202,7 @@ void stageB1(void *const *io, float) {
     for (int64_t i = 0; i < n; ++i)
       gEmb[ids[i] * D + d] += float(double(dh[i * D + d]) * norm[d]);
   const int64_t launch = gB1Launches++;
-  if (gNanStep >= 0 && launch / gM == gNanStep && (gNanWhere & kInfEmbGrad))
+  if (nanInStep(launch) && (gNanWhere & kInfEmbGrad))
     gEmb[5] = HUGE_VALF;
 }
 
@@ -361,6 +366,7 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gActionLaunches = 0;
   gNanStep = -1;
   gNanWhere = 0;
+  gNanFrom = false;
   gTLaunches = 0;
   gB1Launches = 0;
   layout();
@@ -415,11 +421,78 @@ void toyPipelineAtLaunch(int n, void (*action)()) {
 void toyPipelineNonFiniteAtStep(int64_t step, int where) {
   gNanStep = step;
   gNanWhere = where;
+  gNanFrom = false;
   gTLaunches = 0;
   gB1Launches = 0;
 }
 
+void toyPipelineNonFiniteFromStep(int64_t step, int where) {
+  toyPipelineNonFiniteAtStep(step, where);
+  gNanFrom = true;
+}
+
 void toyPipelineDeadlockAtStep(int64_t step) { gDeadlockStep = step; }
+
+std::vector<float> toyReferenceStep(const float *const *params,
+                                    float *const *grads, const int64_t *ids,
+                                    const int64_t *labels, int64_t rows,
+                                    int64_t seqLen, rt::LossKind loss,
+                                    float lossScale) {
+  // The stage functions read the microbatch shape from the configuration;
+  // borrow it, and leave the launch counters of the tests' hooks alone.
+  const int32_t savedM = gM, savedR = gR;
+  const int64_t savedT = gT;
+  const bool savedGraph = gGraphLoss;
+  const int savedLaunches = gLaunches, savedAction = gActionLaunches;
+  const int64_t savedTL = gTLaunches, savedBL = gB1Launches;
+  gM = 1;
+  gR = 1;
+  gT = seqLen;
+  gGraphLoss = loss == rt::LossKind::GraphOutput;
+  // The stage images, as the parameter uploads lay them out.
+  std::vector<float> f0(size_t(V * D + D)), tImage(size_t(D * V + V));
+  std::vector<float> b1(static_cast<size_t>(D));
+  std::copy(params[kEmb], params[kEmb] + V * D, f0.begin());
+  std::copy(params[kNorm], params[kNorm] + D, f0.begin() + V * D);
+  std::copy(params[kProj], params[kProj] + D * V, tImage.begin());
+  std::copy(params[kBias], params[kBias] + V, tImage.begin() + D * V);
+  std::copy(params[kNorm], params[kNorm] + D, b1.begin());
+  // One stage-job each: the gradient images accumulate over the rows.
+  std::vector<float> tGrads(size_t(kTGradBytes / kF), 0.0f),
+      b1Grads(size_t(kB1GradBytes / kF), 0.0f);
+  std::vector<float> h(size_t(seqLen * D)), dh(size_t(seqLen * D));
+  std::vector<float> losses;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t *x = ids + r * seqLen;
+    const int64_t *y = labels + r * seqLen;
+    float lossValue = 0;
+    void *f0io[] = {f0.data(), const_cast<int64_t *>(x), h.data()};
+    stageF0(f0io, lossScale);
+    void *tio[] = {tImage.data(), h.data(),  const_cast<int64_t *>(y),
+                   &lossValue,    dh.data(), tGrads.data()};
+    stageT(tio, lossScale);
+    void *b1io[] = {b1.data(), const_cast<int64_t *>(x), dh.data(),
+                    b1Grads.data()};
+    stageB1(b1io, lossScale);
+    losses.push_back(lossValue);
+  }
+  // The parts of each gradient in table order: emb's in T, then in B1.
+  for (int64_t e = 0; e < V * D; ++e)
+    grads[kEmb][e] += tGrads[size_t(e)] + b1Grads[size_t(e)];
+  for (int64_t e = 0; e < D * V; ++e)
+    grads[kProj][e] += tGrads[size_t(V * D + e)];
+  for (int64_t e = 0; e < V; ++e)
+    grads[kBias][e] += tGrads[size_t(V * D + D * V + e)];
+  gM = savedM;
+  gR = savedR;
+  gT = savedT;
+  gGraphLoss = savedGraph;
+  gLaunches = savedLaunches;
+  gActionLaunches = savedAction;
+  gTLaunches = savedTL;
+  gB1Launches = savedBL;
+  return losses;
+}
 
 int64_t toyStageParamBytes(int stage) { return gStages[stage].paramBytes; }
 int64_t toyStageGradBytes(int stage) { return gStages[stage].gradBytes; }
