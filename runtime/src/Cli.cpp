@@ -229,7 +229,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        "before one update, so a step trains on K times the compiled batch "
        "(the loss is the mean over all of them; up to the order of the "
        "sums, a trainer compiled with --batch B*K). Default 1; not with "
-       "--optimizer-mode=stale, --replicas or device-resident programs.",
+       "--optimizer-mode=stale or --replicas.",
        integer(o.gradAccum, 1)},
       {"lr-schedule", "constant|cosine|linear",
        "Learning-rate schedule over --steps, as transformers' "

@@ -80,13 +80,23 @@ void ProgramGrads::bind(OptimizerState &opt) {
   if (passes > 1) {
     // The update, the norm, clipping and dumps read the sums over the
     // optimizer step's program steps (zero without parts).
+    // Device-resident parameters' sums live on their worker, in one
+    // allocation.
     accumulators.resize(size_t(model.numParams));
-    for (OptParam &o : opt.tensors()) {
+    int64_t onWorker = 0;
+    for (const OptParam &o : opt.tensors())
       if (o.resident())
-        throw Error(std::string("--grad-accum: the compiled program '") +
-                    program.name + "' keeps '" + model.params[o.index].name +
-                    "' on the worker; compile with --batch B*K instead (or "
-                    "--residency=streamed)");
+        onWorker += (o.numel + 15) / 16 * 16;
+    if (onWorker > 0)
+      workerAccumulators = resident.device().allocateArena(
+          resident.worker(), size_t(onWorker) * sizeof(float));
+    float *next = reinterpret_cast<float *>(workerAccumulators);
+    for (OptParam &o : opt.tensors()) {
+      if (o.resident()) {
+        o.workerGrad = next;
+        next += (o.numel + 15) / 16 * 16;
+        continue;
+      }
       accumulators[size_t(o.index)] = FloatBuffer(o.numel);
       o.grad = accumulators[size_t(o.index)].data();
     }
@@ -154,10 +164,28 @@ std::string ProgramGrads::describe(const std::vector<int32_t> &parts,
          " (first in job order), parameter " + model.params[part.param].name;
 }
 
+void ProgramGrads::releaseWorkerMemory() {
+  if (workerAccumulators)
+    resident.device().releaseArena(resident.worker(), workerAccumulators);
+  workerAccumulators = nullptr;
+}
+
 void ProgramGrads::accumulate(const OptParam &o, bool first) const {
   const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
   const Shard range = replicas.owned(o.numel);
   const int64_t n = range.size();
+  if (o.resident()) {
+    // The same additions in the same order, on the worker (the sum reads
+    // its element before it writes it).
+    std::vector<const float *> data;
+    if (!first)
+      data.push_back(o.workerGrad + range.begin);
+    for (int32_t i : parts)
+      data.push_back(resident.partData(program.gradParts[i]) + range.begin);
+    resident.device().sumParts(resident.worker(), o.workerGrad + range.begin,
+                               data.data(), int32_t(data.size()), n);
+    return;
+  }
   float *sum = o.grad + range.begin;
   // Elementwise, so threading keeps the order of the additions (and the
   // bits) of the sequential loop: the previous steps' sum, then this

@@ -54,9 +54,13 @@ public:
   /// Whether the update reads accumulators (--grad-accum K > 1).
   bool accumulates() const { return passes > 1; }
   /// Adds this program step's gradient of `o` (its parts in table order)
-  /// to its accumulator over its owned range; `first` (the optimizer
-  /// step's first program step) sets it instead.
+  /// to its accumulator over its owned range (on the worker for a
+  /// device-resident one); `first` (the optimizer step's first program
+  /// step) sets it instead.
   void accumulate(const OptParam &o, bool first) const;
+  /// Frees the worker's accumulators; before the executor (whose device
+  /// allocated them) goes.
+  void releaseWorkerMemory();
 
   /// Every part in job order (the sync task's).
   const std::vector<int32_t> &all() const { return partsInJobOrder; }
@@ -111,6 +115,7 @@ private:
   std::vector<FloatBuffer> normSums; ///< The same, for the logged norm.
   FloatBuffer zeroGrad;              ///< For params without gradient.
   std::vector<FloatBuffer> accumulators; ///< Per param, with passes > 1.
+  char *workerAccumulators = nullptr;    ///< Device-resident ones, one block.
 };
 
 } // namespace rondo::rt

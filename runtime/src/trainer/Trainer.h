@@ -85,7 +85,11 @@ public:
           const rondo_program &program, const char *argv0,
           DeviceOpsFactory device = nullptr, ReplicaGroup *replicas = nullptr);
   /// The executor's threads call back into the components: it goes first.
-  ~Trainer() override { exec.reset(); }
+  ~Trainer() override {
+    if (grads)
+      grads->releaseWorkerMemory();
+    exec.reset();
+  }
 
   /// runLoop(), but a stage the watchdog found hung cannot be joined: the
   /// process reports it and exits without waiting for it.
