@@ -310,6 +310,49 @@ std::vector<Event> readTrace(const std::string &path, std::string &otherData) {
   return events;
 }
 
+TEST_F(PipelineTest, StaleProgramAppliesEachUpdateOneStepLate) {
+  // The stale programs (a stash task and the previous step's update as ops
+  // of their own): the same bits on any worker count; step 0 runs on the
+  // initial weights as the synchronous one does, step 1 too (update 0 is
+  // still pending); a checkpoint after every step applies each pending
+  // update first, which is the synchronous run.
+  Trained sync = train("sync", {"--workers=1", "--optimizer-mode=sync"});
+  Trained stale = train("stale", {"--workers=1", "--optimizer-mode=stale",
+                                  "--trace", dir + "/stale.json"});
+  ASSERT_EQ(stale.losses.size(), 6u);
+  EXPECT_EQ(stale.losses[0], sync.losses[0]);
+  EXPECT_NE(stale.losses[2], sync.losses[2]);
+  EXPECT_LT(stale.losses.back(), stale.losses.front());
+  for (const char *workers : {"2", "3"}) {
+    Trained t =
+        train(std::string("stale-w") + workers,
+              {std::string("--workers=") + workers, "--optimizer-mode=stale"});
+    EXPECT_TRUE(sameBits(t.losses, stale.losses)) << workers;
+    EXPECT_TRUE(sameBits(t.norms, stale.norms)) << workers;
+    EXPECT_EQ(t.weights, stale.weights) << workers;
+  }
+  Trained every =
+      train("every", {"--workers=3", "--optimizer-mode=stale",
+                      "--checkpoint-dir", dir + "/ck", "--save-every", "1"});
+  EXPECT_TRUE(sameBits(every.losses, sync.losses));
+  EXPECT_TRUE(sameBits(every.norms, sync.norms));
+  EXPECT_EQ(every.weights, sync.weights);
+  // The trace shows each update under the step whose gradients it applied:
+  // steps 0-4 by the next step's task, step 5 by the end of the run (not
+  // an op); the task of step 0, with nothing to apply, is not shown.
+  std::string otherData;
+  std::set<int64_t> updated;
+  int stashes = 0;
+  for (const Event &e : readTrace(dir + "/stale.json", otherData)) {
+    if (e.kind == "optimizer")
+      EXPECT_TRUE(updated.insert(e.step).second) << e.step;
+    stashes += e.kind == "grad_stash";
+  }
+  EXPECT_EQ(updated, (std::set<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(stashes, 6);
+  EXPECT_THAT(otherData, HasSubstr("\"optimizer\": \"stale\""));
+}
+
 TEST_F(PipelineTest, TraceShowsRotationAndTransfers) {
   for (int workers : {2, 3}) {
     for (const char *mode : {"sync", "overlap"}) {

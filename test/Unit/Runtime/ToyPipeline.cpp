@@ -81,6 +81,7 @@ enum Buf : int32_t {
   HLoss,
   HGrads,
   HCkpt,
+  HStash,
   kNumBuffers
 };
 rondo_buffer_desc gBuffers[kNumBuffers];
@@ -111,6 +112,7 @@ void layout() {
       {"loss", RONDO_SPACE_HOST, gM, kF},
       {"grads", RONDO_SPACE_HOST, 1, kTGradBytes + kB1GradBytes},
       {"ckpt", RONDO_SPACE_HOST, gM, tokens},
+      {"stash", RONDO_SPACE_HOST, 1, kTGradBytes + kB1GradBytes},
   };
   gArena = gPool = 0;
   for (int b = 0; b < kNumBuffers; ++b) {
@@ -219,7 +221,8 @@ enum : int32_t {
   EGd2,
   EOptT,
   EOptB1,
-  EOptAll,
+  EOptAll, ///< The sync update, or the stale program's (the previous step's).
+  EStash,  ///< The stale program's gradient stash.
   kPerMb
 };
 enum : int32_t { MIu0, MCk, ML0, MIu1, MH1, ML1, MLd, MRl, MH2, ML2, kMbKinds };
@@ -232,7 +235,10 @@ rondo_ref host(int32_t buffer, int64_t slot, int64_t offset = 0) {
   return {buffer, -1, slot, offset};
 }
 
-void issue(rondo_exec *x, bool overlap) {
+enum class Mode { Sync, Overlap, Stale };
+
+void issue(rondo_exec *x, Mode mode) {
+  const bool overlap = mode == Mode::Overlap, stale = mode == Mode::Stale;
   const int64_t step = gIssued++;
   const int64_t tokens = int64_t(gR) * gT * 8;
   const int64_t act = int64_t(gR) * gT * D * kF;
@@ -297,7 +303,9 @@ void issue(rondo_exec *x, bool overlap) {
     gd1.push_back(prev(EOptT));
     gd1.push_back(prev(EOptB1));
   } else {
-    gd1.push_back(prev(EOptAll));
+    // Stale: the previous step's stash reads the gradients, its update
+    // does not.
+    gd1.push_back(prev(stale ? EStash : EOptAll));
   }
   copy(EGd1, RONDO_COPY_GRAD_DOWNLOAD, RONDO_STREAM_DOWNLOAD, 1, -1,
        w(WGrads, 1, 1), host(HGrads, 0, gStages[1].gradOffset), kTGradBytes,
@@ -328,10 +336,19 @@ void issue(rondo_exec *x, bool overlap) {
   }
   copy(EGd2, RONDO_COPY_GRAD_DOWNLOAD, RONDO_STREAM_DOWNLOAD, 2, -1,
        w(WGrads, 2, 2), host(HGrads, 0, gStages[2].gradOffset), kB1GradBytes,
-       {now(ev(ML2, gM - 1)), prev(overlap ? EOptB1 : EOptAll)});
+       {now(ev(ML2, gM - 1)), prev(overlap ? EOptB1
+                                   : stale ? EStash
+                                           : EOptAll)});
   if (overlap) {
     rondo_await a[] = {now(EGd1), now(EGd2)};
     rondo_exec_host_task(x, EOptB1, RONDO_TASK_OPTIMIZER, kStageB1, a, 2);
+  } else if (stale) {
+    // The previous step's update once this step's uploads read the
+    // weights, then this step's gradients set aside.
+    rondo_await u[] = {now(EPu0a), now(EPu0b), now(EPu1), prev(EStash)};
+    rondo_exec_host_task(x, EOptAll, RONDO_TASK_STALE_OPTIMIZER, -1, u, 4);
+    rondo_await st[] = {now(EGd1), now(EGd2)};
+    rondo_exec_host_task(x, EStash, RONDO_TASK_STASH_GRADS, -1, st, 2);
   } else {
     rondo_await a[] = {now(EGd1), now(EGd2)};
     rondo_exec_host_task(x, EOptAll, RONDO_TASK_OPTIMIZER, -1, a, 2);
@@ -339,13 +356,15 @@ void issue(rondo_exec *x, bool overlap) {
   rondo_exec_barrier(x);
 }
 
-void issueSync(rondo_exec *x) { issue(x, false); }
-void issueOverlap(rondo_exec *x) { issue(x, true); }
+void issueSync(rondo_exec *x) { issue(x, Mode::Sync); }
+void issueOverlap(rondo_exec *x) { issue(x, Mode::Overlap); }
+void issueStale(rondo_exec *x) { issue(x, Mode::Stale); }
 
 ToyPipeline gPipeline;
-const char *const kNames[3][2] = {{"exec_w1_sync", "exec_w1_overlap"},
-                                  {"exec_w2_sync", "exec_w2_overlap"},
-                                  {"exec_w3_sync", "exec_w3_overlap"}};
+const char *const kNames[3][3] = {
+    {"exec_w1_sync", "exec_w1_overlap", "exec_w1_stale"},
+    {"exec_w2_sync", "exec_w2_overlap", "exec_w2_stale"},
+    {"exec_w3_sync", "exec_w3_overlap", "exec_w3_stale"}};
 
 } // namespace
 
@@ -373,35 +392,41 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gPipeline.model =
       &toyModel(int64_t(microbatches) * rows, seqLen, loss, modelPath);
   gPipeline.programs.clear();
+  // Sync and overlap for each worker count, then the stale programs.
+  auto add = [&](int32_t workers, int mode) {
+    rondo_program p = {};
+    p.name = kNames[workers - 1][mode];
+    p.optimizer = mode == 2 ? "stale" : mode == 1 ? "overlap" : "sync";
+    p.workers = workers;
+    p.microbatches = microbatches;
+    p.rowsPerMicrobatch = rows;
+    // Start the rotation on worker 1 so that c0 shows in the trace.
+    p.firstWorker = 1 % workers;
+    p.numJobs = 3;
+    p.jobStages = kJobStages;
+    p.stages = gStages;
+    p.numStages = 3;
+    p.buffers = gBuffers;
+    p.numBuffers = kNumBuffers;
+    p.workerArenaBytes = gArena;
+    p.hostPoolBytes = gPool;
+    p.gradParts = kGradParts;
+    p.numGradParts = 4;
+    p.idsBuffer = HIds;
+    p.labelsBuffer = HLabels;
+    p.lossBuffer = HLoss;
+    p.hostGradsBuffer = HGrads;
+    p.numEvents = kPerMb + kMbKinds * microbatches;
+    p.predictedStepSeconds = 0.005;
+    p.gradStashBuffer = HStash;
+    p.issue = mode == 2 ? issueStale : mode == 1 ? issueOverlap : issueSync;
+    gPipeline.programs.push_back(p);
+  };
   for (int32_t workers = 1; workers <= 3; ++workers)
-    for (int overlap = 0; overlap < 2; ++overlap) {
-      rondo_program p = {};
-      p.name = kNames[workers - 1][overlap];
-      p.optimizer = overlap ? "overlap" : "sync";
-      p.workers = workers;
-      p.microbatches = microbatches;
-      p.rowsPerMicrobatch = rows;
-      // Start the rotation on worker 1 so that c0 shows in the trace.
-      p.firstWorker = 1 % workers;
-      p.numJobs = 3;
-      p.jobStages = kJobStages;
-      p.stages = gStages;
-      p.numStages = 3;
-      p.buffers = gBuffers;
-      p.numBuffers = kNumBuffers;
-      p.workerArenaBytes = gArena;
-      p.hostPoolBytes = gPool;
-      p.gradParts = kGradParts;
-      p.numGradParts = 4;
-      p.idsBuffer = HIds;
-      p.labelsBuffer = HLabels;
-      p.lossBuffer = HLoss;
-      p.hostGradsBuffer = HGrads;
-      p.numEvents = kPerMb + kMbKinds * microbatches;
-      p.predictedStepSeconds = 0.005;
-      p.issue = overlap ? issueOverlap : issueSync;
-      gPipeline.programs.push_back(p);
-    }
+    for (int mode = 0; mode < 2; ++mode)
+      add(workers, mode);
+  for (int32_t workers = 1; workers <= 3; ++workers)
+    add(workers, 2);
   return gPipeline;
 }
 

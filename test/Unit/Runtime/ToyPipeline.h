@@ -16,7 +16,8 @@
 //
 // with parameter uploads (F0's in two chunks that cut a piece), input
 // uploads, handoffs, checkpoint/reload, loss and gradient downloads, and
-// per-step events, for 1, 2 and 3 workers in sync and overlap mode.
+// per-step events, for 1, 2 and 3 workers in sync, overlap and stale mode
+// (the stale programs last).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,7 +34,8 @@ namespace rondo::toy {
 
 struct ToyPipeline {
   const rt::ModelSpec *model;
-  std::vector<rondo_program> programs; ///< w1 sync, w1 overlap, w2 ...
+  /// w1 sync, w1 overlap, w2 ..., w3 overlap, then w1 stale .. w3 stale.
+  std::vector<rondo_program> programs;
 };
 
 /// Configures the pipelined toy: `microbatches` x `rows` rows of `seqLen`
