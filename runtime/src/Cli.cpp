@@ -224,9 +224,12 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
          return err;
        }},
       {"grad-accum", "K",
-       "Microbatch calls per step of a single-process step function (the "
-       "runtime's tests; default 1). Compiled trainers reject it: their "
-       "step is the compiled global batch (rondo-compile --batch B*K).",
+       "Gradient accumulation: each optimizer step runs K steps of the "
+       "compiled program on K consecutive batches and sums their gradients "
+       "before one update, so a step trains on K times the compiled batch "
+       "(the loss is the mean over all of them; up to the order of the "
+       "sums, a trainer compiled with --batch B*K). Default 1; not with "
+       "--optimizer-mode=stale or --replicas.",
        integer(o.gradAccum, 1)},
       {"lr-schedule", "constant|cosine|linear",
        "Learning-rate schedule over --steps, as transformers' "
@@ -306,8 +309,7 @@ std::vector<Flag> makeFlags(TrainerOptions &o) {
        [&o](const std::string &v) { return parseBool(v, o.mergeLora); }},
       {"workers", "N",
        "The compiled plan to run (default: the first compiled worker "
-       "count). A single-process step function (the runtime's tests): "
-       "OpenMP threads.",
+       "count).",
        integerIn(1, 4096, [&o](int64_t x) { o.workers = int(x); })},
       {"replicas", "R",
        "Pipelined trainers: run R replicas of the pipeline, one process "
@@ -537,7 +539,8 @@ std::string trainerHelp(const char *argv0, const ModelSpec &model,
   os << "USAGE: " << (argv0 ? argv0 : "trainer") << " --data FILE [options]\n\n"
      << "A Rondo training program for " << model.modelPath << ": "
      << model.batch << " rows x " << model.seqLen << " tokens per "
-     << (plans.empty() ? "microbatch" : "step") << ", loss "
+     << "step"
+     << ", loss "
      << (model.loss == LossKind::CausalLM ? "causal-lm" : "graph output")
      << ".\n";
   if (!plans.empty())

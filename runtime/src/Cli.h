@@ -47,7 +47,7 @@ struct TrainerOptions {
   double weightDecay = 0.01;
   std::string noDecay; ///< Regex; empty: every parameter decays.
   std::optional<double> clipGradNorm;
-  /// StepFn microbatches per step; every compiled trainer rejects K > 1.
+  /// Program steps per optimizer step (gradient accumulation).
   int64_t gradAccum = 1;
   LrSchedule schedule = LrSchedule::Constant;
   int64_t warmup = 0;
@@ -67,13 +67,12 @@ struct TrainerOptions {
   std::string exportSafetensors; ///< A directory (Hugging Face layout).
   std::string hfConfig;          ///< Copied there as config.json.
   bool mergeLora = false;
-  /// The compiled plan to run; for a StepFn (the runtime's tests) OpenMP
-  /// threads. 0: the default.
+  /// The compiled plan to run. 0: the default.
   int workers = 0;
   bool quiet = false;
-  /// "sync", "overlap" or "stale" (the sync program, its update applied one
-  /// step late); empty: overlap unless clipping, gradient dumps or
-  /// --on-nan=skip need every gradient before the first update.
+  /// "sync", "overlap" or "stale" (the stale program: each step's update
+  /// applied one step late); empty: overlap unless clipping, gradient dumps
+  /// or --on-nan=skip need every gradient before the first update.
   std::string optimizerMode;
   std::string trace;
   std::string gpus;      ///< GPU trainers: the GPUs workers run on.
@@ -116,8 +115,7 @@ enum class CliStatus { Ok, Help, Error };
 CliStatus parseTrainerOptions(int argc, char **argv, TrainerOptions &options,
                               std::string &message);
 
-/// The --help text. `plans` describes the compiled pipelined plans ("" for
-/// a StepFn).
+/// The --help text. `plans` describes the compiled programs.
 std::string trainerHelp(const char *argv0, const ModelSpec &model,
                         const std::string &plans = "");
 

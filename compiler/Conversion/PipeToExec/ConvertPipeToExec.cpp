@@ -255,10 +255,28 @@ struct ConvertPipeToExecPass
     ModuleOp module = getOperation();
     SmallVector<pipe::PlanOp> plans(module.getOps<pipe::PlanOp>());
     for (pipe::PlanOp plan : plans)
-      for (StringRef mode : {"sync", "overlap"})
-        if (optimizerModes.empty() || llvm::is_contained(optimizerModes, mode))
-          if (failed(convert(module, plan, mode)))
+      for (StringRef mode : {"sync", "overlap", "stale"}) {
+        const bool asked = llvm::is_contained(optimizerModes, mode);
+        if (!optimizerModes.empty() && !asked)
+          continue;
+        // The stale update runs a step late on the host: not for state the
+        // worker keeps (nothing would hide it), nor for replicas (their
+        // sums need every step's gradients in turn).
+        if (mode == "stale") {
+          StringRef why =
+              plan.getResidentParamsAttr() ? "keeps parameters on the worker"
+              : plan.getReplicas().value_or(1) > 1 ? "has several replicas"
+                                                   : "";
+          if (!why.empty()) {
+            if (!asked)
+              continue;
+            plan.emitOpError("cannot have a stale program: it ") << why;
             return signalPassFailure();
+          }
+        }
+        if (failed(convert(module, plan, mode)))
+          return signalPassFailure();
+      }
   }
 
   LogicalResult convert(ModuleOp module, pipe::PlanOp plan, StringRef mode);
@@ -415,9 +433,10 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       builder.getI64IntegerAttr(firstWorker), builder.getStringAttr(mode),
       builder.getArrayAttr(jobRefs),
       builder.getF64FloatAttr(
-          mode == "sync" ? plan.getSyncStepSeconds().convertToDouble()
-                         : plan.getPredictedStepSeconds().convertToDouble()),
-      mode == "sync" ? plan.getStaleStepSecondsAttr() : FloatAttr(),
+          mode == "overlap" ? plan.getPredictedStepSeconds().convertToDouble()
+          : mode == "stale" && plan.getStaleStepSeconds()
+              ? plan.getStaleStepSeconds()->convertToDouble()
+              : plan.getSyncStepSeconds().convertToDouble()),
       plan.getReplicasAttr());
   Block *body = new Block();
   program.getBody().push_back(body);
@@ -507,6 +526,10 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   // Always there (empty when every gradient stays on the worker): the
   // runtime's optimizer reads gradient images through it.
   buffer(kHostGradsBuffer, Space::host, 1, hostGradBytes);
+  // The one-step-stale update reads the previous step's gradients from a
+  // copy, so that this step's downloads need not wait for it.
+  if (mode == "stale")
+    buffer(kGradStashBuffer, Space::host, 1, hostGradBytes);
   if (!checkpointLayers.empty())
     buffer("host_ckpt", Space::host, M * checkpointLayers.size(),
            boundaryBytes);
@@ -569,29 +592,37 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   // same every step, so build them once to learn their accesses.
   SmallVector<Value> carriedArgs;
   SmallVector<HostTaskOp> optimizerTasks;
-  auto makeOptimizerTask = [&](OpBuilder &at, std::optional<StringRef> stage) {
-    return HostTaskOp::create(
-        at, loc, event, HostTaskKindAttr::get(ctx, HostTaskKind::optimizer),
-        stage ? FlatSymbolRefAttr::get(ctx, *stage) : FlatSymbolRefAttr(),
-        ValueRange{});
+  auto makeTask = [&](OpBuilder &at, HostTaskKind kind,
+                      std::optional<StringRef> stage = std::nullopt) {
+    return HostTaskOp::create(at, loc, event, HostTaskKindAttr::get(ctx, kind),
+                              stage ? FlatSymbolRefAttr::get(ctx, *stage)
+                                    : FlatSymbolRefAttr(),
+                              ValueRange{});
   };
-  {
-    SmallVector<std::optional<StringRef>> taskStages;
-    if (mode == "sync") {
-      taskStages.push_back(std::nullopt);
-    } else {
-      for (const StageInfo &s : stages)
-        if (!finalisedParams(program, program.getJobStage(s.index)).empty())
-          taskStages.push_back(s.planStage.getSymName());
-    }
-    for (auto stage : taskStages) {
-      OpBuilder probe = OpBuilder::atBlockEnd(body);
-      HostTaskOp task = makeOptimizerTask(probe, stage);
-      Value arg = body->addArgument(event, loc);
-      deps.carried(task, arg);
-      carriedArgs.push_back(arg);
-      task.erase();
-    }
+  // The tasks each step ends with, whose events the next step awaits: the
+  // optimizer tasks, or a stale program's update and gradient stash.
+  struct Task {
+    HostTaskKind kind;
+    std::optional<StringRef> stage;
+  };
+  SmallVector<Task> endTasks;
+  if (mode == "sync") {
+    endTasks.push_back({HostTaskKind::optimizer, std::nullopt});
+  } else if (mode == "stale") {
+    endTasks.push_back({HostTaskKind::stale_optimizer, std::nullopt});
+    endTasks.push_back({HostTaskKind::stash_grads, std::nullopt});
+  } else {
+    for (const StageInfo &s : stages)
+      if (!finalisedParams(program, program.getJobStage(s.index)).empty())
+        endTasks.push_back({HostTaskKind::optimizer, s.planStage.getSymName()});
+  }
+  for (const Task &t : endTasks) {
+    OpBuilder probe = OpBuilder::atBlockEnd(body);
+    HostTaskOp task = makeTask(probe, t.kind, t.stage);
+    Value arg = body->addArgument(event, loc);
+    deps.carried(task, arg);
+    carriedArgs.push_back(arg);
+    task.erase();
   }
 
   // Operand segments are plain variadics: rebuild via the mutable range.
@@ -775,13 +806,20 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                    -1));
     if (mode == "overlap" &&
         !finalisedParams(program, program.getJobStage(n)).empty())
-      optimizerTasks.push_back(cast<HostTaskOp>(
-          issueOp(makeOptimizerTask(b, s.planStage.getSymName()))
-              .getDefiningOp()));
+      optimizerTasks.push_back(
+          cast<HostTaskOp>(issueOp(makeTask(b, HostTaskKind::optimizer,
+                                            s.planStage.getSymName()))
+                               .getDefiningOp()));
   }
-  if (mode == "sync")
-    optimizerTasks.push_back(cast<HostTaskOp>(
-        issueOp(makeOptimizerTask(b, std::nullopt)).getDefiningOp()));
+  // sync: one update once every gradient has landed. stale: the previous
+  // step's update once this step's uploads have read the weights (the
+  // accesses make it await them and the previous step's stash), then this
+  // step's gradients set aside once they have landed (after the update
+  // read the previous ones: the same host queue).
+  if (mode != "overlap")
+    for (const Task &t : endTasks)
+      optimizerTasks.push_back(
+          cast<HostTaskOp>(issueOp(makeTask(b, t.kind)).getDefiningOp()));
   BarrierOp::create(b, loc);
   SmallVector<Value> yielded;
   for (HostTaskOp t : optimizerTasks)

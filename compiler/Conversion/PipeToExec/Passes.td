@@ -32,7 +32,13 @@ def ConvertPipeToExecPass : Pass<"convert-pipe-to-exec", "mlir::ModuleOp"> {
     - host tasks: loading the batch, and AdamW either once after the last
       download (`sync`) or per stage as soon as the gradients it finalises
       are on the host (`overlap`, SPipe-style eager updates: exact, since
-      no update reads a gradient of the same step twice);
+      no update reads a gradient of the same step twice), or, in a `stale`
+      program (RoundPipe's one-step-stale update; not for plans with
+      device-resident state or replicas), the previous step's update
+      (`stale_optimizer`, reading `@grad_stash`) once this step's
+      parameter uploads have read the weights, then `stash_grads`, which
+      copies this step's gradients to `@grad_stash` once they have landed;
+      the next step's uploads await the update, its downloads the stash;
     - every await derived from the accesses (RAW, WAR, WAW), minus those
       implied by stream order or by another await; events of the previous
       step's optimizer tasks come in as block arguments.
@@ -47,7 +53,8 @@ def ConvertPipeToExecPass : Pass<"convert-pipe-to-exec", "mlir::ModuleOp"> {
   }];
   let options = [
     ListOption<"optimizerModes", "optimizer", "std::string",
-               "Optimizer modes to build programs for (sync, overlap)">,
+               "Optimizer modes to build programs for (sync, overlap, stale; "
+               "default: all three, stale only where the plan allows it)">,
     Option<"paramChunks", "param-chunks", "int64_t", "4",
            "Most chunks a stage's parameter upload is split into">,
     Option<"peerHandoff", "peer-handoff", "bool", "true",

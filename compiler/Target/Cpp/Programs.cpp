@@ -34,6 +34,19 @@ const char *copyKindName(exec::CopyKind k) {
   }
   return "?";
 }
+const char *taskKindName(exec::HostTaskKind k) {
+  switch (k) {
+  case exec::HostTaskKind::load_batch:
+    return "RONDO_TASK_LOAD_BATCH";
+  case exec::HostTaskKind::optimizer:
+    return "RONDO_TASK_OPTIMIZER";
+  case exec::HostTaskKind::stash_grads:
+    return "RONDO_TASK_STASH_GRADS";
+  case exec::HostTaskKind::stale_optimizer:
+    return "RONDO_TASK_STALE_OPTIMIZER";
+  }
+  return "?";
+}
 const char *streamName(exec::Stream s) {
   switch (s) {
   case exec::Stream::compute:
@@ -250,10 +263,7 @@ Emitter::emitProgram(exec::ProgramOp program,
       std::string aw = awaits(h.getAwaits());
       issueOs << llvm::formatv(
           "  rondo_exec_host_task(x, {0}, {1}, {2}, {3});\n",
-          eventId[h.getEvent()],
-          h.getKind() == exec::HostTaskKind::load_batch
-              ? "RONDO_TASK_LOAD_BATCH"
-              : "RONDO_TASK_OPTIMIZER",
+          eventId[h.getEvent()], taskKindName(h.getKind()),
           h.getStageAttr() ? stageIndex.lookup(h.getStageAttr().getValue())
                            : -1,
           aw);
@@ -270,7 +280,7 @@ Emitter::emitProgram(exec::ProgramOp program,
   programsOs << llvm::formatv(
       "    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
       "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
-      "{16}, {17}, {18}, {19}, {7}_issue, {7}_resident, {20}, {21}, {22}, "
+      "{16}, {17}, {18}, {7}_issue, {7}_resident, {19}, {20}, {21}, {22}, "
       "{23}},\n",
       cString(program.getSymName()), cString(program.getOptimizer()),
       program.getWorkers(), program.getMicrobatches(),
@@ -283,12 +293,9 @@ Emitter::emitProgram(exec::ProgramOp program,
       bufferOr(exec::kHostGradsBuffer), numEvents,
       llvm::formatv("{0:e6}",
                     program.getPredictedStepSeconds().convertToDouble()),
-      llvm::formatv("{0:e6}",
-                    program.getStaleStepSeconds()
-                        ? program.getStaleStepSeconds()->convertToDouble()
-                        : 0.0),
       numResident, bufferOr(exec::kResidentBuffer),
-      bufferOr(exec::kResidentGradsBuffer), program.getReplicas().value_or(1));
+      bufferOr(exec::kResidentGradsBuffer), program.getReplicas().value_or(1),
+      bufferOr(exec::kGradStashBuffer));
   return success();
 }
 

@@ -29,9 +29,25 @@ constexpr size_t kAlignment = 64;
 constexpr int32_t kDataRole = 5;
 constexpr int32_t kOptimizerRole = 6;
 constexpr int32_t kNumWorkerRoles = 4;
-/// The host task that copies a step's gradients aside for its stale update
-/// (after the C API's task kinds).
-constexpr int32_t kStashTask = RONDO_TASK_OPTIMIZER + 1;
+
+const char *taskName(int32_t kind) {
+  switch (kind) {
+  case RONDO_TASK_LOAD_BATCH:
+    return "load_batch task";
+  case RONDO_TASK_OPTIMIZER:
+    return "optimizer task";
+  case RONDO_TASK_STASH_GRADS:
+    return "gradient stash task";
+  case RONDO_TASK_STALE_OPTIMIZER:
+    return "stale optimizer task";
+  }
+  return "host task";
+}
+
+/// Tasks that write the master weights (and complete internalEvent).
+bool updatesWeights(int32_t kind) {
+  return kind == RONDO_TASK_OPTIMIZER || kind == RONDO_TASK_STALE_OPTIMIZER;
+}
 
 class AlignedHostPool final : public PinnedPool {
 public:
@@ -114,8 +130,7 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
   }
   gradDownloads.resize(size_t(program.numStages));
   optimizerIssued.assign(size_t(program.numStages) + 1, -2);
-  optimizerEvents.assign(size_t(std::max<int32_t>(program.numEvents, 0)),
-                         false);
+  gradReaderIssued.assign(size_t(program.numStages) + 1, -2);
   // Program events, the optimizer tasks' (sync, then per stage), the stash.
   generation.assign(
       size_t(program.numEvents) + 1 + size_t(program.numStages) + 1, -1);
@@ -181,16 +196,18 @@ double HostExec::nowUs() const {
       .count();
 }
 
-void HostExec::beginStep(int64_t step, bool eval, float lossScale) {
+void HostExec::beginStep(int64_t step, bool eval, float lossScale, int32_t pass,
+                         int32_t passes) {
   if (started)
     ++tag.seq;
   started = true;
   tag.step = step;
   tag.eval = eval;
   tag.lossScale = lossScale;
+  tag.pass = pass;
+  tag.passes = passes;
   for (auto &d : gradDownloads)
     d.clear();
-  paramUploads.clear();
 }
 
 int32_t HostExec::workerOf(int32_t job) const {
@@ -274,19 +291,6 @@ void HostExec::addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
       throw Error("exec: " + what.text() + ": await " + std::to_string(i) +
                   " names event " + std::to_string(a.event) + " (of " +
                   std::to_string(program.numEvents) + ")");
-    // With stale updates, an await of the previous step's update by a
-    // parameter upload becomes one of the update before it (the weights it
-    // runs on), and by a gradient download one of the previous step's
-    // stash (what reads the gradients it overwrites; copy() adds it).
-    if (staleOptimizer && a.previousStep == 1 &&
-        optimizerEvents[size_t(a.event)]) {
-      if (op.paramStage >= 0) {
-        op.waits.push_back({a.event, tag.seq - 2});
-        continue;
-      }
-      if (op.copyKind == RONDO_COPY_GRAD_DOWNLOAD)
-        continue;
-    }
     op.waits.push_back({a.event, tag.seq - a.previousStep});
   }
 }
@@ -338,30 +342,22 @@ void HostExec::copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
                     " bytes) is outside the stage's image");
       op.paramStage = int32_t(src.slot);
       op.srcOffset = src.offset;
-      // The upload must see the previous step's updates of its pieces
-      // (stale: those of the step before; the previous step's update is
-      // held back, and as every step issues one, that one was issued).
-      const int64_t updateSeq = tag.seq - (staleOptimizer ? 2 : 1);
-      auto issuedFor = [&](int64_t issued) {
-        return staleOptimizer ? issued >= updateSeq : issued == updateSeq;
-      };
+      // The upload must see the previous step's updates of its pieces.
+      const int64_t updateSeq = tag.seq - 1;
       for (int32_t x : info.updatedBy[size_t(src.slot)])
-        if (issuedFor(optimizerIssued[size_t(x) + 1]))
+        if (optimizerIssued[size_t(x) + 1] == updateSeq)
           op.waits.push_back({internalEvent(x), updateSeq});
-      if (issuedFor(optimizerIssued[0]))
+      if (optimizerIssued[0] == updateSeq)
         op.waits.push_back({internalEvent(-1), updateSeq});
-      if (staleOptimizer && event >= 0)
-        paramUploads.push_back(event);
     } else {
       op.src = resolve(src, bytes, true, what.part("source"));
     }
     if (dst.buffer == program.hostGradsBuffer) {
-      // Do not overwrite gradients the previous step's tasks still read
-      // (stale: that the previous step's stash still copies).
-      if (staleOptimizer && tag.seq > 0)
+      // Do not overwrite gradients the previous step's tasks still read.
+      if (stashIssued == tag.seq - 1)
         op.waits.push_back({stashEvent(), tag.seq - 1});
-      for (size_t x = 0; x < optimizerIssued.size() && !staleOptimizer; ++x)
-        if (optimizerIssued[x] == tag.seq - 1)
+      for (size_t x = 0; x < gradReaderIssued.size(); ++x)
+        if (gradReaderIssued[x] == tag.seq - 1)
           op.waits.push_back({internalEvent(int32_t(x) - 1), tag.seq - 1});
       if (event >= 0)
         gradDownloads[size_t(op.stage)].push_back(event);
@@ -436,25 +432,31 @@ void HostExec::launch(int32_t event, int32_t job, int32_t microbatch,
 
 void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
                         const rondo_await *awaits, int32_t numAwaits) {
-  const Site what{this,
-                  kind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
-                                                : "optimizer task",
-                  -1, -1};
+  const Site what{this, taskName(kind), -1, -1};
   try {
     checkIssue(what, event);
-    if (kind != RONDO_TASK_LOAD_BATCH && kind != RONDO_TASK_OPTIMIZER)
+    if (kind < RONDO_TASK_LOAD_BATCH || kind > RONDO_TASK_STALE_OPTIMIZER)
       throw Error("exec: " + what.text() + ": unknown task kind " +
                   std::to_string(kind));
     if (stage < -1 || stage >= program.numStages)
       throw Error("exec: " + what.text() + ": no stage " +
                   std::to_string(stage));
+    const bool stale =
+        kind == RONDO_TASK_STASH_GRADS || kind == RONDO_TASK_STALE_OPTIMIZER;
+    if (stale && stage != -1)
+      throw Error("exec: " + what.text() + ": serves every stage, not stage " +
+                  std::to_string(stage));
+    const std::string mode = program.optimizer ? program.optimizer : "?";
+    if (stale && mode != "stale")
+      throw Error("exec: " + what.text() +
+                  ": belongs to a stale program, not a " + mode + " one");
     Op op;
     op.op = TraceRecord::Task;
     op.event = event;
     op.taskKind = kind;
     op.stage = stage;
     op.tag = tag;
-    if (kind == RONDO_TASK_OPTIMIZER) {
+    if (kind == RONDO_TASK_OPTIMIZER || kind == RONDO_TASK_STASH_GRADS) {
       // The task reads gradient images: wait for their downloads.
       std::vector<int32_t> reads;
       if (stage >= 0)
@@ -465,32 +467,14 @@ void HostExec::hostTask(int32_t event, int32_t kind, int32_t stage,
       for (int32_t y : reads)
         for (int32_t e : gradDownloads[size_t(y)])
           op.waits.push_back({e, tag.seq});
+    }
+    if (kind == RONDO_TASK_OPTIMIZER)
+      gradReaderIssued[size_t(stage) + 1] = tag.seq;
+    if (updatesWeights(kind))
       optimizerIssued[size_t(stage) + 1] = tag.seq;
-      if (event >= 0)
-        optimizerEvents[size_t(event)] = true;
-    }
+    if (kind == RONDO_TASK_STASH_GRADS)
+      stashIssued = tag.seq;
     addAwaits(op, awaits, numAwaits, what);
-    if (kind == RONDO_TASK_OPTIMIZER && staleOptimizer) {
-      if (stage != -1)
-        throw Error("exec: " + what.text() +
-                    ": one-step-stale updates need a program with one "
-                    "optimizer task per step (the sync program)");
-      // Every parameter upload of this step is issued: the previous
-      // step's update may run once they have read the weights. Then this
-      // step's gradients are copied aside as soon as they have landed, and
-      // its update, which reads the copy, waits for the next step.
-      releaseStaleUpdate(paramUploads);
-      Op stash;
-      stash.op = TraceRecord::Task;
-      stash.taskKind = kStashTask;
-      stash.tag = tag;
-      for (const std::vector<int32_t> &downloads : gradDownloads)
-        for (int32_t e : downloads)
-          stash.waits.push_back({e, tag.seq});
-      enqueue(streamOf(-1, kOptimizerRole), std::move(stash));
-      heldUpdate = std::make_unique<Op>(std::move(op));
-      return;
-    }
     enqueue(streamOf(-1, kind == RONDO_TASK_LOAD_BATCH ? kDataRole
                                                        : kOptimizerRole),
             std::move(op));
@@ -613,15 +597,15 @@ void HostExec::run(Server &server) {
       if (op.event >= 0)
         generation[size_t(op.event)] =
             std::max(generation[size_t(op.event)], op.tag.seq);
-      if (op.op == TraceRecord::Task && op.taskKind == RONDO_TASK_OPTIMIZER) {
+      if (op.op == TraceRecord::Task && updatesWeights(op.taskKind)) {
         int64_t &g = generation[size_t(internalEvent(op.stage))];
         g = std::max(g, op.tag.seq);
       }
-      if (op.op == TraceRecord::Task && op.taskKind == kStashTask) {
+      if (op.op == TraceRecord::Task && op.taskKind == RONDO_TASK_STASH_GRADS) {
         int64_t &g = generation[size_t(stashEvent())];
         g = std::max(g, op.tag.seq);
       }
-      if (recordTrace) {
+      if (recordTrace && op.traced) {
         TraceRecord r;
         r.op = op.op;
         r.copyKind = int8_t(op.copyKind);
@@ -665,15 +649,21 @@ void HostExec::execute(Op &op) {
   case TraceRecord::Task:
     if (op.taskKind == RONDO_TASK_LOAD_BATCH) {
       client.loadBatch(op.tag);
-    } else if (op.taskKind == kStashTask) {
+    } else if (op.taskKind == RONDO_TASK_STASH_GRADS) {
       const int64_t bytes = hostGradsBytes();
       const char *from = hostBuffer(program.hostGradsBuffer);
-      char *to = gradStash.get();
+      char *to = hostBuffer(program.gradStashBuffer);
       // In 1 MiB pieces over the optimizer thread's OpenMP threads.
       const int64_t piece = int64_t(1) << 20;
 #pragma omp parallel for schedule(static)
       for (int64_t at = 0; at < bytes; at += piece)
         std::memcpy(to + at, from + at, size_t(std::min(piece, bytes - at)));
+    } else if (op.taskKind == RONDO_TASK_STALE_OPTIMIZER) {
+      // The trace shows the update under the step it applies.
+      const int64_t step = client.optimizeStashed(op.tag);
+      op.traced = step >= 0;
+      if (op.traced)
+        op.tag.step = step;
     } else {
       client.optimize(op.tag, op.stage);
     }
@@ -708,14 +698,10 @@ void HostExec::gatherParams(int32_t worker, int32_t stage, int64_t offset,
 }
 
 std::string HostExec::describeOp(const Op &op) const {
-  const char *kind =
-      op.op == TraceRecord::Launch ? "launch"
-      : op.op == TraceRecord::Task
-          ? (op.taskKind == RONDO_TASK_LOAD_BATCH ? "load_batch task"
-             : op.taskKind == kStashTask          ? "gradient stash task"
-                                                  : "optimizer task")
-      : op.op == TraceRecord::Fill ? "fill_zero"
-                                   : copyKindName(op.copyKind);
+  const char *kind = op.op == TraceRecord::Launch ? "launch"
+                     : op.op == TraceRecord::Task ? taskName(op.taskKind)
+                     : op.op == TraceRecord::Fill ? "fill_zero"
+                                                  : copyKindName(op.copyKind);
   std::string s =
       std::string(kind) + " of step " + std::to_string(op.tag.step + 1);
   if (op.job >= 0)
@@ -800,38 +786,14 @@ void HostExec::barrier() {
   waitFor(lock, [&] { return pendingWorker == 0; });
 }
 
-void HostExec::setStaleOptimizer(bool on) {
-  staleOptimizer = on;
-  if (!on || gradStash)
-    return;
-  const size_t bytes = size_t(hostGradsBytes());
-  gradStash.reset(static_cast<char *>(
-      std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64))));
-  if (!gradStash)
-    throw Error("--optimizer-mode=stale: cannot allocate " +
-                std::to_string(bytes) +
-                " bytes of host memory for the copy of the gradients that "
-                "each update reads");
-}
-
-void HostExec::releaseStaleUpdate(const std::vector<int32_t> &uploads) {
-  if (!heldUpdate)
-    return;
-  std::unique_ptr<Op> op = std::move(heldUpdate);
-  for (int32_t e : uploads)
-    op->waits.push_back({e, tag.seq});
-  enqueue(streamOf(-1, kOptimizerRole), std::move(*op));
-}
-
 void HostExec::drainHost() {
-  releaseStaleUpdate({});
   std::unique_lock<std::mutex> lock(mu);
   waitFor(lock, [&] { return pendingHost == 0 && pendingData == 0; });
 }
 
-void HostExec::waitForPreviousUpdate() {
+void HostExec::waitForUpdate() {
   std::unique_lock<std::mutex> lock(mu);
-  const int64_t seq = tag.seq - 1;
+  const int64_t seq = tag.seq;
   waitFor(lock, [&] { return generation[size_t(internalEvent(-1))] >= seq; });
 }
 

@@ -21,23 +21,18 @@
 //
 // Besides the compiler's awaits, HostExec adds the hazards it can derive
 // from the tables alone, so a missing await costs speed, never results:
-// an OPTIMIZER task waits for this step's gradient downloads of the stages
-// it reads; a parameter upload waits for the previous step's optimizer tasks
-// that update any of its pieces; a gradient download waits for the previous
-// step's optimizer tasks that read its region.
+// a task that reads the host gradients (an OPTIMIZER task, a stale
+// program's STASH_GRADS task) waits for this step's gradient downloads of
+// the stages it reads; a parameter upload waits for the previous step's
+// tasks that update any of its pieces (OPTIMIZER, STALE_OPTIMIZER); a
+// gradient download waits for the previous step's tasks that read the
+// host gradients.
 //
-// One-step-stale updates (setStaleOptimizer, RoundPipe's asynchronous step)
-// change these rules for a program with one OPTIMIZER task per step:
-// parameter uploads of step s wait for the update of step s-2, not s-1, and
-// the update of step s waits until every parameter upload of step s+1 has
-// read the weights it is about to change. The executor holds that task back
-// until step s+1 issues its own (all of its uploads are issued by then), and
-// drainHost() releases a held-back task without the wait. Step s+1's
-// gradient downloads cannot wait for that task (in a plan of several
-// stages later uploads follow earlier downloads, so they would wait for
-// each other): a stash task copies step s's gradients aside once they have
-// landed, the update reads the copy (optimizerGradients()), and the
-// downloads of step s+1 wait for the copy only.
+// Every program runs the same way: a stale program (one-step-stale
+// updates) says in its own ops that its STALE_OPTIMIZER task applies the
+// previous step's gradients, which its STASH_GRADS task copied to the
+// program's gradStashBuffer, and which events they wait for
+// (convert-pipe-to-exec; exec-verify proves it).
 //
 //===----------------------------------------------------------------------===//
 
@@ -101,6 +96,9 @@ struct StepTag {
   int64_t step = 0;  ///< Training step (for eval batches: steps done).
   bool eval = false; ///< An evaluation batch: no update.
   float lossScale = 1.0f;
+  /// --grad-accum: this is program step `pass` of the `passes` whose
+  /// gradients one update sums (rows pass * batch .. of the step's).
+  int32_t pass = 0, passes = 1;
 };
 
 /// The trainer's side of host tasks; called on the host threads.
@@ -111,6 +109,11 @@ public:
   virtual void loadBatch(const StepTag &tag) = 0;
   /// AdamW for `stage` (-1: all parameters).
   virtual void optimize(const StepTag &tag, int32_t stage) = 0;
+  /// A stale program's STALE_OPTIMIZER task of the step `tag`: AdamW with
+  /// the gradients the previous step stashed. Returns the step whose
+  /// update it applied (the trace shows the task under it), or -1 when
+  /// there was none to apply.
+  virtual int64_t optimizeStashed(const StepTag &tag) = 0;
 };
 
 /// The derived facts about a program that the executor and the trainer
@@ -173,8 +176,10 @@ public:
   /// "host" or "cuda".
   const char *backendName() const { return device->name(); }
 
-  /// Starts the next step; ops issued until the next call belong to it.
-  void beginStep(int64_t step, bool eval, float lossScale);
+  /// Starts the next step (program step `pass` of `passes` of training
+  /// step `step`); ops issued until the next call belong to it.
+  void beginStep(int64_t step, bool eval, float lossScale, int32_t pass = 0,
+                 int32_t passes = 1);
   const StepTag &currentTag() const { return tag; }
 
   void copy(int32_t event, int32_t kind, int32_t stream, int32_t job,
@@ -189,17 +194,13 @@ public:
                 const rondo_await *awaits, int32_t numAwaits) override;
   void barrier() override;
 
-  /// One-step-stale updates (see the file comment); before the first step.
-  void setStaleOptimizer(bool on);
-  /// Waits until the host threads are idle too, releasing a held-back
-  /// stale update first: afterwards the weights include every issued step.
+  /// Waits until the host threads are idle too.
   void drainHost();
   /// Waits until the data thread is idle (before refilling batch inputs).
   void drainData();
-  /// Stale updates: waits until the update of the step issued before the
-  /// current one has run (it was released when the current step issued
-  /// its own).
-  void waitForPreviousUpdate();
+  /// Waits until the current step's task that updates every parameter
+  /// (OPTIMIZER of stage -1, or STALE_OPTIMIZER) has run.
+  void waitForUpdate();
   /// Throws rt::Error with the first failure of any stream, if any.
   void checkError();
   /// Records a failure (e.g. of the issuing thread) and stops every stream.
@@ -223,12 +224,6 @@ public:
   }
   /// What a worker is: the trainer updates device-resident state through it.
   DeviceOps &deviceOps() const { return *device; }
-  /// The gradient image OPTIMIZER tasks read: the host gradients buffer,
-  /// or with stale updates the stash task's copy of it (same layout).
-  char *optimizerGradients() const {
-    return staleOptimizer ? gradStash.get()
-                          : hostBuffer(program.hostGradsBuffer);
-  }
   /// The worker that runs `job` of the current step.
   int32_t workerOf(int32_t job) const;
   /// Every recorded op, by start time.
@@ -252,6 +247,8 @@ private:
     int64_t srcOffset = 0;
     int64_t bytes = 0;
     rondo_stage_fn fn = nullptr;
+    /// Recorded in the trace (a stale update that applied nothing is not).
+    bool traced = true;
     std::vector<void *> io;
     std::vector<Wait> waits;
   };
@@ -318,9 +315,6 @@ private:
   void wakeEveryone();
   void addAwaits(Op &op, const rondo_await *awaits, int32_t numAwaits,
                  const Site &what);
-  /// Enqueues the held-back stale update, if any, waiting also for
-  /// `uploads` (events of the current step's parameter uploads).
-  void releaseStaleUpdate(const std::vector<int32_t> &uploads);
   char *resolve(const rondo_ref &ref, int64_t bytes, bool exact,
                 const Site &what);
   std::string describe(const char *op, int32_t job, int32_t microbatch) const;
@@ -340,7 +334,7 @@ private:
     const rondo_buffer_desc &grads = program.buffers[program.hostGradsBuffer];
     return grads.count * grads.bytes;
   }
-  /// Completed by the stash task (stale updates).
+  /// Completed by a stale program's STASH_GRADS task.
   int32_t stashEvent() const {
     return program.numEvents + 1 + program.numStages;
   }
@@ -366,19 +360,12 @@ private:
   bool started = false;
   /// Events completed by this step's gradient downloads, per stage.
   std::vector<std::vector<int32_t>> gradDownloads;
-  /// Per internal optimizer event (stage + 1): the seq it was last issued.
-  std::vector<int64_t> optimizerIssued;
-  bool staleOptimizer = false;
-  /// Program events that OPTIMIZER tasks complete.
-  std::vector<bool> optimizerEvents;
-  /// Stale mode: events of this step's parameter uploads, and the update of
-  /// the previous step, not yet enqueued.
-  std::vector<int32_t> paramUploads;
-  std::unique_ptr<Op> heldUpdate;
-  struct FreeDeleter {
-    void operator()(char *p) const { std::free(p); }
-  };
-  std::unique_ptr<char, FreeDeleter> gradStash;
+  /// Per internal optimizer event (stage + 1): the seq of the last task
+  /// that updates weights (OPTIMIZER, STALE_OPTIMIZER) issued for it, and
+  /// of the last one of those that reads the host gradients (OPTIMIZER).
+  std::vector<int64_t> optimizerIssued, gradReaderIssued;
+  /// The seq of the last STASH_GRADS task issued.
+  int64_t stashIssued = -2;
 
   mutable std::mutex mu;
   /// The issuing thread's waits (barrier, drains); streams wait on their

@@ -62,6 +62,15 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
   hostBuffer(p.hostGradsBuffer, "gradients", 0);
   const rondo_buffer_desc &grads = p.buffers[p.hostGradsBuffer];
   const int64_t gradsBytes = grads.count * grads.bytes;
+  if (p.optimizer && std::string(p.optimizer) == "stale") {
+    // Its stash copies the gradient images aside for the next step's update.
+    if (p.gradStashBuffer == p.hostGradsBuffer)
+      throw bad("stashes its gradients in its gradients buffer");
+    hostBuffer(p.gradStashBuffer, "gradient stash", gradsBytes);
+    if (p.numResidentParams > 0)
+      throw bad("applies its updates one step late but keeps parameters on "
+                "the worker, with nothing to hide the update behind");
+  }
 
   ProgramInfo info;
   const int numParams = model.numParams;

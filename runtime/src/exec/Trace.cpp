@@ -56,9 +56,11 @@ std::string kindOf(const TraceRecord &r) {
   case TraceRecord::Launch:
     return "launch";
   case TraceRecord::Task:
-    return r.taskKind == RONDO_TASK_LOAD_BATCH  ? "load_batch"
-           : r.taskKind == RONDO_TASK_OPTIMIZER ? "optimizer"
-                                                : "grad_stash";
+    // A stale program's update is the optimizer's, shown under the step
+    // whose gradients it applies.
+    return r.taskKind == RONDO_TASK_LOAD_BATCH    ? "load_batch"
+           : r.taskKind == RONDO_TASK_STASH_GRADS ? "grad_stash"
+                                                  : "optimizer";
   }
   return "?";
 }
@@ -73,8 +75,7 @@ std::string micros(double us) {
 } // namespace
 
 std::string chromeTraceJson(const rondo_program &program,
-                            const std::vector<TraceRecord> &records,
-                            bool stale) {
+                            const std::vector<TraceRecord> &records) {
   const int hostPid = program.workers;
   auto stageName = [&](int32_t s) -> const char * {
     return s >= 0 && s < program.numStages ? program.stages[s].name : "";
@@ -137,17 +138,14 @@ std::string chromeTraceJson(const rondo_program &program,
   out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {";
   out +=
       "\"program\": " + quote(program.name) +
-      ", \"optimizer\": " + quote(stale ? "stale" : program.optimizer) +
+      ", \"optimizer\": " + quote(program.optimizer) +
       ", \"workers\": " + std::to_string(program.workers) +
       ", \"microbatches\": " + std::to_string(program.microbatches) +
       ", \"rowsPerMicrobatch\": " + std::to_string(program.rowsPerMicrobatch) +
       ", \"firstWorker\": " + std::to_string(program.firstWorker) +
       ", \"numJobs\": " + std::to_string(program.numJobs) +
       ", \"predictedStepSeconds\": " +
-      jsonNumber(stale && program.predictedStaleStepSeconds > 0
-                     ? program.predictedStaleStepSeconds
-                     : program.predictedStepSeconds) +
-      ", \"jobStages\": [";
+      jsonNumber(program.predictedStepSeconds) + ", \"jobStages\": [";
   for (int32_t n = 0; n < program.numJobs; ++n)
     out += (n ? ", " : "") + std::to_string(program.jobStages[n]);
   out += "], \"stages\": [";
@@ -164,8 +162,8 @@ std::string chromeTraceJson(const rondo_program &program,
 }
 
 void writeChromeTrace(const std::string &path, const rondo_program &program,
-                      const std::vector<TraceRecord> &records, bool stale) {
-  std::string json = chromeTraceJson(program, records, stale);
+                      const std::vector<TraceRecord> &records) {
+  std::string json = chromeTraceJson(program, records);
   writeFileAtomically(path, json.data(), json.size());
 }
 

@@ -25,16 +25,14 @@
 namespace rondo::rt {
 
 /// Writes `records` of a run of `program` to `path` (atomically); throws
-/// rt::Error naming the file. `stale`: the run used one-step-stale updates
-/// (the optimizer mode and prediction in otherData say so).
+/// rt::Error naming the file. otherData names the program, its optimizer
+/// mode and its predicted step.
 void writeChromeTrace(const std::string &path, const rondo_program &program,
-                      const std::vector<TraceRecord> &records,
-                      bool stale = false);
+                      const std::vector<TraceRecord> &records);
 
 /// The JSON text of the trace.
 std::string chromeTraceJson(const rondo_program &program,
-                            const std::vector<TraceRecord> &records,
-                            bool stale = false);
+                            const std::vector<TraceRecord> &records);
 
 } // namespace rondo::rt
 

@@ -31,20 +31,31 @@ namespace rondo::rt {
 
 namespace {
 
-/// The plans a pipelined trainer was compiled for, for errors and --help.
+bool isStale(const rondo_program &p) {
+  return p.optimizer && std::string(p.optimizer) == "stale";
+}
+
+/// The plans a pipelined trainer was compiled for, for errors and --help:
+/// the sync and overlap programs, then (a sentence of their own) the
+/// stale ones.
 std::string describePlans(const rondo_program *programs, int numPrograms) {
-  std::string s;
+  std::string s, stale;
   for (int i = 0; i < numPrograms; ++i) {
-    if (i)
-      s += ", ";
-    s += std::string(programs[i].name ? programs[i].name : "?") + " (" +
-         (programs[i].replicas > 1
-              ? std::to_string(programs[i].replicas) + " replicas x "
-              : std::string()) +
-         std::to_string(programs[i].workers) +
-         (programs[i].workers == 1 ? " worker, " : " workers, ") +
-         (programs[i].optimizer ? programs[i].optimizer : "?") + ")";
+    const rondo_program &p = programs[i];
+    std::string &list = isStale(p) ? stale : s;
+    if (!list.empty())
+      list += ", ";
+    list +=
+        std::string(p.name ? p.name : "?") + " (" +
+        (p.replicas > 1 ? std::to_string(p.replicas) + " replicas x "
+                        : std::string()) +
+        std::to_string(p.workers) + (p.workers == 1 ? " worker" : " workers") +
+        (isStale(p) ? std::string()
+                    : std::string(", ") + (p.optimizer ? p.optimizer : "?")) +
+        ")";
   }
+  if (!stale.empty())
+    s += ". With one-step-stale updates (--optimizer-mode=stale): " + stale;
   return s;
 }
 
@@ -139,19 +150,16 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
   const int workers = opts.workers > 0 ? opts.workers : programs[0].workers;
   // A program made for this many replicas, else (a trainer compiled for
   // one) any: its step is then the replicas' batches together.
+  const std::string &mode = opts.optimizerMode;
   for (int i = 0; i < numPrograms; ++i)
     if (programs[i].workers == workers && programs[i].optimizer &&
         std::max(programs[i].replicas, 1) == opts.replicas &&
-        (opts.optimizerMode == "stale"
-             ? std::string("sync")
-             : opts.optimizerMode) == programs[i].optimizer) {
+        mode == programs[i].optimizer) {
       chosen = &programs[i];
       return "";
     }
-  // The stale step runs the sync program (one update per step), late.
-  const std::string mode =
-      opts.optimizerMode == "stale" ? "sync" : opts.optimizerMode;
   std::vector<int> counts;
+  const rondo_program *sync = nullptr;
   for (int i = 0; i < numPrograms; ++i) {
     if (std::find(counts.begin(), counts.end(), programs[i].workers) ==
         counts.end())
@@ -161,7 +169,18 @@ std::string selectProgram(const rondo_program *programs, int numPrograms,
       chosen = &programs[i];
       return "";
     }
+    if (programs[i].workers == workers && programs[i].optimizer &&
+        std::string(programs[i].optimizer) == "sync" && !sync)
+      sync = &programs[i];
   }
+  // The compiler builds no stale program for a plan that keeps its state
+  // on the worker.
+  if (mode == "stale" && sync && sync->numResidentParams > 0)
+    return std::string("--optimizer-mode=stale: the program '") + sync->name +
+           "' keeps its parameters on the worker, which updates them "
+           "between steps with nothing to hide; run it in overlap or sync "
+           "mode, or compile with --optimizer-mode=stale (whose plans "
+           "stream) for stale updates";
   std::string list;
   for (size_t i = 0; i < counts.size(); ++i)
     list += (i ? ", " : "") + std::to_string(counts[i]);
@@ -219,8 +238,6 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
                          DeviceOpsFactory device,
                          std::unique_ptr<ReplicaGroup> &replicas,
                          std::string &who) {
-  if (!program)
-    return "--replicas needs a pipelined trainer (compiled with --workers)";
   // GPU trainers sum on the GPUs (NCCL): device-resident state never
   // leaves them, and the GPU machines need no MPI. Host trainers use MPI.
   std::string engine = options.replicaEngine;
@@ -278,9 +295,11 @@ std::string joinReplicas(TrainerOptions &options, const rondo_program *program,
   return "";
 }
 
-int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
-                    const rondo_program *programs, int numPrograms,
-                    DeviceOpsFactory device = nullptr) {
+} // namespace
+
+int trainerMain(int argc, char **argv, const ModelSpec &model,
+                const rondo_program *programs, int numPrograms,
+                DeviceOpsFactory device) {
   const char *argv0 = argc > 0 && argv[0] ? argv[0] : "trainer";
   TrainerOptions options;
   std::string message;
@@ -306,41 +325,41 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
     return usageError(why);
   if (options.optimizerMode.empty())
     options.optimizerMode = defaultOptimizerMode(options, model);
-  const rondo_program *program = nullptr;
-  if (programs || numPrograms) {
-    const char *worldSize = std::getenv("WORLD_SIZE");
-    if (!worldSize)
-      worldSize = std::getenv("OMPI_COMM_WORLD_SIZE");
-    if (!worldSize)
-      worldSize = std::getenv("SLURM_NTASKS");
-    if (std::string why =
-            selectLayout(programs, numPrograms, options, worldSize);
-        !why.empty())
-      return usageError(why);
-    // The chosen layout has several replicas and nothing launched them:
-    // this process starts them on this machine's GPUs.
-    if (options.replicas > 1 && !options.replicasGiven && !worldSize) {
-      if (!device)
-        return usageError(
-            "this trainer's layout has " + std::to_string(options.replicas) +
-            " replicas: start it as mpirun -np " +
-            std::to_string(options.replicas) + " " + argv0 +
-            " ... (or pick a one-process layout with --replicas 1 and "
-            "--workers)");
-      return launchLocalReplicas(argc, argv, options.replicas, argv0);
-    }
-    std::string why = selectProgram(programs, numPrograms, options, program);
-    if (!why.empty())
-      return usageError(why);
-    // A program's step is its compiled global batch, split into the plan's
-    // microbatches; more rows per step is a larger --batch.
-    if (options.gradAccum > 1)
+  // --grad-accum sums K program steps' gradients on the host before one
+  // update.
+  if (options.gradAccum > 1 && options.optimizerMode == "stale")
+    return usageError("--grad-accum cannot be combined with "
+                      "--optimizer-mode=stale (its update runs a program "
+                      "step late); use --optimizer-mode=sync or overlap, or "
+                      "compile with --batch B*K");
+  const char *worldSize = std::getenv("WORLD_SIZE");
+  if (!worldSize)
+    worldSize = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (!worldSize)
+    worldSize = std::getenv("SLURM_NTASKS");
+  if (std::string why = selectLayout(programs, numPrograms, options, worldSize);
+      !why.empty())
+    return usageError(why);
+  // The chosen layout has several replicas and nothing launched them:
+  // this process starts them on this machine's GPUs.
+  if (options.replicas > 1 && !options.replicasGiven && !worldSize) {
+    if (!device)
       return usageError(
-          "--grad-accum is not supported by pipelined trainers; compile with "
-          "--batch B*K to train on K times the rows per step (rondo-compile "
-          "emits only pipelined trainers, whose plans already split a step "
-          "into microbatches)");
+          "this trainer's layout has " + std::to_string(options.replicas) +
+          " replicas: start it as mpirun -np " +
+          std::to_string(options.replicas) + " " + argv0 +
+          " ... (or pick a one-process layout with --replicas 1 and "
+          "--workers)");
+    return launchLocalReplicas(argc, argv, options.replicas, argv0);
   }
+  const rondo_program *program = nullptr;
+  if (std::string why = selectProgram(programs, numPrograms, options, program);
+      !why.empty())
+    return usageError(why);
+  if (options.gradAccum > 1 && options.replicas > 1)
+    return usageError("--grad-accum cannot be combined with --replicas; "
+                      "compile with --batch B*K for K times the rows per "
+                      "step");
   std::unique_ptr<ReplicaGroup> replicas;
   std::string who = argv0;
   if (options.replicas > 1)
@@ -352,14 +371,12 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   // (A program whose rows do not make up the global batch is reported by
   // analyseProgram, against the model's.)
   ModelSpec processModel = model;
-  if (program) {
-    const int64_t rows =
-        int64_t(program->microbatches) * program->rowsPerMicrobatch;
-    if (rows * std::max(program->replicas, 1) == model.batch)
-      processModel.batch = rows;
-  }
+  const int64_t rows =
+      int64_t(program->microbatches) * program->rowsPerMicrobatch;
+  if (rows * std::max(program->replicas, 1) == model.batch)
+    processModel.batch = rows;
   try {
-    return Trainer(processModel, options, step, program, who.c_str(), device,
+    return Trainer(processModel, options, *program, who.c_str(), device,
                    replicas.get())
         .run();
   } catch (const Error &e) {
@@ -373,21 +390,6 @@ int trainerMainImpl(int argc, char **argv, const ModelSpec &model, StepFn step,
   if (replicas)
     replicas->abortAll(1);
   return 1;
-}
-
-} // namespace
-
-int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step) {
-  return trainerMainImpl(argc, argv, model, step, nullptr, 0);
-}
-
-int trainerMain(int argc, char **argv, const ModelSpec &model,
-                const rondo_program *programs, int numPrograms,
-                DeviceOpsFactory device) {
-  if (!programs && numPrograms == 0)
-    numPrograms = -1; // Still a pipelined trainer: report the missing table.
-  return trainerMainImpl(argc, argv, model, nullptr, programs, numPrograms,
-                         device);
 }
 
 } // namespace rondo::rt

@@ -16,7 +16,7 @@
 
 namespace rondo::rt {
 
-void OptimizerState::setUp(float *const *params, float *const *grads) {
+void OptimizerState::setUp(float *const *params) {
   adamw.beta1 = opts.beta1;
   adamw.beta2 = opts.beta2;
   adamw.eps = opts.eps;
@@ -35,7 +35,6 @@ void OptimizerState::setUp(float *const *params, float *const *grads) {
     OptParam o;
     o.index = i;
     o.param = params[i];
-    o.grad = grads[i];
     o.numel = numElements(p);
     o.expAvg = FloatBuffer(replicas.owned(o.numel).size());
     o.expAvgSq = FloatBuffer(replicas.owned(o.numel).size());

@@ -31,8 +31,9 @@
 namespace rondo::rt {
 
 /// One trainable parameter's optimizer state. `grad` points at the
-/// gradient the update reads: the StepFn's buffer, the host gradients of a
-/// program (one part), or a per-parameter sum (several; ProgramGrads).
+/// gradient the update reads: the host gradients of a program (one part),
+/// a per-parameter sum (several), or with --grad-accum the sum over the
+/// optimizer step's program steps (ProgramGrads binds it).
 struct OptParam {
   int index = 0;
   float *param = nullptr;
@@ -73,9 +74,9 @@ public:
                  ReplicaSync &replicas)
       : model(model), opts(opts), replicas(replicas) {}
 
-  /// The state of every trainable parameter of `params`, whose gradients
-  /// are at `grads` until a program rebinds them.
-  void setUp(float *const *params, float *const *grads);
+  /// The state of every trainable parameter of `params`; a program binds
+  /// their gradients (ProgramGrads::bind).
+  void setUp(float *const *params);
 
   std::vector<OptParam> &tensors() { return opt; }
   const std::vector<OptParam> &tensors() const { return opt; }

@@ -83,8 +83,7 @@ void ParamStore::mapFrozenWeights(const TrainerOptions &opts,
   log.say(line);
 }
 
-void ParamStore::initialise(const TrainerOptions &opts, bool stepGradients,
-                            const StepLog &log) {
+void ParamStore::initialise(const TrainerOptions &opts, const StepLog &log) {
   const int n = model.numParams;
   const std::string path =
       opts.weights.empty() ? model.modelPath : opts.weights;
@@ -92,23 +91,16 @@ void ParamStore::initialise(const TrainerOptions &opts, bool stepGradients,
     mapFrozenWeights(opts, path, log);
   auto isMapped = [&](int i) { return !mapped.empty() && mapped[size_t(i)]; };
   params.reserve(size_t(n));
-  grads.reserve(size_t(n));
   for (int i = 0; i < n; ++i) {
     const ParamSpec &p = model.params[i];
     if (isMapped(i)) {
       // Read-only: nothing writes a frozen weight.
       params.emplace_back();
       ptrs.push_back(const_cast<float *>(mapped[size_t(i)]));
-      grads.emplace_back();
-      gradPtrs.push_back(nullptr);
       continue;
     }
     params.emplace_back(numElements(p));
-    grads.emplace_back(p.trainable && stepGradients ? numElements(p) : 0);
     ptrs.push_back(params.back().data());
-    gradPtrs.push_back(p.trainable ? grads.back().data() : nullptr);
-    if (p.trainable && stepGradients)
-      trainableGrads.push_back({grads.back().data(), numElements(p)});
   }
   // LoRA adapters are not in the model: PEFT's initialisation (B = 0, so
   // step 0 is the base model), or a PEFT file.

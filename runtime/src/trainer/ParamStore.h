@@ -32,20 +32,12 @@ class ParamStore {
 public:
   explicit ParamStore(const ModelSpec &model) : model(model) {}
 
-  /// Allocates and fills every parameter. `stepGradients`: also allocate
-  /// the gradient buffers a StepFn adds into (a program downloads its
+  /// Allocates and fills every parameter (a program downloads the
   /// gradients into its own host buffer).
-  void initialise(const TrainerOptions &opts, bool stepGradients,
-                  const StepLog &log);
+  void initialise(const TrainerOptions &opts, const StepLog &log);
 
   /// Per parameter: its fp32 data (read-only when mapped).
   float *const *data() const { return ptrs.data(); }
-  /// StepFn: per parameter its gradient buffer, null for frozen ones.
-  float *const *gradients() const { return gradPtrs.data(); }
-  /// StepFn: the gradient buffers of the trainable parameters.
-  const std::vector<GradTensor> &trainableGradients() const {
-    return trainableGrads;
-  }
   /// Per parameter: whether it lives in a file mapping (not pinnable).
   std::vector<bool> pageable() const;
   /// Order-independent and exact, for comparing replicas.
@@ -60,13 +52,10 @@ private:
 
   const ModelSpec &model;
   std::vector<FloatBuffer> params;
-  std::vector<FloatBuffer> grads; ///< StepFn: empty buffers for frozen.
   std::vector<float *> ptrs;
   /// Per parameter: its data in a read-only mapping of its file, or null.
   std::vector<const float *> mapped;
   std::vector<std::shared_ptr<const void>> mappings;
-  std::vector<float *> gradPtrs; ///< StepFn: nullptr for frozen params.
-  std::vector<GradTensor> trainableGrads;
 };
 
 } // namespace rondo::rt

@@ -16,9 +16,9 @@ namespace rondo::rt {
 ProgramGrads::ProgramGrads(const rondo_program &program, const ModelSpec &model,
                            const ProgramInfo &info, const ReplicaSync &replicas,
                            char *image, char *hostGrads,
-                           const ResidentState &resident)
+                           const ResidentState &resident, int32_t passes)
     : program(program), model(model), info(info), replicas(replicas),
-      image(image), hostGrads(hostGrads), resident(resident) {
+      image(image), hostGrads(hostGrads), resident(resident), passes(passes) {
   // The order non-finite gradients are looked for in: stages by their
   // first job, parts by their place in the stage's gradient image.
   std::vector<int32_t> firstJob(size_t(program.numStages), program.numJobs);
@@ -77,6 +77,30 @@ void ProgramGrads::bind(OptimizerState &opt) {
   for (OptParam &o : opt.tensors())
     if (info.partsOf[size_t(o.index)].empty() && !o.resident())
       o.grad = zeroGrad.data();
+  if (passes > 1) {
+    // The update, the norm, clipping and dumps read the sums over the
+    // optimizer step's program steps (zero without parts).
+    // Device-resident parameters' sums live on their worker, in one
+    // allocation.
+    accumulators.resize(size_t(model.numParams));
+    int64_t onWorker = 0;
+    for (const OptParam &o : opt.tensors())
+      if (o.resident())
+        onWorker += (o.numel + 15) / 16 * 16;
+    if (onWorker > 0)
+      workerAccumulators = resident.device().allocateArena(
+          resident.worker(), size_t(onWorker) * sizeof(float));
+    float *next = reinterpret_cast<float *>(workerAccumulators);
+    for (OptParam &o : opt.tensors()) {
+      if (o.resident()) {
+        o.workerGrad = next;
+        next += (o.numel + 15) / 16 * 16;
+        continue;
+      }
+      accumulators[size_t(o.index)] = FloatBuffer(o.numel);
+      o.grad = accumulators[size_t(o.index)].data();
+    }
+  }
   optByStage.assign(size_t(program.numStages), {});
   for (int32_t s = 0; s < program.numStages; ++s)
     for (int32_t q : info.finalises[size_t(s)])
@@ -138,6 +162,48 @@ std::string ProgramGrads::describe(const std::vector<int32_t> &parts,
   const rondo_grad_part &part = program.gradParts[parts[size_t(k)]];
   return std::string("stage ") + program.stages[part.stage].name +
          " (first in job order), parameter " + model.params[part.param].name;
+}
+
+void ProgramGrads::releaseWorkerMemory() {
+  if (workerAccumulators)
+    resident.device().releaseArena(resident.worker(), workerAccumulators);
+  workerAccumulators = nullptr;
+}
+
+void ProgramGrads::accumulate(const OptParam &o, bool first) const {
+  const std::vector<int32_t> &parts = info.partsOf[size_t(o.index)];
+  const Shard range = replicas.owned(o.numel);
+  const int64_t n = range.size();
+  if (o.resident()) {
+    // The same additions in the same order, on the worker (the sum reads
+    // its element before it writes it).
+    std::vector<const float *> data;
+    if (!first)
+      data.push_back(o.workerGrad + range.begin);
+    for (int32_t i : parts)
+      data.push_back(resident.partData(program.gradParts[i]) + range.begin);
+    resident.device().sumParts(resident.worker(), o.workerGrad + range.begin,
+                               data.data(), int32_t(data.size()), n);
+    return;
+  }
+  float *sum = o.grad + range.begin;
+  // Elementwise, so threading keeps the order of the additions (and the
+  // bits) of the sequential loop: the previous steps' sum, then this
+  // step's parts in table order.
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const float *g = reinterpret_cast<const float *>(
+                         image + program.gradParts[parts[i]].hostOffset) +
+                     range.begin;
+    if (first && i == 0) {
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
+      for (int64_t e = 0; e < n; ++e)
+        sum[e] = g[e];
+    } else {
+#pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
+      for (int64_t e = 0; e < n; ++e)
+        sum[e] += g[e];
+    }
+  }
 }
 
 void ProgramGrads::prepare(const OptParam &o) const {

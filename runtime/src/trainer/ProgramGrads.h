@@ -10,7 +10,9 @@
 // This component owns those sums and the orders the optimizer tasks walk
 // the parts in: stages by their first job, parts by their place in the
 // stage's image (job order), all of them for the sync task and per stage
-// those its overlap task reads.
+// those its overlap task reads. With --grad-accum K it also owns each
+// parameter's accumulator, the sum of its gradients over the K program
+// steps of an optimizer step, which the update then reads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,14 +39,28 @@ public:
   /// `image` is the gradient image optimizer tasks read
   /// (HostExec::optimizerGradients()), `hostGrads` the program's host
   /// gradients buffer that downloads write.
+  /// `passes`: program steps per optimizer step (--grad-accum; streamed
+  /// state only).
   ProgramGrads(const rondo_program &program, const ModelSpec &model,
                const ProgramInfo &info, const ReplicaSync &replicas,
-               char *image, char *hostGrads, const ResidentState &resident);
+               char *image, char *hostGrads, const ResidentState &resident,
+               int32_t passes = 1);
 
   /// Points every trainable parameter's gradient at its part, its sum, or
   /// zeros (a parameter the program computes no gradient for); for a
-  /// device-resident one, at its part or sum on the worker.
+  /// device-resident one, at its part or sum on the worker. With several
+  /// passes: at its accumulator.
   void bind(OptimizerState &opt);
+  /// Whether the update reads accumulators (--grad-accum K > 1).
+  bool accumulates() const { return passes > 1; }
+  /// Adds this program step's gradient of `o` (its parts in table order)
+  /// to its accumulator over its owned range (on the worker for a
+  /// device-resident one); `first` (the optimizer step's first program
+  /// step) sets it instead.
+  void accumulate(const OptParam &o, bool first) const;
+  /// Frees the worker's accumulators; before the executor (whose device
+  /// allocated them) goes.
+  void releaseWorkerMemory();
 
   /// Every part in job order (the sync task's).
   const std::vector<int32_t> &all() const { return partsInJobOrder; }
@@ -91,12 +107,15 @@ private:
   char *image;
   char *hostGrads;
   const ResidentState &resident;
+  const int32_t passes;
   std::vector<int32_t> partsInJobOrder;
   std::vector<std::vector<int32_t>> partsReadBy;
   std::vector<std::vector<int>> optByStage;
   std::vector<FloatBuffer> partSums; ///< Per param with several parts.
   std::vector<FloatBuffer> normSums; ///< The same, for the logged norm.
   FloatBuffer zeroGrad;              ///< For params without gradient.
+  std::vector<FloatBuffer> accumulators; ///< Per param, with passes > 1.
+  char *workerAccumulators = nullptr;    ///< Device-resident ones, one block.
 };
 
 } // namespace rondo::rt

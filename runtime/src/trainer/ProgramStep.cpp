@@ -7,7 +7,10 @@
 // The trainer thread issues a step and reads its losses; the executor's
 // host threads call back to load the batch and to run the optimizer tasks,
 // which sum the gradients across replicas, look for non-finite values
-// before they update anything, and update.
+// before they update anything, and update. With --grad-accum K an
+// optimizer step is K program steps on consecutive batches: the tasks of
+// the first K-1 add their gradients to the accumulators, those of the
+// last add theirs and update.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,25 +56,19 @@ std::string agreeOnShards(const ProgramGrads &grads,
 
 void Trainer::setUpProgram(int64_t firstStep) {
   info = analyseProgram(*program, model);
-  staleMode = opts.optimizerMode == "stale";
-  syncMode = std::string(program->optimizer) == "sync" && !staleMode;
+  staleMode = std::string(program->optimizer) == "stale";
+  syncMode = std::string(program->optimizer) == "sync";
+  // The first step's stale update has nothing to apply: a checkpoint
+  // holds the weights after every update before it.
+  staleApplied = firstStep - 1;
   exec = std::make_unique<HostExec>(
       *program, model, info, store.data(), *this, !opts.trace.empty(),
       firstStep,
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       store.pageable());
-  exec->setStaleOptimizer(staleMode);
   resident = std::make_unique<ResidentState>(*program, model, info, *exec,
                                              store.data());
   if (resident->active()) {
-    if (staleMode)
-      throw Error(std::string("--optimizer-mode=stale: the program '") +
-                  program->name +
-                  "' keeps its parameters on the worker, which updates "
-                  "them between steps with nothing to hide; run it in "
-                  "overlap or sync mode, or compile with "
-                  "--optimizer-mode=stale (whose plans stream) for stale "
-                  "updates");
     // The sums read the worker's memory: host memory on the host backend,
     // the GPU's own for the NCCL engine; MPI cannot read a GPU's.
     if (replicas.active() && std::string(exec->backendName()) != "host" &&
@@ -84,10 +81,14 @@ void Trainer::setUpProgram(int64_t firstStep) {
                   "--residency=streamed");
     resident->bind(optimizer);
   }
-  // The update reads the stale copy of the gradients when there is one.
+  // A stale program's update reads the previous step's gradients, which
+  // its stash task copied aside.
   grads = std::make_unique<ProgramGrads>(
-      *program, model, info, replicas, exec->optimizerGradients(),
-      exec->hostBuffer(program->hostGradsBuffer), *resident);
+      *program, model, info, replicas,
+      exec->hostBuffer(staleMode ? program->gradStashBuffer
+                                 : program->hostGradsBuffer),
+      exec->hostBuffer(program->hostGradsBuffer), *resident,
+      int32_t(opts.gradAccum));
   grads->bind(optimizer);
   if (resident->active())
     resident->push(optimizer);
@@ -95,16 +96,20 @@ void Trainer::setUpProgram(int64_t firstStep) {
   exec->setWatchdog(opts.watchdogSeconds);
 }
 
-void Trainer::loadBatch(const StepTag &) {
+void Trainer::loadBatch(const StepTag &tag) {
   const int64_t rows = program->rowsPerMicrobatch * model.seqLen;
   const int64_t bytes = rows * int64_t(sizeof(int64_t));
+  // Program step `pass` of the optimizer step trains the pass-th batch of
+  // its rows.
+  const int64_t first = int64_t(tag.pass) * program->microbatches;
   for (auto [buffer, source] :
        {std::pair(program->idsBuffer, &feed.ids()),
         std::pair(program->labelsBuffer, &feed.labelsOfBatch())}) {
     char *base = exec->hostBuffer(buffer);
     const int64_t stride = microbatchStride(*program, buffer, bytes);
     for (int32_t m = 0; m < program->microbatches; ++m)
-      std::memcpy(base + m * stride, source->data() + m * rows, size_t(bytes));
+      std::memcpy(base + m * stride, source->data() + (first + m) * rows,
+                  size_t(bytes));
   }
 }
 
@@ -117,6 +122,28 @@ void Trainer::optimize(const StepTag &tag, int32_t stage) {
     optimizeAll(tag);
 }
 
+int64_t Trainer::optimizeStashed(const StepTag &tag) {
+  // The stash holds the gradients of the step issued before this one;
+  // a drain may have applied them already (and did before an evaluation).
+  const int64_t step = tag.step - 1;
+  if (tag.eval || step <= staleApplied)
+    return -1;
+  StepTag of = tag;
+  of.step = step;
+  optimizeAll(of);
+  staleApplied = step;
+  return step;
+}
+
+void Trainer::applyPendingStaleUpdate() {
+  if (!staleMode || lastTrainIssued <= staleApplied)
+    return;
+  StepTag tag;
+  tag.step = lastTrainIssued;
+  optimizeAll(tag);
+  staleApplied = lastTrainIssued;
+}
+
 void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
   // A non-finite gradient stops before any update that reads it, and no
   // later task updates anything either: the run stops.
@@ -124,6 +151,7 @@ void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
     return;
   const std::vector<int32_t> &parts = grads->readBy(stage);
   const std::vector<int> &which = grads->finalisedBy(stage);
+  const bool last = tag.pass + 1 >= tag.passes;
   grads->sumAcrossReplicas(parts, replicas);
   // Every replica takes part in the same collectives and then makes the
   // same decision.
@@ -140,12 +168,34 @@ void Trainer::optimizeStage(const StepTag &tag, int32_t stage) {
     return;
   }
   for (int i : which)
-    grads->prepare(optimizer.tensors()[size_t(i)]);
-  optimizer.update(which, tag.step);
+    if (grads->accumulates())
+      grads->accumulate(optimizer.tensors()[size_t(i)], tag.pass == 0);
+    else
+      grads->prepare(optimizer.tensors()[size_t(i)]);
+  if (last)
+    optimizer.update(which, tag.step);
 }
 
 void Trainer::optimizeAll(const StepTag &tag) {
   grads->sumAcrossReplicas(grads->all(), replicas);
+  if (grads->accumulates()) {
+    // This program step's gradients into the sums; the last one updates
+    // (or skips) with the sums unless an earlier one found a non-finite
+    // gradient.
+    for (const OptParam &o : optimizer.tensors())
+      grads->accumulate(o, tag.pass == 0);
+    if (std::string bad = grads->nonFinite(grads->all()); !bad.empty())
+      nan.record(tag.step, bad);
+    if (tag.pass + 1 < tag.passes)
+      return;
+    syncNorm = optimizer.ownedGradNorm(optimizer.all());
+    if (dumpNow && opts.clipGradNorm)
+      stashGradients();
+    if (nan.foundIn(tag.step) || deferUpdate)
+      return;
+    optimizer.clipAndUpdate(tag.step, syncNorm);
+    return;
+  }
   for (const OptParam &o : optimizer.tensors())
     grads->prepare(o);
   std::string bad;
@@ -182,13 +232,14 @@ void Trainer::stashGradients() {
   }
 }
 
-double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
-  exec->beginStep(step, eval, lossScale);
+double Trainer::issuePipelined(int64_t step, bool eval, float lossScale,
+                               int32_t pass, int32_t passes) {
+  exec->beginStep(step, eval, lossScale, pass, passes);
   program->issue(exec.get());
   if (log.hasPending()) {
-    // The previous step's update was released by this issue; log that
-    // step once it has run, while the GPUs compute this one.
-    exec->waitForPreviousUpdate();
+    // This step's stale update applies the previous step's gradients; log
+    // that step once it has run, while the GPUs compute this one.
+    exec->waitForUpdate();
     exec->checkError();
     log.logPending(syncNorm);
   }
@@ -198,11 +249,12 @@ double Trainer::issuePipelined(int64_t step, bool eval, float lossScale) {
   const int64_t stride =
       microbatchStride(*program, program->lossBuffer, sizeof(float));
   double sum = 0;
-  microbatchLosses.assign(size_t(program->microbatches), 0.0);
+  if (pass == 0)
+    microbatchLosses.clear();
   for (int32_t m = 0; m < program->microbatches; ++m) {
     float loss;
     std::memcpy(&loss, losses + m * stride, sizeof(float));
-    microbatchLosses[size_t(m)] = loss;
+    microbatchLosses.push_back(loss);
     sum += double(loss);
   }
   return sum;
@@ -230,7 +282,7 @@ double Trainer::stepLoss(int64_t step, int64_t count, double lossSum,
                                : std::numeric_limits<double>::quiet_NaN())
                   : lossSum / double(microbatches);
   };
-  double loss = lossOf(program->microbatches);
+  double loss = lossOf(program->microbatches * opts.gradAccum);
   badLoss = nonFiniteLoss(microbatchLosses, step);
   if (replicas.active()) {
     // One loss for all, and one decision about a non-finite one.
@@ -277,9 +329,15 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
     count = int64_t(global);
   }
   dumpNow = step == 0 && !opts.dumpGradients.empty();
-  const double lossSum = issuePipelined(
-      step, false,
-      feed.lossScaleFor(count, program->microbatches * replicas.count()));
+  lastTrainIssued = step;
+  // --grad-accum K: K program steps, one update; the loss is the mean over
+  // every microbatch of the K batches.
+  const int32_t passes = int32_t(opts.gradAccum);
+  const float lossScale = feed.lossScaleFor(
+      count, program->microbatches * replicas.count() * passes);
+  double lossSum = 0;
+  for (int32_t pass = 0; pass < passes; ++pass)
+    lossSum += issuePipelined(step, false, lossScale, pass, passes);
   std::string badLoss;
   const double loss = stepLoss(step, count, lossSum, badLoss);
   finishUpdate(step, badLoss);
@@ -288,6 +346,11 @@ double Trainer::runStepPipelined(int64_t step, StepRecord &record) {
     norm = syncNorm;
   } else if (staleMode) {
     norm = std::numeric_limits<double>::quiet_NaN(); // Its update logs it.
+  } else if (grads->accumulates()) {
+    // The norm of the sums, once the last program step's tasks made them.
+    exec->drainHost();
+    exec->checkError();
+    norm = optimizer.ownedGradNorm(optimizer.all());
   } else {
     // Only logged: the tasks read the same gradients, nothing writes them
     // until the next step is issued.

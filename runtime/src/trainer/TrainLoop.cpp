@@ -27,10 +27,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace rondo::rt {
 
 namespace {
@@ -76,9 +72,9 @@ double secondsBetween(std::chrono::steady_clock::time_point a,
 } // namespace
 
 Trainer::Trainer(const ModelSpec &model, const TrainerOptions &options,
-                 StepFn step, const rondo_program *program, const char *argv0,
+                 const rondo_program &program, const char *argv0,
                  DeviceOpsFactory device, ReplicaGroup *replicaGroup)
-    : model(model), opts(options), stepFn(step), program(program), argv0(argv0),
+    : model(model), opts(options), program(&program), argv0(argv0),
       deviceFactory(device), replicas(replicaGroup, options.shardOptimizer),
       log(options), nan(options), feed(model, replicas), store(model),
       optimizer(model, options, replicas) {}
@@ -99,16 +95,6 @@ int Trainer::run() {
 }
 
 void Trainer::checkOutputs() const {
-  if (!program) {
-    if (!stepFn)
-      throw Error("the compiled model has no step function");
-    if (!opts.trace.empty())
-      throw Error("--trace records the ops of a pipelined trainer; this "
-                  "trainer runs a single-process step");
-    if (opts.optimizerMode == "stale")
-      throw Error("--optimizer-mode=stale delays the updates of a pipelined "
-                  "trainer; this trainer runs a single-process step");
-  }
   // Every destination, as its writer will write it, before step 1: a
   // destination that fails at the end loses the run's exports.
   auto check = [](const char *flag, const std::function<void()> &probe) {
@@ -177,11 +163,6 @@ void Trainer::checkOutputs() const {
 }
 
 int64_t Trainer::setUp() {
-#ifdef _OPENMP
-  // A StepFn's kernels thread with OpenMP; --workers says how widely.
-  if (!program && opts.workers > 0)
-    omp_set_num_threads(opts.workers);
-#endif
   // BLAS's pool is process-wide: left at every core, each worker's GEMM
   // fans out to all of them (ThreadPools.h).
   runGemmsOnCallingThread();
@@ -208,19 +189,17 @@ int64_t Trainer::setUp() {
            ? ", --init=random)"
            : ") from " + (opts.weights.empty() ? std::string(model.modelPath)
                                                : opts.weights)));
-  store.initialise(opts, /*stepGradients=*/!program, log);
+  store.initialise(opts, log);
   phaseDone(opts.init == InitKind::Random ? "initialise the weights"
                                           : "read the weights");
-  optimizer.setUp(store.data(), store.gradients());
+  optimizer.setUp(store.data());
   phaseDone("allocate the optimizer state");
   const int64_t firstStep = opts.resume ? resume() : 0;
   if (opts.resume)
     phaseDone("resume");
   checkInitialWeights(firstStep);
-  if (program) {
-    setUpProgram(firstStep);
-    phaseDone("set up the workers");
-  }
+  setUpProgram(firstStep);
+  phaseDone("set up the workers");
   if (firstStep > 0 && !opts.dumpGradients.empty())
     throw Error("--dump-gradients writes step 0's gradients; the run resumes "
                 "at step " +
@@ -252,13 +231,7 @@ void Trainer::checkInitialWeights(int64_t firstStep) const {
 }
 
 int Trainer::computeThreads() const {
-  if (program)
-    return threadsPerWorker(program->workers);
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
+  return threadsPerWorker(program->workers);
 }
 
 void Trainer::describeRun() const {
@@ -267,20 +240,17 @@ void Trainer::describeRun() const {
     (model.params[i].trainable ? trainable : frozen) +=
         numElements(model.params[i]);
   char how[512];
-  if (program) {
-    std::snprintf(
-        how, sizeof(how),
-        "plan %s%s: %d worker%s, %d microbatches of %d rows, %s on %s%s",
-        program->name, staleMode ? " with one-step-stale updates" : "",
-        program->workers, program->workers == 1 ? "" : "s",
-        program->microbatches, program->rowsPerMicrobatch,
-        model.precision ? model.precision : "fp32",
-        exec ? exec->backendName() : "host", replicas.describe().c_str());
-  } else {
-    std::snprintf(how, sizeof(how), "%lld x %lld rows; %d threads",
-                  (long long)opts.gradAccum, (long long)model.batch,
-                  computeThreads());
-  }
+  std::snprintf(
+      how, sizeof(how),
+      "plan %s%s: %d worker%s, %d microbatches of %d rows, %s on %s%s%s",
+      program->name, staleMode ? " with one-step-stale updates" : "",
+      program->workers, program->workers == 1 ? "" : "s", program->microbatches,
+      program->rowsPerMicrobatch, model.precision ? model.precision : "fp32",
+      exec ? exec->backendName() : "host", replicas.describe().c_str(),
+      opts.gradAccum > 1 ? ("; " + std::to_string(opts.gradAccum) +
+                            " program steps per update (--grad-accum)")
+                               .c_str()
+                         : "");
   char buffer[768];
   std::snprintf(buffer, sizeof(buffer),
                 "rondo: %lld trainable + %lld frozen parameters; %s: %lld "
@@ -289,7 +259,7 @@ void Trainer::describeRun() const {
                 (long long)feed.train().rows(), (long long)feed.train().cols(),
                 (long long)(feed.rowsPerStep() * replicas.count()), how);
   say(buffer);
-  if (program && program->numResidentParams > 0) {
+  if (program->numResidentParams > 0) {
     int64_t elements = 0;
     for (int32_t i = 0; i < program->numResidentParams; ++i)
       elements += numElements(model.params[program->residentParams[i].param]);
@@ -358,7 +328,7 @@ int Trainer::runLoop() {
     }
     const auto stepStart = Clock::now();
     StepRecord record;
-    lastLoss = program ? runStepPipelined(s, record) : runStepLocal(s, record);
+    lastLoss = runStepPipelined(s, record);
     const auto stepEnd = Clock::now();
     record.seconds = secondsBetween(stepStart, stepEnd);
     if (staleMode)
@@ -435,7 +405,7 @@ int Trainer::finish(int64_t firstStep, int64_t lastSaved,
     if (exec && !opts.trace.empty()) {
       std::vector<TraceRecord> records = exec->takeTrace();
       try {
-        writeChromeTrace(opts.trace, *program, records, staleMode);
+        writeChromeTrace(opts.trace, *program, records);
       } catch (const Error &e) {
         throw Error(std::string("--trace: ") + e.what());
       }
@@ -488,6 +458,7 @@ void Trainer::drain() {
   if (exec) {
     exec->drainHost();
     exec->checkError();
+    applyPendingStaleUpdate();
   }
   nan.throwIfStop();
 }
@@ -519,12 +490,14 @@ void Trainer::evaluate(int64_t stepsDone) {
     feed.gatherEval(b);
     const int64_t c = causal ? feed.countTargets() : 0;
     count += c;
-    if (exec) {
-      double sum = issuePipelined(stepsDone, true,
-                                  feed.lossScaleFor(c, program->microbatches));
-      lossSum += causal ? sum : sum / double(program->microbatches);
-    } else {
-      lossSum += evaluateLocal(c);
+    // An evaluation batch is a training step's rows: --grad-accum program
+    // steps.
+    const int32_t passes = int32_t(opts.gradAccum);
+    const int64_t microbatches = int64_t(program->microbatches) * passes;
+    for (int32_t pass = 0; pass < passes; ++pass) {
+      double sum = issuePipelined(
+          stepsDone, true, feed.lossScaleFor(c, microbatches), pass, passes);
+      lossSum += causal ? sum : sum / double(microbatches);
     }
   }
   drain();
@@ -562,7 +535,7 @@ bool Trainer::writeCheckpointTo(const std::string &dir, int64_t stepsDone) {
   meta.dataCursor = feed.firstRow(stepsDone);
   meta.skippedSteps = optimizer.skippedSteps();
   meta.rngState = rngStateOf(opts);
-  meta.program = program ? program->name : "single-process";
+  meta.program = program->name;
   meta.model = model.modelPath ? model.modelPath : "";
   writeCheckpoint(dir, meta, tensors, opts.keepCheckpoints);
   return true;

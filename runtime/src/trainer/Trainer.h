@@ -13,13 +13,13 @@
 //                    end of the run;
 //   ProgramStep.cpp  one step of a program: issue, the optimizer tasks
 //                    (ExecClient), the loss and the update decision;
-//   LocalStep.cpp    one step of a StepFn (the runtime tests' toy only);
 //   Main.cpp         trainerMain: flags, program selection, replicas.
 //
 // Semantics of one optimizer step s (0-based) of --steps N:
-//   1. Take the next rowsPerStep rows of the data (K * batch for a StepFn
-//      with --grad-accum K, the global batch for a program), wrapping
-//      around at the end: rows (s*rowsPerStep + j) mod rows.
+//   1. Take the next rowsPerStep rows of the data (the program's global
+//      batch, K of them with --grad-accum K, each trained by one step of
+//      the program), wrapping around at the end: rows
+//      (s*rowsPerStep + j) mod rows.
 //   2. CausalLM: count the non-ignored targets of those rows, labels[:, 1:]
 //      != -100, and pass lossScale = 1/count to every microbatch so that the
 //      summed gradient is that of the global mean; the loss is the sum of
@@ -39,12 +39,14 @@
 // stages) compute. Every parameter is updated once per step with this
 // step's complete gradient, so there is no staleness and, AdamW being
 // elementwise, overlap gives the same bits as sync. RoundPipe's one-step-
-// stale update (stale: the sync program, each step's task held back until
-// the next step's uploads have read the weights, see HostExec.h) hides
-// all of the optimizer on one worker but changes the numerics: the
-// gradient of step s is computed on the weights before update s-1, and
-// every drain (checkpoints, evaluation, the end) applies the pending
-// update, so the step after it runs on fresh weights.
+// stale update (the stale program: each step's STASH_GRADS task sets its
+// gradients aside, the next step's STALE_OPTIMIZER task applies them once
+// that step's uploads have read the weights) hides all of the optimizer
+// on one worker but changes the numerics: the gradient of step s is
+// computed on the weights before update s-1, and every drain
+// (checkpoints, evaluation, the end) applies the pending update on the
+// trainer thread once the executor is idle, so the step after it runs on
+// fresh weights (and its STALE_OPTIMIZER task has nothing to apply).
 //
 //===----------------------------------------------------------------------===//
 
@@ -66,6 +68,7 @@
 #include "trainer/ResidentState.h"
 #include "trainer/StepLog.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -77,12 +80,16 @@ namespace rondo::rt {
 
 class Trainer final : public ExecClient {
 public:
-  /// Runs `program` or, when it is null, `step`.
-  Trainer(const ModelSpec &model, const TrainerOptions &options, StepFn step,
-          const rondo_program *program, const char *argv0,
+  /// Runs `program`.
+  Trainer(const ModelSpec &model, const TrainerOptions &options,
+          const rondo_program &program, const char *argv0,
           DeviceOpsFactory device = nullptr, ReplicaGroup *replicas = nullptr);
   /// The executor's threads call back into the components: it goes first.
-  ~Trainer() override { exec.reset(); }
+  ~Trainer() override {
+    if (grads)
+      grads->releaseWorkerMemory();
+    exec.reset();
+  }
 
   /// runLoop(), but a stage the watchdog found hung cannot be joined: the
   /// process reports it and exits without waiting for it.
@@ -91,6 +98,7 @@ public:
   // ExecClient, on the executor's host threads.
   void loadBatch(const StepTag &tag) override;
   void optimize(const StepTag &tag, int32_t stage) override;
+  int64_t optimizeStashed(const StepTag &tag) override;
 
 private:
   // TrainLoop.cpp: the phases of a run.
@@ -106,7 +114,7 @@ private:
   /// blamed, and the NaN spreads to every weight in one update.
   void checkInitialWeights(int64_t firstStep) const;
   /// The OpenMP threads each computing thread uses: a plan's share of the
-  /// cores per worker, or a StepFn's team.
+  /// cores per worker.
   int computeThreads() const;
   /// The start-up lines: parameters, data, plan, thread pools, LoRA.
   void describeRun() const;
@@ -140,8 +148,12 @@ private:
   /// Stops with an error when the replicas' weights differ.
   void checkReplicasAgree(int64_t stepsDone);
   void dumpGradients(double loss, const std::vector<const float *> &grads);
-  /// Waits for every issued op and stops on a recorded error.
+  /// Waits for every issued op (and applies a pending stale update) and
+  /// stops on a recorded error.
   void drain();
+  /// Stale program, executor idle: applies the update of the last issued
+  /// training step if no STALE_OPTIMIZER task applied it yet.
+  void applyPendingStaleUpdate();
   /// drain(), then brings device-resident weights and moments back into
   /// the host copies that checkpoints and exports read.
   void drainToHost();
@@ -153,9 +165,12 @@ private:
   // ProgramStep.cpp: one step of a program.
   void setUpProgram(int64_t firstStep);
   double runStepPipelined(int64_t step, StepRecord &record);
-  /// Issues one step of the program on the batch and returns the sum of its
-  /// microbatch losses (in microbatch order).
-  double issuePipelined(int64_t step, bool eval, float lossScale);
+  /// Issues one step of the program on the batch (its `pass`-th of
+  /// `passes` program steps, --grad-accum) and returns the sum of its
+  /// microbatch losses (in microbatch order), which it adds to
+  /// microbatchLosses.
+  double issuePipelined(int64_t step, bool eval, float lossScale,
+                        int32_t pass = 0, int32_t passes = 1);
   /// The loss of the step over every replica's microbatches; `badLoss`
   /// receives the first non-finite one (this replica's or another's) or "".
   double stepLoss(int64_t step, int64_t count, double lossSum,
@@ -173,14 +188,8 @@ private:
   /// Copies every trainable gradient (host or worker) into dumpStash.
   void stashGradients();
 
-  // LocalStep.cpp: one step of a StepFn.
-  double runStepLocal(int64_t step, StepRecord &record);
-  /// The loss sum of the evaluation batch with `count` targets.
-  double evaluateLocal(int64_t count);
-
   const ModelSpec &model;
   const TrainerOptions &opts;
-  StepFn stepFn;
   const rondo_program *program;
   const char *argv0;
   DeviceOpsFactory deviceFactory;
@@ -200,8 +209,14 @@ private:
   std::unique_ptr<ProgramGrads> grads;
   std::unique_ptr<HostExec> exec;
   bool syncMode = true;
-  /// --optimizer-mode=stale: steps are logged late (StepLog::hold).
+  /// A stale program (--optimizer-mode=stale): steps are logged late
+  /// (StepLog::hold).
   bool staleMode = false;
+  /// Stale program: the last training step issued, and the last step
+  /// whose update has been applied (by a STALE_OPTIMIZER task on the
+  /// optimizer thread, or by a drain when the executor is idle).
+  int64_t lastTrainIssued = -1;
+  std::atomic<int64_t> staleApplied{-1};
   /// --on-nan=skip: the sync OPTIMIZER task leaves the update to the
   /// trainer thread, which first checks the losses too.
   bool deferUpdate = false;

@@ -176,3 +176,73 @@ func.func private @role_on_func() attributes {exec.role = "param"}
 
 // expected-error @+1 {{unknown attribute 'exec.roles'}}
 func.func private @unknown(tensor<f32> {exec.roles = "param"})
+
+// -----
+
+// A stale program whose update follows its stash: it would apply this
+// step's gradients (a synchronous update), which the race rules accept.
+exec.program @stale_update_after_stash plan @plan_w1 workers 1 microbatches 1 first_worker 0 optimizer "stale" jobs [@T] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+^bb0(%update: !exec.event, %stash: !exec.event):
+  exec.buffer @params0 worker slots 1 bytes 64 offset 0
+  exec.buffer @grads worker slots 1 bytes 64 offset 64
+  exec.buffer @params host slots 1 bytes 64 offset -1
+  exec.buffer @host_grads host slots 1 bytes 64 offset 0
+  exec.buffer @grad_stash host slots 1 bytes 64 offset 64
+  exec.stage @T tail layers 0 to 1 function @t {params = ["w1"], param_offsets = array<i64: 0>, param_sizes = array<i64: 64>, param_bytes = 64 : i64, grads = ["w1"], grad_offsets = array<i64: 0>, grad_sizes = array<i64: 64>, grad_bytes = 64 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  %0 = exec.copy param_upload <@params job -1 slot 0 offset 0 bytes 64> to <@params0 job 0 slot 0 offset 0 bytes 64> on param_upload job 0 mb -1 await(%update)
+  %1 = exec.fill_zero <@grads job 0 slot 0 offset 0 bytes 64> job 0
+  %2 = exec.launch @T job 0 mb 0 inputs [#exec.ref<@params0 job 0 slot 0 offset 0 bytes 64>] outputs [] accumulate [#exec.ref<@grads job 0 slot 0 offset 0 bytes 64>] await(%0)
+  %3 = exec.copy grad_download <@grads job 0 slot 0 offset 0 bytes 64> to <@host_grads job -1 slot 0 offset 0 bytes 64> on download job 0 mb -1 await(%2, %stash)
+  // expected-note @+1 {{the stash_grads task}}
+  %4 = exec.host_task stash_grads await(%3)
+  // expected-error @+1 {{is issued after the stash_grads task of its step, so it would apply this step's gradients}}
+  %5 = exec.host_task stale_optimizer await(%0, %4)
+  exec.barrier
+  exec.yield %5, %4
+}
+
+// -----
+
+// The next step's parameter upload does not wait for the stale update
+// that writes the weights it reads.
+exec.program @stale_upload_races_update plan @plan_w1 workers 1 microbatches 1 first_worker 0 optimizer "stale" jobs [@T] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+^bb0(%update: !exec.event, %stash: !exec.event):
+  exec.buffer @params0 worker slots 1 bytes 64 offset 0
+  exec.buffer @grads worker slots 1 bytes 64 offset 64
+  exec.buffer @params host slots 1 bytes 64 offset -1
+  exec.buffer @host_grads host slots 1 bytes 64 offset 0
+  exec.buffer @grad_stash host slots 1 bytes 64 offset 64
+  exec.stage @T tail layers 0 to 1 function @t {params = ["w1"], param_offsets = array<i64: 0>, param_sizes = array<i64: 64>, param_bytes = 64 : i64, grads = ["w1"], grad_offsets = array<i64: 0>, grad_sizes = array<i64: 64>, grad_bytes = 64 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  // expected-error @+1 {{reads @params (w1) in step 1 before the op that writes it completes}}
+  %0 = exec.copy param_upload <@params job -1 slot 0 offset 0 bytes 64> to <@params0 job 0 slot 0 offset 0 bytes 64> on param_upload job 0 mb -1
+  %1 = exec.fill_zero <@grads job 0 slot 0 offset 0 bytes 64> job 0
+  %2 = exec.launch @T job 0 mb 0 inputs [#exec.ref<@params0 job 0 slot 0 offset 0 bytes 64>] outputs [] accumulate [#exec.ref<@grads job 0 slot 0 offset 0 bytes 64>] await(%0)
+  %3 = exec.copy grad_download <@grads job 0 slot 0 offset 0 bytes 64> to <@host_grads job -1 slot 0 offset 0 bytes 64> on download job 0 mb -1 await(%2, %stash)
+  // expected-note @+1 {{the conflicting exec.host_task (step 0)}}
+  %4 = exec.host_task stale_optimizer await(%0, %stash)
+  %5 = exec.host_task stash_grads await(%3)
+  exec.barrier
+  exec.yield %4, %5
+}
+
+// -----
+
+// The stale tasks belong to stale programs.
+exec.program @stale_task_in_sync plan @plan_w1 workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@T] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+^bb0(%update: !exec.event, %stash: !exec.event):
+  exec.buffer @params0 worker slots 1 bytes 64 offset 0
+  exec.buffer @grads worker slots 1 bytes 64 offset 64
+  exec.buffer @params host slots 1 bytes 64 offset -1
+  exec.buffer @host_grads host slots 1 bytes 64 offset 0
+  exec.buffer @grad_stash host slots 1 bytes 64 offset 64
+  exec.stage @T tail layers 0 to 1 function @t {params = ["w1"], param_offsets = array<i64: 0>, param_sizes = array<i64: 64>, param_bytes = 64 : i64, grads = ["w1"], grad_offsets = array<i64: 0>, grad_sizes = array<i64: 64>, grad_bytes = 64 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  %0 = exec.copy param_upload <@params job -1 slot 0 offset 0 bytes 64> to <@params0 job 0 slot 0 offset 0 bytes 64> on param_upload job 0 mb -1 await(%update)
+  %1 = exec.fill_zero <@grads job 0 slot 0 offset 0 bytes 64> job 0
+  %2 = exec.launch @T job 0 mb 0 inputs [#exec.ref<@params0 job 0 slot 0 offset 0 bytes 64>] outputs [] accumulate [#exec.ref<@grads job 0 slot 0 offset 0 bytes 64>] await(%0)
+  %3 = exec.copy grad_download <@grads job 0 slot 0 offset 0 bytes 64> to <@host_grads job -1 slot 0 offset 0 bytes 64> on download job 0 mb -1 await(%2, %stash)
+  // expected-error @+1 {{a stale_optimizer task belongs to a stale program, not a sync one}}
+  %4 = exec.host_task stale_optimizer await(%0, %stash)
+  %5 = exec.host_task stash_grads await(%3)
+  exec.barrier
+  exec.yield %4, %5
+}

@@ -113,19 +113,18 @@ protected:
     writeNpy(path, TokenDType::Int64, {rows, kSeq}, flat.data());
   }
 
-  /// Runs the pipelined toy (or, with `single`, the StepFn toy on the
-  /// global batch) with `args`.
+  /// Runs the pipelined toy (or, with `single`, its programs with the
+  /// global batch in one microbatch: one call of each stage function per
+  /// step, the reference for the pipelined ones) with `args`.
   RunResult run(std::vector<std::string> args, bool single = false) {
     const LossKind loss = lossKind;
     args.insert(args.begin(), "toy-pipeline");
     std::vector<char *> argv = argvOf(args);
     return captureRun([&] {
-      if (single) {
-        const ModelSpec &spec = toy::toyModel(kBatch, kSeq, loss, modelPath);
-        return trainerMain(int(args.size()), argv.data(), spec, toy::toyStep);
-      }
       const toy::ToyPipeline &p =
-          toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath, loss);
+          single ? toy::toyPipeline(1, int32_t(kBatch), kSeq, modelPath, loss)
+                 : toy::toyPipeline(kMicrobatches, kRowsPerMb, kSeq, modelPath,
+                                    loss);
       if (failAtLaunch)
         toy::toyPipelineFailAtLaunch(failAtLaunch);
       if (badCopyStep >= 0)
@@ -208,7 +207,7 @@ TEST_F(PipelineTest, MatchesTheSingleProcessStep) {
 
 TEST_F(PipelineTest, GraphOutputLossIsTheMeanOverMicrobatches) {
   // Every microbatch has the same number of targets, so the mean of the
-  // microbatch means is the single-process trainer's batch mean.
+  // microbatch means is the one-microbatch program's batch mean.
   lossKind = LossKind::GraphOutput;
   Trained single = train("single", {}, /*single=*/true);
   Trained piped = train("piped", {"--workers=3", "--optimizer-mode=sync"});
@@ -234,10 +233,10 @@ TEST_F(PipelineTest, DefaultsAndPlanErrors) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_THAT(r.err, HasSubstr("--workers 5: this trainer was compiled for "
                                "1, 2, 3 workers"));
-  r = run({"--data", dataPath, "--grad-accum", "2"});
+  r = run({"--data", dataPath, "--grad-accum", "2", "--optimizer-mode=stale"});
   EXPECT_EQ(r.rc, 2);
-  EXPECT_THAT(r.err, HasSubstr("--grad-accum is not supported by pipelined "
-                               "trainers; compile with --batch B*K"));
+  EXPECT_THAT(r.err, HasSubstr("--grad-accum cannot be combined with "
+                               "--optimizer-mode=stale"));
   r = run({"--help"});
   EXPECT_EQ(r.rc, 0);
   EXPECT_THAT(r.out, HasSubstr("exec_w3_overlap (3 workers, overlap)"));
@@ -245,7 +244,7 @@ TEST_F(PipelineTest, DefaultsAndPlanErrors) {
 
 TEST_F(PipelineTest, ClipAndDumpRunInSyncMode) {
   // Clipping and dumps happen in the stage -1 task: compare with the
-  // single-process trainer.
+  // one-microbatch programs.
   std::string dump = dir + "/grads.onnx", dumpSingle = dir + "/single.onnx";
   Trained piped = train("clip", {"--workers=3", "--clip-grad-norm", "0.5",
                                  "--dump-gradients", dump});
@@ -309,6 +308,49 @@ std::vector<Event> readTrace(const std::string &path, std::string &otherData) {
     events.push_back(e);
   }
   return events;
+}
+
+TEST_F(PipelineTest, StaleProgramAppliesEachUpdateOneStepLate) {
+  // The stale programs (a stash task and the previous step's update as ops
+  // of their own): the same bits on any worker count; step 0 runs on the
+  // initial weights as the synchronous one does, step 1 too (update 0 is
+  // still pending); a checkpoint after every step applies each pending
+  // update first, which is the synchronous run.
+  Trained sync = train("sync", {"--workers=1", "--optimizer-mode=sync"});
+  Trained stale = train("stale", {"--workers=1", "--optimizer-mode=stale",
+                                  "--trace", dir + "/stale.json"});
+  ASSERT_EQ(stale.losses.size(), 6u);
+  EXPECT_EQ(stale.losses[0], sync.losses[0]);
+  EXPECT_NE(stale.losses[2], sync.losses[2]);
+  EXPECT_LT(stale.losses.back(), stale.losses.front());
+  for (const char *workers : {"2", "3"}) {
+    Trained t =
+        train(std::string("stale-w") + workers,
+              {std::string("--workers=") + workers, "--optimizer-mode=stale"});
+    EXPECT_TRUE(sameBits(t.losses, stale.losses)) << workers;
+    EXPECT_TRUE(sameBits(t.norms, stale.norms)) << workers;
+    EXPECT_EQ(t.weights, stale.weights) << workers;
+  }
+  Trained every =
+      train("every", {"--workers=3", "--optimizer-mode=stale",
+                      "--checkpoint-dir", dir + "/ck", "--save-every", "1"});
+  EXPECT_TRUE(sameBits(every.losses, sync.losses));
+  EXPECT_TRUE(sameBits(every.norms, sync.norms));
+  EXPECT_EQ(every.weights, sync.weights);
+  // The trace shows each update under the step whose gradients it applied:
+  // steps 0-4 by the next step's task, step 5 by the end of the run (not
+  // an op); the task of step 0, with nothing to apply, is not shown.
+  std::string otherData;
+  std::set<int64_t> updated;
+  int stashes = 0;
+  for (const Event &e : readTrace(dir + "/stale.json", otherData)) {
+    if (e.kind == "optimizer")
+      EXPECT_TRUE(updated.insert(e.step).second) << e.step;
+    stashes += e.kind == "grad_stash";
+  }
+  EXPECT_EQ(updated, (std::set<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(stashes, 6);
+  EXPECT_THAT(otherData, HasSubstr("\"optimizer\": \"stale\""));
 }
 
 TEST_F(PipelineTest, TraceShowsRotationAndTransfers) {
@@ -414,7 +456,7 @@ TEST_F(PipelineTest, ResumeIsBitwise) {
     EXPECT_TRUE(sameBits(joined, full.losses)) << mode;
     EXPECT_EQ(rest.weights, full.weights) << mode;
   }
-  // The single-process trainer resumes the same way.
+  // The one-microbatch programs resume the same way.
   Trained full = train("single-full", {}, true);
   std::string ckpt = dir + "/ckpt-single";
   train("single-first", {"--checkpoint-dir", ckpt}, true, 2);
@@ -509,7 +551,7 @@ TEST_F(PipelineTest, EvaluationLeavesTrainingAlone) {
   ASSERT_EQ(evals.size(), 3u); // After steps 2, 4 and 6.
   EXPECT_EQ(logValues(dir + "/eval.jsonl", "eval_step"),
             (std::vector<double>{2, 4, 6}));
-  // Another worker count and the single-process trainer agree.
+  // Another worker count and the one-microbatch programs agree.
   train("eval3", {"--workers=3", "--eval-data", evalPath, "--eval-every", "2"});
   EXPECT_TRUE(sameBits(logValues(dir + "/eval3.jsonl", "eval_loss"), evals));
   train("eval-single", {"--eval-data", evalPath, "--eval-every", "2"}, true);

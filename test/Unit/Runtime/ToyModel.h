@@ -4,11 +4,12 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// Stands in for the compiler's output so trainerMain can be tested end to
-// end: a bigram softmax regression, logits[t] = (emb[x_t] * norm) W + bias,
-// with a hand-written backward that honours the StepFn contract (adds
-// lossScale-scaled gradients, CausalLM or GraphOutput loss). The frozen
-// `norm.scale` checks that frozen parameters get no gradient buffer.
+// The model the runtime's tests train: a bigram softmax regression,
+// logits[t] = (emb[x_t] * norm) W + bias, CausalLM or GraphOutput loss.
+// Its parameter table and weights are here; its compiled form (stage
+// functions and exec programs, as rondo-compile would emit them) is
+// ToyPipeline.h. The frozen `norm.scale` checks that frozen parameters
+// get no gradient.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,13 +31,10 @@ constexpr int64_t kDim = 8;
 /// Parameter indices in the spec's table.
 enum : int { kEmb = 0, kNorm = 1, kProj = 2, kBias = 3, kNumParams = 4 };
 
-/// Configures the toy (the StepFn has no context argument, like the
-/// generated code) and returns its spec. Valid until the next call.
+/// Configures the toy (the generated code's functions have no context
+/// argument) and returns its spec. Valid until the next call.
 const rt::ModelSpec &toyModel(int64_t batch, int64_t seqLen, rt::LossKind loss,
                               const std::string &modelPath);
-
-/// The compiled step of the configured toy.
-rt::StepResult toyStep(const rt::StepArgs &args);
 
 /// Writes random initial weights for SPEC into the ONNX model at PATH and
 /// returns them. The frozen scale is not all ones, so that a missing factor
@@ -47,8 +45,7 @@ std::vector<std::vector<float>> writeRandomWeights(const rt::ModelSpec &spec,
 
 /// The head both toys share, for one position with hidden state H: the
 /// logits H proj + bias into LOGITS, their cross-entropy against Y
-/// (returned) and its gradient times SCALE into DLOGITS. The single-process
-/// and the pipelined toy must round alike, so there is one copy.
+/// (returned) and its gradient times SCALE into DLOGITS.
 template <typename T>
 double headCrossEntropy(const T *h, const float *proj, const float *bias,
                         int64_t y, double scale, std::vector<double> &logits,

@@ -33,6 +33,11 @@ void (*gAction)() = nullptr;
 std::atomic<int> gActionLaunches{0};
 int64_t gNanStep = -1;
 int gNanWhere = 0;
+bool gNanFrom = false; ///< Every step from gNanStep on.
+bool nanInStep(int64_t launch) {
+  return gNanStep >= 0 &&
+         (gNanFrom ? launch / gM >= gNanStep : launch / gM == gNanStep);
+}
 std::atomic<int64_t> gTLaunches{0}, gB1Launches{0};
 
 // Stage images.
@@ -76,6 +81,7 @@ enum Buf : int32_t {
   HLoss,
   HGrads,
   HCkpt,
+  HStash,
   kNumBuffers
 };
 rondo_buffer_desc gBuffers[kNumBuffers];
@@ -106,6 +112,7 @@ void layout() {
       {"loss", RONDO_SPACE_HOST, gM, kF},
       {"grads", RONDO_SPACE_HOST, 1, kTGradBytes + kB1GradBytes},
       {"ckpt", RONDO_SPACE_HOST, gM, tokens},
+      {"stash", RONDO_SPACE_HOST, 1, kTGradBytes + kB1GradBytes},
   };
   gArena = gPool = 0;
   for (int b = 0; b < kNumBuffers; ++b) {
@@ -155,7 +162,7 @@ void stageT(void *const *io, float lossScale) {
                            ? (count ? double(lossScale) / double(count) : 0.0)
                            : double(lossScale);
   const int64_t launch = gTLaunches++;
-  const bool nanHere = gNanStep >= 0 && launch / gM == gNanStep;
+  const bool nanHere = nanInStep(launch);
   double lossSum = 0;
   std::vector<double> logits(V), dl(V);
   std::fill(dh, dh + gR * gT * D, 0.0f);
@@ -197,7 +204,7 @@ void stageB1(void *const *io, float) {
     for (int64_t i = 0; i < n; ++i)
       gEmb[ids[i] * D + d] += float(double(dh[i * D + d]) * norm[d]);
   const int64_t launch = gB1Launches++;
-  if (gNanStep >= 0 && launch / gM == gNanStep && (gNanWhere & kInfEmbGrad))
+  if (nanInStep(launch) && (gNanWhere & kInfEmbGrad))
     gEmb[5] = HUGE_VALF;
 }
 
@@ -214,7 +221,8 @@ enum : int32_t {
   EGd2,
   EOptT,
   EOptB1,
-  EOptAll,
+  EOptAll, ///< The sync update, or the stale program's (the previous step's).
+  EStash,  ///< The stale program's gradient stash.
   kPerMb
 };
 enum : int32_t { MIu0, MCk, ML0, MIu1, MH1, ML1, MLd, MRl, MH2, ML2, kMbKinds };
@@ -227,7 +235,10 @@ rondo_ref host(int32_t buffer, int64_t slot, int64_t offset = 0) {
   return {buffer, -1, slot, offset};
 }
 
-void issue(rondo_exec *x, bool overlap) {
+enum class Mode { Sync, Overlap, Stale };
+
+void issue(rondo_exec *x, Mode mode) {
+  const bool overlap = mode == Mode::Overlap, stale = mode == Mode::Stale;
   const int64_t step = gIssued++;
   const int64_t tokens = int64_t(gR) * gT * 8;
   const int64_t act = int64_t(gR) * gT * D * kF;
@@ -292,7 +303,9 @@ void issue(rondo_exec *x, bool overlap) {
     gd1.push_back(prev(EOptT));
     gd1.push_back(prev(EOptB1));
   } else {
-    gd1.push_back(prev(EOptAll));
+    // Stale: the previous step's stash reads the gradients, its update
+    // does not.
+    gd1.push_back(prev(stale ? EStash : EOptAll));
   }
   copy(EGd1, RONDO_COPY_GRAD_DOWNLOAD, RONDO_STREAM_DOWNLOAD, 1, -1,
        w(WGrads, 1, 1), host(HGrads, 0, gStages[1].gradOffset), kTGradBytes,
@@ -323,10 +336,19 @@ void issue(rondo_exec *x, bool overlap) {
   }
   copy(EGd2, RONDO_COPY_GRAD_DOWNLOAD, RONDO_STREAM_DOWNLOAD, 2, -1,
        w(WGrads, 2, 2), host(HGrads, 0, gStages[2].gradOffset), kB1GradBytes,
-       {now(ev(ML2, gM - 1)), prev(overlap ? EOptB1 : EOptAll)});
+       {now(ev(ML2, gM - 1)), prev(overlap ? EOptB1
+                                   : stale ? EStash
+                                           : EOptAll)});
   if (overlap) {
     rondo_await a[] = {now(EGd1), now(EGd2)};
     rondo_exec_host_task(x, EOptB1, RONDO_TASK_OPTIMIZER, kStageB1, a, 2);
+  } else if (stale) {
+    // The previous step's update once this step's uploads read the
+    // weights, then this step's gradients set aside.
+    rondo_await u[] = {now(EPu0a), now(EPu0b), now(EPu1), prev(EStash)};
+    rondo_exec_host_task(x, EOptAll, RONDO_TASK_STALE_OPTIMIZER, -1, u, 4);
+    rondo_await st[] = {now(EGd1), now(EGd2)};
+    rondo_exec_host_task(x, EStash, RONDO_TASK_STASH_GRADS, -1, st, 2);
   } else {
     rondo_await a[] = {now(EGd1), now(EGd2)};
     rondo_exec_host_task(x, EOptAll, RONDO_TASK_OPTIMIZER, -1, a, 2);
@@ -334,13 +356,15 @@ void issue(rondo_exec *x, bool overlap) {
   rondo_exec_barrier(x);
 }
 
-void issueSync(rondo_exec *x) { issue(x, false); }
-void issueOverlap(rondo_exec *x) { issue(x, true); }
+void issueSync(rondo_exec *x) { issue(x, Mode::Sync); }
+void issueOverlap(rondo_exec *x) { issue(x, Mode::Overlap); }
+void issueStale(rondo_exec *x) { issue(x, Mode::Stale); }
 
 ToyPipeline gPipeline;
-const char *const kNames[3][2] = {{"exec_w1_sync", "exec_w1_overlap"},
-                                  {"exec_w2_sync", "exec_w2_overlap"},
-                                  {"exec_w3_sync", "exec_w3_overlap"}};
+const char *const kNames[3][3] = {
+    {"exec_w1_sync", "exec_w1_overlap", "exec_w1_stale"},
+    {"exec_w2_sync", "exec_w2_overlap", "exec_w2_stale"},
+    {"exec_w3_sync", "exec_w3_overlap", "exec_w3_stale"}};
 
 } // namespace
 
@@ -361,41 +385,48 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gActionLaunches = 0;
   gNanStep = -1;
   gNanWhere = 0;
+  gNanFrom = false;
   gTLaunches = 0;
   gB1Launches = 0;
   layout();
   gPipeline.model =
       &toyModel(int64_t(microbatches) * rows, seqLen, loss, modelPath);
   gPipeline.programs.clear();
+  // Sync and overlap for each worker count, then the stale programs.
+  auto add = [&](int32_t workers, int mode) {
+    rondo_program p = {};
+    p.name = kNames[workers - 1][mode];
+    p.optimizer = mode == 2 ? "stale" : mode == 1 ? "overlap" : "sync";
+    p.workers = workers;
+    p.microbatches = microbatches;
+    p.rowsPerMicrobatch = rows;
+    // Start the rotation on worker 1 so that c0 shows in the trace.
+    p.firstWorker = 1 % workers;
+    p.numJobs = 3;
+    p.jobStages = kJobStages;
+    p.stages = gStages;
+    p.numStages = 3;
+    p.buffers = gBuffers;
+    p.numBuffers = kNumBuffers;
+    p.workerArenaBytes = gArena;
+    p.hostPoolBytes = gPool;
+    p.gradParts = kGradParts;
+    p.numGradParts = 4;
+    p.idsBuffer = HIds;
+    p.labelsBuffer = HLabels;
+    p.lossBuffer = HLoss;
+    p.hostGradsBuffer = HGrads;
+    p.numEvents = kPerMb + kMbKinds * microbatches;
+    p.predictedStepSeconds = 0.005;
+    p.gradStashBuffer = HStash;
+    p.issue = mode == 2 ? issueStale : mode == 1 ? issueOverlap : issueSync;
+    gPipeline.programs.push_back(p);
+  };
   for (int32_t workers = 1; workers <= 3; ++workers)
-    for (int overlap = 0; overlap < 2; ++overlap) {
-      rondo_program p = {};
-      p.name = kNames[workers - 1][overlap];
-      p.optimizer = overlap ? "overlap" : "sync";
-      p.workers = workers;
-      p.microbatches = microbatches;
-      p.rowsPerMicrobatch = rows;
-      // Start the rotation on worker 1 so that c0 shows in the trace.
-      p.firstWorker = 1 % workers;
-      p.numJobs = 3;
-      p.jobStages = kJobStages;
-      p.stages = gStages;
-      p.numStages = 3;
-      p.buffers = gBuffers;
-      p.numBuffers = kNumBuffers;
-      p.workerArenaBytes = gArena;
-      p.hostPoolBytes = gPool;
-      p.gradParts = kGradParts;
-      p.numGradParts = 4;
-      p.idsBuffer = HIds;
-      p.labelsBuffer = HLabels;
-      p.lossBuffer = HLoss;
-      p.hostGradsBuffer = HGrads;
-      p.numEvents = kPerMb + kMbKinds * microbatches;
-      p.predictedStepSeconds = 0.005;
-      p.issue = overlap ? issueOverlap : issueSync;
-      gPipeline.programs.push_back(p);
-    }
+    for (int mode = 0; mode < 2; ++mode)
+      add(workers, mode);
+  for (int32_t workers = 1; workers <= 3; ++workers)
+    add(workers, 2);
   return gPipeline;
 }
 
@@ -415,11 +446,78 @@ void toyPipelineAtLaunch(int n, void (*action)()) {
 void toyPipelineNonFiniteAtStep(int64_t step, int where) {
   gNanStep = step;
   gNanWhere = where;
+  gNanFrom = false;
   gTLaunches = 0;
   gB1Launches = 0;
 }
 
+void toyPipelineNonFiniteFromStep(int64_t step, int where) {
+  toyPipelineNonFiniteAtStep(step, where);
+  gNanFrom = true;
+}
+
 void toyPipelineDeadlockAtStep(int64_t step) { gDeadlockStep = step; }
+
+std::vector<float> toyReferenceStep(const float *const *params,
+                                    float *const *grads, const int64_t *ids,
+                                    const int64_t *labels, int64_t rows,
+                                    int64_t seqLen, rt::LossKind loss,
+                                    float lossScale) {
+  // The stage functions read the microbatch shape from the configuration;
+  // borrow it, and leave the launch counters of the tests' hooks alone.
+  const int32_t savedM = gM, savedR = gR;
+  const int64_t savedT = gT;
+  const bool savedGraph = gGraphLoss;
+  const int savedLaunches = gLaunches, savedAction = gActionLaunches;
+  const int64_t savedTL = gTLaunches, savedBL = gB1Launches;
+  gM = 1;
+  gR = 1;
+  gT = seqLen;
+  gGraphLoss = loss == rt::LossKind::GraphOutput;
+  // The stage images, as the parameter uploads lay them out.
+  std::vector<float> f0(size_t(V * D + D)), tImage(size_t(D * V + V));
+  std::vector<float> b1(static_cast<size_t>(D));
+  std::copy(params[kEmb], params[kEmb] + V * D, f0.begin());
+  std::copy(params[kNorm], params[kNorm] + D, f0.begin() + V * D);
+  std::copy(params[kProj], params[kProj] + D * V, tImage.begin());
+  std::copy(params[kBias], params[kBias] + V, tImage.begin() + D * V);
+  std::copy(params[kNorm], params[kNorm] + D, b1.begin());
+  // One stage-job each: the gradient images accumulate over the rows.
+  std::vector<float> tGrads(size_t(kTGradBytes / kF), 0.0f),
+      b1Grads(size_t(kB1GradBytes / kF), 0.0f);
+  std::vector<float> h(size_t(seqLen * D)), dh(size_t(seqLen * D));
+  std::vector<float> losses;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t *x = ids + r * seqLen;
+    const int64_t *y = labels + r * seqLen;
+    float lossValue = 0;
+    void *f0io[] = {f0.data(), const_cast<int64_t *>(x), h.data()};
+    stageF0(f0io, lossScale);
+    void *tio[] = {tImage.data(), h.data(),  const_cast<int64_t *>(y),
+                   &lossValue,    dh.data(), tGrads.data()};
+    stageT(tio, lossScale);
+    void *b1io[] = {b1.data(), const_cast<int64_t *>(x), dh.data(),
+                    b1Grads.data()};
+    stageB1(b1io, lossScale);
+    losses.push_back(lossValue);
+  }
+  // The parts of each gradient in table order: emb's in T, then in B1.
+  for (int64_t e = 0; e < V * D; ++e)
+    grads[kEmb][e] += tGrads[size_t(e)] + b1Grads[size_t(e)];
+  for (int64_t e = 0; e < D * V; ++e)
+    grads[kProj][e] += tGrads[size_t(V * D + e)];
+  for (int64_t e = 0; e < V; ++e)
+    grads[kBias][e] += tGrads[size_t(V * D + D * V + e)];
+  gM = savedM;
+  gR = savedR;
+  gT = savedT;
+  gGraphLoss = savedGraph;
+  gLaunches = savedLaunches;
+  gActionLaunches = savedAction;
+  gTLaunches = savedTL;
+  gB1Launches = savedBL;
+  return losses;
+}
 
 int64_t toyStageParamBytes(int stage) { return gStages[stage].paramBytes; }
 int64_t toyStageGradBytes(int stage) { return gStages[stage].gradBytes; }

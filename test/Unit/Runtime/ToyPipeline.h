@@ -16,7 +16,8 @@
 //
 // with parameter uploads (F0's in two chunks that cut a piece), input
 // uploads, handoffs, checkpoint/reload, loss and gradient downloads, and
-// per-step events, for 1, 2 and 3 workers in sync and overlap mode.
+// per-step events, for 1, 2 and 3 workers in sync, overlap and stale mode
+// (the stale programs last).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,7 +34,8 @@ namespace rondo::toy {
 
 struct ToyPipeline {
   const rt::ModelSpec *model;
-  std::vector<rondo_program> programs; ///< w1 sync, w1 overlap, w2 ...
+  /// w1 sync, w1 overlap, w2 ..., w3 overlap, then w1 stale .. w3 stale.
+  std::vector<rondo_program> programs;
 };
 
 /// Configures the pipelined toy: `microbatches` x `rows` rows of `seqLen`
@@ -62,11 +64,27 @@ void toyPipelineAtLaunch(int n, void (*action)());
 /// in B1's gradient of emb, NaN in microbatch 1's loss (bit flags).
 enum : int { kNanProjGrad = 1, kInfEmbGrad = 2, kNanLoss = 4 };
 void toyPipelineNonFiniteAtStep(int64_t step, int where);
+/// The same in training step `step` and every one after it.
+void toyPipelineNonFiniteFromStep(int64_t step, int where);
 
 /// Stage indices and parameter image sizes, for trace checks.
 enum : int { kStageF0 = 0, kStageT = 1, kStageB1 = 2 };
 int64_t toyStageParamBytes(int stage);
 int64_t toyStageGradBytes(int stage);
+
+/// The reference the tests compare the trainer with: the toy on `rows`
+/// rows of `seqLen` tokens (ids and labels [rows x seqLen]) as one program
+/// step of microbatches of one row computes it, by calling the stage
+/// functions row by row in order on the weights `params` (one per
+/// parameter) with `lossScale`. Adds each trainable parameter's gradient
+/// into grads[param] (its parts summed in table order, as the host sums
+/// them) and returns the loss each microbatch's tail stored. Changes no
+/// state of the configured pipeline.
+std::vector<float> toyReferenceStep(const float *const *params,
+                                    float *const *grads, const int64_t *ids,
+                                    const int64_t *labels, int64_t rows,
+                                    int64_t seqLen, rt::LossKind loss,
+                                    float lossScale);
 
 } // namespace rondo::toy
 

@@ -65,7 +65,8 @@ def Exec_CopyKind : I32EnumAttr<"CopyKind", "what a copy moves", [
 }
 
 def Exec_HostTaskKind : I32EnumAttr<"HostTaskKind", "host work", [
-    I32EnumAttrCase<"load_batch", 0>, I32EnumAttrCase<"optimizer", 1>]> {
+    I32EnumAttrCase<"load_batch", 0>, I32EnumAttrCase<"optimizer", 1>,
+    I32EnumAttrCase<"stash_grads", 2>, I32EnumAttrCase<"stale_optimizer", 3>]> {
   let cppNamespace = "::rondo::exec";
 }
 

@@ -176,6 +176,11 @@ LogicalResult ProgramOp::verify() {
              << ") exceed its slot of " << buffer.getBytes() << " bytes";
     return success();
   };
+  StringRef mode = getOptimizer();
+  if (mode != "sync" && mode != "overlap" && mode != "stale")
+    return emitOpError("optimizer '")
+           << mode << "' is none of sync, overlap and stale";
+  int stashes = 0, staleUpdates = 0;
   for (Operation &op : body) {
     LogicalResult result =
         TypeSwitch<Operation *, LogicalResult>(&op)
@@ -213,12 +218,37 @@ LogicalResult ProgramOp::verify() {
                                           h.getStageAttr().getAttr())))
                 return h.emitOpError("names unknown stage ")
                        << h.getStageAttr();
+              const HostTaskKind kind = h.getKind();
+              if (kind == HostTaskKind::stash_grads ||
+                  kind == HostTaskKind::stale_optimizer) {
+                if (getOptimizer() != "stale")
+                  return h.emitOpError("a ")
+                         << stringifyHostTaskKind(kind)
+                         << " task belongs to a stale program, not a "
+                         << getOptimizer() << " one";
+                if (h.getStageAttr())
+                  return h.emitOpError("a ")
+                         << stringifyHostTaskKind(kind)
+                         << " task serves every stage; it takes no stage";
+                if (!lookupSymbol(kGradStashBuffer))
+                  return h.emitOpError("needs the @")
+                         << kGradStashBuffer << " buffer";
+                ++(kind == HostTaskKind::stash_grads ? stashes : staleUpdates);
+              } else if (kind == HostTaskKind::optimizer &&
+                         getOptimizer() == "stale") {
+                return h.emitOpError("a stale program updates the weights "
+                                     "with its stale_optimizer task only");
+              }
               return success();
             })
             .Default([](Operation *) { return success(); });
     if (failed(result))
       return failure();
   }
+  if (mode == "stale" && (stashes != 1 || staleUpdates != 1))
+    return emitOpError("a stale program has one stash_grads and one "
+                       "stale_optimizer task per step, not ")
+           << stashes << " and " << staleUpdates;
   return success();
 }
 
@@ -336,7 +366,7 @@ std::optional<Queue> getQueue(Operation *op) {
     return Queue{l.getJob(), static_cast<int>(Stream::compute)};
   if (auto h = dyn_cast<HostTaskOp>(op))
     return Queue{-1, static_cast<int>(Stream::host) +
-                         static_cast<int>(h.getKind())};
+                         (h.getKind() == HostTaskKind::load_batch ? 0 : 1)};
   return std::nullopt;
 }
 
@@ -432,13 +462,22 @@ void collectAccesses(ProgramOp program, Operation *op,
       wholeBuffer(kHostLabelsBuffer, true);
       return;
     }
+    if (h.getKind() == HostTaskKind::stash_grads) {
+      wholeBuffer(kHostGradsBuffer, false);
+      wholeBuffer(kGradStashBuffer, true);
+      return;
+    }
     StageOp only;
     if (h.getStageAttr())
       only = dyn_cast_or_null<StageOp>(
           program.lookupSymbol(h.getStageAttr().getAttr()));
     SmallVector<StringAttr> params = finalisedParams(program, only);
     llvm::SmallDenseSet<StringAttr> mine(params.begin(), params.end());
-    auto hostGrads = StringAttr::get(program.getContext(), kHostGradsBuffer);
+    // The stale update reads the previous step's gradients, set aside.
+    auto hostGrads = StringAttr::get(
+        program.getContext(), h.getKind() == HostTaskKind::stale_optimizer
+                                  ? kGradStashBuffer
+                                  : kHostGradsBuffer);
     for (StageOp s : program.getBody().getOps<StageOp>())
       for (auto [name, offset, size] :
            llvm::zip(s.getGrads(), s.getGradOffsets(), s.getGradSizes()))

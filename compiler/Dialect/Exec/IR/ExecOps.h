@@ -70,7 +70,9 @@ std::optional<Queue> getQueue(mlir::Operation *op);
 
 /// Every range `op` reads and writes. Host tasks: load_batch writes the
 /// host token buffers; an optimizer task reads the gradient parts and
-/// writes the master weights of the parameters it finalises.
+/// writes the master weights of the parameters it finalises; stash_grads
+/// reads @host_grads and writes @grad_stash; stale_optimizer reads the
+/// gradient parts in @grad_stash and writes every trained weight.
 void collectAccesses(ProgramOp program, mlir::Operation *op,
                      llvm::SmallVectorImpl<Access> &out);
 
@@ -115,6 +117,9 @@ inline constexpr llvm::StringLiteral kHostIdsBuffer = "host_ids";
 inline constexpr llvm::StringLiteral kHostLabelsBuffer = "host_labels";
 inline constexpr llvm::StringLiteral kHostGradsBuffer = "host_grads";
 inline constexpr llvm::StringLiteral kHostLossBuffer = "host_loss";
+/// A stale program's copy of the previous step's gradient images (the
+/// layout of @host_grads), which its stale_optimizer task reads.
+inline constexpr llvm::StringLiteral kGradStashBuffer = "grad_stash";
 /// Worker buffers of device-resident state: weights, moments and sums
 /// (exec.resident), and the gradient parts the stages accumulate.
 inline constexpr llvm::StringLiteral kResidentBuffer = "resident";

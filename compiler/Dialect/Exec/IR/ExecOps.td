@@ -32,11 +32,14 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
 
     `jobs` is the job order F0..T..Bj; job n of step s runs on worker
     `(first_worker + s * K + n) mod workers`. `optimizer` is `sync` (one
-    optimizer task after the last gradient download) or `overlap` (one task
-    per stage as soon as the gradients it finalises are on the host).
-    `predicted_step_seconds` is the plan's step in that mode; a `sync`
-    program also carries `stale_step_seconds`, the step when the trainer
-    runs it with one-step-stale updates (`--optimizer-mode=stale`).
+    optimizer task after the last gradient download), `overlap` (one task
+    per stage as soon as the gradients it finalises are on the host) or
+    `stale` (RoundPipe's one-step-stale update: a `stash_grads` task copies
+    the step's gradients to `@grad_stash` once they have landed, and the
+    next step's `stale_optimizer` task applies them once that step's
+    parameter uploads have read the weights; the trainer's
+    `--optimizer-mode=stale`). `predicted_step_seconds` is the plan's step
+    in that mode.
     `replicas` (absent: 1) is the number of data-parallel replicas the plan
     was made for: each runs this program on its share of a global batch of
     `replicas` x `microbatches` x `rows_per_microbatch` rows.
@@ -67,7 +70,6 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
                        StrAttr:$optimizer,
                        SymbolRefArrayAttr:$jobs,
                        F64Attr:$predicted_step_seconds,
-                       OptionalAttr<F64Attr>:$stale_step_seconds,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
@@ -274,6 +276,15 @@ def Exec_HostTaskOp : Exec_Op<"host_task", []> {
     microbatches. `optimizer` sums the gradient parts and runs AdamW on the
     parameters `stage` finalises (the parameters whose last gradient part it
     produces), or on all parameters when no stage is given (sync mode).
+
+    The one-step-stale update (a `stale` program) takes two tasks, neither
+    with a stage: `stash_grads` copies the whole `@host_grads` into
+    `@grad_stash` (the step's gradients, set aside so that the next step's
+    downloads need not wait for their update), and `stale_optimizer` is
+    the update of the previous step: AdamW on every parameter with the
+    gradients in `@grad_stash`, which the previous step's `stash_grads`
+    wrote. `load_batch` runs on the host's data queue, the others in issue
+    order on its optimizer queue.
 
     Example: `%9 = exec.host_task optimizer stage @B1 await(%8)`
   }];

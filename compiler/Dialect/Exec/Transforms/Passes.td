@@ -18,6 +18,8 @@ def ExecVerifyPass : Pass<"exec-verify", "mlir::ModuleOp"> {
     its record in issue order; no range is read before its writer completes;
     no range is overwritten before its readers and previous writer complete;
     and a job reads worker memory only if the same stage-job wrote it.
+    In a `stale` program the `stale_optimizer` task must be issued before
+    the `stash_grads` task: it applies the previous step's gradients.
 
     ```
     error: 'exec.launch' op reads @params0 slot 0 on worker 1 in step 0

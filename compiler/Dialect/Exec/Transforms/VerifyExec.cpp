@@ -12,7 +12,12 @@
 //   - a worker is stateless between stage-jobs: a job reads worker memory
 //     only if the same stage-job wrote it (copies count for the job that
 //     receives the data), except the device-resident state (@resident),
-//     which the optimizer tasks update in place from step to step.
+//     which the optimizer tasks update in place from step to step;
+//   - a stale program's update is the previous step's: its stale_optimizer
+//     task is issued before its stash_grads task, so that it reads the
+//     gradients the previous step set aside, not this step's (the race
+//     rules alone would accept either order, and the other one is a
+//     synchronous update).
 // "Before" is happens-before: stream order on each worker queue, awaits,
 // carried events from the previous step, and barriers. The worker of a job
 // changes from step to step (job n of step s runs on worker
@@ -67,6 +72,24 @@ LogicalResult verifyProgram(ProgramOp program) {
       position[&op] = issueOrder.size();
       issueOrder.push_back(&op);
     }
+  if (program.getOptimizer() == "stale") {
+    HostTaskOp update, stash;
+    for (Operation *op : issueOrder)
+      if (auto task = dyn_cast<HostTaskOp>(op)) {
+        if (task.getKind() == HostTaskKind::stale_optimizer)
+          update = task;
+        else if (task.getKind() == HostTaskKind::stash_grads && !stash)
+          stash = task;
+      }
+    if (update && stash && position[stash] < position[update])
+      return update
+                 .emitOpError(
+                     "is issued after the stash_grads task of its step, so it "
+                     "would apply this step's gradients; the stale update "
+                     "applies the previous step's, and comes first")
+                 .attachNote(stash.getLoc())
+             << "the stash_grads task";
+  }
   // Issue order: an op may only await what was issued before it.
   for (Operation *op : issueOrder)
     for (Value awaited : op->getOperands()) {

@@ -82,7 +82,15 @@ enum rondo_host_task_kind {
    * or on every parameter (stage = -1, sync mode: clipping, gradient dumps
    * and the norm happen here). Gradient parts of a parameter are summed in
    * table order first. */
-  RONDO_TASK_OPTIMIZER = 1
+  RONDO_TASK_OPTIMIZER = 1,
+  /* A stale program's (one-step-stale updates): copy the whole host
+   * gradients buffer into gradStashBuffer (stage -1). */
+  RONDO_TASK_STASH_GRADS = 2,
+  /* A stale program's update: AdamW on every parameter with the gradients
+   * the previous step's STASH_GRADS task set aside, i.e. the previous
+   * step's update, run one step late (stage -1). The trainer applies
+   * nothing when that step's update already ran (a drain applies it). */
+  RONDO_TASK_STALE_OPTIMIZER = 3
 };
 
 #define RONDO_BUFFER_PARAMS (-1)
@@ -166,7 +174,7 @@ typedef void (*rondo_stage_fn)(void *const *io, float lossScale);
 
 typedef struct rondo_program {
   const char *name;      /* "exec_w2_sync" */
-  const char *optimizer; /* "sync" or "overlap" */
+  const char *optimizer; /* "sync", "overlap" or "stale" */
   int32_t workers, microbatches, rowsPerMicrobatch, firstWorker;
   int32_t numJobs;
   const int32_t *jobStages; /* stage index of job n */
@@ -182,9 +190,6 @@ typedef struct rondo_program {
   int32_t idsBuffer, labelsBuffer, lossBuffer, hostGradsBuffer;
   int32_t numEvents;
   double predictedStepSeconds;
-  /* Sync programs: the predicted step with one-step-stale updates (the
-   * trainer's --optimizer-mode=stale); 0 when not predicted. */
-  double predictedStaleStepSeconds;
   rondo_issue_fn issue;
   /* Device-resident state (none: every parameter streams). The resident
    * parameters are in no stage's pieces; their gradient parts are onWorker
@@ -196,6 +201,10 @@ typedef struct rondo_program {
    * or --replicas): each runs this program on its share of a global batch
    * of replicas x microbatches x rowsPerMicrobatch rows. */
   int32_t replicas;
+  /* Stale programs: the host buffer STASH_GRADS copies the gradient images
+   * into (the layout of hostGradsBuffer), which STALE_OPTIMIZER reads;
+   * unused by other programs. */
+  int32_t gradStashBuffer;
 } rondo_program;
 
 /* The calls, one per exec op. `label` is only for errors and traces. */

@@ -83,8 +83,8 @@ enum class LossKind {
 struct ModelSpec {
   const char *modelPath; ///< The ONNX file the weights come from by default.
   const char *inputName; ///< Token input, int64 [batch, seqLen].
-  /// The global rows per step (every program's microbatches x
-  /// rowsPerMicrobatch); for a StepFn (Trainer.h) the rows per call.
+  /// The global rows per program step (every program's microbatches x
+  /// rowsPerMicrobatch, times its replicas).
   int64_t batch;
   int64_t seqLen;
   int64_t vocabSize; ///< For range checks of token ids (0 = unknown).

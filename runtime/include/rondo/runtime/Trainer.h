@@ -12,9 +12,6 @@
 // gradient dumps -- lives in the runtime library (runtime/src/trainer), so
 // it is written and tested once.
 //
-// The compiler no longer emits the single-process StepFn below; only the
-// runtime's unit tests (test/Unit/Runtime/ToyModel.h) still run it.
-//
 //===----------------------------------------------------------------------===//
 
 #ifndef RONDO_RUNTIME_TRAINER_H
@@ -26,37 +23,13 @@
 
 namespace rondo::rt {
 
-/// Arguments of one call of the compiled forward/backward for one microbatch.
-struct StepArgs {
-  const float *const *params; ///< numParams pointers, fp32, contiguous.
-  /// numParams pointers; nullptr for frozen params. The step ADDS its
-  /// gradient (already multiplied by lossScale) into these buffers.
-  float *const *grads;
-  const int64_t *inputIds; ///< [batch, seqLen]
-  const int64_t *labels;   ///< [batch, seqLen], -100 = ignore (CausalLM).
-  /// The factor the loss is multiplied by before differentiation: for
-  /// CausalLM 1 / (non-ignored targets of the global batch), so that the sum
-  /// over microbatches is the global mean.
-  float lossScale;
-};
-
-struct StepResult {
-  double lossSum;    ///< CausalLM: sum of per-token CE; GraphOutput: loss.
-  int64_t lossCount; ///< CausalLM: number of non-ignored targets; else 1.
-};
-
-using StepFn = StepResult (*)(const StepArgs &);
-
 /// The trainer's main: parses the CLI (see ARCHITECTURE.md "CLI contract"),
-/// loads data and weights, runs the steps, writes logs and dumps. Returns
-/// the process exit code; every user error is reported on stderr naming the
-/// flag or file.
-int trainerMain(int argc, char **argv, const ModelSpec &model, StepFn step);
-
-/// The pipelined trainer: the same CLI, data, optimizer, logs and
-/// checkpoints, but each step runs one of `programs` (one per compiled
-/// worker count and optimizer mode; Exec.h) on the host backend. `--workers`
-/// and `--optimizer-mode` pick the program.
+/// loads data and weights, runs the steps, writes logs, dumps and
+/// checkpoints; each step runs one of `programs` (one per compiled worker
+/// count and optimizer mode; Exec.h), --grad-accum K of them per update.
+/// `--workers` and `--optimizer-mode` pick the program. Returns the process
+/// exit code; every user error is reported on stderr naming the flag or
+/// file.
 /// `device` makes what a worker is: null for host threads, or
 /// makeCudaDeviceOps for GPU trainers (--target=cuda), which then accept
 /// --gpus.
