@@ -126,14 +126,7 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
 
   auto record = [&](Lane lane, int worker, int step, int job, int mb,
                     double start, double end) {
-    TimelineEvent ev{lane};
-    ev.worker = worker;
-    ev.step = step;
-    ev.job = job;
-    ev.microbatch = mb;
-    ev.start = start;
-    ev.end = end;
-    result.timeline.push_back(ev);
+    result.timeline.push_back({lane, worker, step, job, mb, start, end});
   };
 
   using Mode = OptimizerMode;

@@ -525,13 +525,8 @@ void collectAccesses(ProgramOp program, Operation *op,
             {int64_t(r.getBf16().value_or(-1)), bytes / 2}}) {
         if (offset < 0)
           continue;
-        Access acc;
-        acc.buffer = resident;
-        acc.job = job;
-        acc.offset = offset;
-        acc.bytes = size;
-        acc.write = true;
-        out.push_back(acc);
+        out.push_back({resident, job, /*slot=*/0, offset, size,
+                       /*param=*/{}, /*write=*/true});
       }
     }
     // Every stage image holding the parameter has the same bytes; take
