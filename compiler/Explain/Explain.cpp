@@ -173,8 +173,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   planner::Plan partition = plan.buildPlan();
   int64_t n = plan.getWorkers(), m = plan.getMicrobatches();
   int64_t tokens = plan.getTokensPerStep();
-  double step = plan.getPredictedStepSeconds().convertToDouble();
-  double syncStep = plan.getSyncStepSeconds().convertToDouble();
+  double step = plan.getPrediction().getStep().convertToDouble();
+  double syncStep = plan.getPrediction().getSyncStep().convertToDouble();
 
   os << llvm::formatv("== Plan @{0}: {1} worker(s), {2} ({3}), strategy {4}\n",
                       plan.getSymName(), n, plan.getDevice(),
@@ -238,17 +238,17 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
         mb(stage.getMemoryBytes().convertToDouble()), checkpoints);
   }
 
-  double worker = plan.getWorkerPeakBytes().convertToDouble();
-  double host = plan.getHostPeakBytes().convertToDouble();
+  double worker = plan.getMemory().getWorkerPeak().convertToDouble();
+  double host = plan.getMemory().getHostPeak().convertToDouble();
   double fixed = plan.getHostFixedBytes().convertToDouble();
   os << "\nMemory:\n";
   os << "  per worker: " << gb(worker) << " of a "
-     << gb(plan.getWorkerMemoryBudget().convertToDouble())
+     << gb(plan.getMemory().getWorkerBudget().convertToDouble())
      << " budget (the executor's arena: two parameter slots, gradients, "
         "hand-off and checkpoint buffers; plus the largest stage's "
         "temporaries)\n";
   os << "  host:       " << gb(host) << " of a "
-     << gb(plan.getHostMemoryBudget().convertToDouble()) << " budget ("
+     << gb(plan.getMemory().getHostBudget().convertToDouble()) << " budget ("
      << gb(fixed) << " weights, moments, gradients and upload copies; "
      << gb(host - fixed) << " checkpoints and hand-off staging)\n";
   if (std::optional<APFloat> mapped = plan.getMappedWeightBytes())
@@ -321,13 +321,14 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   os << llvm::formatv("  overlapped optimizer: {0} ms/step, {1:f0} tokens/s, "
                       "bubble {2:f1}%\n",
                       ms(step), tokens / step,
-                      100 * plan.getBubbleFraction().convertToDouble());
-  os << llvm::formatv("  synchronous optimizer: {0} ms/step, {1:f0} "
-                      "tokens/s, bubble {2:f1}%\n",
-                      ms(syncStep), tokens / syncStep,
-                      100 * plan.getSyncBubbleFraction().convertToDouble());
-  if (std::optional<APFloat> stale = plan.getStaleStepSeconds()) {
-    double staleStep = stale->convertToDouble();
+                      100 * plan.getPrediction().getBubble().convertToDouble());
+  os << llvm::formatv(
+      "  synchronous optimizer: {0} ms/step, {1:f0} "
+      "tokens/s, bubble {2:f1}%\n",
+      ms(syncStep), tokens / syncStep,
+      100 * plan.getPrediction().getSyncBubble().convertToDouble());
+  if (APFloat stale = plan.getPrediction().getStaleStep(); !stale.isZero()) {
+    double staleStep = stale.convertToDouble();
     os << llvm::formatv("  one-step-stale optimizer (trainer "
                         "--optimizer-mode=stale): {0} ms/step, {1:f0} "
                         "tokens/s\n",
@@ -462,10 +463,10 @@ static void explainLayouts(ModuleOp module, llvm::raw_ostream &os) {
   os << llvm::formatv("  {0,-8} {1,-9} {2,-12} {3,10} {4,12} {5,8}\n", "layout",
                       "residency", "microbatches", "ms/step", "tokens/s",
                       "vs best");
-  const double best = chosen.getPredictedStepSeconds().convertToDouble();
+  const double best = chosen.getPrediction().getStep().convertToDouble();
   PlanOp runnerUp;
   for (PlanOp plan : layouts) {
-    const double step = plan.getPredictedStepSeconds().convertToDouble();
+    const double step = plan.getPrediction().getStep().convertToDouble();
     const int64_t r = plan.getReplicas().value_or(1);
     os << llvm::formatv("  {0,-8} {1,-9} {2,-12} {3,10} {4,12} {5,7}x{6}\n",
                         llvm::formatv("{0}x{1}", r, plan.getWorkers()).str(),
@@ -477,7 +478,7 @@ static void explainLayouts(ModuleOp module, llvm::raw_ostream &os) {
                         plan == chosen ? "  <- chosen" : "");
     if (plan != chosen &&
         (!runnerUp ||
-         step < runnerUp.getPredictedStepSeconds().convertToDouble()))
+         step < runnerUp.getPrediction().getStep().convertToDouble()))
       runnerUp = plan;
   }
   if (ArrayAttr unfit = chosen.getLayoutsUnfitAttr())
@@ -494,7 +495,7 @@ static void explainLayouts(ModuleOp module, llvm::raw_ostream &os) {
         runnerUp.getReplicas().value_or(1), runnerUp.getWorkers(),
         llvm::formatv(
             "{0:f0}",
-            100 * (runnerUp.getPredictedStepSeconds().convertToDouble() / best -
+            100 * (runnerUp.getPrediction().getStep().convertToDouble() / best -
                    1))
             .str());
   os << ". The trainer runs it by default (starting its replicas itself "

@@ -433,10 +433,10 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       builder.getI64IntegerAttr(firstWorker), builder.getStringAttr(mode),
       builder.getArrayAttr(jobRefs),
       builder.getF64FloatAttr(
-          mode == "overlap" ? plan.getPredictedStepSeconds().convertToDouble()
-          : mode == "stale" && plan.getStaleStepSeconds()
-              ? plan.getStaleStepSeconds()->convertToDouble()
-              : plan.getSyncStepSeconds().convertToDouble()),
+          mode == "overlap" ? plan.getPrediction().getStep().convertToDouble()
+          : mode == "stale" && !plan.getPrediction().getStaleStep().isZero()
+              ? plan.getPrediction().getStaleStep().convertToDouble()
+              : plan.getPrediction().getSyncStep().convertToDouble()),
       plan.getReplicasAttr());
   Block *body = new Block();
   program.getBody().push_back(body);

@@ -141,10 +141,10 @@ LogicalResult PlanOp::verify() {
   }
   if (schedules != 1)
     return emitOpError("needs exactly one pipe.schedule, found ") << schedules;
-  if (getWorkerMemoryBudget().convertToDouble() < 0 ||
-      getHostMemoryBudget().convertToDouble() < 0)
+  if (getMemory().getWorkerBudget().convertToDouble() < 0 ||
+      getMemory().getHostBudget().convertToDouble() < 0)
     return emitOpError("has a negative memory budget");
-  double bubble = getBubbleFraction().convertToDouble();
+  double bubble = getPrediction().getBubble().convertToDouble();
   if (bubble < 0 || bubble > 1)
     return emitOpError("bubble fraction ") << bubble << " is not in [0, 1]";
   if (ArrayAttr shared = getSharedParamsAttr()) {
@@ -282,8 +282,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
   planner::PlanProblem problem;
   problem.workers = static_cast<int>(getWorkers());
   problem.microbatches = static_cast<int>(getMicrobatches());
-  problem.workerMemoryBytes = getWorkerMemoryBudget().convertToDouble();
-  problem.hostMemoryBytes = getHostMemoryBudget().convertToDouble();
+  problem.workerMemoryBytes = getMemory().getWorkerBudget().convertToDouble();
+  problem.hostMemoryBytes = getMemory().getHostBudget().convertToDouble();
   problem.hostFixedBytes = getHostFixedBytes().convertToDouble();
   if (std::optional<APFloat> mapped = getMappedWeightBytes())
     problem.mappedWeightBytes = mapped->convertToDouble();

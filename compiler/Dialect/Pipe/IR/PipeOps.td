@@ -102,6 +102,44 @@ def Pipe_SearchAttr : AttrDef<Pipe_Dialect, "Search"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+def Pipe_MemoryAttr : AttrDef<Pipe_Dialect, "Memory"> {
+  let mnemonic = "memory";
+  let summary = "A plan's memory budgets and its predicted peaks, in bytes";
+  let description = [{
+    `worker_budget` and `host_budget` are the budgets the plan was searched
+    within (one worker's memory, the host's); `worker_peak` is the largest
+    worker arena the plan needs and `host_peak` the host memory the trainer
+    allocates for it (weights, moments, gradients, upload copies, staging).
+
+    Example: `#pipe.memory<worker_budget = 7.2e+10, host_budget = 1.2e+11,
+    worker_peak = 5.8e+10, host_peak = 2.1e+10>`
+  }];
+  let parameters = (ins Pipe_Exact<"">:$worker_budget,
+      Pipe_Exact<"">:$host_budget, Pipe_Exact<"">:$worker_peak,
+      Pipe_Exact<"">:$host_peak);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+def Pipe_PredictionAttr : AttrDef<Pipe_Dialect, "Prediction"> {
+  let mnemonic = "prediction";
+  let summary = "A plan's predicted step, per optimizer mode";
+  let description = [{
+    The steady-state step the simulator predicts, in seconds, and the
+    fraction of it the workers idle: `step` and `bubble` under the
+    trainer's default `--optimizer-mode=overlap`, `sync_step` and
+    `sync_bubble` under `sync`, and `stale_step` under RoundPipe's
+    one-step-stale `stale` (0 where the plan has no stale program: it keeps
+    state on the worker).
+
+    Example: `#pipe.prediction<step = 1.97, bubble = 0.016, sync_step =
+    2.01, sync_bubble = 0.02, stale_step = 1.95>`
+  }];
+  let parameters = (ins Pipe_Exact<"">:$step, Pipe_Exact<"">:$bubble,
+      Pipe_Exact<"">:$sync_step, Pipe_Exact<"">:$sync_bubble,
+      Pipe_Exact<"">:$stale_step);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
 class Pipe_Op<string mnemonic, list<Trait> traits = []>
     : Op<Pipe_Dialect, mnemonic, traits>;
 
@@ -118,10 +156,9 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
 
     The body holds one `pipe.layer` per layer, one `pipe.stage` per stage and
     one `pipe.schedule`. Attributes record the device the costs were
-    computed for, the budgets, the predicted peaks, the predicted step time
-    and bubble fraction (the trainer's default `--optimizer-mode=overlap`,
-    steady state; `sync_*` for `sync`, `stale_step_seconds` for RoundPipe's
-    one-step-stale `stale`), `bound`, the constraint that limited the plan
+    computed for, `memory`, the budgets and the predicted peaks
+    (`#pipe.memory`), `prediction`, the predicted step and bubble fraction
+    of each optimizer mode (`#pipe.prediction`), `bound`, the constraint that limited the plan
     with its numbers (`#pipe.bound`), and `search`, how it was chosen
     (`#pipe.search`); `--explain` words them. `max_seq_len` is the longest sequence (tokens of one
     row, one row per microbatch) that a plan of these workers holds within
@@ -182,14 +219,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        StrAttr:$device,
                        StrAttr:$precision,
                        StrAttr:$strategy,
-                       F64Attr:$worker_memory_budget,
-                       F64Attr:$host_memory_budget,
-                       F64Attr:$worker_peak_bytes,
-                       F64Attr:$host_peak_bytes,
-                       F64Attr:$predicted_step_seconds,
-                       F64Attr:$bubble_fraction,
-                       F64Attr:$sync_step_seconds,
-                       F64Attr:$sync_bubble_fraction,
+                       Pipe_MemoryAttr:$memory,
+                       Pipe_PredictionAttr:$prediction,
                        F64Attr:$link_bandwidth,
                        F64Attr:$peer_bandwidth,
                        F64Attr:$optimizer_params_per_second,
@@ -204,7 +235,6 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas_per_host,
                        OptionalAttr<I64Attr>:$max_seq_len,
                        OptionalAttr<F64Attr>:$mapped_weight_bytes,
-                       OptionalAttr<F64Attr>:$stale_step_seconds,
                        OptionalAttr<DictArrayAttr>:$shared_params,
                        OptionalAttr<DenseI64ArrayAttr>:$resident_layers,
                        OptionalAttr<StrArrayAttr>:$resident_params,

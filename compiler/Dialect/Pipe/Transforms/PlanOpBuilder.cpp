@@ -116,6 +116,7 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
     return v == 0 ? 0.0 : std::stod(llvm::formatv("{0:e5}", v).str());
   };
   auto f64 = [&](double v) { return b.getF64FloatAttr(round6(v)); };
+  auto r6 = [&](double v) { return APFloat(round6(v)); };
   auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
   auto str = [&](StringRef v) { return b.getStringAttr(v); };
   const planner::PlanProblem &p = c.problem;
@@ -126,18 +127,19 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
       FlatSymbolRefAttr::get(func.getSymNameAttr()), i64(n),
       i64(c.microbatches), i64(batch), i64(batch / c.microbatches), i64(tokens),
       str(spec.name), str(bf16 ? "bf16" : "fp32"), str(strategy),
-      f64(p.workerMemoryBytes), f64(p.hostMemoryBytes),
-      f64(planner::workerArenaBytes(p, c.plan)),
-      f64(planner::hostPeakBytes(p, c.plan)), f64(c.overlap.stepSeconds),
-      f64(c.overlap.bubbleFraction), f64(c.sync.stepSeconds),
-      f64(c.sync.bubbleFraction), f64(p.linkBytesPerSecond),
-      f64(p.peerBytesPerSecond), f64(p.optimizerParamsPerSecond),
-      f64(p.hostFixedBytes), buildBound(ctx, c), searched,
+      MemoryAttr::get(ctx, r6(p.workerMemoryBytes), r6(p.hostMemoryBytes),
+                      r6(planner::workerArenaBytes(p, c.plan)),
+                      r6(planner::hostPeakBytes(p, c.plan))),
+      PredictionAttr::get(ctx, r6(c.overlap.stepSeconds),
+                          r6(c.overlap.bubbleFraction), r6(c.sync.stepSeconds),
+                          r6(c.sync.bubbleFraction), r6(c.stale.stepSeconds)),
+      f64(p.linkBytesPerSecond), f64(p.peerBytesPerSecond),
+      f64(p.optimizerParamsPerSecond), f64(p.hostFixedBytes),
+      buildBound(ctx, c), searched,
       /*replicas=*/nullptr, /*replica_link_bandwidth=*/nullptr,
       /*replica_scaling=*/nullptr, /*replica_scaling_other_mode=*/nullptr,
       /*shard_optimizer=*/nullptr, /*replicas_per_host=*/nullptr,
       /*max_seq_len=*/nullptr, /*mapped_weight_bytes=*/nullptr,
-      /*stale_step_seconds=*/f64(c.stale.stepSeconds),
       /*shared_params=*/nullptr, /*resident_layers=*/nullptr,
       /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr,
       /*shared_cores=*/nullptr, /*layout_gpus=*/nullptr,
