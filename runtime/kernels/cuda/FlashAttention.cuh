@@ -174,6 +174,20 @@ __device__ inline bool beforeWindow(const FlashParams &p, int i, int j) {
   return p.window > 0 && j <= i + (p.S - p.T) - p.window;
 }
 
+/// Enqueues (by the block's first BC / 2 threads) the cp.async copies of the
+/// log-sum-exp (log2 units) and delta of the BC query rows from rowBase into
+/// the shared vectors at dst: BC floats of lse2, then BC of delta.
+template <int BC>
+__device__ inline void loadLseDelta(uint32_t dst, const FlashParams &p,
+                                    int64_t rowBase) {
+  const int c = threadIdx.x;
+  if (c < 2 * BC / 4) { // 16-byte chunks of lse2, then of delta
+    const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
+                                  : p.delta + rowBase + (c - BC / 4) * 4;
+    cpAsync16(dst + c * 16, src);
+  }
+}
+
 /// The dQ kernels' step from a warp's S and dP accumulators (m16n8 layout,
 /// kNB column blocks of 8 keys from j0; this thread's rows row0 and row0 +
 /// 8, column pair 2 t4) to dS = P (dP - delta) in place of S, P recomputed

@@ -157,12 +157,7 @@ __device__ inline void dkvBlock(const FlashParams &p, BlockPos pos) {
     const int64_t rowBase = (int64_t(b) * p.Hq + hq) * p.Tpad + i0;
     loadTileAsync<D, BC, kNT>(sQ + buf * kBytes, p.q + rowBase * D);
     loadTileAsync<D, BC, kNT>(sO + buf * kBytes, p.dout + rowBase * D);
-    const int c = threadIdx.x;
-    if (c < 2 * BC / 4) { // 16-byte chunks of lse2, then of delta
-      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
-                                    : p.delta + rowBase + (c - BC / 4) * 4;
-      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
-    }
+    loadLseDelta<BC>(sVec + buf * 2 * kVecBytes, p, rowBase);
   };
 
   float dk[kDB][4], dv[kDB][4];
@@ -310,12 +305,7 @@ __device__ inline void dkvPairBlock(const FlashParams &p, BlockPos pos) {
     const int64_t rowBase = (int64_t(b) * p.Hq + hq) * p.Tpad + i0;
     loadTileAsync<D, BC, kNT>(sQ + buf * kBytes, p.q + rowBase * D);
     loadTileAsync<D, BC, kNT>(sO + buf * kBytes, p.dout + rowBase * D);
-    const int c = threadIdx.x;
-    if (c < 2 * BC / 4) {
-      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
-                                    : p.delta + rowBase + (c - BC / 4) * 4;
-      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
-    }
+    loadLseDelta<BC>(sVec + buf * 2 * kVecBytes, p, rowBase);
   };
 
   float acc[kDB][4]; // dV (first half of the warps) or dK

@@ -469,12 +469,7 @@ __global__ void __launch_bounds__(kNT, 1) flashDkvSm90Kernel(FlashParams p) {
     loadSw<D, BC, kNT>(dst + 2 * kBytes, p.qT + mat * D * p.Tpad + i0, p.Tpad);
     loadSw<D, BC, kNT>(dst + 3 * kBytes, p.doutT + mat * D * p.Tpad + i0,
                        p.Tpad);
-    const int c = threadIdx.x;
-    if (c < 2 * BC / 4) { // 16-byte chunks of lse2, then of delta
-      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
-                                    : p.delta + rowBase + (c - BC / 4) * 4;
-      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
-    }
+    loadLseDelta<BC>(sVec + buf * 2 * kVecBytes, p, rowBase);
   };
 
   float dk[kDB][4], dv[kDB][4];

@@ -171,12 +171,7 @@ __global__ void __launch_bounds__(kNT, 1) flashBwdSm90Kernel(FlashParams p) {
     const uint32_t dst = sQO + uint32_t(buf) * 2 * kBytes;
     loadSw<BC, D, kNT>(dst, p.q + rowBase * D, D);
     loadSw<BC, D, kNT>(dst + kBytes, p.dout + rowBase * D, D);
-    const int c = threadIdx.x;
-    if (c < 2 * BC / 4) { // 16-byte chunks of lse2, then of delta
-      const float *src = c < BC / 4 ? p.lse2 + rowBase + c * 4
-                                    : p.delta + rowBase + (c - BC / 4) * 4;
-      cpAsync16(sVec + buf * 2 * kVecBytes + c * 16, src);
-    }
+    loadLseDelta<BC>(sVec + buf * 2 * kVecBytes, p, rowBase);
   };
   // The counter of this warpgroup's half of item w's dQ rows ([B * Hq, nQt,
   // warpgroup]), and the value it holds once every key tile before this one
