@@ -361,11 +361,14 @@ def rondo(a, out_dir, cfg, port):
     with open(os.path.join(out_dir, "%s-rondo-%s.r0.log" % (prefix, tag))) as f:
         for line in f:
             m = re.search(r"GPU (\d+) memory: arena ([\d.]+) GB.*temporaries peak "
-                          r"([\d.]+) GB \(pool reserved ([\d.]+) GB\)", line)
+                          r"([\d.]+) GB \(pool reserved ([\d.]+) GB"
+                          r"(?:; CUDA graphs ([\d.]+) GB)?\)", line)
             if m:
                 memory[m.group(1)] = {"arena_gb": float(m.group(2)),
                                       "temporaries_gb": float(m.group(3)),
                                       "pool_reserved_gb": float(m.group(4))}
+                if m.group(5) is not None:
+                    memory[m.group(1)]["cuda_graphs_gb"] = float(m.group(5))
     seconds = sum(s["seconds"] for s in steady)
     # The shape's global batch per step (the trainer was compiled for it).
     step_tokens = shape["rows"] * shape["seq"]

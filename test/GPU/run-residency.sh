@@ -7,6 +7,8 @@
 #      --dump-gradients, overlap (checked here with check_reference.py);
 #   1b. qwen3-deep-tiny in bf16, device-resident and streamed: the same
 #      losses over 20 steps (test/E2E/same_losses.py);
+#   1c. the same device-resident trainer with and without CUDA graphs: the
+#      same losses over 300 steps, and tok/s both ways;
 #   2. W1 with the planner's residency and streamed, beside PyTorch eager,
 #      Hugging Face + torch.compile and a compiled plain module, in one
 #      bench/w1.py run;
@@ -41,6 +43,17 @@ if [ -x build-gpu/deep-bf16-device.trainer ]; then
   done
   python3 test/E2E/same_losses.py $res/fixtures/deep-bf16-device.log \
     $res/fixtures/deep-bf16-streamed.log
+  # 1c. Stage functions replayed as CUDA graphs (the default) and launched
+  # kernel by kernel (RONDO_CUDA_GRAPHS=0): the same losses, and the speed
+  # of a small microbatch (2 x 32 tokens) either way, alternated.
+  for g in 1 0 1 0; do
+    RONDO_CUDA_GRAPHS=$g timeout 90 build-gpu/deep-bf16-device.trainer \
+      --weights test/data/models/qwen3-deep-tiny.onnx --data build-gpu/ids_qwen3-deep-tiny.npy \
+      --steps 300 --lr 1e-3 --clip-grad-norm 0.5 --log-json $res/fixtures/graphs$g.log \
+      > $res/fixtures/graphs$g.out 2>&1
+    echo "graphs=$g rc=$? $(grep -E ' steps in |CUDA graphs' $res/fixtures/graphs$g.out | tr '\n' ' ')"
+  done
+  python3 test/E2E/same_losses.py $res/fixtures/graphs1.log $res/fixtures/graphs0.log
 fi
 cfg() { echo "$1=1:0:1:build-gpu/$2.trainer:${STEPS:-6}"; }
 configs=(--config "$(cfg planner w1)")

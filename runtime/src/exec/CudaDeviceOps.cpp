@@ -21,8 +21,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "rondo/runtime/DeviceOps.h"
+#include "CudaStageGraphs.h"
 #include "HostExec.h"
+#include "rondo/runtime/DeviceOps.h"
 
 #include "CudaKernels.h"
 #include "rondo/runtime/Error.h"
@@ -120,23 +121,28 @@ public:
     for (size_t w = 0; w < gpus.size(); ++w) {
       int d = gpus[w];
       cudaMemPool_t pool;
-      uint64_t used = 0, reserved = 0;
+      uint64_t reserved = 0, graphs = 0;
       if (cudaDeviceGetDefaultMemPool(&pool, d) != cudaSuccess ||
-          cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used) !=
-              cudaSuccess ||
           cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh,
-                                  &reserved) != cudaSuccess)
+                                  &reserved) != cudaSuccess ||
+          cudaDeviceGetGraphMemAttribute(d, cudaGraphMemAttrReservedMemHigh,
+                                         &graphs) != cudaSuccess)
         continue;
+      const uint64_t used = poolPeakBytes(d);
       const double gb = 1e9;
-      char line[256];
+      char line[320];
       std::snprintf(line, sizeof(line),
                     "%sGPU %d memory: arena %.2f GB (the plan's buffers), "
-                    "temporaries peak %.2f GB (pool reserved %.2f GB)",
+                    "temporaries peak %.2f GB (pool reserved %.2f GB; CUDA "
+                    "graphs %.2f GB)",
                     report.empty() ? "rondo: " : "\nrondo: ", d,
                     double(arenaBytes[w]) / gb, double(used) / gb,
-                    double(reserved) / gb);
+                    double(reserved) / gb, double(graphs) / gb);
       report += line;
     }
+    std::string graphs = StageGraphs::summary();
+    if (!graphs.empty())
+      report += (report.empty() ? "" : "\n") + graphs;
     return report;
   }
 
@@ -180,14 +186,11 @@ public:
           t.device);
   }
 
-  void launch(int32_t, rondo_stage_fn fn, void *const *io,
+  void launch(int32_t, rondo_stage_fn fn, void *const *io, size_t numIo,
               float lossScale) override {
     ThreadState &t = state();
     cuda::setCurrentStream(t.stream);
-    fn(io, lossScale);
-    check(cudaGetLastError(), "a kernel launch of a stage function", t.device);
-    check(cudaStreamSynchronize(t.stream),
-          "cudaStreamSynchronize after a stage function", t.device);
+    t.graphs.run(fn, io, numIo, lossScale, t.stream, t.device);
   }
 
   // The optimizer's math on device-resident state: the kernels of
@@ -303,6 +306,7 @@ private:
   struct ThreadState {
     int device = 0;
     cudaStream_t stream = nullptr;
+    StageGraphs graphs; ///< This stream thread's stage functions as graphs.
   };
   static ThreadState &state() {
     thread_local ThreadState t;

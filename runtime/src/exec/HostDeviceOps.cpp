@@ -42,7 +42,7 @@ public:
   void zero(int32_t, void *dst, size_t bytes) override {
     std::memset(dst, 0, bytes);
   }
-  void launch(int32_t, rondo_stage_fn fn, void *const *io,
+  void launch(int32_t, rondo_stage_fn fn, void *const *io, size_t,
               float lossScale) override {
     fn(io, lossScale);
   }

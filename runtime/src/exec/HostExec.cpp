@@ -644,7 +644,8 @@ void HostExec::execute(Op &op) {
       device->zero(op.worker, op.dst, size_t(op.bytes));
     return;
   case TraceRecord::Launch:
-    device->launch(op.worker, op.fn, op.io.data(), op.tag.lossScale);
+    device->launch(op.worker, op.fn, op.io.data(), op.io.size(),
+                   op.tag.lossScale);
     return;
   case TraceRecord::Task:
     if (op.taskKind == RONDO_TASK_LOAD_BATCH) {

@@ -66,8 +66,9 @@ public:
   virtual void copy(int32_t worker, void *dst, const void *src,
                     size_t bytes) = 0;
   virtual void zero(int32_t worker, void *dst, size_t bytes) = 0;
+  /// Runs fn(io, lossScale) (numIo operands) and returns when it is done.
   virtual void launch(int32_t worker, rondo_stage_fn fn, void *const *io,
-                      float lossScale) = 0;
+                      size_t numIo, float lossScale) = 0;
   /// What the workers' memory peaked at, one line per device ("" on the
   /// host), for the trainer's summary: the plan's arena against everything
   /// else (stage temporaries, kernel scratch).
