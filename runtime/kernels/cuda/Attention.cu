@@ -545,6 +545,7 @@ void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
                           causal, scale, out.data, lse.data, name);
     return;
   }
+  setLastAttentionImpl(AttentionImpl::Fp32);
   AttnArgs a = baseArgs(d, causal, window, scale);
   a.sinks = sinks;
   a.q = q.data;
@@ -604,6 +605,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
                            dV.data, name);
     return;
   }
+  setLastAttentionImpl(AttentionImpl::Fp32);
   int64_t rows = d.B * d.Hq * d.T;
   Temp delta(size_t(rows) * sizeof(float), name);
   attnDeltaKernel<<<gridFor(rows * 32), kThreads, 0, currentStream()>>>(
