@@ -14,6 +14,8 @@
 #   attn    every attention test of the binary
 #   full    the whole CUDA kernel suite
 #   fe      PyTorch's cudnn-frontend log of its SDPA graphs (small shape)
+#   nsys    kernel times (Nsight Systems, where installed) of Rondo on cuDNN
+#           and of PyTorch SDPA on cuDNN at W1's shape
 # Logs go to $OUT; bench/attention_table.py turns them into the table.
 set -u
 P=/tmp/pack
@@ -49,6 +51,26 @@ for step in ${STEPS:-cudnn timing sdpa attn}; do
     timeout ${FULL_TIMEOUT:-200} $T > $OUT/all-tests.log 2>&1
     echo "suite rc=$?"
     tail -5 $OUT/all-tests.log; grep -E "^\[  FAILED" $OUT/all-tests.log | head ;;
+  nsys)
+    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+    if [ -z "$NSYS" ]; then echo "nsys: not installed"; continue; fi
+    RONDO_BENCH_KEEP_POOL=1 RONDO_BENCH_PATHS=cudnn RONDO_BENCH_W1_ONLY=1 timeout 90 $NSYS profile -o /tmp/rondo -f true \
+      $T --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingPaths' > /dev/null 2>&1
+    $NSYS stats -q --report cuda_gpu_kern_sum /tmp/rondo.nsys-rep > $OUT/nsys-rondo.txt 2>&1
+    timeout 90 $NSYS profile -o /tmp/torch -f true python3 - > /dev/null 2>&1 <<'EOF'
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q = torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+k = torch.randn(2, 8, 4096, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+v = torch.randn(2, 8, 4096, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+g = torch.randn_like(q)
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    for _ in range(20):
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).backward(g)
+torch.cuda.synchronize()
+EOF
+    $NSYS stats -q --report cuda_gpu_kern_sum /tmp/torch.nsys-rep > $OUT/nsys-torch.txt 2>&1
+    head -12 $OUT/nsys-rondo.txt; head -12 $OUT/nsys-torch.txt ;;
   fe)
     CUDNN_FRONTEND_LOG_INFO=1 CUDNN_FRONTEND_LOG_FILE=$OUT/fe.log timeout 60 python3 - <<'EOF'
 import torch, torch.nn.functional as F

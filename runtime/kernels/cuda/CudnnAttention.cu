@@ -66,7 +66,9 @@
 
 #include "Internal.cuh"
 
+#include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -153,47 +155,98 @@ namespace {
 
 using namespace cudnn;
 
-/// Widens bf16 [n] into fp32 (n a multiple of 8; 16-byte chunks where out is
-/// aligned).
-__global__ void widenBf16Kernel(const __nv_bfloat16 *in, float *out,
-                                int64_t n) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-  RONDO_GRID_STRIDE(c, n / 8) {
-    uint4 raw = *reinterpret_cast<const uint4 *>(in + c * 8);
-    const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&raw);
-    float x[8];
+/// Up to five conversions between fp32 and bf16 (nearest even) in one
+/// launch, one per blockIdx.y: job j converts n[j] elements, a multiple of 8
+/// (rows of D = 64 or 128), in 16-byte bf16 chunks; the fp32 side is read
+/// or written as float4 where it is 16-byte aligned. One launch for q, k, v
+/// (and O, dO) instead of one each, and wide accesses instead of the
+/// elementwise roundToBf16Copy: at W1's shape the conversions move ~150 MB a
+/// call around the cuDNN kernels.
+struct Conversions {
+  static constexpr int kMax = 5;
+  const void *src[kMax];
+  void *dst[kMax];
+  int64_t n[kMax];
+  bool fp32Aligned[kMax];
+  int count = 0;
+};
+
+template <bool ToBf16> __global__ void convertKernel(Conversions jobs) {
+  const int j = int(blockIdx.y);
+  const int64_t chunks = jobs.n[j] / 8;
+  const bool aligned = jobs.fp32Aligned[j];
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (ToBf16) {
+      const float *in = static_cast<const float *>(jobs.src[j]) + c * 8;
+      float x[8];
+      if (aligned) {
+        float4 lo = *reinterpret_cast<const float4 *>(in);
+        float4 hi = *reinterpret_cast<const float4 *>(in + 4);
+        x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+        x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+      } else {
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
-      x[e] = __bfloat162float(h[e]);
-    if (aligned) {
-      *reinterpret_cast<float4 *>(out + c * 8) =
-          make_float4(x[0], x[1], x[2], x[3]);
-      *reinterpret_cast<float4 *>(out + c * 8 + 4) =
-          make_float4(x[4], x[5], x[6], x[7]);
+        for (int e = 0; e < 8; ++e)
+          x[e] = in[e];
+      }
+      uint4 out;
+      out.x = packBf16(x[0], x[1]);
+      out.y = packBf16(x[2], x[3]);
+      out.z = packBf16(x[4], x[5]);
+      out.w = packBf16(x[6], x[7]);
+      static_cast<uint4 *>(jobs.dst[j])[c] = out;
     } else {
+      uint4 raw = static_cast<const uint4 *>(jobs.src[j])[c];
+      const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&raw);
+      float x[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e)
-        out[c * 8 + e] = x[e];
+        x[e] = __bfloat162float(h[e]);
+      float *out = static_cast<float *>(jobs.dst[j]) + c * 8;
+      if (aligned) {
+        *reinterpret_cast<float4 *>(out) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4 *>(out + 4) =
+            make_float4(x[4], x[5], x[6], x[7]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          out[e] = x[e];
+      }
     }
   }
 }
 
-void widenBf16(const Temp &in, float *out, int64_t n, const char *name) {
-  if (!out || n == 0)
+struct Conversion {
+  const void *src;
+  void *dst; ///< null: skipped (a gradient nobody wants)
+  int64_t n;
+};
+
+/// Enqueues the conversions (fp32 -> bf16 with toBf16, else bf16 -> fp32).
+void convert(bool toBf16, std::initializer_list<Conversion> list,
+             const char *name) {
+  Conversions jobs;
+  int64_t most = 0;
+  for (const Conversion &c : list) {
+    if (!c.dst || c.n == 0)
+      continue;
+    const int j = jobs.count++;
+    jobs.src[j] = c.src;
+    jobs.dst[j] = c.dst;
+    jobs.n[j] = c.n;
+    jobs.fp32Aligned[j] = aligned16(toBf16 ? c.src : c.dst);
+    most = c.n / 8 > most ? c.n / 8 : most;
+  }
+  if (jobs.count == 0)
     return;
-  widenBf16Kernel<<<gridFor(n / 8), kThreads, 0, currentStream()>>>(
-      in.as<__nv_bfloat16>(), out, n);
+  dim3 grid(std::min(gridFor(most), 4096u), unsigned(jobs.count));
+  if (toBf16)
+    convertKernel<true><<<grid, kThreads, 0, currentStream()>>>(jobs);
+  else
+    convertKernel<false><<<grid, kThreads, 0, currentStream()>>>(jobs);
   checkLaunch(name);
 }
-
-/// A bf16 copy of n floats in a stream-ordered temporary.
-struct Bf16Temp {
-  Temp temp;
-  Bf16Temp(const float *src, int64_t n, const char *name)
-      : temp(size_t(n) * 2, name) {
-    roundToBf16Copy(src, temp.as<void>(), n, name);
-  }
-};
 
 std::string shapeText(const Key &k) {
   return "B=" + std::to_string(k.B) + " Hq=" + std::to_string(k.Hq) +
@@ -378,21 +431,24 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
     return false;
   }
   const int64_t nq = d.B * d.Hq * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
-  Bf16Temp qb(q, nq, name), kb(k, nk, name), vb(v, nk, name);
-  Temp ob(size_t(nq) * 2, name);
+  Temp qb(size_t(nq) * 2, name), kb(size_t(nk) * 2, name),
+      vb(size_t(nk) * 2, name), ob(size_t(nq) * 2, name);
+  convert(true,
+          {{q, qb.as<void>(), nq}, {k, kb.as<void>(), nk}, {v, vb.as<void>(), nk}},
+          name);
   StatsBuffer stats(lse, d.B * d.Hq * d.T, name);
   Temp ws(size_t(plan->workspace), name);
   float scaleValue = scale;
   execute(*st, *plan,
-          {{kQ, qb.temp.as<void>()},
-           {kK, kb.temp.as<void>()},
-           {kV, vb.temp.as<void>()},
+          {{kQ, qb.as<void>()},
+           {kK, kb.as<void>()},
+           {kV, vb.as<void>()},
            {kO, ob.as<void>()},
            {kStats, stats.ptr},
            {kScale, &scaleValue}},
           ws.as<void>(), name);
   lock.unlock();
-  widenBf16(ob, out, nq, name);
+  convert(false, {{ob.as<void>(), out, nq}}, name);
   if (lse && stats.ptr != lse)
     RONDO_CHECK(cudaMemcpyAsync(lse, stats.ptr,
                                 size_t(d.B * d.Hq * d.T) * sizeof(float),
@@ -401,9 +457,9 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
   ws.release();
   stats.temp.release();
   ob.release();
-  vb.temp.release();
-  kb.temp.release();
-  qb.temp.release();
+  vb.release();
+  kb.release();
+  qb.release();
   setLastAttentionImpl(AttentionImpl::Cudnn);
   return true;
 }
@@ -428,8 +484,16 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   }
   const int64_t rows = d.B * d.Hq * d.T;
   const int64_t nq = rows * d.D, nk = d.B * d.Hkv * d.S * d.D;
-  Bf16Temp qb(q, nq, name), kb(k, nk, name), vb(v, nk, name);
-  Bf16Temp ob(out, nq, name), gb(dOut, nq, name);
+  Temp qb(size_t(nq) * 2, name), kb(size_t(nk) * 2, name),
+      vb(size_t(nk) * 2, name), ob(size_t(nq) * 2, name),
+      gb(size_t(nq) * 2, name);
+  convert(true,
+          {{q, qb.as<void>(), nq},
+           {k, kb.as<void>(), nk},
+           {v, vb.as<void>(), nk},
+           {out, ob.as<void>(), nq},
+           {dOut, gb.as<void>(), nq}},
+          name);
   // cuDNN wants its stats 16-byte aligned; lse is copied when it is not.
   Temp statsCopy(aligned16(lse) ? 0 : size_t(rows) * sizeof(float), name);
   const float *statsPtr = lse;
@@ -447,9 +511,9 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   Temp ws(size_t(plan->workspace), name);
   float scaleValue = scale;
   std::vector<std::pair<int64_t, void *>> bindings = {
-      {kQ, qb.temp.as<void>()},  {kK, kb.temp.as<void>()},
-      {kV, vb.temp.as<void>()},  {kO, ob.temp.as<void>()},
-      {kDO, gb.temp.as<void>()}, {kStats, const_cast<float *>(statsPtr)},
+      {kQ, qb.as<void>()},  {kK, kb.as<void>()},
+      {kV, vb.as<void>()},  {kO, ob.as<void>()},
+      {kDO, gb.as<void>()}, {kStats, const_cast<float *>(statsPtr)},
       {kScale, &scaleValue},     {kSoftmaxSum, softmaxSum.as<void>()},
       {kDQ, dqb.as<void>()},     {kDK, dkb.as<void>()},
       {kDV, dvb.as<void>()}};
@@ -457,9 +521,11 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
     bindings.push_back({kDQAccum, acc.as<void>()});
   execute(*st, *plan, bindings, ws.as<void>(), name);
   lock.unlock();
-  widenBf16(dqb, dQ, nq, name);
-  widenBf16(dkb, dK, nk, name);
-  widenBf16(dvb, dV, nk, name);
+  convert(false,
+          {{dqb.as<void>(), dQ, nq},
+           {dkb.as<void>(), dK, nk},
+           {dvb.as<void>(), dV, nk}},
+          name);
   ws.release();
   acc.release();
   dvb.release();
@@ -467,11 +533,11 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   dqb.release();
   softmaxSum.release();
   statsCopy.release();
-  gb.temp.release();
-  ob.temp.release();
-  vb.temp.release();
-  kb.temp.release();
-  qb.temp.release();
+  gb.release();
+  ob.release();
+  vb.release();
+  kb.release();
+  qb.release();
   setLastAttentionImpl(AttentionImpl::Cudnn);
   return true;
 }

@@ -13,6 +13,7 @@
 #include "CudaKernelsTestUtil.h"
 
 #include <cstdlib>
+#include <iterator>
 
 namespace cuda_test {
 
@@ -484,6 +485,9 @@ TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
   const Case cases[] = {
       {2, 4096, 128}, {1, 4096, 128}, {1, 8192, 128}, {1, 4096, 64}};
   const char *only = std::getenv("RONDO_BENCH_PATHS");
+  // RONDO_BENCH_W1_ONLY=1: W1's case alone (for profiles).
+  const char *w1Only = std::getenv("RONDO_BENCH_W1_ONLY");
+  const size_t numCases = w1Only && w1Only[0] == '1' ? 1 : std::size(cases);
   for (const char *path :
        {"cudnn", "cudnn-atomic", "flash", "fused", "mma.sync"}) {
     if (only && !std::strstr(only, path))
@@ -499,7 +503,8 @@ TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
                   cu::cudnnAttentionUnavailable());
       continue;
     }
-    for (const Case &c : cases) {
+    for (size_t i = 0; i < numCases; ++i) {
+      const Case &c = cases[i];
       FlashTimes t = timeFlash(c.T, c.D, c.B);
       std::printf("[ flash ] path=%s impl=%s pool=%s B=%lld Hq=16 Hkv=8 "
                   "T=%lld D=%lld causal fwd_ms=%.4f bwd_ms=%.4f "
