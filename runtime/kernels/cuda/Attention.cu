@@ -535,7 +535,7 @@ void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
   ProfileScope profileScope(
       std::string(name) +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
-               ? " flash bf16"
+               ? " bf16"
                : " fp32"),
       2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
   if (d.B * d.Hq == 0 || d.T == 0)
@@ -584,7 +584,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   ProfileScope profileScope(
       std::string("attentionBackward") +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
-               ? " flash bf16"
+               ? " bf16"
                : " fp32"),
       2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
   bool empty = d.B * d.Hkv == 0 || d.T == 0;

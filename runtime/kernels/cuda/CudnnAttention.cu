@@ -343,6 +343,18 @@ void execute(DeviceState &st, Plan &p,
   }
 }
 
+/// The most workspace a plan may take (RONDO_CUDNN_WORKSPACE_MB, default 4096
+/// MiB). The deterministic backward keeps dP in its workspace, B * Hq * T * S
+/// bf16: 1 GiB at W1's B 2 x T 4096, but 64 GiB for 32 heads at T = 32K, so
+/// long sequences go to Rondo's kernels instead. A fixed limit rather than
+/// the free memory, so that which implementation runs (and so the bits) does
+/// not depend on what else holds memory.
+int64_t workspaceLimit() {
+  const char *env = std::getenv("RONDO_CUDNN_WORKSPACE_MB");
+  const int64_t mb = env && *env ? std::atoll(env) : 4096;
+  return mb << 20;
+}
+
 /// Whether cuDNN serves the call: true with `state` and `plan` set and the
 /// device lock taken into `lock`; false with the log line saying why not.
 bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
@@ -364,6 +376,15 @@ bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
     note = std::string("attention ") + (k.backward ? "backward " : "forward ") +
            shapeText(k) + " on Rondo's kernels: cuDNN refused the graph (" +
            state->plans[k]->refused + ")";
+    lock.unlock();
+    return false;
+  }
+  const int64_t limit = workspaceLimit();
+  if (plan->workspace > limit) {
+    note = std::string("attention ") + (k.backward ? "backward " : "forward ") +
+           shapeText(k) + " on Rondo's kernels: cuDNN's plan needs " +
+           std::to_string(plan->workspace >> 20) + " MiB of workspace, over " +
+           "RONDO_CUDNN_WORKSPACE_MB=" + std::to_string(limit >> 20);
     lock.unlock();
     return false;
   }

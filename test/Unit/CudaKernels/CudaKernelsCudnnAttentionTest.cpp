@@ -89,6 +89,21 @@ TEST_F(CudaKernels, AttentionBf16CudnnFallback) {
   expectImpl(impls[0].bwd, cu::AttentionImpl::Flash, cases[0], "backward");
 }
 
+// A plan whose workspace exceeds RONDO_CUDNN_WORKSPACE_MB runs Rondo's
+// kernels instead (the deterministic backward's dP workspace grows with T^2):
+// at 1 MiB the backward of a 700-token GQA case (21 MiB) falls back while its
+// forward (no workspace) stays on cuDNN, and the results stay right.
+TEST_F(CudaKernels, AttentionBf16CudnnWorkspaceLimit) {
+  SKIP_WITHOUT_CUDNN();
+  AttentionSwitch cudnn("cudnn");
+  setenv("RONDO_CUDNN_WORKSPACE_MB", "1", 1);
+  const std::vector<AttnCase> cases = {{2, 8, 2, 700, 700, 128, true}};
+  std::vector<AttnImpls> impls = checkAttentionBf16Cases("cudnn", cases);
+  unsetenv("RONDO_CUDNN_WORKSPACE_MB");
+  expectImpl(impls[0].fwd, cu::AttentionImpl::Cudnn, cases[0], "forward");
+  expectImpl(impls[0].bwd, cu::AttentionImpl::Flash, cases[0], "backward");
+}
+
 // The deterministic backward: the chain twice bit for bit, and each gradient
 // computed alone bit-equal to all three (checkAttentionBf16Deterministic),
 // at GQA shapes over many key tiles at D = 128 and 64.
