@@ -60,7 +60,7 @@
 // backward, which see gradients rounded once more than before).
 //
 // Plans: one execution plan per (device, shapes, causal, window, direction),
-// built at the shape's first call (the engines compile then, seconds) and
+// built at the shape's first call (the engines compile then: 0.5-1 s) and
 // cached for the process; a refusal is cached too, so each shape is tried
 // once. Handles: one per device, bound to the calling thread's current
 // stream at each call under the device's lock.
@@ -121,8 +121,7 @@ bool cudnnWanted() {
 }
 
 /// Whether the current device is compute capability 9.0, the only one this
-/// path is measured on (the brief's Hopper engines); elsewhere Rondo's
-/// kernels run.
+/// path has been measured on; elsewhere Rondo's kernels run.
 bool deviceIsSm90() {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
