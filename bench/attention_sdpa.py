@@ -3,9 +3,11 @@
 
 Times torch.nn.functional.scaled_dot_product_attention (bf16, causal,
 enable_gqa) on the flash backend (FlashAttention-2) and, where present, the
-cuDNN backend: the forward, and forward + backward (the backward alone is
-their difference). CUDA events, median of REPS after warm-up. One JSON object
-a line on stdout.
+cuDNN backend, the latter also under torch.use_deterministic_algorithms
+(sdpa_cudnn_det: what PyTorch asks of cuDNN when determinism is wanted):
+the forward, and forward + backward (the backward alone is their
+difference). CUDA events, median of REPS after warm-up. One JSON object a
+line on stdout. Shapes: (B, T, D) with 16 query and 8 kv heads, W1's first.
 """
 import json
 import sys
@@ -15,8 +17,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 REPS = 20
-SHAPES = [(4096, 128), (2048, 128), (4096, 64), (8192, 128)]
-B, HQ, HKV = 1, 16, 8
+SHAPES = [(2, 4096, 128), (1, 4096, 128), (1, 8192, 128), (1, 4096, 64)]
+HQ, HKV = 16, 8
 
 
 def median_ms(fn):
@@ -36,7 +38,7 @@ def median_ms(fn):
     return times[len(times) // 2]
 
 
-def run(backend, name, T, D):
+def run(backend, name, B, T, D, deterministic=False):
     torch.manual_seed(0)
     q = torch.randn(B, HQ, T, D, device="cuda", dtype=torch.bfloat16,
                     requires_grad=True)
@@ -56,9 +58,13 @@ def run(backend, name, T, D):
                                            enable_gqa=True)
         o.backward(g)
 
-    with sdpa_kernel([backend]):
-        f = median_ms(fwd)
-        fb = median_ms(fwd_bwd)
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        with sdpa_kernel([backend]):
+            f = median_ms(fwd)
+            fb = median_ms(fwd_bwd)
+    finally:
+        torch.use_deterministic_algorithms(False)
     flops = 4.0 * B * HQ * T * T * D / 2
     return {"backend": name, "B": B, "Hq": HQ, "Hkv": HKV, "T": T, "D": D,
             "fwd_ms": f, "fwd_bwd_ms": fb, "bwd_ms": fb - f,
@@ -69,15 +75,16 @@ def run(backend, name, T, D):
 def main():
     print(json.dumps({"torch": torch.__version__,
                       "device": torch.cuda.get_device_name()}))
-    backends = [(SDPBackend.FLASH_ATTENTION, "sdpa_flash")]
+    backends = [(SDPBackend.FLASH_ATTENTION, "sdpa_flash", False)]
     if hasattr(SDPBackend, "CUDNN_ATTENTION"):
-        backends.append((SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn"))
-    for T, D in SHAPES:
-        for backend, name in backends:
+        backends.append((SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn", False))
+        backends.append((SDPBackend.CUDNN_ATTENTION, "sdpa_cudnn_det", True))
+    for B, T, D in SHAPES:
+        for backend, name, det in backends:
             try:
-                print(json.dumps(run(backend, name, T, D)), flush=True)
+                print(json.dumps(run(backend, name, B, T, D, det)), flush=True)
             except Exception as e:  # a backend that rejects the shape
-                print(json.dumps({"backend": name, "T": T, "D": D,
+                print(json.dumps({"backend": name, "B": B, "T": T, "D": D,
                                   "error": str(e)[:200]}), flush=True)
 
 

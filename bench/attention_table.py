@@ -1,101 +1,104 @@
 #!/usr/bin/env python3
 """Builds the attention results table from bench/attention_gpu.sh's logs.
 
-Usage: attention_table.py LOGDIR OUT.json OUT.md
+Usage: attention_table.py OUT.json OUT.md LOGDIR [LOGDIR...]
 
-Reads LOGDIR/timing-new.log ("[ flash ]" lines from
-DISABLED_FlashTimingPaths, possibly repeated), LOGDIR/timing-base.log (the
-binary before the wgmma kernels, W1's shape) and LOGDIR/sdpa.jsonl (PyTorch
-SDPA). Repeated measurements of one case keep the fastest median (the runs
-share the GPU with nothing else of ours; slower repeats are interference).
-FLOPs count the causal half: fwd 4 B Hq T^2 D / 2, bwd 2.5 times that.
+Reads each LOGDIR's timing.log ("[ flash ]" lines of
+DISABLED_FlashTimingPaths: path, B, T, D and the times; timing-new.log in
+older runs, whose lines have no B and mean B = 1) and sdpa.jsonl (PyTorch
+SDPA; lines that are not JSON, PyTorch's warnings, are skipped). Each
+measurement is a median of 20 event-timed calls; where several runs measured
+one case the table keeps each run's value in the JSON and shows the last
+run's in the table (the runs differ in code: run1 converted q/k/v one
+tensor at a time). FLOPs count the causal half: fwd 4 B Hq T^2 D / 2, bwd
+2.5 times that.
 """
 import json
+import os
 import re
 import sys
 
+HQ, HKV = 16, 8
+NAMES = {
+    "cudnn": "Rondo on cuDNN (deterministic backward, default on sm_90)",
+    "cudnn-atomic": "Rondo on cuDNN, atomic-dQ backward (not reproducible)",
+    "flash": "Rondo's own kernels (wgmma, two-kernel backward)",
+    "default": "Rondo's own kernels (wgmma, two-kernel backward)",
+    "fused": "Rondo's own kernels, fused wgmma backward (opt-in)",
+    "mma.sync": "Rondo's own kernels, mma.sync (non-Hopper path)",
+    "sdpa_flash": "PyTorch SDPA flash (FA2)",
+    "sdpa_cudnn": "PyTorch SDPA cuDNN (atomic dQ)",
+}
 
-def flops(T, D, B=1, Hq=16):
-    return 4.0 * B * Hq * T * T * D / 2
+
+def flops(B, T, D):
+    return 4.0 * B * HQ * T * T * D / 2
+
+
+def read_run(logdir):
+    rows = {}
+    timing = os.path.join(logdir, "timing.log")
+    if not os.path.exists(timing):
+        timing = os.path.join(logdir, "timing-new.log")
+    if os.path.exists(timing):
+        for line in open(timing):
+            if not line.startswith("[ flash ]"):
+                continue
+            kv = dict(re.findall(r"(\w+)=([\w.\-]+)", line))
+            key = (kv["path"], int(kv.get("B", 1)), int(kv["T"]), int(kv["D"]))
+            rows[key] = (float(kv["fwd_ms"]), float(kv["bwd_ms"]))
+    meta = {}
+    sdpa = os.path.join(logdir, "sdpa.jsonl")
+    if os.path.exists(sdpa):
+        for line in open(sdpa):
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if "torch" in d:
+                meta = d
+            elif "error" not in d:
+                key = (d["backend"], d.get("B", 1), d["T"], d["D"])
+                rows[key] = (d["fwd_ms"], d["bwd_ms"])
+    return rows, meta
 
 
 def main():
-    logdir, out_json, out_md = sys.argv[1:4]
-    rondo = {}
-    for line in open(f"{logdir}/timing-new.log"):
-        if not line.startswith("[ flash ]"):
-            continue
-        kv = dict(re.findall(r"(\w+)=([\w.]+)", line))
-        key = (kv["path"], kv["pool"], int(kv["T"]), int(kv["D"]))
-        cur = rondo.setdefault(key, {})
-        for f in ("fwd_ms", "bwd_ms", "bwd_dq_only_ms", "bwd_dkv_only_ms"):
-            v = float(kv[f])
-            cur[f] = min(cur.get(f, v), v)
-    base = {}
-    try:
-        for line in open(f"{logdir}/timing-base.log"):
-            m = re.search(r"fwd ([\d.]+) ms.*bwd ([\d.]+) ms", line)
-            if m:
-                f, b = float(m.group(1)), float(m.group(2))
-                base["fwd_ms"] = min(base.get("fwd_ms", f), f)
-                base["bwd_ms"] = min(base.get("bwd_ms", b), b)
-    except FileNotFoundError:
-        pass
-    sdpa, meta = {}, {}
-    try:
-        for line in open(f"{logdir}/sdpa.jsonl"):
-            d = json.loads(line)
-            if "torch" in d:
-                meta = d
+    out_json, out_md, logdirs = sys.argv[1], sys.argv[2], sys.argv[3:]
+    runs = [(d, *read_run(d)) for d in logdirs]
+    shapes = sorted({k[1:] for _, rows, _ in runs for k in rows},
+                    key=lambda s: (-s[0], -s[2], s[1]))
+    table, meta = [], {}
+    for B, T, D in shapes:
+        for path in NAMES:
+            per_run = {}
+            for d, rows, m in runs:
+                meta = m or meta
+                if (path, B, T, D) in rows:
+                    per_run[os.path.basename(os.path.normpath(d))] = \
+                        rows[(path, B, T, D)]
+            if not per_run:
                 continue
-            if "error" in d:
-                continue
-            key = (d["backend"], d["T"], d["D"])
-            cur = sdpa.setdefault(key, {})
-            for f in ("fwd_ms", "fwd_bwd_ms"):
-                cur[f] = min(cur.get(f, d[f]), d[f])
-            cur["bwd_ms"] = cur["fwd_bwd_ms"] - cur["fwd_ms"]
-    except FileNotFoundError:
-        pass
-
-    rows = []
-
-    def add(name, T, D, fwd, bwd, note=""):
-        fl = flops(T, D)
-        rows.append({"impl": name, "B": 1, "Hq": 16, "Hkv": 8, "T": T, "D": D,
-                     "fwd_ms": round(fwd, 4), "bwd_ms": round(bwd, 4),
-                     "fwd_bwd_ms": round(fwd + bwd, 4),
-                     "fwd_tflops": round(fl / fwd / 1e9, 1),
-                     "bwd_tflops": round(2.5 * fl / bwd / 1e9, 1),
-                     "fwd_bwd_tflops": round(3.5 * fl / (fwd + bwd) / 1e9, 1),
-                     "note": note})
-
-    shapes = sorted({(k[2], k[3]) for k in rondo}, key=lambda s: (-s[1], s[0]))
-    for T, D in shapes:
-        for pool in ("keep", "release"):
-            for path, name in (("mma.sync", "rondo before (mma.sync)"),
-                               ("default", "rondo after (wgmma, sm_90a)"),
-                               ("fused", "rondo fused backward (opt-in)")):
-                r = rondo.get((path, pool, T, D))
-                if r:
-                    add(f"{name}, pool {pool}", T, D, r["fwd_ms"], r["bwd_ms"],
-                        "fp32 in/out, conversions included")
-        if (T, D) == (4096, 128) and base:
-            add("rondo before (base binary), pool release", T, D,
-                base["fwd_ms"], base["bwd_ms"], "the commit before this work")
-        for backend in ("sdpa_flash", "sdpa_cudnn"):
-            r = sdpa.get((backend, T, D))
-            if r:
-                add(f"PyTorch {backend}", T, D, r["fwd_ms"], r["bwd_ms"],
-                    "bf16 in/out; bwd = (fwd+bwd) - fwd")
-    json.dump({"torch": meta, "rows": rows}, open(out_json, "w"), indent=1)
+            fwd, bwd = list(per_run.values())[-1]
+            fl = flops(B, T, D)
+            table.append({
+                "impl": NAMES[path], "path": path, "B": B, "Hq": HQ,
+                "Hkv": HKV, "T": T, "D": D, "causal": True,
+                "fwd_ms": round(fwd, 4), "bwd_ms": round(bwd, 4),
+                "fwd_tflops": round(fl / fwd / 1e9, 1),
+                "bwd_tflops": round(2.5 * fl / bwd / 1e9, 1),
+                "runs": {r: {"fwd_ms": round(f, 4), "bwd_ms": round(b, 4)}
+                         for r, (f, b) in per_run.items()},
+                "source": list(per_run)[-1]})
+    json.dump({"torch": meta, "rows": table}, open(out_json, "w"), indent=1)
     with open(out_md, "w") as f:
-        f.write("| shape | implementation | fwd ms | bwd ms | fwd+bwd ms | "
-                "fwd TFLOP/s | bwd TFLOP/s |\n|---|---|---|---|---|---|---|\n")
-        for r in rows:
-            f.write(f"| T={r['T']} D={r['D']} | {r['impl']} | {r['fwd_ms']:.3f} "
-                    f"| {r['bwd_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | "
-                    f"{r['fwd_tflops']} | {r['bwd_tflops']} |\n")
+        f.write("| shape | implementation | fwd ms (TFLOP/s) | bwd ms "
+                "(TFLOP/s) | run |\n|---|---|---|---|---|\n")
+        for r in table:
+            f.write(f"| B{r['B']} T{r['T']} D{r['D']} | {r['impl']} | "
+                    f"{r['fwd_ms']:.3f} ({r['fwd_tflops']}) | "
+                    f"{r['bwd_ms']:.3f} ({r['bwd_tflops']}) | "
+                    f"{r['source']} |\n")
 
 
 if __name__ == "__main__":

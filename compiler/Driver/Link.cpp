@@ -64,7 +64,9 @@ LogicalResult rondo::buildExecutable(StringRef cppPath, StringRef exePath,
   args.append(libs.begin(), libs.end());
 #ifdef RONDO_CUDA_KERNELS_LIB
   // GPU trainers: the device ops and CUDA kernels come before the runtime
-  // that calls into them; cuBLAS and the CUDA runtime last.
+  // that calls into them; cuBLAS and the CUDA runtime last, then libdl
+  // (the attention opens libcudnn.so.9 with dlopen; part of libc from glibc
+  // 2.34 on, its own library before).
   if (backend == "cuda") {
     auto runtimeLib = llvm::find(args, llvm::StringRef(RONDO_RUNTIME_LIB));
     args.insert(runtimeLib, {RONDO_RUNTIME_CUDA_LIB, RONDO_CUDA_KERNELS_LIB});
@@ -72,7 +74,7 @@ LogicalResult rondo::buildExecutable(StringRef cppPath, StringRef exePath,
                 {"-DRONDO_TARGET_CUDA", "-I", RONDO_CUDA_KERNELS_INCLUDE_DIR,
                  "-I", RONDO_CUDA_INCLUDE_DIR});
     args.append({RONDO_CUDA_KERNELS_LIB, "-L", RONDO_CUDA_LIB_DIR, "-lcublasLt",
-                 "-lcublas", "-lnccl", "-lcudart",
+                 "-lcublas", "-lnccl", "-lcudart", "-ldl",
                  "-Wl,-rpath," RONDO_CUDA_LIB_DIR});
   }
 #endif

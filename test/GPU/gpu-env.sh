@@ -5,7 +5,9 @@
 #   source "$(dirname "$0")/gpu-env.sh" build-gpu/w1.trainer
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 [ -e "$1" ] || xz -dc gpu-pack.tar.xz | tar xf -
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 res=$(mktemp -d)
 if [ -x build-gpu/rondo-cuda-kernels-tests ]; then

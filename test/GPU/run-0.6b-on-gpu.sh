@@ -4,7 +4,9 @@
 #     --microbatches 4 --workers 1,2,4 --target=cuda --precision=fp32 -o build-gpu/q06.trainer
 # with random tokens in build-gpu/tok06.npy; results to $OUT/res06.tar.gz.
 cd "$(dirname "$0")/../../build-gpu"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 res=$PWD/res06; mkdir -p $res
 for w in 1 2 4; do
   timeout 150 ./q06.trainer --init=random --seed 1 --data tok06.npy --steps 4 --workers $w \

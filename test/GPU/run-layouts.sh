@@ -18,7 +18,9 @@ cd "$(dirname "$0")/../.."
 [ -x build-gpu/rdev.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
 export NCCL_NVLS_ENABLE=0
 nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:$nccl:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:$nccl:${LD_LIBRARY_PATH:-}
 B=build-gpu; res=$OUT
 ngpu=$(nvidia-smi -L | wc -l)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sort | uniq -c

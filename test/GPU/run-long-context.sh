@@ -7,7 +7,9 @@
 cd "$(dirname "$0")/../.."
 [ -d build-gpu ] || xz -dc gpu-pack.tar.xz | tar xf -
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ -d build-gpu/interop ]; then
   python3 test/GPU/hf-interop.py build-gpu/interop/trained build-gpu/interop/ids.npy \

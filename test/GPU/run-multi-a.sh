@@ -4,7 +4,9 @@
 cd "$(dirname "$0")/../.."
 [ -d build-gpu ] || xz -dc gpu-pack.tar.xz | tar xf -
 export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name --format=csv,noheader
 timeout 200 bash test/GPU/run-on-gpu.sh 2>&1 | head -30
 timeout 300 python3 bench/w1.py --trainer build-gpu/w1.trainer --workers 1 --gpus 0 --steps 5 --skip 2 \

@@ -4,7 +4,9 @@
 cd "$(dirname "$0")/../.."
 [ -d build-gpu ] || xz -dc gpu-pack.tar.xz | tar xf -
 export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 timeout 240 python3 bench/w1.py --trainer build-gpu/w1.trainer --workers 2 --gpus 0,1 --steps 5 --skip 2 \
   --machine "${MACHINE}x2" --out $OUT/w1b --skip-pytorch 2>&1 | tail -8
 cp $OUT/w1b/w1-rondo-trace.json $OUT/w1-x2-trace.json; rm -f $OUT/w1b/w1-ids.npy $OUT/w1b/w1-rondo-trace.json

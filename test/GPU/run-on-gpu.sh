@@ -2,7 +2,9 @@
 # Runs on the GPU machine (scripts/gpu-e2e.sh): the --target=cuda trainers
 # staged in build-gpu/ against the fixtures; results to $OUT/results.tar.gz.
 cd "$(dirname "$0")/../../build-gpu"
-export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 res=$PWD/results; mkdir -p "$res"
 nvidia-smi -L > "$res/gpu.txt" 2>&1
 for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do

@@ -5,7 +5,9 @@
 # Usage: MACHINE=h100x1 bash test/GPU/run-w1-stale.sh
 cd "$(dirname "$0")/../.."
 [ -x build-gpu/w1-m8.trainer ] || xz -dc gpu-pack.tar.xz | tar xf -
-export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# cuDNN (the bf16 attention opens libcudnn.so.9) comes with PyTorch's wheel.
+cudnn=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/build-gpu/lib:/usr/local/cuda/lib64${cudnn:+:$cudnn}:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name --format=csv,noheader
 cfg() { echo "$1=1:0:1:build-gpu/$2.trainer:10:--optimizer-mode=$3"; }
 timeout 560 python3 bench/w1.py --trainer build-gpu/w1.trainer --workers 1 --steps 10 --skip 2 \

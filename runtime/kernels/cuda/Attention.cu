@@ -535,7 +535,7 @@ void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
   ProfileScope profileScope(
       std::string(name) +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
-               ? " flash bf16"
+               ? " bf16"
                : " fp32"),
       2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
   if (d.B * d.Hq == 0 || d.T == 0)
@@ -545,6 +545,7 @@ void attentionImpl(CFView q, CFView k, CFView v, const float *sinks,
                           causal, scale, out.data, lse.data, name);
     return;
   }
+  setLastAttentionImpl(AttentionImpl::Fp32);
   AttnArgs a = baseArgs(d, causal, window, scale);
   a.sinks = sinks;
   a.q = q.data;
@@ -583,7 +584,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   ProfileScope profileScope(
       std::string("attentionBackward") +
           (precision() == Precision::Bf16 && flashAttentionSupports(d.D)
-               ? " flash bf16"
+               ? " bf16"
                : " fp32"),
       2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
   bool empty = d.B * d.Hkv == 0 || d.T == 0;
@@ -604,6 +605,7 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
                            dV.data, name);
     return;
   }
+  setLastAttentionImpl(AttentionImpl::Fp32);
   int64_t rows = d.B * d.Hq * d.T;
   Temp delta(size_t(rows) * sizeof(float), name);
   attnDeltaKernel<<<gridFor(rows * 32), kThreads, 0, currentStream()>>>(

@@ -109,6 +109,21 @@ enum class Precision { Fp32, Bf16 };
 void setPrecision(Precision precision);
 Precision precision();
 
+/// Which implementation ran an attention or attentionBackward call: the fp32
+/// kernels (Attention.cu), Rondo's bf16 kernels (FlashAttention.cu) or
+/// cuDNN's fused attention (CudnnAttention.cu). The bf16 path takes cuDNN
+/// on compute capability 9.0 where libcudnn.so.9 loads and accepts the case
+/// (head dimension 64 or 128, no sinks, causal only with S >= T), and
+/// Rondo's kernels otherwise; RONDO_ATTENTION=flash keeps Rondo's kernels.
+enum class AttentionImpl { None, Fp32, Flash, Cudnn };
+/// The implementation of the calling thread's last attention call (tests
+/// check which path a case took).
+AttentionImpl lastAttentionImpl();
+/// Null when cuDNN's attention can run on the current device; otherwise
+/// why not (library missing, older than 9.0, not compute capability 9.0).
+/// Loads the library on first use.
+const char *cudnnAttentionUnavailable();
+
 /// The device sort behind the experts' bf16 products (tests compare it with
 /// a host stable counting sort): offsets [experts + 1], perm [n] (positions
 /// below offsets[experts] written: the rows of each expert in ascending

@@ -72,6 +72,9 @@
 // per query tile, so S and dP are computed once (5 tile products per score
 // tile instead of 7) and dQ is still the same sum in the same order every
 // run. RONDO_FLASH_FUSED_BWD=0 keeps the two-kernel backward.
+// cuDNN: on compute capability 9.0 both entry points first offer the call to
+// cuDNN's fused attention (CudnnAttention.cu), which takes the cases it has
+// graphs for; RONDO_ATTENTION=flash keeps everything here.
 // Determinism: every dK, dV (and, but for the fused kernel, dQ) element is
 // owned by one thread of one block; its accumulation order (the mma k-order,
 // the tile order, the fixed butterfly over the four threads of a row)
@@ -330,6 +333,9 @@ void flashAttentionForward(const FlashDims &d, const float *q, const float *k,
              (long long)d.D);
   if (d.B * d.Hq == 0 || d.T == 0)
     return;
+  if (cudnnAttentionForward(d, q, k, v, causal, scale, out, lse, name))
+    return;
+  setLastAttentionImpl(AttentionImpl::Flash);
   FlashParams p = baseParams(d, causal, scale, name);
   const bool sm90 = flashSm90Usable();
   Bf16Copy qb(q, d.B * d.Hq, d.T, d.D, name);
@@ -364,6 +370,10 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
              (long long)d.D);
   if (!dQ && !dK && !dV)
     return;
+  if (cudnnAttentionBackward(d, q, k, v, out, lse, dOut, causal, scale, dQ, dK,
+                             dV, name))
+    return;
+  setLastAttentionImpl(AttentionImpl::Flash);
   FlashParams p = baseParams(d, causal, scale, name);
   const int64_t mats = d.B * d.Hq;
   Temp vecs(size_t(2 * mats * p.Tpad) * sizeof(float), name);

@@ -317,6 +317,22 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
                             const float *dOut, bool causal, float scale,
                             float *dQ, float *dK, float *dV, const char *name);
 
+/// The same on cuDNN's fused attention (CudnnAttention.cu): false, having
+/// done nothing, where cuDNN does not serve the case (not wanted, not
+/// loadable, not compute capability 9.0, a shape outside its graphs, or a
+/// graph cuDNN refused; each reason is logged once), and the caller runs its
+/// own kernels.
+bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
+                           const float *v, bool causal, float scale, float *out,
+                           float *lse, const char *name);
+bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
+                            const float *v, const float *out, const float *lse,
+                            const float *dOut, bool causal, float scale,
+                            float *dQ, float *dK, float *dV, const char *name);
+/// Records the implementation of this thread's attention call
+/// (lastAttentionImpl).
+void setLastAttentionImpl(AttentionImpl impl);
+
 //===----------------------------------------------------------------------===//
 // Memory-bound fast paths: 128-bit access and tiled column sums
 //===----------------------------------------------------------------------===//

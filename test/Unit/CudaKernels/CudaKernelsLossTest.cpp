@@ -13,6 +13,7 @@
 #include "CudaKernelsTestUtil.h"
 
 #include <cstdlib>
+#include <iterator>
 
 namespace cuda_test {
 
@@ -407,8 +408,8 @@ TEST_F(CudaKernels, DISABLED_FlashTiming) {
 struct FlashTimes {
   double fwd, bwd, bwdQ, bwdKV, flops;
 };
-FlashTimes timeFlash(int64_t T, int64_t D) {
-  const int64_t B = 1, Hq = 16, Hkv = 8;
+FlashTimes timeFlash(int64_t T, int64_t D, int64_t B = 1) {
+  const int64_t Hq = 16, Hkv = 8;
   const int reps = 20;
   DevBuf q(Shape{B, Hq, T, D}), k(Shape{B, Hkv, T, D}), v(Shape{B, Hkv, T, D});
   DevBuf o(Shape{B, Hq, T, D}), l(Shape{B, Hq, T}), g(Shape{B, Hq, T, D});
@@ -451,11 +452,15 @@ TEST_F(CudaKernels, DISABLED_FlashTimingW1) {
               t.bwdQ, t.bwdKV);
 }
 
-// The bf16 attention on each path (the wgmma kernels where the GPU has them,
-// then the mma.sync ones) at W1's shape and beside it, one line per case for
-// bench/: fwd, bwd (conversions included, as the trainer calls them), and
-// the backward's dQ and dK/dV kernels alone. Run with
-// --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingPaths'.
+// The bf16 attention on each path at W1's shape (B 2) and beside it, one
+// line per case for bench/: fwd, bwd (conversions included, as the trainer
+// calls them), and the backward with only dQ / only dK and dV wanted. Paths:
+// cuDNN's fused attention (its deterministic backward, and its atomic-dQ
+// backward for comparison, which is not reproducible), Rondo's kernels as
+// they run by default without cuDNN (wgmma on Hopper, two-kernel backward),
+// the fused wgmma backward and the mma.sync kernels. Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*FlashTimingPaths';
+// RONDO_BENCH_PATHS (comma-separated) picks paths.
 TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
   PrecisionGuard guard(cu::Precision::Bf16);
   // RONDO_BENCH_KEEP_POOL=1: the default memory pool keeps freed memory
@@ -475,31 +480,45 @@ TEST_F(CudaKernels, DISABLED_FlashTimingPaths) {
               cudaSuccess);
   }
   struct Case {
-    int64_t T, D;
+    int64_t B, T, D;
   };
-  const Case cases[] = {{4096, 128}, {2048, 128}, {4096, 64}, {8192, 128}};
-  // "fused" / "two-kernel": the Hopper backward at D = 128 as one kernel or
-  // as a dQ and a dK/dV kernel; the same as "default" elsewhere.
-  for (const char *path : {"default", "fused", "two-kernel", "mma.sync"}) {
-    if (std::string(path) == "fused")
-      setenv("RONDO_FLASH_FUSED_BWD", "1", 1);
-    if (std::string(path) == "two-kernel")
-      setenv("RONDO_FLASH_FUSED_BWD", "0", 1);
-    if (std::string(path) == "mma.sync") {
-      unsetenv("RONDO_FLASH_FUSED_BWD");
-      setenv("RONDO_FLASH_SM90", "0", 1);
+  const Case cases[] = {
+      {2, 4096, 128}, {1, 4096, 128}, {1, 8192, 128}, {1, 4096, 64}};
+  const char *only = std::getenv("RONDO_BENCH_PATHS");
+  // RONDO_BENCH_W1_ONLY=1: W1's case alone (for profiles).
+  const char *w1Only = std::getenv("RONDO_BENCH_W1_ONLY");
+  const size_t numCases = w1Only && w1Only[0] == '1' ? 1 : std::size(cases);
+  for (const char *path :
+       {"cudnn", "cudnn-atomic", "flash", "fused", "mma.sync"}) {
+    if (only && !std::strstr(only, path))
+      continue;
+    const std::string p = path;
+    setenv("RONDO_ATTENTION", p.rfind("cudnn", 0) == 0 ? "cudnn" : "flash", 1);
+    setenv("RONDO_CUDNN_BWD", p == "cudnn-atomic" ? "atomic" : "deterministic",
+           1);
+    setenv("RONDO_FLASH_FUSED_BWD", p == "fused" ? "1" : "0", 1);
+    setenv("RONDO_FLASH_SM90", p == "mma.sync" ? "0" : "1", 1);
+    if (p.rfind("cudnn", 0) == 0 && cu::cudnnAttentionUnavailable()) {
+      std::printf("[ flash ] path=%s skipped: %s\n", path,
+                  cu::cudnnAttentionUnavailable());
+      continue;
     }
-    for (const Case &c : cases) {
-      FlashTimes t = timeFlash(c.T, c.D);
-      std::printf("[ flash ] path=%s pool=%s B=1 Hq=16 Hkv=8 T=%lld D=%lld causal "
-                  "fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f bwd_tflops=%.1f "
-                  "bwd_dq_only_ms=%.4f bwd_dkv_only_ms=%.4f\n",
-                  path, keepPool ? "keep" : "release", (long long)c.T,
+    for (size_t i = 0; i < numCases; ++i) {
+      const Case &c = cases[i];
+      FlashTimes t = timeFlash(c.T, c.D, c.B);
+      std::printf("[ flash ] path=%s impl=%s pool=%s B=%lld Hq=16 Hkv=8 "
+                  "T=%lld D=%lld causal fwd_ms=%.4f bwd_ms=%.4f "
+                  "fwd_tflops=%.1f bwd_tflops=%.1f bwd_dq_only_ms=%.4f "
+                  "bwd_dkv_only_ms=%.4f\n",
+                  path, implName(cu::lastAttentionImpl()),
+                  keepPool ? "keep" : "release", (long long)c.B, (long long)c.T,
                   (long long)c.D, t.fwd, t.bwd, t.flops / t.fwd / 1e9,
                   2.5 * t.flops / t.bwd / 1e9, t.bwdQ, t.bwdKV);
     }
   }
-  unsetenv("RONDO_FLASH_SM90");
+  for (const char *var : {"RONDO_ATTENTION", "RONDO_CUDNN_BWD",
+                          "RONDO_FLASH_FUSED_BWD", "RONDO_FLASH_SM90"})
+    unsetenv(var);
 }
 
 /// Attention at Gemma-3-1B's shape (4 query heads, 1 kv head, D = 256,

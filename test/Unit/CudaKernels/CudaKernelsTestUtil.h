@@ -306,22 +306,93 @@ private:
 /// bf16 inputs, fp32 accumulation: agreement with the fp32 CPU kernels.
 constexpr double kBf16Tol = 2e-2;
 
-/// Sets RONDO_FLASH_SM90=0 for its lifetime: the bf16 attention takes its
-/// mma.sync kernels (FlashAttention.cu) even on a Hopper GPU, where it would
-/// otherwise take the wgmma ones (FlashAttentionSm90.cu); the tests run both.
+/// Sets RONDO_FLASH_SM90=0 (and RONDO_ATTENTION=flash) for its lifetime: the
+/// bf16 attention takes its mma.sync kernels (FlashAttention.cu) even on a
+/// Hopper GPU, where it would otherwise take the wgmma ones
+/// (FlashAttentionSm90.cu); the tests run both.
 struct MmaSyncOnly {
-  MmaSyncOnly() { setenv("RONDO_FLASH_SM90", "0", 1); }
-  ~MmaSyncOnly() { unsetenv("RONDO_FLASH_SM90"); }
+  MmaSyncOnly() {
+    setenv("RONDO_FLASH_SM90", "0", 1);
+    setenv("RONDO_ATTENTION", "flash", 1);
+  }
+  ~MmaSyncOnly() {
+    unsetenv("RONDO_FLASH_SM90");
+    unsetenv("RONDO_ATTENTION");
+  }
 };
 
 /// Makes the Hopper bf16 attention backward at D = 128 take its fused
 /// kernel (on) or its two-kernel version (a dQ kernel and a dK/dV kernel)
-/// for its lifetime; nothing changes elsewhere.
+/// for its lifetime (with RONDO_ATTENTION=flash, so that Rondo's kernels run
+/// rather than cuDNN); nothing changes elsewhere.
 struct FusedBackward {
   explicit FusedBackward(bool on) {
     setenv("RONDO_FLASH_FUSED_BWD", on ? "1" : "0", 1);
+    setenv("RONDO_ATTENTION", "flash", 1);
   }
-  ~FusedBackward() { unsetenv("RONDO_FLASH_FUSED_BWD"); }
+  ~FusedBackward() {
+    unsetenv("RONDO_FLASH_FUSED_BWD");
+    unsetenv("RONDO_ATTENTION");
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Attention cases (CudaKernelsTest.cpp, CudnnAttentionTest.cpp)
+//===----------------------------------------------------------------------===//
+
+struct AttnCase {
+  int64_t B, Hq, Hkv, T, S, D;
+  bool causal;
+  int64_t window = 0; // sliding window (causal only), 0 for none
+};
+
+std::string attnName(const AttnCase &c);
+
+/// The CPU's attention forward and backward on random inputs of `c` (the
+/// references) and the CUDA kernels' on the same inputs, run twice
+/// (runTwice): the forward, and the backward from the CPU's out/lse so that
+/// the two backward passes see the same inputs.
+struct AttnRun {
+  Tensor out, lse, dq, dk, dv;
+  std::vector<std::vector<float>> got; ///< out, lse, dQ, dK, dV
+  /// The implementations the forward and the backward ran on.
+  cu::AttentionImpl fwdImpl = cu::AttentionImpl::None,
+                    bwdImpl = cu::AttentionImpl::None;
+};
+AttnRun runAttention(const AttnCase &c, const std::string &what);
+
+/// The bf16 attention (the path the environment selects) on each case
+/// against the CPU kernels, each run twice bit for bit; rows that see no key
+/// must give exact zeros and -inf.
+inline const char *implName(cu::AttentionImpl impl) {
+  switch (impl) {
+  case cu::AttentionImpl::Fp32:
+    return "fp32";
+  case cu::AttentionImpl::Flash:
+    return "flash";
+  case cu::AttentionImpl::Cudnn:
+    return "cudnn";
+  default:
+    return "none";
+  }
+}
+
+struct AttnImpls {
+  cu::AttentionImpl fwd, bwd;
+};
+std::vector<AttnImpls>
+checkAttentionBf16Cases(const char *path, const std::vector<AttnCase> &all);
+/// Forward then backward on the forward's own out/lse, twice, bit for bit;
+/// and each gradient alone gives the same bits as all three together.
+void checkAttentionBf16Deterministic(const AttnCase &c);
+
+/// Sets RONDO_ATTENTION for its lifetime ("flash": Rondo's kernels only,
+/// "cudnn": cuDNN where it applies).
+struct AttentionSwitch {
+  explicit AttentionSwitch(const char *value) {
+    setenv("RONDO_ATTENTION", value, 1);
+  }
+  ~AttentionSwitch() { unsetenv("RONDO_ATTENTION"); }
 };
 
 /// Milliseconds per call of fn (median of `reps` timed calls after a warm-up),
