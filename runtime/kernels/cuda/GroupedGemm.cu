@@ -427,6 +427,28 @@ void checkSortSizes(int64_t n, int64_t e, const char *name) {
              (long long)e, (long long)kMaxSortExperts);
 }
 
+/// out = the fp32 values of bf16 in (exact).
+__global__ void widenBf16Kernel(const __nv_bfloat16 *in, float *out,
+                                int64_t n) {
+  RONDO_GRID_STRIDE(i, n) { out[i] = __bfloat162float(in[i]); }
+}
+
+/// An fp32 copy of n bf16 values in a stream-ordered temporary: the
+/// operands of the fallback, which the fp32-staged kernels round back to the
+/// same bf16 values.
+struct Widened {
+  Temp temp;
+  Widened(const __nv_bfloat16 *in, int64_t n, const char *name)
+      : temp(size_t(n) * sizeof(float), name) {
+    if (n == 0)
+      return;
+    widenBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+        in, temp.as<float>(), n);
+    checkLaunch(name);
+  }
+  const float *data() const { return temp.as<float>(); }
+};
+
 bool vec16(int64_t a, int64_t b, const void *p, const void *q) {
   return a % 4 == 0 && b % 4 == 0 && aligned16(p) && aligned16(q);
 }
@@ -555,6 +577,78 @@ void expertWeightGrad(const float *x, const float *dY, const int64_t *ids,
                           currentStream()>>>(p);
     checkLaunch(name);
   }
+  scratch.release();
+}
+
+bool bf16OperandsFit(int64_t a, int64_t b, const void *p, const void *q) {
+  return a % 8 == 0 && b % 8 == 0 && aligned16(p) && aligned16(q);
+}
+
+void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                               const int64_t *ids, float *out, int64_t N,
+                               int64_t K, int64_t M, int64_t E, bool transW,
+                               const char *name) {
+  if (E == 0 || !groupedSm90Usable() || !bf16OperandsFit(K, M, x, w)) {
+    // Off Hopper or with unaligned rows: the fp32-staged kernels on the
+    // widened operands (they round them back to these very values).
+    Widened wx(x, N * K, name), ww(w, E * K * M, name);
+    expertProductBf16(wx.data(), ww.data(), ids, out, N, K, M, E, transW,
+                      name);
+    ww.temp.release();
+    wx.temp.release();
+    return;
+  }
+  cudaStream_t stream = currentStream();
+  Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+  ProductBf16Params p{};
+  p.x = x;
+  p.w = w;
+  p.out = out;
+  p.order =
+      sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
+  p.K = K;
+  p.M = M;
+  p.E = int(E);
+  p.colTiles = int((M + kSm90ColTile - 1) / kSm90ColTile);
+  p.transW = transW;
+  p.vecOut = vec8(M, out);
+  productBf16Sm90(p, (N + kSm90RowTile - 1) / kSm90RowTile + E, name);
+  scratch.release();
+  nanOutsideRowsKernel<<<gridFor(N), kThreads, 0, stream>>>(ids, N, E, out, M);
+  checkLaunch(name);
+}
+
+void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
+                                  const __nv_bfloat16 *dY, const int64_t *ids,
+                                  float *dW, int64_t N, int64_t K, int64_t M,
+                                  int64_t E, bool transW, const char *name) {
+  if (N == 0) {
+    fillDevice(dW, E * K * M, 0.0f, name);
+    return;
+  }
+  if (!groupedSm90Usable() || !bf16OperandsFit(K, M, x, dY)) {
+    Widened wx(x, N * K, name), wy(dY, N * M, name);
+    expertWeightGrad(wx.data(), wy.data(), ids, dW, N, K, M, E, transW,
+                     /*bf16=*/true, name);
+    wy.temp.release();
+    wx.temp.release();
+    return;
+  }
+  Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+  WeightGradBf16Params p{};
+  // dW[e] [K, M] = x_eᵀ dY_e, or [M, K] = dY_eᵀ x_e with transW.
+  p.p = transW ? dY : x;
+  p.q = transW ? x : dY;
+  p.pdim = transW ? M : K;
+  p.qdim = transW ? K : M;
+  p.dw = dW;
+  p.order =
+      sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
+  p.E = int(E);
+  p.pTiles = int((p.pdim + kSm90RowTile - 1) / kSm90RowTile);
+  p.qTiles = int((p.qdim + kSm90ColTile - 1) / kSm90ColTile);
+  p.vecOut = vec8(p.qdim, dW);
+  weightGradBf16Sm90(p, name);
   scratch.release();
 }
 

@@ -415,9 +415,9 @@ struct ProductPos {
 
 /// Finds the block's tile and fills `rows` (BM ints of shared memory) with
 /// its original rows (0 past rowCount); false (for every thread) when the
-/// block has no tile.
-template <class C>
-__device__ inline bool productPos(const ProductParams &p, int32_t *rows,
+/// block has no tile. Params: ProductParams or ProductBf16Params.
+template <class C, class Params>
+__device__ inline bool productPos(const Params &p, int32_t *rows,
                                   ProductPos &pos) {
   __shared__ int info[3]; // expert, first sorted row, rows
   const int rowTile = int(blockIdx.x / unsigned(p.colTiles));
@@ -447,9 +447,9 @@ __device__ inline bool productPos(const ProductParams &p, int32_t *rows,
 }
 
 /// Writes the accumulators to the rows' own places in out.
-template <class Core>
+template <class Core, class Params>
 __device__ inline void
-productEpilogue(const ProductParams &p, const typename Core::Acc &acc,
+productEpilogue(const Params &p, const typename Core::Acc &acc,
                 const ProductPos &pos, const int32_t *rows) {
   const int64_t M = p.M;
   Core::forEach(acc, [&](int r, int c, float v0, float v1) {
@@ -492,8 +492,8 @@ struct WeightGradPos {
   int64_t p0, q0;
 };
 
-template <class C>
-__device__ inline WeightGradPos weightGradPos(const WeightGradParams &p) {
+template <class C, class Params>
+__device__ inline WeightGradPos weightGradPos(const Params &p) {
   const unsigned perExpert = unsigned(p.pTiles) * unsigned(p.qTiles);
   const int within = int(blockIdx.x % perExpert);
   WeightGradPos pos;
@@ -505,9 +505,10 @@ __device__ inline WeightGradPos weightGradPos(const WeightGradParams &p) {
   return pos;
 }
 
-/// Writes dW[e]'s tile, NaN when a row's id was out of range.
-template <class Core>
-__device__ inline void weightGradEpilogue(const WeightGradParams &p,
+/// Writes dW[e]'s tile, NaN when a row's id was out of range. Params:
+/// WeightGradParams or WeightGradBf16Params.
+template <class Core, class Params>
+__device__ inline void weightGradEpilogue(const Params &p,
                                           const typename Core::Acc &acc,
                                           const WeightGradPos &pos) {
   const bool bad = *p.order.bad != 0;
@@ -560,6 +561,19 @@ void expertWeightGrad(const float *x, const float *dY, const int64_t *ids,
                       float *dW, int64_t N, int64_t K, int64_t M, int64_t E,
                       bool transW, bool bf16, const char *name);
 
+/// expertMatmulBf16: expertProductBf16 of operands already stored in bf16
+/// (N, M >= 1).
+void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                               const int64_t *ids, float *out, int64_t N,
+                               int64_t K, int64_t M, int64_t E, bool transW,
+                               const char *name);
+/// expertMatmulWeightGradBf16: expertWeightGrad's bf16 products of x and dY
+/// already stored in bf16 (E, K, M >= 1).
+void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
+                                  const __nv_bfloat16 *dY, const int64_t *ids,
+                                  float *dW, int64_t N, int64_t K, int64_t M,
+                                  int64_t E, bool transW, const char *name);
+
 //===----------------------------------------------------------------------===//
 // The Hopper kernels (GroupedGemmSm90.cu)
 //===----------------------------------------------------------------------===//
@@ -576,6 +590,44 @@ bool groupedSm90Usable();
 void productSm90(const ProductParams &p, int64_t rowTiles, const char *name);
 /// Launches the wgmma weight gradient (pTiles / qTiles for 128 x 256 tiles).
 void weightGradSm90(const WeightGradParams &p, const char *name);
+
+//===----------------------------------------------------------------------===//
+// The Hopper kernels of bf16 operands (GroupedGemmBf16Sm90.cu)
+//===----------------------------------------------------------------------===//
+
+/// expertProductBf16Operands' product: x [N, K], w [E, K, M] ([E, M, K] with
+/// transW), both bf16, out [N, M].
+struct ProductBf16Params {
+  const __nv_bfloat16 *x, *w;
+  float *out;
+  ExpertOrder order;
+  int64_t K, M;
+  int E, colTiles;
+  bool transW;
+  bool vecOut; // 8-byte stores: M even, out 8-byte aligned
+};
+
+/// expertWeightGradBf16Operands' product: dw[e] = P_eᵀ Q_e, P and Q bf16.
+struct WeightGradBf16Params {
+  const __nv_bfloat16 *p, *q;
+  float *dw;
+  ExpertOrder order;
+  int64_t pdim, qdim;
+  int E, pTiles, qTiles;
+  bool vecOut; // qdim even, dw 8-byte aligned
+};
+
+/// Whether the bf16-operand wgmma kernels take a product whose two operands
+/// have rows of `a` and `b` elements: 16-byte copies need both to be
+/// multiples of 8 and the operands 16-byte aligned. Otherwise the operands
+/// are widened and the fp32-staged kernels run (the same bits, slower).
+bool bf16OperandsFit(int64_t a, int64_t b, const void *p, const void *q);
+/// Launches the bf16-operand wgmma product over `rowTiles` row tiles (an
+/// upper bound), 128 x 256 tiles as productSm90.
+void productBf16Sm90(const ProductBf16Params &p, int64_t rowTiles,
+                     const char *name);
+/// Launches the bf16-operand wgmma weight gradient (128 x 256 tiles).
+void weightGradBf16Sm90(const WeightGradBf16Params &p, const char *name);
 
 } // namespace rondo::cuda::detail::grouped
 

@@ -5,9 +5,11 @@
 //===----------------------------------------------------------------------===//
 //
 // Decides, per stage function, which values live in bf16: the operands of
-// matrix products. A value read only by products is produced in bf16 by its
-// kernel's twin; any other gets a toBf16 copy in front of its products. Both
-// round exactly where matmul used to round its operands, so the bits stay.
+// matrix products (matmul, and the experts' expertMatmul and
+// expertMatmulWeightGrad, whose bf16 kernels read them without an fp32
+// copy). A value read only by products is produced in bf16 by its kernel's
+// twin; any other gets a toBf16 copy in front of its products. Both round
+// exactly where the products used to round their operands, so the bits stay.
 //
 // A device-resident weight whose stage function also takes its bf16 copy
 // (the `param_bf16` argument convert-pipe-to-exec adds) is read from that
@@ -54,7 +56,20 @@ RankedTensorType asBf16(Type t) {
   return RankedTensorType::get(r.getShape(), BFloat16Type::get(t.getContext()));
 }
 
-bool isProduct(CallOp call) { return call.getKernel() == "matmul"; }
+/// The kernel that computes `kernel`'s product from bf16 operands a and b
+/// (its first two operands), or "" when `kernel` is no product: matmul and
+/// the experts' grouped products.
+StringRef bf16ProductTwin(StringRef kernel) {
+  return llvm::StringSwitch<StringRef>(kernel)
+      .Case("matmul", "matmulBf16")
+      .Case("expertMatmul", "expertMatmulBf16")
+      .Case("expertMatmulWeightGrad", "expertMatmulWeightGradBf16")
+      .Default("");
+}
+
+bool isProduct(CallOp call) {
+  return !bf16ProductTwin(call.getKernel()).empty();
+}
 
 /// One operand (a or b) of a product, and the reshapes between it and the
 /// value it reads (outermost last).
@@ -304,7 +319,8 @@ struct KernBf16StoragePass
 
     for (CallOp product : products)
       if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
-        product.setKernelAttr(FlatSymbolRefAttr::get(ctx, "matmulBf16"));
+        product.setKernelAttr(FlatSymbolRefAttr::get(
+            ctx, bf16ProductTwin(product.getKernel())));
     storeProductsInBf16(fn);
   }
 };

@@ -35,6 +35,12 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
     memory. Function arguments and results keep their types (the exec
     program's buffers are laid out before this pass).
 
+    The experts' grouped products are products too: `expertMatmul` (x and
+    the expert weights) and `expertMatmulWeightGrad` (x and dY) round both
+    operands under bf16 precision, so they read bf16 operands the same way
+    (`expertMatmulBf16`, `expertMatmulWeightGradBf16`), the expert weights
+    from their resident bf16 copy where the trainer keeps one.
+
     Then activations: a product whose every reader has a twin that takes
     bf16 operands (`gatedActToBf16` -> `gatedActBf16`,
     `gatedActBackwardToBf16` -> `gatedActBackwardBf16`), each of whose
