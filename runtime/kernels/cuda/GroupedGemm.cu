@@ -228,6 +228,23 @@ __global__ void expertScatterKernel(const int64_t *ids, int64_t n, int e,
   }
 }
 
+/// tiles[t] = {expert, first sorted row, rows, 0} of row tile t, or
+/// {-1, 0, 0, 0} past the last tile.
+__global__ void expertTilesKernel(int e, int rowTile, int tileCount,
+                                  const int32_t *offsets,
+                                  const int32_t *tileStart, int4 *tiles) {
+  RONDO_GRID_STRIDE(t, tileCount) {
+    const int ex = expertOfTile(tileStart, e, int(t));
+    int4 v = make_int4(-1, 0, 0, 0);
+    if (ex >= 0) {
+      const int begin = offsets[ex] + (int(t) - tileStart[ex]) * rowTile;
+      const int rows = offsets[ex + 1] - begin;
+      v = make_int4(ex, begin, rows < rowTile ? rows : rowTile, 0);
+    }
+    tiles[t] = v;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // mma.sync kernels (any GPU with bf16 mma.sync: sm_80 and later)
 //===----------------------------------------------------------------------===//
@@ -463,15 +480,25 @@ bool vec8(int64_t cols, const void *p) {
 // Host side
 //===----------------------------------------------------------------------===//
 
-size_t sortScratchWords(int64_t n, int64_t e) {
-  return size_t(3 * e + 3 + n + e * sortChunks(n));
+/// The most row tiles of rowTile rows n rows of e experts can give.
+int64_t sortTileCount(int64_t n, int64_t e, int rowTile) {
+  return (n + rowTile - 1) / rowTile + e;
+}
+
+size_t sortScratchWords(int64_t n, int64_t e, int rowTile) {
+  return size_t(4 * sortTileCount(n, e, rowTile) + 3 * e + 3 + n +
+                e * sortChunks(n));
 }
 
 ExpertOrder sortByExpert(const int64_t *ids, int64_t n, int64_t e, int rowTile,
                          int32_t *scratch, const char *kernel) {
   checkSortSizes(n, e, kernel);
-  const int64_t chunks = sortChunks(n);
-  int32_t *offsets = scratch, *tileStart = offsets + e + 1;
+  const int64_t chunks = sortChunks(n), tileCount = sortTileCount(n, e, rowTile);
+  if (tileCount > int64_t(INT_MAX))
+    contract(kernel, "too many row tiles (%lld)", (long long)tileCount);
+  // The tile table first: the scratch is 256-byte aligned, int4 needs 16.
+  int4 *tiles = reinterpret_cast<int4 *>(scratch);
+  int32_t *offsets = scratch + 4 * tileCount, *tileStart = offsets + e + 1;
   int32_t *bySize = tileStart + e + 1, *bad = bySize + e;
   int32_t *perm = bad + 1, *base = perm + n;
   cudaStream_t stream = currentStream();
@@ -496,7 +523,11 @@ ExpertOrder sortByExpert(const int64_t *ids, int64_t n, int64_t e, int rowTile,
   expertScatterKernel<<<unsigned(chunks), kSortThreads, smem, stream>>>(
       ids, n, int(e), chunks, base, perm);
   checkLaunch(kernel);
-  return ExpertOrder{offsets, tileStart, perm, bySize, bad};
+  expertTilesKernel<<<gridFor(tileCount), kThreads, 0, stream>>>(
+      int(e), rowTile, int(tileCount), offsets, tileStart, tiles);
+  checkLaunch(kernel);
+  return ExpertOrder{offsets, tileStart, perm, bySize, bad, tiles,
+                     int(tileCount)};
 }
 
 void expertProductBf16(const float *x, const float *w, const int64_t *ids,
@@ -507,7 +538,7 @@ void expertProductBf16(const float *x, const float *w, const int64_t *ids,
     const bool sm90 = groupedSm90Usable();
     const int rowTile = sm90 ? kSm90RowTile : MmaCfg::BM;
     const int colTile = sm90 ? kSm90ColTile : MmaCfg::BN;
-    Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+    Temp scratch(sortScratchWords(N, E, rowTile) * sizeof(int32_t), name);
     ProductParams p{};
     p.x = x;
     p.w = w;
@@ -549,7 +580,7 @@ void expertWeightGrad(const float *x, const float *dY, const int64_t *ids,
     tileP = sm90 ? kSm90RowTile : MmaCfg::BM;
     tileQ = sm90 ? kSm90ColTile : MmaCfg::BN;
   }
-  Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+  Temp scratch(sortScratchWords(N, E, tileP) * sizeof(int32_t), name);
   WeightGradParams p{};
   // dW[e] [K, M] = x_eᵀ dY_e, or [M, K] = dY_eᵀ x_e with transW.
   p.p = transW ? dY : x;
@@ -599,7 +630,7 @@ void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
     return;
   }
   cudaStream_t stream = currentStream();
-  Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+  Temp scratch(sortScratchWords(N, E, kSm90RowTile) * sizeof(int32_t), name);
   ProductBf16Params p{};
   p.x = x;
   p.w = w;
@@ -634,7 +665,7 @@ void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
     wx.temp.release();
     return;
   }
-  Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+  Temp scratch(sortScratchWords(N, E, kSm90RowTile) * sizeof(int32_t), name);
   WeightGradBf16Params p{};
   // dW[e] [K, M] = x_eᵀ dY_e, or [M, K] = dY_eᵀ x_e with transW.
   p.p = transW ? dY : x;
@@ -662,7 +693,8 @@ void expertSortForTesting(const int64_t *ids, int64_t n, int64_t experts,
   const char *name = "expertSortForTesting";
   if (n <= 0 || experts <= 0)
     contract(name, "needs rows and experts");
-  Temp scratch(grouped::sortScratchWords(n, experts) * sizeof(int32_t), name);
+  Temp scratch(grouped::sortScratchWords(n, experts, 128) * sizeof(int32_t),
+              name);
   grouped::ExpertOrder o =
       grouped::sortByExpert(ids, n, experts, 128, scratch.as<int32_t>(), name);
   cudaStream_t stream = currentStream();

@@ -36,10 +36,16 @@ struct ExpertOrder {
   const int32_t *perm;      // [N]: sorted position -> original row
   const int32_t *bySize;    // [E]: the experts, most rows first (ties: lower)
   const int32_t *bad;       // [1]: rows whose id is outside [0, E)
+  /// [tileCount]: row tile t's expert, first sorted row and rows (expert -1
+  /// past the last tile), so that a block finds its tile in one load
+  /// instead of a binary search over tileStart.
+  const int4 *tiles;
+  int tileCount; // ceil(N / rowTile) + E: the most tiles any routing gives
 };
 
-/// int32 words of scratch sortByExpert needs for n rows and e experts.
-size_t sortScratchWords(int64_t n, int64_t e);
+/// int32 words of scratch sortByExpert needs for n rows, e experts and row
+/// tiles of rowTile rows.
+size_t sortScratchWords(int64_t n, int64_t e, int rowTile);
 /// Enqueues the stable counting sort of rows [0, n) by ids (rows of one
 /// expert in ascending order; out-of-range ids are left out and counted) into
 /// `scratch`, with row tiles of `rowTile` rows per expert. n >= 1, e >= 1.
@@ -405,33 +411,30 @@ __device__ inline int expertOfTile(const int32_t *tileStart, int experts,
   return lo;
 }
 
-/// Where a forward / input-gradient block works: block b is column tile
+/// Where a forward / input-gradient block works: tile b is column tile
 /// b % colTiles of row tile b / colTiles (of a grid sized for the most row
-/// tiles any routing can give).
+/// tiles any routing can give; a persistent block takes several b).
 struct ProductPos {
   int expert, rowBegin, rowCount;
   int64_t n0;
 };
 
-/// Finds the block's tile and fills `rows` (BM ints of shared memory) with
-/// its original rows (0 past rowCount); false (for every thread) when the
-/// block has no tile. Params: ProductParams or ProductBf16Params.
+/// Finds tile b and fills `rows` (BM ints of shared memory) with its
+/// original rows (0 past rowCount); false (for every thread) when there is
+/// no such tile, nor any later one. Params: ProductParams or
+/// ProductBf16Params.
 template <class C, class Params>
 __device__ inline bool productPos(const Params &p, int32_t *rows,
-                                  ProductPos &pos) {
+                                  ProductPos &pos, unsigned b) {
   __shared__ int info[3]; // expert, first sorted row, rows
-  const int rowTile = int(blockIdx.x / unsigned(p.colTiles));
-  const int colTile = int(blockIdx.x % unsigned(p.colTiles));
+  const int rowTile = int(b / unsigned(p.colTiles));
+  const int colTile = int(b % unsigned(p.colTiles));
   if (threadIdx.x == 0) {
-    const int e = expertOfTile(p.order.tileStart, p.E, rowTile);
-    info[0] = e;
-    if (e >= 0) {
-      const int begin =
-          p.order.offsets[e] + (rowTile - p.order.tileStart[e]) * C::BM;
-      const int end = p.order.offsets[e + 1];
-      info[1] = begin;
-      info[2] = end - begin < C::BM ? end - begin : C::BM;
-    }
+    const int4 t = rowTile < p.order.tileCount ? p.order.tiles[rowTile]
+                                               : make_int4(-1, 0, 0, 0);
+    info[0] = t.x;
+    info[1] = t.y;
+    info[2] = t.z;
   }
   __syncthreads();
   pos.expert = info[0];
@@ -473,7 +476,7 @@ __device__ inline void productBlock(const ProductParams &p,
                                     unsigned char *smem) {
   const Smem sm = carve<C>(smem);
   ProductPos pos;
-  if (!productPos<C>(p, sm.rows, pos))
+  if (!productPos<C>(p, sm.rows, pos, blockIdx.x))
     return;
   ProductTiles<C> tiles{&p,      p.w + int64_t(pos.expert) * p.K * p.M,
                         sm.rows, pos.rowCount,
@@ -484,7 +487,7 @@ __device__ inline void productBlock(const ProductParams &p,
   productEpilogue<Core>(p, acc, pos, sm.rows);
 }
 
-/// Where a weight-gradient block works: block b is output tile b % (pTiles *
+/// Where a weight-gradient block works: tile b is output tile b % (pTiles *
 /// qTiles) of the expert ranked b / (pTiles * qTiles) by rows (the heaviest
 /// experts start first; the order of the sums does not depend on it).
 struct WeightGradPos {
@@ -493,11 +496,11 @@ struct WeightGradPos {
 };
 
 template <class C, class Params>
-__device__ inline WeightGradPos weightGradPos(const Params &p) {
+__device__ inline WeightGradPos weightGradPos(const Params &p, unsigned b) {
   const unsigned perExpert = unsigned(p.pTiles) * unsigned(p.qTiles);
-  const int within = int(blockIdx.x % perExpert);
+  const int within = int(b % perExpert);
   WeightGradPos pos;
-  pos.expert = p.order.bySize[blockIdx.x / perExpert];
+  pos.expert = p.order.bySize[b / perExpert];
   pos.rowBegin = p.order.offsets[pos.expert];
   pos.rowEnd = p.order.offsets[pos.expert + 1];
   pos.p0 = int64_t(within / p.qTiles) * C::BM;
@@ -536,7 +539,7 @@ template <class C, class Core>
 __device__ inline void weightGradBlock(const WeightGradParams &p,
                                        unsigned char *smem) {
   const Smem sm = carve<C>(smem);
-  const WeightGradPos pos = weightGradPos<C>(p);
+  const WeightGradPos pos = weightGradPos<C>(p, blockIdx.x);
   WeightGradTiles<C> tiles{
       &p, pos.rowBegin, pos.rowEnd, pos.p0, pos.q0, sm, 0, 0, 0};
   tiles.start();

@@ -51,6 +51,7 @@
 #include "GroupedGemmSm90.cuh"
 
 #include <climits>
+#include <cstdlib>
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "GroupedGemmBf16Sm90.cu must be built for sm_90a only (CMakeLists.txt)"
@@ -66,8 +67,8 @@ constexpr int kStages = 4;
 using PosCfg = Cfg<BM, BN, kStages>;
 constexpr uint32_t kTileA = BM * BK * 2, kTileB = BN * BK * 2;
 constexpr uint32_t kStage = kTileA + kTileB;
-/// The 1024-byte alignment slack, the ring and the tile's rows.
-constexpr size_t kSmem = 1024 + kStages * kStage + BM * 4;
+/// The 1024-byte alignment slack, the ring and the rows of two tiles.
+constexpr size_t kSmem = 1024 + kStages * kStage + 2 * BM * 4;
 /// Bytes between 64-column groups of an MN-major tile (64 lines of k).
 constexpr uint32_t kGroupBytes = BK * 128;
 static_assert(kTileA % 1024 == 0 && kTileB % 1024 == 0, "swizzle atoms");
@@ -115,20 +116,26 @@ __device__ inline void wgWait1() {
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 
-/// The ring: numK stages of `tiles` (issue(t, slot) enqueues stage t's
-/// copies into slot), multiplied as described in the header comment. numK
-/// must be the same in every thread of the block.
-template <int TA, int TB, class Tiles>
-__device__ inline void ringLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
-                                uint32_t ring) {
-  // One commit group a stage, empty past numK, so that "stage t has landed"
-  // is always "at most kStages - 2 newer groups pending".
+/// Enqueues the first kStages - 1 stages of a tile's ring (one commit group
+/// a stage, empty past numK, so that "stage t has landed" is always "at most
+/// kStages - 2 newer groups pending"). The slots must be free: no products
+/// still read them.
+template <class Tiles> __device__ inline void ringStart(Tiles &tiles, int numK) {
 #pragma unroll 1
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < numK)
       tiles.issue(s, s);
     cpAsyncCommit();
   }
+}
+
+/// The rest of the ring after ringStart: numK stages multiplied as the
+/// header comment describes, all products done when it returns (in every
+/// warpgroup: the slots are free again). numK must be the same in every
+/// thread of the block.
+template <int TA, int TB, class Tiles>
+__device__ inline void ringLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
+                                uint32_t ring) {
 #pragma unroll 1
   for (int t = 0; t < numK; ++t) {
     cpAsyncWait<kStages - 2>();
@@ -145,6 +152,7 @@ __device__ inline void ringLoop(Tiles &tiles, int numK, WgmmaCore::Acc &acc,
   }
   wgWait0();
   WgmmaCore::pin(acc);
+  __syncthreads();
 }
 
 /// The forward / input-gradient operands of a block. A: the tile's rows of
@@ -214,23 +222,47 @@ template <bool TransW> struct ProductTilesBf16 {
   }
 };
 
+/// Persistent: block i takes tiles i, i + gridDim.x, ... and starts the
+/// copies of its next tile before it writes the outputs of the current one,
+/// so the stores drain under the next tile's first loads. Each tile's sums
+/// are the same whichever block takes it.
 template <bool TransW>
 __global__ void __launch_bounds__(NT, 1)
     productBf16Kernel(const __grid_constant__ ProductBf16Params p) {
   extern __shared__ unsigned char smem[];
   const uint32_t raw = smemAddr(smem);
   const uint32_t ring = (raw + 1023u) & ~1023u;
-  int32_t *rows =
+  // The rows of the current tile (buffer buf) and of the next one.
+  int32_t *const rows =
       reinterpret_cast<int32_t *>(smem + (ring - raw) + kStages * kStage);
+  const int numK = int((p.K + BK - 1) / BK);
+  unsigned b = blockIdx.x;
+  int buf = 0;
   ProductPos pos;
-  if (!productPos<PosCfg>(p, rows, pos))
+  if (!productPos<PosCfg>(p, rows, pos, b))
     return;
   ProductTilesBf16<TransW> tiles{&p, {}, nullptr, 0, 0, ring};
   tiles.start(rows, pos.rowCount, pos.expert, pos.n0);
+  ringStart(tiles, numK);
   WgmmaCore::Acc acc;
-  WgmmaCore::zero(acc);
-  ringLoop<0, TransW ? 0 : 1>(tiles, int((p.K + BK - 1) / BK), acc, ring);
-  productEpilogue<WgmmaCore>(p, acc, pos, rows);
+  for (;;) {
+    // The next tile's place and rows, while this tile's first copies land.
+    ProductPos next;
+    int32_t *const nextRows = rows + (buf ^ 1) * BM;
+    const bool more = productPos<PosCfg>(p, nextRows, next, b + gridDim.x);
+    WgmmaCore::zero(acc);
+    ringLoop<0, TransW ? 0 : 1>(tiles, numK, acc, ring);
+    if (more) {
+      tiles.start(nextRows, next.rowCount, next.expert, next.n0);
+      ringStart(tiles, numK);
+    }
+    productEpilogue<WgmmaCore>(p, acc, pos, rows + buf * BM);
+    if (!more)
+      return;
+    pos = next;
+    buf ^= 1;
+    b += gridDim.x;
+  }
 }
 
 /// The weight-gradient operands of a block: 64 of the expert's sorted rows a
@@ -288,32 +320,79 @@ struct WeightGradTilesBf16 {
   }
 };
 
+/// Persistent as the product kernel: tiles blockIdx.x, + gridDim.x, ...
+/// (each an expert's output tile, the heaviest experts first).
 __global__ void __launch_bounds__(NT, 1)
     weightGradBf16Kernel(const __grid_constant__ WeightGradBf16Params p) {
   extern __shared__ unsigned char smem[];
   const uint32_t raw = smemAddr(smem);
   const uint32_t ring = (raw + 1023u) & ~1023u;
-  const WeightGradPos pos = weightGradPos<PosCfg>(p);
-  WeightGradTilesBf16 tiles{&p,     pos.rowBegin, pos.rowEnd, pos.p0,
-                            pos.q0, ring,         0,          0,
-                            0};
-  tiles.start();
+  const unsigned tilesTotal = unsigned(p.E) * p.pTiles * p.qTiles;
+  unsigned b = blockIdx.x;
+  if (b >= tilesTotal)
+    return;
+  WeightGradPos pos = weightGradPos<PosCfg>(p, b);
+  auto tilesOf = [&](const WeightGradPos &at) {
+    WeightGradTilesBf16 t{&p,    at.rowBegin, at.rowEnd, at.p0, at.q0,
+                          ring,  0,           0,         0};
+    t.start();
+    return t;
+  };
+  auto stagesOf = [](const WeightGradPos &at) {
+    return (at.rowEnd - at.rowBegin + BK - 1) / BK;
+  };
+  WeightGradTilesBf16 tiles = tilesOf(pos);
+  ringStart(tiles, stagesOf(pos));
   WgmmaCore::Acc acc;
-  WgmmaCore::zero(acc);
-  ringLoop<1, 1>(tiles, (pos.rowEnd - pos.rowBegin + BK - 1) / BK, acc, ring);
-  weightGradEpilogue<WgmmaCore>(p, acc, pos);
+  for (;;) {
+    // The next tile's place and first row, while this tile's copies land.
+    const bool more = b + gridDim.x < tilesTotal;
+    WeightGradPos next{};
+    WeightGradTilesBf16 nextTiles{};
+    if (more) {
+      next = weightGradPos<PosCfg>(p, b + gridDim.x);
+      nextTiles = tilesOf(next);
+    }
+    WgmmaCore::zero(acc);
+    ringLoop<1, 1>(tiles, stagesOf(pos), acc, ring);
+    if (more) {
+      tiles = nextTiles;
+      ringStart(tiles, stagesOf(next));
+    }
+    weightGradEpilogue<WgmmaCore>(p, acc, pos);
+    if (!more)
+      return;
+    pos = next;
+    b += gridDim.x;
+  }
+}
+
+/// Blocks a launch of `tiles` tiles gets: one per SM (a block fills an SM),
+/// each then taking several tiles; all of them (one tile a block) under
+/// RONDO_GROUPED_PERSISTENT=0, which the benchmark compares.
+int64_t gridOf(int64_t tiles, const char *name) {
+  const char *env = std::getenv("RONDO_GROUPED_PERSISTENT");
+  const bool persistent = !(env && env[0] == '0');
+  int device = 0, sms = 0;
+  RONDO_CHECK(cudaGetDevice(&device), name);
+  RONDO_CHECK(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+      name);
+  return persistent && sms > 0 && tiles > sms ? sms : tiles;
 }
 
 template <typename Kernel, typename Params>
-void launchBf16(Kernel kernel, int64_t blocks, const Params &p,
+void launchBf16(Kernel kernel, int64_t tiles, const Params &p,
                 const char *name) {
-  if (blocks > int64_t(INT_MAX))
-    contract(name, "too many tiles for one launch (%lld)", (long long)blocks);
+  if (tiles > int64_t(INT_MAX))
+    contract(name, "too many tiles for one launch (%lld)", (long long)tiles);
+  if (tiles <= 0)
+    return;
   RONDO_CHECK(cudaFuncSetAttribute(
                   kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                   int(kSmem)),
               name);
-  kernel<<<unsigned(blocks), NT, kSmem, currentStream()>>>(p);
+  kernel<<<unsigned(gridOf(tiles, name)), NT, kSmem, currentStream()>>>(p);
   checkLaunch(name);
 }
 

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(SmCfg::NT, 1)
   sm.rows = reinterpret_cast<int32_t *>(smem + (base - raw) + SmCfg::kTileA +
                                         SmCfg::kTileB);
   ProductPos pos;
-  if (!productPos<SmCfg>(p, sm.rows, pos))
+  if (!productPos<SmCfg>(p, sm.rows, pos, blockIdx.x))
     return;
   ProductRegTiles tiles{
       &p, xRows(p, sm.rows, pos.rowCount), {}, sm.tileA, sm.tileB};
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(SmCfg::NT, 1)
   extern __shared__ unsigned char smem[];
   const Smem sm = carve<SmCfg>(smem);
   ProductPos pos;
-  if (!productPos<SmCfg>(p, sm.rows, pos))
+  if (!productPos<SmCfg>(p, sm.rows, pos, blockIdx.x))
     return;
   const int numK = int((p.K + SmCfg::BK - 1) / SmCfg::BK);
   ProductMixedTiles tiles{&p, nullptr, 0, sm, xRows(p, sm.rows, pos.rowCount),
