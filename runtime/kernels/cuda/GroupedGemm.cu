@@ -630,8 +630,14 @@ void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
     return;
   }
   cudaStream_t stream = currentStream();
-  Temp scratch(sortScratchWords(N, E, kSm90RowTile) * sizeof(int32_t), name);
+  // The sort's words, then the persistent blocks' tile counter.
+  const size_t words = sortScratchWords(N, E, kSm90RowTile);
+  Temp scratch((words + 1) * sizeof(int32_t), name);
+  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0,
+                              sizeof(int32_t), stream),
+              name);
   ProductBf16Params p{};
+  p.tileCounter = reinterpret_cast<unsigned *>(scratch.as<int32_t>() + words);
   p.x = x;
   p.w = w;
   p.out = out;
@@ -665,8 +671,13 @@ void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
     wx.temp.release();
     return;
   }
-  Temp scratch(sortScratchWords(N, E, kSm90RowTile) * sizeof(int32_t), name);
+  const size_t words = sortScratchWords(N, E, kSm90RowTile);
+  Temp scratch((words + 1) * sizeof(int32_t), name);
+  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0,
+                              sizeof(int32_t), currentStream()),
+              name);
   WeightGradBf16Params p{};
+  p.tileCounter = reinterpret_cast<unsigned *>(scratch.as<int32_t>() + words);
   // dW[e] [K, M] = x_eᵀ dY_e, or [M, K] = dY_eᵀ x_e with transW.
   p.p = transW ? dY : x;
   p.q = transW ? x : dY;

@@ -608,6 +608,9 @@ struct ProductBf16Params {
   int E, colTiles;
   bool transW;
   bool vecOut; // 8-byte stores: M even, out 8-byte aligned
+  /// Tiles handed out past the first gridDim.x (zero at launch): a
+  /// persistent block takes its next tile from here.
+  unsigned *tileCounter;
 };
 
 /// expertWeightGradBf16Operands' product: dw[e] = P_eᵀ Q_e, P and Q bf16.
@@ -617,7 +620,8 @@ struct WeightGradBf16Params {
   ExpertOrder order;
   int64_t pdim, qdim;
   int E, pTiles, qTiles;
-  bool vecOut; // qdim even, dw 8-byte aligned
+  bool vecOut;           // qdim even, dw 8-byte aligned
+  unsigned *tileCounter; // as ProductBf16Params'
 };
 
 /// Whether the bf16-operand wgmma kernels take a product whose two operands

@@ -222,10 +222,95 @@ template <bool TransW> struct ProductTilesBf16 {
   }
 };
 
-/// Persistent: block i takes tiles i, i + gridDim.x, ... and starts the
-/// copies of its next tile before it writes the outputs of the current one,
-/// so the stores drain under the next tile's first loads. Each tile's sums
-/// are the same whichever block takes it.
+/// The tile a persistent block takes after this one: gridDim.x plus the
+/// count of tiles handed out so far (blocks that finish early take more, so
+/// skewed routing does not leave SMs idle). One atomic a tile; which block
+/// computes a tile changes none of its bits.
+__device__ inline unsigned nextTile(unsigned *counter) {
+  __shared__ unsigned next;
+  if (threadIdx.x == 0)
+    next = gridDim.x + atomicAdd(counter, 1u);
+  __syncthreads();
+  return next;
+}
+
+/// This thread's accumulators are rows r and r + 8 of a 128 x 256 tile
+/// (WgmmaCore::forEach's layout), columns 8 n + c0 and + 1 for n < 32.
+struct AccRows {
+  int r, c0;
+  __device__ AccRows() {
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+    r = (warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2);
+    c0 = 2 * (lane & 3);
+  }
+};
+
+/// Stores two rows of accumulators at o0 and o1 (null: not stored), the
+/// columns below `cols` (even, as K and M are multiples of 8 here), as
+/// pairs when `vec`. The row pointers are computed once, not per value:
+/// with them reloaded from shared memory behind every store the epilogue
+/// was a chain of dependent loads.
+__device__ inline void storeRows(const WgmmaCore::Acc &acc, int c0, float *o0,
+                                 float *o1, int64_t cols, bool vec,
+                                 bool nan) {
+#pragma unroll
+  for (int n = 0; n < 32; ++n) {
+    const int c = n * 8 + c0;
+    if (c >= cols)
+      break;
+    const float a0 = nan ? NAN : acc.d[n][0], a1 = nan ? NAN : acc.d[n][1];
+    const float b0 = nan ? NAN : acc.d[n][2], b1 = nan ? NAN : acc.d[n][3];
+    if (vec) {
+      if (o0)
+        *reinterpret_cast<float2 *>(o0 + c) = make_float2(a0, a1);
+      if (o1)
+        *reinterpret_cast<float2 *>(o1 + c) = make_float2(b0, b1);
+    } else {
+      if (o0) {
+        o0[c] = a0;
+        o0[c + 1] = a1;
+      }
+      if (o1) {
+        o1[c] = b0;
+        o1[c + 1] = b1;
+      }
+    }
+  }
+}
+
+/// productEpilogue's stores with the row pointers hoisted.
+__device__ inline void storeProduct(const ProductBf16Params &p,
+                                    const WgmmaCore::Acc &acc,
+                                    const ProductPos &pos,
+                                    const int32_t *rows) {
+  const AccRows at;
+  const int64_t M = p.M;
+  float *o0 = at.r < pos.rowCount
+                  ? p.out + int64_t(rows[at.r]) * M + pos.n0
+                  : nullptr;
+  float *o1 = at.r + 8 < pos.rowCount
+                  ? p.out + int64_t(rows[at.r + 8]) * M + pos.n0
+                  : nullptr;
+  storeRows(acc, at.c0, o0, o1, M - pos.n0, p.vecOut, false);
+}
+
+/// weightGradEpilogue's stores likewise (NaN when an id was out of range).
+__device__ inline void storeWeightGrad(const WeightGradBf16Params &p,
+                                       const WgmmaCore::Acc &acc,
+                                       const WeightGradPos &pos) {
+  const AccRows at;
+  const int64_t P = p.pdim, Q = p.qdim;
+  float *dw = p.dw + int64_t(pos.expert) * P * Q + pos.q0;
+  const int64_t r0 = pos.p0 + at.r, r1 = r0 + 8;
+  storeRows(acc, at.c0, r0 < P ? dw + r0 * Q : nullptr,
+            r1 < P ? dw + r1 * Q : nullptr, Q - pos.q0, p.vecOut,
+            *p.order.bad != 0);
+}
+
+/// Persistent: block i takes tile i, then the next one nextTile hands out,
+/// and starts the copies of its next tile before it writes the outputs of
+/// the current one, so the stores drain under the next tile's first loads.
+/// Each tile's sums are the same whichever block takes it.
 template <bool TransW>
 __global__ void __launch_bounds__(NT, 1)
     productBf16Kernel(const __grid_constant__ ProductBf16Params p) {
@@ -236,10 +321,9 @@ __global__ void __launch_bounds__(NT, 1)
   int32_t *const rows =
       reinterpret_cast<int32_t *>(smem + (ring - raw) + kStages * kStage);
   const int numK = int((p.K + BK - 1) / BK);
-  unsigned b = blockIdx.x;
   int buf = 0;
   ProductPos pos;
-  if (!productPos<PosCfg>(p, rows, pos, b))
+  if (!productPos<PosCfg>(p, rows, pos, blockIdx.x))
     return;
   ProductTilesBf16<TransW> tiles{&p, {}, nullptr, 0, 0, ring};
   tiles.start(rows, pos.rowCount, pos.expert, pos.n0);
@@ -249,19 +333,19 @@ __global__ void __launch_bounds__(NT, 1)
     // The next tile's place and rows, while this tile's first copies land.
     ProductPos next;
     int32_t *const nextRows = rows + (buf ^ 1) * BM;
-    const bool more = productPos<PosCfg>(p, nextRows, next, b + gridDim.x);
+    const unsigned nb = nextTile(p.tileCounter);
+    const bool more = productPos<PosCfg>(p, nextRows, next, nb);
     WgmmaCore::zero(acc);
     ringLoop<0, TransW ? 0 : 1>(tiles, numK, acc, ring);
     if (more) {
       tiles.start(nextRows, next.rowCount, next.expert, next.n0);
       ringStart(tiles, numK);
     }
-    productEpilogue<WgmmaCore>(p, acc, pos, rows + buf * BM);
+    storeProduct(p, acc, pos, rows + buf * BM);
     if (!more)
       return;
     pos = next;
     buf ^= 1;
-    b += gridDim.x;
   }
 }
 
@@ -320,18 +404,17 @@ struct WeightGradTilesBf16 {
   }
 };
 
-/// Persistent as the product kernel: tiles blockIdx.x, + gridDim.x, ...
-/// (each an expert's output tile, the heaviest experts first).
+/// Persistent as the product kernel (tiles are experts' output tiles, the
+/// heaviest experts first).
 __global__ void __launch_bounds__(NT, 1)
     weightGradBf16Kernel(const __grid_constant__ WeightGradBf16Params p) {
   extern __shared__ unsigned char smem[];
   const uint32_t raw = smemAddr(smem);
   const uint32_t ring = (raw + 1023u) & ~1023u;
   const unsigned tilesTotal = unsigned(p.E) * p.pTiles * p.qTiles;
-  unsigned b = blockIdx.x;
-  if (b >= tilesTotal)
+  if (blockIdx.x >= tilesTotal)
     return;
-  WeightGradPos pos = weightGradPos<PosCfg>(p, b);
+  WeightGradPos pos = weightGradPos<PosCfg>(p, blockIdx.x);
   auto tilesOf = [&](const WeightGradPos &at) {
     WeightGradTilesBf16 t{&p,    at.rowBegin, at.rowEnd, at.p0, at.q0,
                           ring,  0,           0,         0};
@@ -346,11 +429,12 @@ __global__ void __launch_bounds__(NT, 1)
   WgmmaCore::Acc acc;
   for (;;) {
     // The next tile's place and first row, while this tile's copies land.
-    const bool more = b + gridDim.x < tilesTotal;
+    const unsigned nb = nextTile(p.tileCounter);
+    const bool more = nb < tilesTotal;
     WeightGradPos next{};
     WeightGradTilesBf16 nextTiles{};
     if (more) {
-      next = weightGradPos<PosCfg>(p, b + gridDim.x);
+      next = weightGradPos<PosCfg>(p, nb);
       nextTiles = tilesOf(next);
     }
     WgmmaCore::zero(acc);
@@ -359,11 +443,10 @@ __global__ void __launch_bounds__(NT, 1)
       tiles = nextTiles;
       ringStart(tiles, stagesOf(next));
     }
-    weightGradEpilogue<WgmmaCore>(p, acc, pos);
+    storeWeightGrad(p, acc, pos);
     if (!more)
       return;
     pos = next;
-    b += gridDim.x;
   }
 }
 
