@@ -492,11 +492,11 @@ int main(int argc, char **argv) {
       rows.push_back({m.name, m.layer, routingName, "forward", N, K, M, E,
                       maxRows, tFwd, bFwd, oFwd, cuFwd, cuFwdR, sFwd, mFwd});
       rows.push_back({m.name, m.layer, routingName, "input grad", N, K, M, E,
-                      maxRows, tDgrad, bDgrad, oDgrad, cuDgrad, cuDgradR, sDgrad,
-                      mDgrad});
+                      maxRows, tDgrad, bDgrad, oDgrad, cuDgrad, cuDgradR,
+                      sDgrad, mDgrad});
       rows.push_back({m.name, m.layer, routingName, "weight grad", N, K, M, E,
-                      maxRows, tWgrad, bWgrad, oWgrad, cuWgrad, cuWgradR, sWgrad,
-                      mWgrad});
+                      maxRows, tWgrad, bWgrad, oWgrad, cuWgrad, cuWgradR,
+                      sWgrad, mWgrad});
       if (!skewed) {
         int32_t *sortOut;
         CK(cudaMalloc(&sortOut, size_t(N + E + 2) * sizeof(int32_t)));
@@ -509,10 +509,9 @@ int main(int argc, char **argv) {
         cudaFree(sortOut);
       }
     }
-    for (void *p :
-         {(void *)x, (void *)w, (void *)dy, (void *)out, (void *)dx, (void *)dw,
-          (void *)xb, (void *)wb, (void *)dyb, (void *)ids, (void *)out2,
-          (void *)dx2, (void *)dw2})
+    for (void *p : {(void *)x, (void *)w, (void *)dy, (void *)out, (void *)dx,
+                    (void *)dw, (void *)xb, (void *)wb, (void *)dyb,
+                    (void *)ids, (void *)out2, (void *)dx2, (void *)dw2})
       cudaFree(p);
   }
 
@@ -536,16 +535,15 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row &r = rows[i];
     const double gf = 2.0 * r.N * r.K * r.M / 1e9;
-    std::printf("%-14s %-9s %-8s %-11s %6lld %5lld %5lld %6lld | %8.3f %7.1f "
-                "%4.0f%% %8.3f | %8.3f %7.1f %4.0f%% | %8.3f %7.1f | %8.3f "
-                "%6.2f | %8.3f %8.3f\n",
-                r.model.c_str(), r.layer.c_str(), r.routing.c_str(),
-                r.op.c_str(), (long long)r.N, (long long)r.K, (long long)r.M,
-                (long long)r.maxRows, r.bf16Ms, gf / r.bf16Ms,
-                100.0 * r.cublasMs / r.bf16Ms, r.bf16OneTileMs, r.ms, gf / r.ms,
-                100.0 * r.cublasMs / r.ms, r.cublasMs, gf / r.cublasMs,
-                r.cublasRoundMs, r.cublasRoundMs / r.ms, r.smemStagingMs,
-                r.mmaSyncMs);
+    std::printf(
+        "%-14s %-9s %-8s %-11s %6lld %5lld %5lld %6lld | %8.3f %7.1f "
+        "%4.0f%% %8.3f | %8.3f %7.1f %4.0f%% | %8.3f %7.1f | %8.3f "
+        "%6.2f | %8.3f %8.3f\n",
+        r.model.c_str(), r.layer.c_str(), r.routing.c_str(), r.op.c_str(),
+        (long long)r.N, (long long)r.K, (long long)r.M, (long long)r.maxRows,
+        r.bf16Ms, gf / r.bf16Ms, 100.0 * r.cublasMs / r.bf16Ms, r.bf16OneTileMs,
+        r.ms, gf / r.ms, 100.0 * r.cublasMs / r.ms, r.cublasMs, gf / r.cublasMs,
+        r.cublasRoundMs, r.cublasRoundMs / r.ms, r.smemStagingMs, r.mmaSyncMs);
     std::fprintf(
         json,
         "    {\"model\": \"%s\", \"layer\": \"%s\", \"routing\": \"%s\", "
@@ -561,9 +559,9 @@ int main(int argc, char **argv) {
         r.model.c_str(), r.layer.c_str(), r.routing.c_str(), r.op.c_str(),
         (long long)r.N, (long long)r.K, (long long)r.M, (long long)r.E,
         (long long)r.maxRows, r.bf16Ms, gf / r.bf16Ms, r.cublasMs / r.bf16Ms,
-        r.bf16OneTileMs, r.ms, gf / r.ms, r.cublasMs, gf / r.cublasMs, r.cublasMs / r.ms,
-        r.cublasRoundMs, r.cublasRoundMs / r.ms, r.smemStagingMs, r.mmaSyncMs,
-        i + 1 < rows.size() ? "," : "");
+        r.bf16OneTileMs, r.ms, gf / r.ms, r.cublasMs, gf / r.cublasMs,
+        r.cublasMs / r.ms, r.cublasRoundMs, r.cublasRoundMs / r.ms,
+        r.smemStagingMs, r.mmaSyncMs, i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(json, "  ]\n}\n");
   std::fclose(json);

@@ -82,8 +82,8 @@ void matmulBf16Scaled(CBView a, CBView b, float alpha, FView out, bool transA,
 
 void expertMatmulBf16(CBView x, CBView w, IView ids, FView out, bool transW) {
   std::vector<float> wx = widen(x), ww = widen(w);
-  expertMatmul(CFView{wx.data(), x.shape}, CFView{ww.data(), w.shape}, ids,
-               out, transW);
+  expertMatmul(CFView{wx.data(), x.shape}, CFView{ww.data(), w.shape}, ids, out,
+               transW);
 }
 
 void expertMatmulWeightGradBf16(CBView x, CBView dY, IView ids, FView dW,

@@ -170,9 +170,8 @@ void expertMatmulWeightGradBf16(CBView x, CBView dY, IView ids, FView dW,
                                 bool transW) {
   ProfileScope profileScope("expertMatmulWeightGradBf16");
   auto s = kernels::expertSizes(
-      x.shape, dW.shape, ids.shape, dY.shape, transW, [](auto... args) {
-        contract("expertMatmulWeightGradBf16", args...);
-      });
+      x.shape, dW.shape, ids.shape, dY.shape, transW,
+      [](auto... args) { contract("expertMatmulWeightGradBf16", args...); });
   if (s.E * s.K * s.M == 0)
     return;
   grouped::expertWeightGradBf16Operands(bf16Data(x), bf16Data(dY), ids.data,

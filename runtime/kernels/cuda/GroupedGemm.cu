@@ -13,15 +13,16 @@
 // the counts do not depend on the schedule), one block scans the [E, chunks]
 // counts expert-major into each chunk's first position per expert, the
 // per-expert offsets, the per-expert row-tile starts of the GEMM and the
-// experts ranked by rows; then each chunk block writes perm in row order:
+// experts ranked by rows; a table gives each row tile its expert, first row
+// and rows; then each chunk block writes perm in row order:
 // within a warp the rank among equal ids comes from __match_any_sync, and
 // the warps of a block take their turns, so rows of one expert keep their
 // ascending order. Rows with an id outside [0, E) are left out and counted.
 //
 // Products. x [N, K] times w[e] for the rows of e: a block owns BM sorted rows
 // of one expert by BN output columns. Its grid is sized by the most row tiles
-// any routing can give (ceil(N / BM) + E); a block finds its expert from the
-// device tile starts (binary search) and returns if there is none. The
+// any routing can give (ceil(N / BM) + E); a block finds its expert in the
+// row-tile table (one load) and returns if there is none. The
 // operands stay fp32 in memory: a ring of cp.async stages copies raw fp32
 // tiles (x's rows gathered through perm, zero-filled past the expert's rows
 // and past K or M), the threads round each stage to bf16 into a 128-byte-
@@ -493,7 +494,8 @@ size_t sortScratchWords(int64_t n, int64_t e, int rowTile) {
 ExpertOrder sortByExpert(const int64_t *ids, int64_t n, int64_t e, int rowTile,
                          int32_t *scratch, const char *kernel) {
   checkSortSizes(n, e, kernel);
-  const int64_t chunks = sortChunks(n), tileCount = sortTileCount(n, e, rowTile);
+  const int64_t chunks = sortChunks(n),
+                tileCount = sortTileCount(n, e, rowTile);
   if (tileCount > int64_t(INT_MAX))
     contract(kernel, "too many row tiles (%lld)", (long long)tileCount);
   // The tile table first: the scratch is 256-byte aligned, int4 needs 16.
@@ -526,8 +528,8 @@ ExpertOrder sortByExpert(const int64_t *ids, int64_t n, int64_t e, int rowTile,
   expertTilesKernel<<<gridFor(tileCount), kThreads, 0, stream>>>(
       int(e), rowTile, int(tileCount), offsets, tileStart, tiles);
   checkLaunch(kernel);
-  return ExpertOrder{offsets, tileStart, perm, bySize, bad, tiles,
-                     int(tileCount)};
+  return ExpertOrder{offsets, tileStart, perm,          bySize,
+                     bad,     tiles,     int(tileCount)};
 }
 
 void expertProductBf16(const float *x, const float *w, const int64_t *ids,
@@ -623,8 +625,7 @@ void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
     // Off Hopper or with unaligned rows: the fp32-staged kernels on the
     // widened operands (they round them back to these very values).
     Widened wx(x, N * K, name), ww(w, E * K * M, name);
-    expertProductBf16(wx.data(), ww.data(), ids, out, N, K, M, E, transW,
-                      name);
+    expertProductBf16(wx.data(), ww.data(), ids, out, N, K, M, E, transW, name);
     ww.temp.release();
     wx.temp.release();
     return;
@@ -633,16 +634,15 @@ void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
   // The sort's words, then the persistent blocks' tile counter.
   const size_t words = sortScratchWords(N, E, kSm90RowTile);
   Temp scratch((words + 1) * sizeof(int32_t), name);
-  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0,
-                              sizeof(int32_t), stream),
+  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0, sizeof(int32_t),
+                              stream),
               name);
   ProductBf16Params p{};
   p.tileCounter = reinterpret_cast<unsigned *>(scratch.as<int32_t>() + words);
   p.x = x;
   p.w = w;
   p.out = out;
-  p.order =
-      sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
+  p.order = sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
   p.K = K;
   p.M = M;
   p.E = int(E);
@@ -673,8 +673,8 @@ void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
   }
   const size_t words = sortScratchWords(N, E, kSm90RowTile);
   Temp scratch((words + 1) * sizeof(int32_t), name);
-  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0,
-                              sizeof(int32_t), currentStream()),
+  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0, sizeof(int32_t),
+                              currentStream()),
               name);
   WeightGradBf16Params p{};
   p.tileCounter = reinterpret_cast<unsigned *>(scratch.as<int32_t>() + words);
@@ -684,8 +684,7 @@ void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
   p.pdim = transW ? M : K;
   p.qdim = transW ? K : M;
   p.dw = dW;
-  p.order =
-      sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
+  p.order = sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
   p.E = int(E);
   p.pTiles = int((p.pdim + kSm90RowTile - 1) / kSm90RowTile);
   p.qTiles = int((p.qdim + kSm90ColTile - 1) / kSm90ColTile);
@@ -705,7 +704,7 @@ void expertSortForTesting(const int64_t *ids, int64_t n, int64_t experts,
   if (n <= 0 || experts <= 0)
     contract(name, "needs rows and experts");
   Temp scratch(grouped::sortScratchWords(n, experts, 128) * sizeof(int32_t),
-              name);
+               name);
   grouped::ExpertOrder o =
       grouped::sortByExpert(ids, n, experts, 128, scratch.as<int32_t>(), name);
   cudaStream_t stream = currentStream();

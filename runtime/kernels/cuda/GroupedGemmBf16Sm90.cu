@@ -42,6 +42,11 @@
 // are zero-filled by the copies (cp.async's source size 0), which adds
 // exact zeros to the sums, as the fp32-staged kernels do.
 //
+// Blocks are persistent, one an SM (RONDO_GROUPED_PERSISTENT=0: one tile a
+// block, for comparison): each takes its next tile from an atomic counter,
+// finds that tile's place while the current tile's first copies land, and
+// enqueues its first stages before storing the current tile's outputs.
+//
 // Alignment: K and M multiples of 8 and 16-byte aligned operands
 // (bf16OperandsFit); GroupedGemm.cu widens other operands and runs the
 // fp32-staged kernels instead.
@@ -78,9 +83,8 @@ static_assert(kSmem <= 227 * 1024, "one block an SM");
 /// 64-column groups kGroupBytes apart (leading byte offset), 8-line groups
 /// of k 1024 bytes apart (stride byte offset).
 __device__ inline uint64_t descMN(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFFu) >> 4) |
-         (uint64_t(kGroupBytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(kGroupBytes >> 4) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 /// Byte offset of chunk `nc` (8 columns) of line `k` in an MN-major tile.
@@ -92,8 +96,7 @@ __device__ inline uint32_t mnChunk(int k, int nc) {
 /// Issues and commits stage `slot`'s four k-steps for this warpgroup: A
 /// M-major (TA) or K-major, B N-major (TB) or K-major.
 template <int TA, int TB>
-__device__ inline void mathStage(WgmmaCore::Acc &acc, uint32_t ring,
-                                 int slot) {
+__device__ inline void mathStage(WgmmaCore::Acc &acc, uint32_t ring, int slot) {
   const uint32_t a = ring + uint32_t(slot) * kStage;
   const uint32_t b = a + kTileA;
   const uint32_t wg = threadIdx.x >> 7;
@@ -105,8 +108,8 @@ __device__ inline void mathStage(WgmmaCore::Acc &acc, uint32_t ring,
     // line, or 2 x 8 lines of an MN-major tile.
     const uint64_t da = TA ? descMN(a + wg * kGroupBytes + uint32_t(j) * 2048u)
                            : descOf(a + wg * 64u * 128u + uint32_t(j) * 32u);
-    const uint64_t db = TB ? descMN(b + uint32_t(j) * 2048u)
-                           : descOf(b + uint32_t(j) * 32u);
+    const uint64_t db =
+        TB ? descMN(b + uint32_t(j) * 2048u) : descOf(b + uint32_t(j) * 32u);
     wgmma256<TA, TB>(acc.d, da, db);
   }
   wgCommit();
@@ -120,7 +123,8 @@ __device__ inline void wgWait1() {
 /// a stage, empty past numK, so that "stage t has landed" is always "at most
 /// kStages - 2 newer groups pending"). The slots must be free: no products
 /// still read them.
-template <class Tiles> __device__ inline void ringStart(Tiles &tiles, int numK) {
+template <class Tiles>
+__device__ inline void ringStart(Tiles &tiles, int numK) {
 #pragma unroll 1
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < numK)
@@ -251,8 +255,7 @@ struct AccRows {
 /// with them reloaded from shared memory behind every store the epilogue
 /// was a chain of dependent loads.
 __device__ inline void storeRows(const WgmmaCore::Acc &acc, int c0, float *o0,
-                                 float *o1, int64_t cols, bool vec,
-                                 bool nan) {
+                                 float *o1, int64_t cols, bool vec, bool nan) {
 #pragma unroll
   for (int n = 0; n < 32; ++n) {
     const int c = n * 8 + c0;
@@ -285,9 +288,8 @@ __device__ inline void storeProduct(const ProductBf16Params &p,
                                     const int32_t *rows) {
   const AccRows at;
   const int64_t M = p.M;
-  float *o0 = at.r < pos.rowCount
-                  ? p.out + int64_t(rows[at.r]) * M + pos.n0
-                  : nullptr;
+  float *o0 =
+      at.r < pos.rowCount ? p.out + int64_t(rows[at.r]) * M + pos.n0 : nullptr;
   float *o1 = at.r + 8 < pos.rowCount
                   ? p.out + int64_t(rows[at.r + 8]) * M + pos.n0
                   : nullptr;
@@ -416,8 +418,8 @@ __global__ void __launch_bounds__(NT, 1)
     return;
   WeightGradPos pos = weightGradPos<PosCfg>(p, blockIdx.x);
   auto tilesOf = [&](const WeightGradPos &at) {
-    WeightGradTilesBf16 t{&p,    at.rowBegin, at.rowEnd, at.p0, at.q0,
-                          ring,  0,           0,         0};
+    WeightGradTilesBf16 t{&p,   at.rowBegin, at.rowEnd, at.p0, at.q0,
+                          ring, 0,           0,         0};
     t.start();
     return t;
   };
@@ -471,9 +473,9 @@ void launchBf16(Kernel kernel, int64_t tiles, const Params &p,
     contract(name, "too many tiles for one launch (%lld)", (long long)tiles);
   if (tiles <= 0)
     return;
-  RONDO_CHECK(cudaFuncSetAttribute(
-                  kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                  int(kSmem)),
+  RONDO_CHECK(cudaFuncSetAttribute(kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   int(kSmem)),
               name);
   kernel<<<unsigned(gridOf(tiles, name)), NT, kSmem, currentStream()>>>(p);
   checkLaunch(name);
@@ -491,8 +493,7 @@ void productBf16Sm90(const ProductBf16Params &p, int64_t rowTiles,
 }
 
 void weightGradBf16Sm90(const WeightGradBf16Params &p, const char *name) {
-  launchBf16(weightGradBf16Kernel, int64_t(p.E) * p.pTiles * p.qTiles, p,
-             name);
+  launchBf16(weightGradBf16Kernel, int64_t(p.E) * p.pTiles * p.qTiles, p, name);
 }
 
 } // namespace rondo::cuda::detail::grouped

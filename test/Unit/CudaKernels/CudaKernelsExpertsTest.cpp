@@ -278,10 +278,10 @@ struct DevBf16 {
 TEST_F(CudaKernels, ExpertMatmulBf16OperandsAreTheFp32StagedBits) {
   PrecisionGuard guard(cu::Precision::Bf16);
   const ExpertCase cases[] = {
-      {1000, 96, 160, 7, 1.0, 3},   {3000, 256, 320, 16, 1.2, 5},
-      {200, 1024, 72, 3, 0.0, -1},  {2048, 512, 768, 8, 0.0, -1},
-      {64, 40, 264, 130, 0.5, 7},   {1, 8, 8, 2, 0.0, -1},
-      {777, 70, 42, 5, 0.0, 0},     {150, 1030, 36, 3, 0.0, -1},
+      {1000, 96, 160, 7, 1.0, 3},  {3000, 256, 320, 16, 1.2, 5},
+      {200, 1024, 72, 3, 0.0, -1}, {2048, 512, 768, 8, 0.0, -1},
+      {64, 40, 264, 130, 0.5, 7},  {1, 8, 8, 2, 0.0, -1},
+      {777, 70, 42, 5, 0.0, 0},    {150, 1030, 36, 3, 0.0, -1},
       {300, 64, 40, 4, 0.0, -1}};
   for (const ExpertCase &c : cases)
     for (bool transW : {false, true})
@@ -318,17 +318,16 @@ TEST_F(CudaKernels, ExpertMatmulBf16OperandsAreTheFp32StagedBits) {
             outs,
             [&](const std::vector<FView> &o) {
               cu::expertMatmulBf16(x16.cv(), w16.cv(), di.v(), o[0], transW);
-              cu::expertMatmulBf16(dy16.cv(), w16.cv(), di.v(), o[1],
-                                   !transW);
+              cu::expertMatmulBf16(dy16.cv(), w16.cv(), di.v(), o[1], !transW);
               cu::expertMatmulWeightGradBf16(x16.cv(), dy16.cv(), di.v(), o[2],
                                              transW);
             },
             what);
         const char *names[] = {" out", " dx", " dW"};
         for (int i = 0; i < 3; ++i)
-          EXPECT_EQ(0, std::memcmp(got[size_t(i)].data(),
-                                   staged[size_t(i)].data(),
-                                   got[size_t(i)].size() * sizeof(float)))
+          EXPECT_EQ(0,
+                    std::memcmp(got[size_t(i)].data(), staged[size_t(i)].data(),
+                                got[size_t(i)].size() * sizeof(float)))
               << what << names[i]
               << ": not the bits of the fp32-staged kernels";
         if (bad)
@@ -336,10 +335,9 @@ TEST_F(CudaKernels, ExpertMatmulBf16OperandsAreTheFp32StagedBits) {
         IView hi{ids.data(), Shape{c.n}};
         Tensor refY(Shape{c.n, c.m}), refDx(Shape{c.n, c.kk}), refDw(wShape);
         cpu::expertMatmulBf16(x16.host(), w16.host(), hi, refY.v(), transW);
-        cpu::expertMatmulBf16(dy16.host(), w16.host(), hi, refDx.v(),
-                              !transW);
-        cpu::expertMatmulWeightGradBf16(x16.host(), dy16.host(), hi,
-                                        refDw.v(), transW);
+        cpu::expertMatmulBf16(dy16.host(), w16.host(), hi, refDx.v(), !transW);
+        cpu::expertMatmulWeightGradBf16(x16.host(), dy16.host(), hi, refDw.v(),
+                                        transW);
         expectClose(got[0], refY, what + " out against the CPU twin");
         expectClose(got[1], refDx, what + " dx against the CPU twin");
         expectClose(got[2], refDw, what + " dW against the CPU twin");

@@ -319,8 +319,8 @@ struct KernBf16StoragePass
 
     for (CallOp product : products)
       if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
-        product.setKernelAttr(FlatSymbolRefAttr::get(
-            ctx, bf16ProductTwin(product.getKernel())));
+        product.setKernelAttr(
+            FlatSymbolRefAttr::get(ctx, bf16ProductTwin(product.getKernel())));
     storeProductsInBf16(fn);
   }
 };
