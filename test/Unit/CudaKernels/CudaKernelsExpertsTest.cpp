@@ -282,7 +282,10 @@ TEST_F(CudaKernels, ExpertMatmulBf16OperandsAreTheFp32StagedBits) {
       {200, 1024, 72, 3, 0.0, -1}, {2048, 512, 768, 8, 0.0, -1},
       {64, 40, 264, 130, 0.5, 7},  {1, 8, 8, 2, 0.0, -1},
       {777, 70, 42, 5, 0.0, 0},    {150, 1030, 36, 3, 0.0, -1},
-      {300, 64, 40, 4, 0.0, -1}};
+      {300, 64, 40, 4, 0.0, -1},
+      // More tiles than an H100 has SMs: persistent blocks take several
+      // (the weight gradient's 130 x 2 tiles above, too).
+      {20000, 64, 520, 6, 0.8, 2}};
   for (const ExpertCase &c : cases)
     for (bool transW : {false, true})
       for (bool bad : {false, true}) {
