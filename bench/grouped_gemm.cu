@@ -5,7 +5,12 @@
 //===----------------------------------------------------------------------===//
 //
 // Times expertMatmul (forward, and the input gradient with transW) and
-// expertMatmulWeightGrad under Precision::Bf16 on the expert shapes of
+// expertMatmulWeightGrad under Precision::Bf16 (fp32 operands, rounded by
+// the kernels as they stage them), and their bf16-operand twins
+// expertMatmulBf16 / expertMatmulWeightGradBf16 (operands already in bf16,
+// as a trainer's resident bf16 weight copies and bf16 activations hand them
+// over; checked bit for bit against the fp32-staged results), on the
+// expert shapes of
 // Qwen3-30B-A3B (E = 128, top-8; gate/up K = 2048, M = 768 and down K = 768,
 // M = 2048) and GPT-OSS-20B (E = 32, top-4, K = M = 2880), 16,384 tokens,
 // with balanced routing (every expert the same rows) and skewed routing (each
@@ -226,8 +231,19 @@ struct Model {
 struct Row {
   std::string model, layer, routing, op;
   int64_t N, K, M, E, maxRows;
-  double ms, cublasMs, cublasRoundMs, smemStagingMs, mmaSyncMs;
+  double ms, bf16Ms, bf16OneTileMs, cublasMs, cublasRoundMs, smemStagingMs,
+      mmaSyncMs;
 };
+
+__global__ void countDiffering(const float *a, const float *b, size_t n,
+                               unsigned long long *count) {
+  unsigned long long local = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    local += __float_as_uint(a[i]) != __float_as_uint(b[i]);
+  if (local)
+    atomicAdd(count, local);
+}
 
 } // namespace
 
@@ -287,6 +303,7 @@ int main(int argc, char **argv) {
               prop.name, prop.multiProcessorCount, copyTBs, l2TBs);
 
   std::mt19937 gen(20261201);
+  int status = 0;
   std::vector<Row> rows;
   double worstCheck = 0.0;
   unsigned long long *nanCount;
@@ -294,13 +311,16 @@ int main(int argc, char **argv) {
   for (const Model &m : models) {
     const int64_t N = tokens * m.k, E = m.e, K = m.K, M = m.M;
     const size_t nx = size_t(N * K), ny = size_t(N * M), nw = size_t(E * K * M);
-    float *x, *w, *dy, *out, *dx, *dw;
+    float *x, *w, *dy, *out, *dx, *dw, *out2, *dx2, *dw2;
     CK(cudaMalloc(&x, nx * 4));
     CK(cudaMalloc(&w, nw * 4));
     CK(cudaMalloc(&dy, ny * 4));
     CK(cudaMalloc(&out, ny * 4));
     CK(cudaMalloc(&dx, nx * 4));
     CK(cudaMalloc(&dw, nw * 4));
+    CK(cudaMalloc(&out2, ny * 4));
+    CK(cudaMalloc(&dx2, nx * 4));
+    CK(cudaMalloc(&dw2, nw * 4));
     fillRandom<<<kGrid, 256, 0, st>>>(x, nx, 1);
     fillRandom<<<kGrid, 256, 0, st>>>(w, nw, 2);
     fillRandom<<<kGrid, 256, 0, st>>>(dy, ny, 3);
@@ -379,13 +399,38 @@ int main(int argc, char **argv) {
                                    CFView{dy, Shape{N, M}}, iv,
                                    FView{dw, Shape{E, K, M}}, false);
       };
+      using rondo::cpu::CBView;
+      auto bits = [](const __nv_bfloat16 *p) {
+        return reinterpret_cast<const uint16_t *>(p);
+      };
+      auto fwd16 = [&] {
+        cu::expertMatmulBf16(CBView{bits(xb), Shape{N, K}},
+                             CBView{bits(wb), Shape{E, K, M}}, iv,
+                             FView{out2, Shape{N, M}}, false);
+      };
+      auto dgrad16 = [&] {
+        cu::expertMatmulBf16(CBView{bits(dyb), Shape{N, M}},
+                             CBView{bits(wb), Shape{E, K, M}}, iv,
+                             FView{dx2, Shape{N, K}}, true);
+      };
+      auto wgrad16 = [&] {
+        cu::expertMatmulWeightGradBf16(CBView{bits(xb), Shape{N, K}},
+                                       CBView{bits(dyb), Shape{N, M}}, iv,
+                                       FView{dw2, Shape{E, K, M}}, false);
+      };
       // Poisoned outputs, one call each, checked before timing.
       CK(cudaMemsetAsync(out, 0xff, ny * 4, st));
       CK(cudaMemsetAsync(dx, 0xff, nx * 4, st));
       CK(cudaMemsetAsync(dw, 0xff, nw * 4, st));
+      CK(cudaMemsetAsync(out2, 0x7f, ny * 4, st));
+      CK(cudaMemsetAsync(dx2, 0x7f, nx * 4, st));
+      CK(cudaMemsetAsync(dw2, 0x7f, nw * 4, st));
       fwd();
       dgrad();
       wgrad();
+      fwd16();
+      dgrad16();
+      wgrad16();
       CK(cudaMemsetAsync(nanCount, 0, sizeof(unsigned long long), st));
       countNaN<<<kGrid, 256, 0, st>>>(out, ny, nanCount);
       countNaN<<<kGrid, 256, 0, st>>>(dx, nx, nanCount);
@@ -399,6 +444,22 @@ int main(int argc, char **argv) {
                      nans);
         return 1;
       }
+      // The bf16-operand kernels: the same bits as the fp32-staged ones.
+      CK(cudaMemsetAsync(nanCount, 0, sizeof(unsigned long long), st));
+      countDiffering<<<kGrid, 256, 0, st>>>(out, out2, ny, nanCount);
+      countDiffering<<<kGrid, 256, 0, st>>>(dx, dx2, nx, nanCount);
+      countDiffering<<<kGrid, 256, 0, st>>>(dw, dw2, nw, nanCount);
+      unsigned long long differing = 0;
+      CK(cudaMemcpyAsync(&differing, nanCount, sizeof(differing),
+                         cudaMemcpyDeviceToHost, st));
+      CK(cudaStreamSynchronize(st));
+      if (differing) {
+        std::fprintf(stderr,
+                     "%s %s: %llu outputs of the bf16-operand kernels differ "
+                     "from the fp32-staged ones\n",
+                     m.name, m.layer, differing);
+        status = 1; // timed all the same, reported as failed
+      }
       const double check =
           spotCheck(x, w, dy, out, dx, dw, hostIds, N, K, M, gen);
       worstCheck = std::max(worstCheck, check);
@@ -410,6 +471,12 @@ int main(int argc, char **argv) {
       const char *routingName = skewed ? "zipf" : "balanced";
       const double tFwd = timeMs(st, fwd), tDgrad = timeMs(st, dgrad),
                    tWgrad = timeMs(st, wgrad);
+      const double bFwd = timeMs(st, fwd16), bDgrad = timeMs(st, dgrad16),
+                   bWgrad = timeMs(st, wgrad16);
+      setenv("RONDO_GROUPED_PERSISTENT", "0", 1);
+      const double oFwd = timeMs(st, fwd16), oDgrad = timeMs(st, dgrad16),
+                   oWgrad = timeMs(st, wgrad16);
+      unsetenv("RONDO_GROUPED_PERSISTENT");
       setenv("RONDO_GROUPED_STAGING", "smem", 1);
       const double sFwd = timeMs(st, fwd), sDgrad = timeMs(st, dgrad),
                    sWgrad = timeMs(st, wgrad);
@@ -423,11 +490,13 @@ int main(int argc, char **argv) {
         unsetenv("RONDO_GROUPED_SM90");
       }
       rows.push_back({m.name, m.layer, routingName, "forward", N, K, M, E,
-                      maxRows, tFwd, cuFwd, cuFwdR, sFwd, mFwd});
+                      maxRows, tFwd, bFwd, oFwd, cuFwd, cuFwdR, sFwd, mFwd});
       rows.push_back({m.name, m.layer, routingName, "input grad", N, K, M, E,
-                      maxRows, tDgrad, cuDgrad, cuDgradR, sDgrad, mDgrad});
+                      maxRows, tDgrad, bDgrad, oDgrad, cuDgrad, cuDgradR,
+                      sDgrad, mDgrad});
       rows.push_back({m.name, m.layer, routingName, "weight grad", N, K, M, E,
-                      maxRows, tWgrad, cuWgrad, cuWgradR, sWgrad, mWgrad});
+                      maxRows, tWgrad, bWgrad, oWgrad, cuWgrad, cuWgradR,
+                      sWgrad, mWgrad});
       if (!skewed) {
         int32_t *sortOut;
         CK(cudaMalloc(&sortOut, size_t(N + E + 2) * sizeof(int32_t)));
@@ -440,17 +509,18 @@ int main(int argc, char **argv) {
         cudaFree(sortOut);
       }
     }
-    for (void *p :
-         {(void *)x, (void *)w, (void *)dy, (void *)out, (void *)dx, (void *)dw,
-          (void *)xb, (void *)wb, (void *)dyb, (void *)ids})
+    for (void *p : {(void *)x, (void *)w, (void *)dy, (void *)out, (void *)dx,
+                    (void *)dw, (void *)xb, (void *)wb, (void *)dyb,
+                    (void *)ids, (void *)out2, (void *)dx2, (void *)dw2})
       cudaFree(p);
   }
 
-  std::printf("\n%-14s %-9s %-8s %-11s %6s %5s %5s %6s | %8s %7s | %8s %7s "
-              "%6s | %8s %6s | %8s %8s\n",
-              "model", "layer", "routing", "op", "N", "K", "M", "maxE", "ms",
-              "TFLOP/s", "cuBLAS", "TFLOP/s", "ratio", "+round", "ratio",
-              "cp.async", "mma.sync");
+  std::printf("\n%-14s %-9s %-8s %-11s %6s %5s %5s %6s | %8s %7s %5s %8s | "
+              "%8s %7s %5s | %8s %7s | %8s %6s | %8s %8s\n",
+              "model", "layer", "routing", "op", "N", "K", "M", "maxE",
+              "bf16 ops", "TFLOP/s", "%cuBL", "1 tile", "fp32 ops", "TFLOP/s",
+              "%cuBL", "cuBLAS", "TFLOP/s", "+round", "ratio", "cp.async",
+              "mma.sync");
   FILE *json = std::fopen(jsonPath, "w");
   if (!json) {
     std::fprintf(stderr, "cannot write %s\n", jsonPath);
@@ -465,36 +535,48 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row &r = rows[i];
     const double gf = 2.0 * r.N * r.K * r.M / 1e9;
-    std::printf("%-14s %-9s %-8s %-11s %6lld %5lld %5lld %6lld | %8.3f %7.1f | "
-                "%8.3f %7.1f %6.2f | %8.3f %6.2f | %8.3f %8.3f\n",
-                r.model.c_str(), r.layer.c_str(), r.routing.c_str(),
-                r.op.c_str(), (long long)r.N, (long long)r.K, (long long)r.M,
-                (long long)r.maxRows, r.ms, gf / r.ms, r.cublasMs,
-                gf / r.cublasMs, r.cublasMs / r.ms, r.cublasRoundMs,
-                r.cublasRoundMs / r.ms, r.smemStagingMs, r.mmaSyncMs);
+    std::printf(
+        "%-14s %-9s %-8s %-11s %6lld %5lld %5lld %6lld | %8.3f %7.1f "
+        "%4.0f%% %8.3f | %8.3f %7.1f %4.0f%% | %8.3f %7.1f | %8.3f "
+        "%6.2f | %8.3f %8.3f\n",
+        r.model.c_str(), r.layer.c_str(), r.routing.c_str(), r.op.c_str(),
+        (long long)r.N, (long long)r.K, (long long)r.M, (long long)r.maxRows,
+        r.bf16Ms, gf / r.bf16Ms, 100.0 * r.cublasMs / r.bf16Ms, r.bf16OneTileMs,
+        r.ms, gf / r.ms, 100.0 * r.cublasMs / r.ms, r.cublasMs, gf / r.cublasMs,
+        r.cublasRoundMs, r.cublasRoundMs / r.ms, r.smemStagingMs, r.mmaSyncMs);
     std::fprintf(
         json,
         "    {\"model\": \"%s\", \"layer\": \"%s\", \"routing\": \"%s\", "
         "\"op\": \"%s\", \"N\": %lld, \"K\": %lld, \"M\": %lld, \"E\": %lld, "
-        "\"max_expert_rows\": %lld, \"ms\": %.4f, \"tflops\": %.1f, "
+        "\"max_expert_rows\": %lld, \"bf16_operands_ms\": %.4f, "
+        "\"bf16_operands_tflops\": %.1f, \"bf16_operands_ratio_to_cublas\": "
+        "%.3f, \"bf16_operands_one_tile_a_block_ms\": %.4f, \"ms\": %.4f, "
+        "\"tflops\": %.1f, "
         "\"cublas_bf16_ms\": %.4f, \"cublas_bf16_tflops\": %.1f, "
         "\"ratio_to_cublas\": %.3f, \"cublas_with_rounding_ms\": %.4f, "
         "\"ratio_to_cublas_with_rounding\": %.3f, \"cp_async_staging_ms\": "
         "%.4f, \"mma_sync_ms\": %.4f}%s\n",
         r.model.c_str(), r.layer.c_str(), r.routing.c_str(), r.op.c_str(),
         (long long)r.N, (long long)r.K, (long long)r.M, (long long)r.E,
-        (long long)r.maxRows, r.ms, gf / r.ms, r.cublasMs, gf / r.cublasMs,
+        (long long)r.maxRows, r.bf16Ms, gf / r.bf16Ms, r.cublasMs / r.bf16Ms,
+        r.bf16OneTileMs, r.ms, gf / r.ms, r.cublasMs, gf / r.cublasMs,
         r.cublasMs / r.ms, r.cublasRoundMs, r.cublasRoundMs / r.ms,
         r.smemStagingMs, r.mmaSyncMs, i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(json, "  ]\n}\n");
   std::fclose(json);
-  std::printf("(ratio = cuBLAS time / grouped time; +round: cuBLAS with its "
-              "operands rounded from fp32 first; cp.async: ms of the wgmma "
+  std::printf("(bf16 ops: expertMatmulBf16 / expertMatmulWeightGradBf16 on "
+              "operands stored in bf16; fp32 ops: expertMatmul / "
+              "expertMatmulWeightGrad rounding fp32 operands; 1 tile: ms of "
+              "the bf16-operand kernels with one tile a block "
+              "(RONDO_GROUPED_PERSISTENT=0); %%cuBL = cuBLAS "
+              "time / grouped time (the share of cuBLAS's rate); +round: "
+              "cuBLAS with its operands rounded from fp32 first, ratio to the "
+              "fp32-operand kernels; cp.async: ms of the fp32-operand wgmma "
               "kernels with cp.async staging; mma.sync: ms, balanced only; "
               "spot checks worst %.2g)\n",
               worstCheck);
   cudaFree(nanCount);
   cublasDestroy(h);
-  return 0;
+  return status;
 }

@@ -80,6 +80,19 @@ void matmulBf16Scaled(CBView a, CBView b, float alpha, FView out, bool transA,
   });
 }
 
+void expertMatmulBf16(CBView x, CBView w, IView ids, FView out, bool transW) {
+  std::vector<float> wx = widen(x), ww = widen(w);
+  expertMatmul(CFView{wx.data(), x.shape}, CFView{ww.data(), w.shape}, ids, out,
+               transW);
+}
+
+void expertMatmulWeightGradBf16(CBView x, CBView dY, IView ids, FView dW,
+                                bool transW) {
+  std::vector<float> wx = widen(x), wy = widen(dY);
+  expertMatmulWeightGrad(CFView{wx.data(), x.shape},
+                         CFView{wy.data(), dY.shape}, ids, dW, transW);
+}
+
 void rmsNormToBf16(CFView x, CFView w, float eps, BView y) {
   viaFp32(y, [&](FView t) { rmsNorm(x, w, eps, t); });
 }

@@ -9,7 +9,10 @@
 // run as grouped GEMMs (GroupedGemm.cu): under Precision::Bf16 on the tensor
 // cores; under Precision::Fp32 the products stay one thread per output
 // element (exact fp32, each summing in ascending order) and the weight
-// gradient sums each expert's own sorted rows in fp32. Every order depends
+// gradient sums each expert's own sorted rows in fp32. The `Bf16` twins take
+// operands kern-bf16-storage already stored in bf16 (resident bf16 copies of
+// the expert weights, bf16 activations) and feed them to the tensor cores
+// without an fp32 copy (GroupedGemmBf16Sm90.cu). Every order depends
 // only on the ids, so results are bitwise reproducible. An expert id outside
 // [0, E) makes the rows or elements it touches NaN (the device cannot abort
 // with a message; the CPU library does): its output row, and all of a weight
@@ -147,6 +150,33 @@ void expertMatmulWeightGrad(CFView x, CFView dY, IView ids, FView dW,
   grouped::expertWeightGrad(x.data, dY.data, ids.data, dW.data, s.N, s.K, s.M,
                             s.E, transW, precision() == Precision::Bf16,
                             "expertMatmulWeightGrad");
+}
+
+void expertMatmulBf16(CBView x, CBView w, IView ids, FView out, bool transW) {
+  ProfileScope profileScope("expertMatmulBf16");
+  auto s = kernels::expertSizes(
+      x.shape, w.shape, ids.shape, out.shape, transW,
+      [](auto... args) { contract("expertMatmulBf16", args...); });
+  if (s.N * s.M == 0)
+    return;
+  // bf16 operands mean the tensor cores whatever the precision: the values
+  // are already rounded, as kern-bf16-storage rounded them for matmulBf16.
+  grouped::expertProductBf16Operands(bf16Data(x), bf16Data(w), ids.data,
+                                     out.data, s.N, s.K, s.M, s.E, transW,
+                                     "expertMatmulBf16");
+}
+
+void expertMatmulWeightGradBf16(CBView x, CBView dY, IView ids, FView dW,
+                                bool transW) {
+  ProfileScope profileScope("expertMatmulWeightGradBf16");
+  auto s = kernels::expertSizes(
+      x.shape, dW.shape, ids.shape, dY.shape, transW,
+      [](auto... args) { contract("expertMatmulWeightGradBf16", args...); });
+  if (s.E * s.K * s.M == 0)
+    return;
+  grouped::expertWeightGradBf16Operands(bf16Data(x), bf16Data(dY), ids.data,
+                                        dW.data, s.N, s.K, s.M, s.E, transW,
+                                        "expertMatmulWeightGradBf16");
 }
 
 } // namespace rondo::cuda

@@ -13,15 +13,16 @@
 // the counts do not depend on the schedule), one block scans the [E, chunks]
 // counts expert-major into each chunk's first position per expert, the
 // per-expert offsets, the per-expert row-tile starts of the GEMM and the
-// experts ranked by rows; then each chunk block writes perm in row order:
+// experts ranked by rows; a table gives each row tile its expert, first row
+// and rows; then each chunk block writes perm in row order:
 // within a warp the rank among equal ids comes from __match_any_sync, and
 // the warps of a block take their turns, so rows of one expert keep their
 // ascending order. Rows with an id outside [0, E) are left out and counted.
 //
 // Products. x [N, K] times w[e] for the rows of e: a block owns BM sorted rows
 // of one expert by BN output columns. Its grid is sized by the most row tiles
-// any routing can give (ceil(N / BM) + E); a block finds its expert from the
-// device tile starts (binary search) and returns if there is none. The
+// any routing can give (ceil(N / BM) + E); a block finds its expert in the
+// row-tile table (one load) and returns if there is none. The
 // operands stay fp32 in memory: a ring of cp.async stages copies raw fp32
 // tiles (x's rows gathered through perm, zero-filled past the expert's rows
 // and past K or M), the threads round each stage to bf16 into a 128-byte-
@@ -228,6 +229,23 @@ __global__ void expertScatterKernel(const int64_t *ids, int64_t n, int e,
   }
 }
 
+/// tiles[t] = {expert, first sorted row, rows, 0} of row tile t, or
+/// {-1, 0, 0, 0} past the last tile.
+__global__ void expertTilesKernel(int e, int rowTile, int tileCount,
+                                  const int32_t *offsets,
+                                  const int32_t *tileStart, int4 *tiles) {
+  RONDO_GRID_STRIDE(t, tileCount) {
+    const int ex = expertOfTile(tileStart, e, int(t));
+    int4 v = make_int4(-1, 0, 0, 0);
+    if (ex >= 0) {
+      const int begin = offsets[ex] + (int(t) - tileStart[ex]) * rowTile;
+      const int rows = offsets[ex + 1] - begin;
+      v = make_int4(ex, begin, rows < rowTile ? rows : rowTile, 0);
+    }
+    tiles[t] = v;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // mma.sync kernels (any GPU with bf16 mma.sync: sm_80 and later)
 //===----------------------------------------------------------------------===//
@@ -427,6 +445,28 @@ void checkSortSizes(int64_t n, int64_t e, const char *name) {
              (long long)e, (long long)kMaxSortExperts);
 }
 
+/// out = the fp32 values of bf16 in (exact).
+__global__ void widenBf16Kernel(const __nv_bfloat16 *in, float *out,
+                                int64_t n) {
+  RONDO_GRID_STRIDE(i, n) { out[i] = __bfloat162float(in[i]); }
+}
+
+/// An fp32 copy of n bf16 values in a stream-ordered temporary: the
+/// operands of the fallback, which the fp32-staged kernels round back to the
+/// same bf16 values.
+struct Widened {
+  Temp temp;
+  Widened(const __nv_bfloat16 *in, int64_t n, const char *name)
+      : temp(size_t(n) * sizeof(float), name) {
+    if (n == 0)
+      return;
+    widenBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+        in, temp.as<float>(), n);
+    checkLaunch(name);
+  }
+  const float *data() const { return temp.as<float>(); }
+};
+
 bool vec16(int64_t a, int64_t b, const void *p, const void *q) {
   return a % 4 == 0 && b % 4 == 0 && aligned16(p) && aligned16(q);
 }
@@ -441,15 +481,26 @@ bool vec8(int64_t cols, const void *p) {
 // Host side
 //===----------------------------------------------------------------------===//
 
-size_t sortScratchWords(int64_t n, int64_t e) {
-  return size_t(3 * e + 3 + n + e * sortChunks(n));
+/// The most row tiles of rowTile rows n rows of e experts can give.
+int64_t sortTileCount(int64_t n, int64_t e, int rowTile) {
+  return (n + rowTile - 1) / rowTile + e;
+}
+
+size_t sortScratchWords(int64_t n, int64_t e, int rowTile) {
+  return size_t(4 * sortTileCount(n, e, rowTile) + 3 * e + 3 + n +
+                e * sortChunks(n));
 }
 
 ExpertOrder sortByExpert(const int64_t *ids, int64_t n, int64_t e, int rowTile,
                          int32_t *scratch, const char *kernel) {
   checkSortSizes(n, e, kernel);
-  const int64_t chunks = sortChunks(n);
-  int32_t *offsets = scratch, *tileStart = offsets + e + 1;
+  const int64_t chunks = sortChunks(n),
+                tileCount = sortTileCount(n, e, rowTile);
+  if (tileCount > int64_t(INT_MAX))
+    contract(kernel, "too many row tiles (%lld)", (long long)tileCount);
+  // The tile table first: the scratch is 256-byte aligned, int4 needs 16.
+  int4 *tiles = reinterpret_cast<int4 *>(scratch);
+  int32_t *offsets = scratch + 4 * tileCount, *tileStart = offsets + e + 1;
   int32_t *bySize = tileStart + e + 1, *bad = bySize + e;
   int32_t *perm = bad + 1, *base = perm + n;
   cudaStream_t stream = currentStream();
@@ -474,7 +525,11 @@ ExpertOrder sortByExpert(const int64_t *ids, int64_t n, int64_t e, int rowTile,
   expertScatterKernel<<<unsigned(chunks), kSortThreads, smem, stream>>>(
       ids, n, int(e), chunks, base, perm);
   checkLaunch(kernel);
-  return ExpertOrder{offsets, tileStart, perm, bySize, bad};
+  expertTilesKernel<<<gridFor(tileCount), kThreads, 0, stream>>>(
+      int(e), rowTile, int(tileCount), offsets, tileStart, tiles);
+  checkLaunch(kernel);
+  return ExpertOrder{offsets, tileStart, perm,          bySize,
+                     bad,     tiles,     int(tileCount)};
 }
 
 void expertProductBf16(const float *x, const float *w, const int64_t *ids,
@@ -485,7 +540,7 @@ void expertProductBf16(const float *x, const float *w, const int64_t *ids,
     const bool sm90 = groupedSm90Usable();
     const int rowTile = sm90 ? kSm90RowTile : MmaCfg::BM;
     const int colTile = sm90 ? kSm90ColTile : MmaCfg::BN;
-    Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+    Temp scratch(sortScratchWords(N, E, rowTile) * sizeof(int32_t), name);
     ProductParams p{};
     p.x = x;
     p.w = w;
@@ -527,7 +582,7 @@ void expertWeightGrad(const float *x, const float *dY, const int64_t *ids,
     tileP = sm90 ? kSm90RowTile : MmaCfg::BM;
     tileQ = sm90 ? kSm90ColTile : MmaCfg::BN;
   }
-  Temp scratch(sortScratchWords(N, E) * sizeof(int32_t), name);
+  Temp scratch(sortScratchWords(N, E, tileP) * sizeof(int32_t), name);
   WeightGradParams p{};
   // dW[e] [K, M] = x_eᵀ dY_e, or [M, K] = dY_eᵀ x_e with transW.
   p.p = transW ? dY : x;
@@ -558,6 +613,86 @@ void expertWeightGrad(const float *x, const float *dY, const int64_t *ids,
   scratch.release();
 }
 
+bool bf16OperandsFit(int64_t a, int64_t b, const void *p, const void *q) {
+  return a % 8 == 0 && b % 8 == 0 && aligned16(p) && aligned16(q);
+}
+
+void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                               const int64_t *ids, float *out, int64_t N,
+                               int64_t K, int64_t M, int64_t E, bool transW,
+                               const char *name) {
+  if (E == 0 || !groupedSm90Usable() || !bf16OperandsFit(K, M, x, w)) {
+    // Off Hopper or with unaligned rows: the fp32-staged kernels on the
+    // widened operands (they round them back to these very values).
+    Widened wx(x, N * K, name), ww(w, E * K * M, name);
+    expertProductBf16(wx.data(), ww.data(), ids, out, N, K, M, E, transW, name);
+    ww.temp.release();
+    wx.temp.release();
+    return;
+  }
+  cudaStream_t stream = currentStream();
+  // The sort's words, then the persistent blocks' tile counter.
+  const size_t words = sortScratchWords(N, E, kSm90RowTile);
+  Temp scratch((words + 1) * sizeof(int32_t), name);
+  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0, sizeof(int32_t),
+                              stream),
+              name);
+  ProductBf16Params p{};
+  p.tileCounter = reinterpret_cast<unsigned *>(scratch.as<int32_t>() + words);
+  p.x = x;
+  p.w = w;
+  p.out = out;
+  p.order = sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
+  p.K = K;
+  p.M = M;
+  p.E = int(E);
+  p.colTiles = int((M + kSm90ColTile - 1) / kSm90ColTile);
+  p.transW = transW;
+  p.vecOut = vec8(M, out);
+  productBf16Sm90(p, (N + kSm90RowTile - 1) / kSm90RowTile + E, name);
+  scratch.release();
+  nanOutsideRowsKernel<<<gridFor(N), kThreads, 0, stream>>>(ids, N, E, out, M);
+  checkLaunch(name);
+}
+
+void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
+                                  const __nv_bfloat16 *dY, const int64_t *ids,
+                                  float *dW, int64_t N, int64_t K, int64_t M,
+                                  int64_t E, bool transW, const char *name) {
+  if (N == 0) {
+    fillDevice(dW, E * K * M, 0.0f, name);
+    return;
+  }
+  if (!groupedSm90Usable() || !bf16OperandsFit(K, M, x, dY)) {
+    Widened wx(x, N * K, name), wy(dY, N * M, name);
+    expertWeightGrad(wx.data(), wy.data(), ids, dW, N, K, M, E, transW,
+                     /*bf16=*/true, name);
+    wy.temp.release();
+    wx.temp.release();
+    return;
+  }
+  const size_t words = sortScratchWords(N, E, kSm90RowTile);
+  Temp scratch((words + 1) * sizeof(int32_t), name);
+  RONDO_CHECK(cudaMemsetAsync(scratch.as<int32_t>() + words, 0, sizeof(int32_t),
+                              currentStream()),
+              name);
+  WeightGradBf16Params p{};
+  p.tileCounter = reinterpret_cast<unsigned *>(scratch.as<int32_t>() + words);
+  // dW[e] [K, M] = x_eᵀ dY_e, or [M, K] = dY_eᵀ x_e with transW.
+  p.p = transW ? dY : x;
+  p.q = transW ? x : dY;
+  p.pdim = transW ? M : K;
+  p.qdim = transW ? K : M;
+  p.dw = dW;
+  p.order = sortByExpert(ids, N, E, kSm90RowTile, scratch.as<int32_t>(), name);
+  p.E = int(E);
+  p.pTiles = int((p.pdim + kSm90RowTile - 1) / kSm90RowTile);
+  p.qTiles = int((p.qdim + kSm90ColTile - 1) / kSm90ColTile);
+  p.vecOut = vec8(p.qdim, dW);
+  weightGradBf16Sm90(p, name);
+  scratch.release();
+}
+
 } // namespace rondo::cuda::detail::grouped
 
 namespace rondo::cuda {
@@ -568,7 +703,8 @@ void expertSortForTesting(const int64_t *ids, int64_t n, int64_t experts,
   const char *name = "expertSortForTesting";
   if (n <= 0 || experts <= 0)
     contract(name, "needs rows and experts");
-  Temp scratch(grouped::sortScratchWords(n, experts) * sizeof(int32_t), name);
+  Temp scratch(grouped::sortScratchWords(n, experts, 128) * sizeof(int32_t),
+               name);
   grouped::ExpertOrder o =
       grouped::sortByExpert(ids, n, experts, 128, scratch.as<int32_t>(), name);
   cudaStream_t stream = currentStream();

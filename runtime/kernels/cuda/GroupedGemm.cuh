@@ -36,10 +36,16 @@ struct ExpertOrder {
   const int32_t *perm;      // [N]: sorted position -> original row
   const int32_t *bySize;    // [E]: the experts, most rows first (ties: lower)
   const int32_t *bad;       // [1]: rows whose id is outside [0, E)
+  /// [tileCount]: row tile t's expert, first sorted row and rows (expert -1
+  /// past the last tile), so that a block finds its tile in one load
+  /// instead of a binary search over tileStart.
+  const int4 *tiles;
+  int tileCount; // ceil(N / rowTile) + E: the most tiles any routing gives
 };
 
-/// int32 words of scratch sortByExpert needs for n rows and e experts.
-size_t sortScratchWords(int64_t n, int64_t e);
+/// int32 words of scratch sortByExpert needs for n rows, e experts and row
+/// tiles of rowTile rows.
+size_t sortScratchWords(int64_t n, int64_t e, int rowTile);
 /// Enqueues the stable counting sort of rows [0, n) by ids (rows of one
 /// expert in ascending order; out-of-range ids are left out and counted) into
 /// `scratch`, with row tiles of `rowTile` rows per expert. n >= 1, e >= 1.
@@ -405,33 +411,30 @@ __device__ inline int expertOfTile(const int32_t *tileStart, int experts,
   return lo;
 }
 
-/// Where a forward / input-gradient block works: block b is column tile
+/// Where a forward / input-gradient block works: tile b is column tile
 /// b % colTiles of row tile b / colTiles (of a grid sized for the most row
-/// tiles any routing can give).
+/// tiles any routing can give; a persistent block takes several b).
 struct ProductPos {
   int expert, rowBegin, rowCount;
   int64_t n0;
 };
 
-/// Finds the block's tile and fills `rows` (BM ints of shared memory) with
-/// its original rows (0 past rowCount); false (for every thread) when the
-/// block has no tile.
-template <class C>
-__device__ inline bool productPos(const ProductParams &p, int32_t *rows,
-                                  ProductPos &pos) {
+/// Finds tile b and fills `rows` (BM ints of shared memory) with its
+/// original rows (0 past rowCount); false (for every thread) when there is
+/// no such tile, nor any later one. Params: ProductParams or
+/// ProductBf16Params.
+template <class C, class Params>
+__device__ inline bool productPos(const Params &p, int32_t *rows,
+                                  ProductPos &pos, unsigned b) {
   __shared__ int info[3]; // expert, first sorted row, rows
-  const int rowTile = int(blockIdx.x / unsigned(p.colTiles));
-  const int colTile = int(blockIdx.x % unsigned(p.colTiles));
+  const int rowTile = int(b / unsigned(p.colTiles));
+  const int colTile = int(b % unsigned(p.colTiles));
   if (threadIdx.x == 0) {
-    const int e = expertOfTile(p.order.tileStart, p.E, rowTile);
-    info[0] = e;
-    if (e >= 0) {
-      const int begin =
-          p.order.offsets[e] + (rowTile - p.order.tileStart[e]) * C::BM;
-      const int end = p.order.offsets[e + 1];
-      info[1] = begin;
-      info[2] = end - begin < C::BM ? end - begin : C::BM;
-    }
+    const int4 t = rowTile < p.order.tileCount ? p.order.tiles[rowTile]
+                                               : make_int4(-1, 0, 0, 0);
+    info[0] = t.x;
+    info[1] = t.y;
+    info[2] = t.z;
   }
   __syncthreads();
   pos.expert = info[0];
@@ -447,9 +450,9 @@ __device__ inline bool productPos(const ProductParams &p, int32_t *rows,
 }
 
 /// Writes the accumulators to the rows' own places in out.
-template <class Core>
+template <class Core, class Params>
 __device__ inline void
-productEpilogue(const ProductParams &p, const typename Core::Acc &acc,
+productEpilogue(const Params &p, const typename Core::Acc &acc,
                 const ProductPos &pos, const int32_t *rows) {
   const int64_t M = p.M;
   Core::forEach(acc, [&](int r, int c, float v0, float v1) {
@@ -473,7 +476,7 @@ __device__ inline void productBlock(const ProductParams &p,
                                     unsigned char *smem) {
   const Smem sm = carve<C>(smem);
   ProductPos pos;
-  if (!productPos<C>(p, sm.rows, pos))
+  if (!productPos<C>(p, sm.rows, pos, blockIdx.x))
     return;
   ProductTiles<C> tiles{&p,      p.w + int64_t(pos.expert) * p.K * p.M,
                         sm.rows, pos.rowCount,
@@ -484,7 +487,7 @@ __device__ inline void productBlock(const ProductParams &p,
   productEpilogue<Core>(p, acc, pos, sm.rows);
 }
 
-/// Where a weight-gradient block works: block b is output tile b % (pTiles *
+/// Where a weight-gradient block works: tile b is output tile b % (pTiles *
 /// qTiles) of the expert ranked b / (pTiles * qTiles) by rows (the heaviest
 /// experts start first; the order of the sums does not depend on it).
 struct WeightGradPos {
@@ -492,12 +495,12 @@ struct WeightGradPos {
   int64_t p0, q0;
 };
 
-template <class C>
-__device__ inline WeightGradPos weightGradPos(const WeightGradParams &p) {
+template <class C, class Params>
+__device__ inline WeightGradPos weightGradPos(const Params &p, unsigned b) {
   const unsigned perExpert = unsigned(p.pTiles) * unsigned(p.qTiles);
-  const int within = int(blockIdx.x % perExpert);
+  const int within = int(b % perExpert);
   WeightGradPos pos;
-  pos.expert = p.order.bySize[blockIdx.x / perExpert];
+  pos.expert = p.order.bySize[b / perExpert];
   pos.rowBegin = p.order.offsets[pos.expert];
   pos.rowEnd = p.order.offsets[pos.expert + 1];
   pos.p0 = int64_t(within / p.qTiles) * C::BM;
@@ -505,9 +508,10 @@ __device__ inline WeightGradPos weightGradPos(const WeightGradParams &p) {
   return pos;
 }
 
-/// Writes dW[e]'s tile, NaN when a row's id was out of range.
-template <class Core>
-__device__ inline void weightGradEpilogue(const WeightGradParams &p,
+/// Writes dW[e]'s tile, NaN when a row's id was out of range. Params:
+/// WeightGradParams or WeightGradBf16Params.
+template <class Core, class Params>
+__device__ inline void weightGradEpilogue(const Params &p,
                                           const typename Core::Acc &acc,
                                           const WeightGradPos &pos) {
   const bool bad = *p.order.bad != 0;
@@ -535,7 +539,7 @@ template <class C, class Core>
 __device__ inline void weightGradBlock(const WeightGradParams &p,
                                        unsigned char *smem) {
   const Smem sm = carve<C>(smem);
-  const WeightGradPos pos = weightGradPos<C>(p);
+  const WeightGradPos pos = weightGradPos<C>(p, blockIdx.x);
   WeightGradTiles<C> tiles{
       &p, pos.rowBegin, pos.rowEnd, pos.p0, pos.q0, sm, 0, 0, 0};
   tiles.start();
@@ -560,6 +564,19 @@ void expertWeightGrad(const float *x, const float *dY, const int64_t *ids,
                       float *dW, int64_t N, int64_t K, int64_t M, int64_t E,
                       bool transW, bool bf16, const char *name);
 
+/// expertMatmulBf16: expertProductBf16 of operands already stored in bf16
+/// (N, M >= 1).
+void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                               const int64_t *ids, float *out, int64_t N,
+                               int64_t K, int64_t M, int64_t E, bool transW,
+                               const char *name);
+/// expertMatmulWeightGradBf16: expertWeightGrad's bf16 products of x and dY
+/// already stored in bf16 (E, K, M >= 1).
+void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
+                                  const __nv_bfloat16 *dY, const int64_t *ids,
+                                  float *dW, int64_t N, int64_t K, int64_t M,
+                                  int64_t E, bool transW, const char *name);
+
 //===----------------------------------------------------------------------===//
 // The Hopper kernels (GroupedGemmSm90.cu)
 //===----------------------------------------------------------------------===//
@@ -576,6 +593,48 @@ bool groupedSm90Usable();
 void productSm90(const ProductParams &p, int64_t rowTiles, const char *name);
 /// Launches the wgmma weight gradient (pTiles / qTiles for 128 x 256 tiles).
 void weightGradSm90(const WeightGradParams &p, const char *name);
+
+//===----------------------------------------------------------------------===//
+// The Hopper kernels of bf16 operands (GroupedGemmBf16Sm90.cu)
+//===----------------------------------------------------------------------===//
+
+/// expertProductBf16Operands' product: x [N, K], w [E, K, M] ([E, M, K] with
+/// transW), both bf16, out [N, M].
+struct ProductBf16Params {
+  const __nv_bfloat16 *x, *w;
+  float *out;
+  ExpertOrder order;
+  int64_t K, M;
+  int E, colTiles;
+  bool transW;
+  bool vecOut; // 8-byte stores: M even, out 8-byte aligned
+  /// Tiles handed out past the first gridDim.x (zero at launch): a
+  /// persistent block takes its next tile from here.
+  unsigned *tileCounter;
+};
+
+/// expertWeightGradBf16Operands' product: dw[e] = P_eᵀ Q_e, P and Q bf16.
+struct WeightGradBf16Params {
+  const __nv_bfloat16 *p, *q;
+  float *dw;
+  ExpertOrder order;
+  int64_t pdim, qdim;
+  int E, pTiles, qTiles;
+  bool vecOut;           // qdim even, dw 8-byte aligned
+  unsigned *tileCounter; // as ProductBf16Params'
+};
+
+/// Whether the bf16-operand wgmma kernels take a product whose two operands
+/// have rows of `a` and `b` elements: 16-byte copies need both to be
+/// multiples of 8 and the operands 16-byte aligned. Otherwise the operands
+/// are widened and the fp32-staged kernels run (the same bits, slower).
+bool bf16OperandsFit(int64_t a, int64_t b, const void *p, const void *q);
+/// Launches the bf16-operand wgmma product over `rowTiles` row tiles (an
+/// upper bound), 128 x 256 tiles as productSm90.
+void productBf16Sm90(const ProductBf16Params &p, int64_t rowTiles,
+                     const char *name);
+/// Launches the bf16-operand wgmma weight gradient (128 x 256 tiles).
+void weightGradBf16Sm90(const WeightGradBf16Params &p, const char *name);
 
 } // namespace rondo::cuda::detail::grouped
 

@@ -157,3 +157,29 @@ func.func @resident_weight_copy(%x: tensor<2x8x16xf32> {exec.role = "activation"
   %dx = kern.call @matmul(%dy, %r) args {accumulate = false, transA = false, transB = true} : (tensor<1x8x32xf32>, tensor<1x16x32xf32>) -> tensor<1x8x16xf32>
   return %y, %dx : tensor<2x8x32xf32>, tensor<1x8x16xf32>
 }
+
+// -----
+
+// The experts' grouped products are products where their expert weights
+// have the trainer's resident bf16 copy: expertMatmul reads the copy and
+// bf16 rows (here from the norm's bf16 twin), and the weight gradient of
+// the same routing (ids) reads bf16 rows, one copied (%dy is also a
+// result). An expertMatmul of streamed weights (%w2) keeps its fp32
+// operands and kernel: no toBf16 of a whole weight stack a microbatch.
+// CHECK-LABEL: func.func @expert_products
+// CHECK: %[[X:.*]] = kern.call @rmsNormToBf16(%arg0, %arg1) args {eps = 9.99999997E-7 : f32} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xbf16>
+// CHECK: kern.call @expertMatmulBf16(%[[X]], %arg4, %arg5) args {transW = false} : (tensor<8x16xbf16>, tensor<4x16x32xbf16>, tensor<8xi64>) -> tensor<8x32xf32>
+// CHECK: kern.call @expertMatmul(%arg6, %arg2, %arg5) args {transW = false} : (tensor<8x32xf32>, tensor<4x32x16xf32>, tensor<8xi64>) -> tensor<8x16xf32>
+// CHECK: %[[D:.*]] = kern.call @toBf16(%arg6) : (tensor<8x32xf32>) -> tensor<8x32xbf16>
+// CHECK: kern.call @expertMatmulWeightGradBf16(%[[X]], %[[D]], %arg5) args {transW = false} : (tensor<8x16xbf16>, tensor<8x32xbf16>, tensor<8xi64>) -> tensor<4x16x32xf32>
+// CHECK-NOT: @toBf16(%arg2)
+// CHECK-NOT: @toBf16(%arg3)
+// CHECK-NOT: @expertMatmulWeightGrad(
+// CHECK: return %{{.*}}, %{{.*}}, %{{.*}}, %arg6
+func.func @expert_products(%x: tensor<8x16xf32> {exec.role = "activation"}, %g: tensor<16xf32> {exec.role = "param", tg.param = "g"}, %w2: tensor<4x32x16xf32> {exec.role = "param", tg.param = "w2"}, %w: tensor<4x16x32xf32> {exec.role = "param", tg.param = "w"}, %wb: tensor<4x16x32xbf16> {exec.role = "param_bf16", tg.param = "w"}, %ids: tensor<8xi64> {exec.role = "activation"}, %dy: tensor<8x32xf32> {exec.role = "gradient"}) -> (tensor<8x32xf32>, tensor<8x16xf32>, tensor<4x16x32xf32>, tensor<8x32xf32>) attributes {exec.stage} {
+  %n = kern.call @rmsNorm(%x, %g) args {eps = 1.0e-06 : f32} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  %y = kern.call @expertMatmul(%n, %w, %ids) args {transW = false} : (tensor<8x16xf32>, tensor<4x16x32xf32>, tensor<8xi64>) -> tensor<8x32xf32>
+  %dx = kern.call @expertMatmul(%dy, %w2, %ids) args {transW = false} : (tensor<8x32xf32>, tensor<4x32x16xf32>, tensor<8xi64>) -> tensor<8x16xf32>
+  %dw = kern.call @expertMatmulWeightGrad(%n, %dy, %ids) args {transW = false} : (tensor<8x16xf32>, tensor<8x32xf32>, tensor<8xi64>) -> tensor<4x16x32xf32>
+  return %y, %dx, %dw, %dy : tensor<8x32xf32>, tensor<8x16xf32>, tensor<4x16x32xf32>, tensor<8x32xf32>
+}

@@ -15,8 +15,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "CudaKernelsTestUtil.h"
+#include "ScalarOps.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace cuda_test {
 namespace {
@@ -241,6 +243,108 @@ TEST_F(CudaKernels, ExpertMatmulFp32Sorted) {
   PrecisionGuard guard(cu::Precision::Fp32);
   for (const ExpertCase &c : kExpertCases)
     checkExperts(c, "experts fp32", kTol);
+}
+
+/// A device copy of t rounded to bf16 (nearest even), and t replaced by the
+/// rounded values widened back: what the bf16-operand kernels read.
+struct DevBf16 {
+  uint16_t *p = nullptr;
+  Shape shape;
+  std::vector<uint16_t> h; // the bits on the host, for the CPU twins
+  explicit DevBf16(Tensor &t) : shape(t.shape), h(t.data.size()) {
+    for (size_t i = 0; i < h.size(); ++i) {
+      h[i] = rondo::kernels::floatToBf16Bits(t.data[i]);
+      t.data[i] = rondo::kernels::bf16BitsToFloat(h[i]);
+    }
+    ck(cudaMalloc(&p, std::max<size_t>(h.size(), 1) * 2), "cudaMalloc");
+    ck(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice),
+       "upload bf16");
+  }
+  ~DevBf16() { cudaFree(p); }
+  DevBf16(const DevBf16 &) = delete;
+  DevBf16 &operator=(const DevBf16 &) = delete;
+  cpu::CBView cv() const { return cpu::CBView{p, shape}; }
+  cpu::CBView host() const { return cpu::CBView{h.data(), shape}; }
+};
+
+// expertMatmulBf16 / expertMatmulWeightGradBf16 (bf16 operands, as
+// kern-bf16-storage hands them over) give exactly the bits of expertMatmul /
+// expertMatmulWeightGrad under Precision::Bf16 on the same rounded values:
+// on a Hopper GPU the bf16-operand wgmma kernels (K and M multiples of 8)
+// against the fp32-staged ones, elsewhere and for other sizes the fallback
+// that widens the operands. Also against the CPU twins, which sum the same
+// products in another order, and twice bitwise; with out-of-range ids (NaN
+// rows, all of dW NaN) against the fp32-staged results alone.
+TEST_F(CudaKernels, ExpertMatmulBf16OperandsAreTheFp32StagedBits) {
+  PrecisionGuard guard(cu::Precision::Bf16);
+  const ExpertCase cases[] = {
+      {1000, 96, 160, 7, 1.0, 3},  {3000, 256, 320, 16, 1.2, 5},
+      {200, 1024, 72, 3, 0.0, -1}, {2048, 512, 768, 8, 0.0, -1},
+      {64, 40, 264, 130, 0.5, 7},  {1, 8, 8, 2, 0.0, -1},
+      {777, 70, 42, 5, 0.0, 0},    {150, 1030, 36, 3, 0.0, -1},
+      {300, 64, 40, 4, 0.0, -1},
+      // More tiles than an H100 has SMs: persistent blocks take several
+      // (the weight gradient's 130 x 2 tiles above, too).
+      {20000, 64, 520, 6, 0.8, 2}};
+  for (const ExpertCase &c : cases)
+    for (bool transW : {false, true})
+      for (bool bad : {false, true}) {
+        if (bad && c.n < 100)
+          continue;
+        Shape wShape = transW ? Shape{c.e, c.m, c.kk} : Shape{c.e, c.kk, c.m};
+        Tensor x = uniform(Shape{c.n, c.kk}), w = uniform(wShape),
+               dy = uniform(Shape{c.n, c.m});
+        DevBf16 x16(x), w16(w), dy16(dy);
+        Dev dx(x), dw(w), ddy(dy);
+        std::vector<int64_t> ids = routing(c.n, c.e, c.skew, c.idle);
+        if (bad) {
+          ids[7] = -1;
+          ids[60] = c.e;
+        }
+        DevIds di(ids, Shape{c.n});
+        std::string what = "experts bf16 operands n" + std::to_string(c.n) +
+                           " k" + std::to_string(c.kk) + " m" +
+                           std::to_string(c.m) + " e" + std::to_string(c.e) +
+                           (transW ? " transW" : "") + (bad ? " bad ids" : "");
+        std::vector<OutSpec> outs = {
+            {Shape{c.n, c.m}, {}}, {Shape{c.n, c.kk}, {}}, {wShape, {}}};
+        auto staged = runTwice(
+            outs,
+            [&](const std::vector<FView> &o) {
+              cu::expertMatmul(dx.cv(), dw.cv(), di.v(), o[0], transW);
+              cu::expertMatmul(ddy.cv(), dw.cv(), di.v(), o[1], !transW);
+              cu::expertMatmulWeightGrad(dx.cv(), ddy.cv(), di.v(), o[2],
+                                         transW);
+            },
+            what + " fp32-staged");
+        auto got = runTwice(
+            outs,
+            [&](const std::vector<FView> &o) {
+              cu::expertMatmulBf16(x16.cv(), w16.cv(), di.v(), o[0], transW);
+              cu::expertMatmulBf16(dy16.cv(), w16.cv(), di.v(), o[1], !transW);
+              cu::expertMatmulWeightGradBf16(x16.cv(), dy16.cv(), di.v(), o[2],
+                                             transW);
+            },
+            what);
+        const char *names[] = {" out", " dx", " dW"};
+        for (int i = 0; i < 3; ++i)
+          EXPECT_EQ(0,
+                    std::memcmp(got[size_t(i)].data(), staged[size_t(i)].data(),
+                                got[size_t(i)].size() * sizeof(float)))
+              << what << names[i]
+              << ": not the bits of the fp32-staged kernels";
+        if (bad)
+          continue;
+        IView hi{ids.data(), Shape{c.n}};
+        Tensor refY(Shape{c.n, c.m}), refDx(Shape{c.n, c.kk}), refDw(wShape);
+        cpu::expertMatmulBf16(x16.host(), w16.host(), hi, refY.v(), transW);
+        cpu::expertMatmulBf16(dy16.host(), w16.host(), hi, refDx.v(), !transW);
+        cpu::expertMatmulWeightGradBf16(x16.host(), dy16.host(), hi, refDw.v(),
+                                        transW);
+        expectClose(got[0], refY, what + " out against the CPU twin");
+        expectClose(got[1], refDx, what + " dx against the CPU twin");
+        expectClose(got[2], refDw, what + " dW against the CPU twin");
+      }
 }
 
 // Out-of-range ids: their rows of out are NaN and the rest as if they were

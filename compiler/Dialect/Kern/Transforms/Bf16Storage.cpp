@@ -5,9 +5,12 @@
 //===----------------------------------------------------------------------===//
 //
 // Decides, per stage function, which values live in bf16: the operands of
-// matrix products. A value read only by products is produced in bf16 by its
-// kernel's twin; any other gets a toBf16 copy in front of its products. Both
-// round exactly where matmul used to round its operands, so the bits stay.
+// matrix products (matmul, and the experts' expertMatmul and
+// expertMatmulWeightGrad where their expert weights have a resident bf16
+// copy: their bf16 kernels then read both operands without an fp32 copy).
+// A value read only by products is produced in bf16 by its kernel's twin;
+// any other gets a toBf16 copy in front of its products. Both round exactly
+// where the products used to round their operands, so the bits stay.
 //
 // A device-resident weight whose stage function also takes its bf16 copy
 // (the `param_bf16` argument convert-pipe-to-exec adds) is read from that
@@ -22,8 +25,10 @@
 #include "Dialect/TG/IR/TGOps.h"
 
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSwitch.h"
 
 using namespace mlir;
@@ -54,7 +59,19 @@ RankedTensorType asBf16(Type t) {
   return RankedTensorType::get(r.getShape(), BFloat16Type::get(t.getContext()));
 }
 
-bool isProduct(CallOp call) { return call.getKernel() == "matmul"; }
+/// The kernel that computes `kernel`'s product from bf16 operands a and b
+/// (its first two operands), or "" when `kernel` is no product: matmul and
+/// the experts' grouped products.
+StringRef bf16ProductTwin(StringRef kernel) {
+  return llvm::StringSwitch<StringRef>(kernel)
+      .Case("matmul", "matmulBf16")
+      .Case("expertMatmul", "expertMatmulBf16")
+      .Case("expertMatmulWeightGrad", "expertMatmulWeightGradBf16")
+      .Default("");
+}
+
+/// The calls this pass treats as products of one stage function.
+using ProductSet = llvm::SmallPtrSet<Operation *, 32>;
 
 /// One operand (a or b) of a product, and the reshapes between it and the
 /// value it reads (outermost last).
@@ -65,16 +82,15 @@ struct ProductUse {
 
 /// Whether every use of `v`, through reshapes, is operand a or b of a
 /// product (a function result or any other reader is not).
-bool onlyProducts(Value v) {
+bool onlyProducts(Value v, const ProductSet &products) {
   for (OpOperand &use : v.getUses()) {
     if (auto r = dyn_cast<tg::ReshapeOp>(use.getOwner())) {
-      if (!onlyProducts(r.getResult()))
+      if (!onlyProducts(r.getResult(), products))
         return false;
       continue;
     }
-    auto call = dyn_cast<CallOp>(use.getOwner());
     // a and b are the first two operands (inputs come before inits).
-    if (!call || !isProduct(call) || use.getOperandNumber() >= 2)
+    if (!products.contains(use.getOwner()) || use.getOperandNumber() >= 2)
       return false;
   }
   return true;
@@ -105,12 +121,13 @@ using UsesBySource = llvm::MapVector<Value, SmallVector<ProductUse>>;
 /// read only by products (a skipped or unread result stays unread): each
 /// result's products then read the twin's result. The caller erases
 /// `producer` on success.
-LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource) {
+LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource,
+                                 const ProductSet &products) {
   std::string twin = bf16Twin(producer.getKernel());
   if (twin.empty() || !producer.getInits().empty())
     return failure();
   for (Value r : producer->getResults())
-    if (!r.use_empty() && (!bySource.count(r) || !onlyProducts(r)))
+    if (!r.use_empty() && (!bySource.count(r) || !onlyProducts(r, products)))
       return failure();
   SmallVector<Type> types;
   for (Value r : producer->getResults())
@@ -220,12 +237,62 @@ struct KernBf16StoragePass
     if (!fn->hasAttr(exec::kStageAttr) || !fn.getBody().hasOneBlock())
       return;
     MLIRContext *ctx = &getContext();
+
+    // The bf16 copies the trainer keeps of resident weights, by parameter.
+    DenseMap<Attribute, Value> residentCopy;
+    for (BlockArgument arg : fn.getArguments())
+      if (auto role = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      exec::kRoleAttr);
+          role && role.getValue() == "param_bf16")
+        residentCopy[fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr)] = arg;
+    auto copyOf = [&](Value v) -> Value {
+      auto arg = dyn_cast<BlockArgument>(v);
+      if (!arg || arg.getOwner()->getParentOp() != fn)
+        return {};
+      Attribute name = fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
+      return name ? residentCopy.lookup(name) : Value();
+    };
+    auto throughReshapes = [](Value v) {
+      while (auto r = v.getDefiningOp<tg::ReshapeOp>())
+        v = r.getX();
+      return v;
+    };
+
+    // The products: every matmul, and the experts' grouped products that
+    // need no copy of an expert weight: an expertMatmul whose weights
+    // (operand 1) have the trainer's resident bf16 copy (or are bf16
+    // already), and the weight gradients of the same routing (ids), whose
+    // operands are rows. A streamed [E, K, M] weight stack keeps the
+    // fp32-staged kernels, which round it as they load it: a toBf16 of the
+    // whole stack every microbatch would cost more than the bf16 kernels
+    // save below ~1,000 rows an expert on an H100 (bench/results/h100x1/
+    // grouped-gemm-bf16-2026-11-27).
+    auto bf16Weights = [&](CallOp call) {
+      Value w = throughReshapes(call.getInputs()[1]);
+      return !isF32(w) || copyOf(w);
+    };
+    DenseSet<Value> bf16Routing;
+    fn.walk([&](CallOp call) {
+      if (call.getKernel() == "expertMatmul" && bf16Weights(call))
+        bf16Routing.insert(call.getInputs()[2]);
+    });
+    auto isProduct = [&](CallOp call) {
+      StringRef kernel = call.getKernel();
+      if (kernel == "expertMatmul")
+        return bf16Weights(call);
+      if (kernel == "expertMatmulWeightGrad")
+        return bf16Routing.contains(call.getInputs()[2]);
+      return kernel == "matmul";
+    };
     DenseMap<Operation *, unsigned> position;
     SmallVector<CallOp> products;
+    ProductSet productSet;
     for (Operation &op : fn.getBody().front()) {
       position[&op] = position.size();
-      if (auto call = dyn_cast<CallOp>(op); call && isProduct(call))
+      if (auto call = dyn_cast<CallOp>(op); call && isProduct(call)) {
         products.push_back(call);
+        productSet.insert(call);
+      }
     }
     // The fp32 values products read, each with its product operands in
     // program order.
@@ -242,21 +309,6 @@ struct KernBf16StoragePass
         if (isF32(v))
           bySource[v].push_back(std::move(use));
       }
-
-    // The bf16 copies the trainer keeps of resident weights, by parameter.
-    DenseMap<Attribute, Value> residentCopy;
-    for (BlockArgument arg : fn.getArguments())
-      if (auto role = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                      exec::kRoleAttr);
-          role && role.getValue() == "param_bf16")
-        residentCopy[fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr)] = arg;
-    auto copyOf = [&](Value v) -> Value {
-      auto arg = dyn_cast<BlockArgument>(v);
-      if (!arg || arg.getOwner()->getParentOp() != fn)
-        return {};
-      Attribute name = fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
-      return name ? residentCopy.lookup(name) : Value();
-    };
 
     // Producers are looked up before any is replaced (a replaced
     // producer's results are gone).
@@ -276,7 +328,8 @@ struct KernBf16StoragePass
         eraseDeadReshapes(value);
         continue;
       }
-      if (producer && succeeded(storeResultsInBf16(producer, bySource))) {
+      if (producer &&
+          succeeded(storeResultsInBf16(producer, bySource, productSet))) {
         replaced.insert(producer);
         producer.erase();
         continue;
@@ -304,7 +357,8 @@ struct KernBf16StoragePass
 
     for (CallOp product : products)
       if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
-        product.setKernelAttr(FlatSymbolRefAttr::get(ctx, "matmulBf16"));
+        product.setKernelAttr(
+            FlatSymbolRefAttr::get(ctx, bf16ProductTwin(product.getKernel())));
     storeProductsInBf16(fn);
   }
 };

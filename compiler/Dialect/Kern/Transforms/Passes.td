@@ -35,6 +35,16 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
     memory. Function arguments and results keep their types (the exec
     program's buffers are laid out before this pass).
 
+    The experts' grouped products (`expertMatmul` of rows and an [E, K, M]
+    expert weight stack, `expertMatmulWeightGrad` of two row operands)
+    round both operands under bf16 precision too. Where the stack has the
+    trainer's resident bf16 copy, an `expertMatmul` is a product (it becomes
+    `expertMatmulBf16`, reading the copy and bf16 rows), and so are the
+    weight gradients of the same routing ids
+    (`expertMatmulWeightGradBf16`). A streamed stack keeps the fp32
+    kernels, which round it as they load it: a `toBf16` of the whole stack
+    at every microbatch would cost more than the bf16 kernels save.
+
     Then activations: a product whose every reader has a twin that takes
     bf16 operands (`gatedActToBf16` -> `gatedActBf16`,
     `gatedActBackwardToBf16` -> `gatedActBackwardBf16`), each of whose

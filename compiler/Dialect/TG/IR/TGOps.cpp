@@ -43,7 +43,10 @@ static bool readOnlyByProductsImpl(Value v, bool &used) {
         return false;
       continue;
     }
-    if (!isa<rondo::tg::MatmulOp>(user))
+    // The experts' grouped products round both operands under bf16 as
+    // matmul does (their ids, operand 2, are never a float value).
+    if (!isa<rondo::tg::MatmulOp, rondo::tg::ExpertMatmulOp,
+             rondo::tg::ExpertMatmulWGradOp>(user))
       return false;
     used = true;
   }
