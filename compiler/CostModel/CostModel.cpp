@@ -82,12 +82,42 @@ static bool isMatmulLike(Operation *op) {
 
 /// The fused attention's efficiency at the keys its rows see (the spec's
 /// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
-static double attentionEfficiency(Operation *op, const DeviceSpec &spec) {
-  double efficiency =
-      isa<tg::AttentionGradOp>(op) && spec.attentionBackwardEfficiency > 0
-          ? spec.attentionBackwardEfficiency
-          : spec.attentionEfficiency;
+/// Whether a GPU runs this attention on cuDNN's fused graph rather than
+/// Rondo's flash kernels: the runtime's rules (shapeRefusal and
+/// workspaceLimit in runtime/kernels/cuda/CudnnAttention.cu).
+static bool onCudnn(Operation *op, const DeviceSpec &spec,
+                    const CostOptions &options) {
+  if (!spec.isGpu || spec.cudnnAttentionEfficiency <= 0 || !options.bf16)
+    return false;
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto k = cast<RankedTensorType>(op->getOperand(1).getType());
+  int64_t headDim = q.getDimSize(3), queries = q.getDimSize(2),
+          keys = k.getDimSize(2);
+  if ((headDim != 64 && headDim != 128) ||
+      (op->hasAttr("causal") && keys < queries))
+    return false;
+  if (auto forward = dyn_cast<tg::AttentionOp>(op))
+    return !forward.getSinks();
+  double rows = std::max(1.0, static_cast<double>(q.getDimSize(0)) /
+                                  static_cast<double>(options.microbatches));
+  double workspace = 2 * rows * static_cast<double>(q.getDimSize(1)) *
+                     static_cast<double>(queries) * static_cast<double>(keys);
+  return workspace <= spec.cudnnAttentionWorkspaceBytes;
+}
+
+static double attentionEfficiency(Operation *op, const DeviceSpec &spec,
+                                  const CostOptions &options) {
+  bool backward = isa<tg::AttentionGradOp>(op);
+  double efficiency = backward && spec.attentionBackwardEfficiency > 0
+                          ? spec.attentionBackwardEfficiency
+                          : spec.attentionEfficiency;
   double h = spec.attentionTokensForHalfEfficiency;
+  if (onCudnn(op, spec, options)) {
+    efficiency = backward && spec.cudnnAttentionBackwardEfficiency > 0
+                     ? spec.cudnnAttentionBackwardEfficiency
+                     : spec.cudnnAttentionEfficiency;
+    h = spec.cudnnAttentionTokensForHalfEfficiency;
+  }
   if (h <= 0)
     return efficiency;
   Value k = op->getOperand(1); // q, k, v, ... for both ops
@@ -167,7 +197,7 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
     double peak = options.bf16 ? spec.peakFlopsBf16 : spec.peakFlopsFp32;
     if (isa<tg::AttentionOp, tg::AttentionGradOp>(op))
       rate = hasFlashAttention(op, spec, options)
-                 ? peak * attentionEfficiency(op, spec)
+                 ? peak * attentionEfficiency(op, spec, options)
                  : spec.attentionFallbackFlops;
     else if (isa<tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op) &&
              spec.expertMatmulEfficiency > 0 && options.bf16)

@@ -63,6 +63,18 @@ struct DeviceSpec {
   /// longer rows; never above matmulEfficiency. 0: one rate for all.
   double attentionTokensForHalfEfficiency = 0;
   double attentionFitTokens = 4096;
+  /// Hopper's attention on cuDNN's fused graph (runtime/kernels/cuda/
+  /// CudnnAttention.cu), which bf16 plans take at head dimensions 64 and
+  /// 128 unless a forward has sinks, a causal one has fewer keys than
+  /// queries, or a backward's deterministic workspace (dP in bf16, 2 B Hq T
+  /// S bytes a microbatch) exceeds cudnnAttentionWorkspaceBytes (the
+  /// runtime's RONDO_CUDNN_WORKSPACE_MB): forward and backward efficiencies
+  /// at attentionFitTokens keys and their own half-efficiency length, as
+  /// above. 0: no cuDNN path (the flash kernels' rates apply).
+  double cudnnAttentionEfficiency = 0;
+  double cudnnAttentionBackwardEfficiency = 0;
+  double cudnnAttentionTokensForHalfEfficiency = 0;
+  double cudnnAttentionWorkspaceBytes = 4.0 * (1 << 30);
   double memoryBandwidth = 0;
   double memoryEfficiency = 0.8;
   double memoryBytes = 0;     // per worker

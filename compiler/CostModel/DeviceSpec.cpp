@@ -66,6 +66,18 @@ static DeviceSpec h100() {
   // of resident-bf16-2026-11-27 measured 330 / 268 TFLOP/s there, 1.36x
   // W1's).
   s.attentionTokensForHalfEfficiency = 1774;
+  // cuDNN's fused attention (CudnnAttention.cu, deterministic backward), as
+  // the trainer runs it at W1's 4K keys and 2 rows a microbatch: 255
+  // TFLOP/s forward and 254 backward in the kernel profile of
+  // bench/results/h100x1/cudnn-graphs-2026-11-27, conversions from and to
+  // fp32 included. Its rate grows faster with the keys than the flash
+  // kernels': 1.44x forward and 1.37x backward from 4K to 8K keys at one
+  // row (bench/results/h100x1/attention-cudnn-2026-11-27), which
+  // S / (S + 5100) gives. Longer rows whose backward workspace exceeds 4
+  // GiB run on the flash kernels, at the rates above.
+  s.cudnnAttentionEfficiency = 0.258;
+  s.cudnnAttentionBackwardEfficiency = 0.257;
+  s.cudnnAttentionTokensForHalfEfficiency = 5100;
   // The experts' grouped GEMMs (GroupedGemmSm90.cu) on Qwen3-30B-A3B's
   // expert shapes, forward, input and weight gradient: 204-244 TFLOP/s
   // (bench/results/h100x1/grouped-gemm-2026-11-27), against cuBLAS's
@@ -257,6 +269,12 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"attention_tokens_for_half_efficiency",
        &spec.attentionTokensForHalfEfficiency},
       {"attention_fit_tokens", &spec.attentionFitTokens},
+      {"cudnn_attention_efficiency", &spec.cudnnAttentionEfficiency},
+      {"cudnn_attention_backward_efficiency",
+       &spec.cudnnAttentionBackwardEfficiency},
+      {"cudnn_attention_tokens_for_half_efficiency",
+       &spec.cudnnAttentionTokensForHalfEfficiency},
+      {"cudnn_attention_workspace_bytes", &spec.cudnnAttentionWorkspaceBytes},
       {"memory_bandwidth", &spec.memoryBandwidth},
       {"memory_efficiency", &spec.memoryEfficiency},
       {"memory_bytes", &spec.memoryBytes},
@@ -323,9 +341,12 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
   if (spec.matmulEfficiency <= 0 || spec.matmulEfficiency > 1 ||
       spec.attentionEfficiency <= 0 || spec.attentionEfficiency > 1 ||
       spec.attentionBackwardEfficiency < 0 ||
-      spec.attentionBackwardEfficiency > 1 || spec.expertMatmulEfficiency < 0 ||
-      spec.expertMatmulEfficiency > 1 || spec.memoryEfficiency <= 0 ||
-      spec.memoryEfficiency > 1)
+      spec.attentionBackwardEfficiency > 1 ||
+      spec.cudnnAttentionEfficiency < 0 || spec.cudnnAttentionEfficiency > 1 ||
+      spec.cudnnAttentionBackwardEfficiency < 0 ||
+      spec.cudnnAttentionBackwardEfficiency > 1 ||
+      spec.expertMatmulEfficiency < 0 || spec.expertMatmulEfficiency > 1 ||
+      spec.memoryEfficiency <= 0 || spec.memoryEfficiency > 1)
     return specError(nameOrPath, "efficiencies must be in (0, 1]");
   return spec;
 }
