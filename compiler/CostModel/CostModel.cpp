@@ -82,6 +82,18 @@ static bool isMatmulLike(Operation *op) {
 
 /// The fused attention's efficiency at the keys its rows see (the spec's
 /// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
+/// The workspace of cuDNN's deterministic attention backward for one
+/// microbatch: dP in bf16, 2 B Hq T S bytes.
+static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto k = cast<RankedTensorType>(op->getOperand(1).getType());
+  double rows = std::max(1.0, static_cast<double>(q.getDimSize(0)) /
+                                  static_cast<double>(options.microbatches));
+  return 2 * rows * static_cast<double>(q.getDimSize(1)) *
+         static_cast<double>(q.getDimSize(2)) *
+         static_cast<double>(k.getDimSize(2));
+}
+
 /// Whether a GPU runs this attention on cuDNN's fused graph rather than
 /// Rondo's flash kernels: the runtime's rules (shapeRefusal and
 /// workspaceLimit in runtime/kernels/cuda/CudnnAttention.cu).
@@ -98,11 +110,7 @@ static bool onCudnn(Operation *op, const DeviceSpec &spec,
     return false;
   if (auto forward = dyn_cast<tg::AttentionOp>(op))
     return !forward.getSinks();
-  double rows = std::max(1.0, static_cast<double>(q.getDimSize(0)) /
-                                  static_cast<double>(options.microbatches));
-  double workspace = 2 * rows * static_cast<double>(q.getDimSize(1)) *
-                     static_cast<double>(queries) * static_cast<double>(keys);
-  return workspace <= spec.cudnnAttentionWorkspaceBytes;
+  return cudnnWorkspaceBytes(op, options) <= spec.cudnnAttentionWorkspaceBytes;
 }
 
 static double attentionEfficiency(Operation *op, const DeviceSpec &spec,
@@ -275,6 +283,11 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       double outputs = 0;
       for (Value r : op.getResults())
         outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
+      // cuDNN's deterministic attention backward keeps dP, in bf16, in its
+      // workspace while it runs (2 B Hq T S bytes a microbatch: 2.2 GB at
+      // the Qwen3-30B-A3B shape's 32 heads and 2 rows of 4K tokens).
+      if (isa<tg::AttentionGradOp>(op) && onCudnn(&op, spec, options))
+        outputs += cudnnWorkspaceBytes(&op, options);
       layer.transientBytes = std::max(layer.transientBytes, outputs);
       layer.backwardWork = true;
       layer.backwardSeconds += seconds;

@@ -343,7 +343,11 @@ TEST_F(CudaKernels, ExpertMatmulBf16OperandsAreTheFp32StagedBits) {
                                         transW);
         expectClose(got[0], refY, what + " out against the CPU twin");
         expectClose(got[1], refDx, what + " dx against the CPU twin");
-        expectClose(got[2], refDw, what + " dW against the CPU twin");
+        // The weight gradient sums up to n products per element in fp32, in
+        // another order than the CPU twin: its rounding error grows with the
+        // square root of the sum's length (20,000 rows: 1.02e-5 measured).
+        expectClose(got[2], refDw, what + " dW against the CPU twin",
+                    kTol * std::max(1.0, std::sqrt(double(c.n) / 2048)));
       }
 }
 
