@@ -12,24 +12,50 @@
 #include <cstdio>
 #include <cstring>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace rondo::rt {
 
-/// The largest exponent field is not all ones. Branch-free, so it
-/// vectorises; most steps have no NaN. Threaded: the optimizer task checks
-/// every gradient of a step before it updates anything, gigabytes for a
-/// 1.7B model, on the step's critical path.
+/// No value's exponent field is all ones (an infinity or a NaN). The
+/// optimizer task checks every gradient of a step before it updates
+/// anything, gigabytes for a 1.7B model, on the step's critical path: so
+/// it is threaded, branch-free, and each thread reads four streams at once.
+/// One sequential stream a core read 5-8 GB/s on the 2-core machine and
+/// made the check take as long as the AdamW update after it (0.44 s for
+/// Qwen3-0.6B); four keep more of each core's memory reads in flight.
 bool allFinite(const void *data, int64_t n) {
-  const unsigned char *p = static_cast<const unsigned char *>(data);
-  uint32_t largest = 0;
-// clang-format off
-#pragma omp parallel for simd reduction(max : largest) schedule(static) if (n >= (int64_t(1) << 20))
-  // clang-format on
-  for (int64_t e = 0; e < n; ++e) {
+  const unsigned char *bytes = static_cast<const unsigned char *>(data);
+  // Adding 2^23 to the exponent field carries into bit 31 exactly when the
+  // field is all ones.
+  auto flag = [bytes](int64_t e) {
     uint32_t bits;
-    std::memcpy(&bits, p + 4 * e, sizeof(bits));
-    largest = std::max(largest, bits & 0x7f800000u);
+    std::memcpy(&bits, bytes + 4 * e, sizeof(bits));
+    return (bits & 0x7f800000u) + 0x00800000u;
+  };
+  uint32_t seen = 0;
+#pragma omp parallel reduction(| : seen) if (n >= (int64_t(1) << 20))
+  {
+    int64_t begin = 0, end = n;
+#ifdef _OPENMP
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    begin = n * t / threads;
+    end = n * (t + 1) / threads;
+#endif
+    const int64_t quarter = (end - begin) / 4;
+    uint32_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = begin; i < begin + quarter; ++i) {
+      a |= flag(i);
+      b |= flag(i + quarter);
+      c |= flag(i + 2 * quarter);
+      d |= flag(i + 3 * quarter);
+    }
+    for (int64_t i = begin + 4 * quarter; i < end; ++i)
+      a |= flag(i);
+    seen |= a | b | c | d;
   }
-  return largest != 0x7f800000u;
+  return (seen & 0x80000000u) == 0;
 }
 
 NonFiniteParam firstNonFiniteParam(const ModelSpec &model,

@@ -233,12 +233,13 @@ void ProgramGrads::sumParts(int q, float *sum, Shard range) const {
            range.begin;
   };
   // Elementwise, so threading keeps the order of the additions (and the
-  // bits) of the sequential loop.
-  const float *first = part(0);
+  // bits) of the sequential loop. The first two parts in one pass: a tied
+  // embedding (two parts) is then read and written once.
+  const float *first = part(0), *second = part(1);
 #pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
   for (int64_t e = 0; e < n; ++e)
-    sum[e] = first[e];
-  for (size_t i = 1; i < parts.size(); ++i) {
+    sum[e] = first[e] + second[e];
+  for (size_t i = 2; i < parts.size(); ++i) {
     const float *g = part(i);
 #pragma omp parallel for simd schedule(static) if (n >= (int64_t(1) << 20))
     for (int64_t e = 0; e < n; ++e)
