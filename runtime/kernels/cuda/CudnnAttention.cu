@@ -120,19 +120,6 @@ bool cudnnWanted() {
   return true;
 }
 
-/// Whether the current device is compute capability 9.0, the only one this
-/// path has been measured on; elsewhere Rondo's kernels run.
-bool deviceIsSm90() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) !=
-          cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-}
-
 /// Why the shape cannot take cuDNN's graph at all (null: it can): sinks
 /// change the softmax (forward only), D other than 64 / 128 is outside the
 /// measured engines, and a causal mask with S < T leaves rows without a key
@@ -417,7 +404,8 @@ Key makeKey(const FlashDims &d, bool causal, bool backward) {
 bool wanted(const FlashDims &d, bool causal, const char *direction) {
   if (!cudnnWanted())
     return false;
-  if (!deviceIsSm90())
+  // Compute capability 9.0 is the only one this path has been measured on.
+  if (!currentDeviceIsSm90())
     return false;
   if (const char *why = shapeRefusal(d, causal)) {
     noteOnce(std::string("attention ") + direction +
@@ -425,6 +413,20 @@ bool wanted(const FlashDims &d, bool causal, const char *direction) {
     return false;
   }
   return true;
+}
+
+/// wanted() and acquire() for one call: true with the plan and the device
+/// lock held, false (the reason noted once) when Rondo's kernels run.
+bool cudnnServes(const FlashDims &d, bool causal, const Key &key,
+                 DeviceState *&st, Plan *&plan,
+                 std::unique_lock<std::mutex> &lock) {
+  if (!wanted(d, causal, key.backward ? "backward" : "forward"))
+    return false;
+  std::string note;
+  if (acquire(key, st, plan, lock, note))
+    return true;
+  noteOnce(note);
+  return false;
 }
 
 /// lse as cuDNN's stats tensor: the caller's pointer where it is aligned to
@@ -442,17 +444,12 @@ struct StatsBuffer {
 bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
                            const float *v, bool causal, float scale, float *out,
                            float *lse, const char *name) {
-  if (!wanted(d, causal, "forward"))
-    return false;
-  Key key = makeKey(d, causal, false);
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;
-  std::string note;
-  if (!acquire(key, st, plan, lock, note)) {
-    noteOnce(note);
+  if (!cudnnServes(d, causal, makeKey(d, causal, /*backward=*/false), st,
+                   plan, lock))
     return false;
-  }
   const int64_t nq = d.B * d.Hq * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
   Temp qb(size_t(nq) * 2, name), kb(size_t(nk) * 2, name),
       vb(size_t(nk) * 2, name), ob(size_t(nq) * 2, name);
@@ -494,17 +491,12 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   // Sinks only change the forward: lse carries them, P = exp(s - lse).
   FlashDims dims = d;
   dims.sinks = nullptr;
-  if (!wanted(dims, causal, "backward"))
-    return false;
-  Key key = makeKey(dims, causal, true);
+  const Key key = makeKey(dims, causal, /*backward=*/true);
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;
-  std::string note;
-  if (!acquire(key, st, plan, lock, note)) {
-    noteOnce(note);
+  if (!cudnnServes(dims, causal, key, st, plan, lock))
     return false;
-  }
   const int64_t rows = d.B * d.Hq * d.T;
   const int64_t nq = rows * d.D, nk = d.B * d.Hkv * d.S * d.D;
   Temp qb(size_t(nq) * 2, name), kb(size_t(nk) * 2, name),
@@ -568,7 +560,7 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
 } // namespace detail
 
 const char *cudnnAttentionUnavailable() {
-  if (!detail::deviceIsSm90())
+  if (!detail::currentDeviceIsSm90())
     return "the current device is not compute capability 9.0";
   const detail::cudnn::Api &a = detail::cudnn::api();
   if (!a.failure.empty())
@@ -586,7 +578,7 @@ const char *cudnnAttentionUnavailable() {
 bool cudnnAttentionForward(const FlashDims &d, const float *, const float *,
                            const float *, bool causal, float, float *, float *,
                            const char *) {
-  if (cudnnWanted() && deviceIsSm90() && !shapeRefusal(d, causal))
+  if (cudnnWanted() && currentDeviceIsSm90() && !shapeRefusal(d, causal))
     noteOnce("attention on Rondo's kernels, not cuDNN: built without "
              "cudnn_graph.h");
   return false;
@@ -598,7 +590,7 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *, const float *,
                             float *, const char *) {
   FlashDims dims = d;
   dims.sinks = nullptr;
-  if (cudnnWanted() && deviceIsSm90() && !shapeRefusal(dims, causal))
+  if (cudnnWanted() && currentDeviceIsSm90() && !shapeRefusal(dims, causal))
     noteOnce("attention on Rondo's kernels, not cuDNN: built without "
              "cudnn_graph.h");
   return false;

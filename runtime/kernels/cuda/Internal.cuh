@@ -524,13 +524,8 @@ __device__ inline uint32_t packBf16(float lo, float hi) {
   return r;
 }
 
-/// Whether the sm_90a kernels of a family may run: the current device is
-/// compute capability 9.0 and `envVar` (RONDO_FLASH_SM90, RONDO_GROUPED_SM90)
-/// is not "0".
-inline bool sm90KernelsUsable(const char *envVar) {
-  const char *env = std::getenv(envVar);
-  if (env && env[0] == '0')
-    return false;
+/// Whether the current device is compute capability 9.0 (Hopper).
+inline bool currentDeviceIsSm90() {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
@@ -539,6 +534,14 @@ inline bool sm90KernelsUsable(const char *envVar) {
           cudaSuccess)
     return false;
   return major == 9 && minor == 0;
+}
+
+/// Whether the sm_90a kernels of a family may run: the current device is
+/// compute capability 9.0 and `envVar` (RONDO_FLASH_SM90, RONDO_GROUPED_SM90)
+/// is not "0".
+inline bool sm90KernelsUsable(const char *envVar) {
+  const char *env = std::getenv(envVar);
+  return !(env && env[0] == '0') && currentDeviceIsSm90();
 }
 
 } // namespace rondo::cuda::detail
