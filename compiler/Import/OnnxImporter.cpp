@@ -440,11 +440,16 @@ LogicalResult Importer::declareInputs(SmallVectorImpl<Type> &argTypes,
              << "--input-shape names '" << entry.getKey()
              << "', which is not a graph input (inputs: " << names << ")";
     }
-  for (const auto &in : graph.input()) {
+  for (int index = 0; index < graph.input_size(); ++index) {
+    const auto &in = graph.input(index);
     if (initializers.count(in.name()))
       continue;
     const auto &tt = in.type().tensor_type();
     StringRef name = in.name();
+    // Inputs are bound by name (trainer data, --input-shape): an unnamed
+    // one could never be given.
+    if (name.empty())
+      return emitError(loc) << "graph input #" << index << " has no name";
     if (name.starts_with("past_key_values") || name.starts_with("past."))
       return emitError(loc)
              << "input '" << name
