@@ -56,6 +56,37 @@ std::string rondo::cost::opTimingKey(Operation *op) {
   return key;
 }
 
+/// Whether a forward value the backward keeps is held in bf16 by a bf16
+/// plan's kernels: kern-bf16-storage produces a value that only matrix
+/// products read (through reshapes) with its kernel's bf16 twin, where the
+/// kernel has one (KernelList.def's `<kernel>ToBf16`: the norm's, the
+/// element-wise binaries', the gated activation's and its gradient's, the
+/// unary gradients', transposes' and the products' own). W1's normed
+/// inputs of the projections, the attention output on its way to the
+/// output projection and the gated activation are such values: fp32 for
+/// them had put 5.6 GB too much into its 74 GB prediction.
+static bool savedInBf16(Value v, const CostOptions &options) {
+  if (!options.bf16)
+    return false;
+  Value stored = v;
+  while (auto reshape = stored.getDefiningOp<tg::ReshapeOp>())
+    stored = reshape.getX();
+  Operation *producer = stored.getDefiningOp();
+  if (!producer ||
+      !isa<tg::RmsNormOp, tg::BinaryOp, tg::GatedActOp, tg::GatedActGradOp,
+           tg::UnaryGradOp, tg::TransposeOp, tg::MatmulOp>(producer))
+    return false;
+  SmallVector<Value> views{stored};
+  while (!views.empty())
+    for (Operation *reader : views.pop_back_val().getUsers()) {
+      if (auto reshape = dyn_cast<tg::ReshapeOp>(reader))
+        views.push_back(reshape.getResult());
+      else if (!isa<tg::MatmulOp>(reader))
+        return false;
+    }
+  return true;
+}
+
 static bool isParameter(Value v) {
   auto arg = dyn_cast<BlockArgument>(v);
   if (!arg)
@@ -260,12 +291,31 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
   std::vector<llvm::SetVector<Value>> paramsOf(numLayers), inputsOf(numLayers);
   llvm::DenseSet<Value> saved; // forward values the backward reads
   llvm::DenseSet<Value> ownedParams;
+  // The gradients and other backward values alive at each point: a layer's
+  // backward holds what its ops produce beside what flows in from the
+  // layers after it until each value's last reader (the mixture of
+  // experts' permuted gradients are several at once), which one op's
+  // outputs alone under-counted.
+  llvm::DenseMap<Value, Operation *> lastReader;
+  for (Operation &op : body)
+    for (Value v : op.getOperands())
+      lastReader[v] = &op;
+  double liveBackward = 0;
   for (Operation &op : body.without_terminator()) {
     bool isBackward = llvm::any_of(
         op.getOperands(), [&](Value v) { return backward.contains(v); });
+    double liveBefore = liveBackward;
     if (isBackward)
-      for (Value r : op.getResults())
+      for (Value r : op.getResults()) {
         backward.insert(r);
+        if (lastReader.count(r))
+          liveBackward += deviceBytes(r.getType(), /*bf16=*/false) / m;
+      }
+    llvm::SmallPtrSet<Value, 8> released;
+    for (Value v : op.getOperands())
+      if (backward.contains(v) && lastReader.lookup(v) == &op &&
+          released.insert(v).second)
+        liveBackward -= deviceBytes(v.getType(), /*bf16=*/false) / m;
     std::optional<int64_t> layerIndex = pipe::getLayer(&op);
     if (!layerIndex)
       continue; // side data: every stage recomputes it, at negligible cost
@@ -288,7 +338,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       // the Qwen3-30B-A3B shape's 32 heads and 2 rows of 4K tokens).
       if (isa<tg::AttentionGradOp>(op) && onCudnn(&op, spec, options))
         outputs += cudnnWorkspaceBytes(&op, options);
-      layer.transientBytes = std::max(layer.transientBytes, outputs);
+      layer.transientBytes =
+          std::max(layer.transientBytes, liveBefore + outputs);
       layer.backwardWork = true;
       layer.backwardSeconds += seconds;
       layer.backwardFlops += flops;
@@ -329,7 +380,9 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
             isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(def))
           continue;
         table.layers[*from].workspaceBytes +=
-            deviceBytes(v.getType(), options.bf16Storage) / m;
+            deviceBytes(v.getType(),
+                        options.bf16Storage || savedInBf16(v, options)) /
+            m;
       }
     for (Value v : op.getOperands()) {
       if (isParameter(v)) {
