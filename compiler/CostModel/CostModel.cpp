@@ -57,14 +57,26 @@ std::string rondo::cost::opTimingKey(Operation *op) {
 }
 
 /// Whether a forward value the backward keeps is held in bf16 by a bf16
-/// plan's kernels: kern-bf16-storage produces a value that only matrix
-/// products read (through reshapes) with its kernel's bf16 twin, where the
-/// kernel has one (KernelList.def's `<kernel>ToBf16`: the norm's, the
-/// element-wise binaries', the gated activation's and its gradient's, the
-/// unary gradients', transposes' and the products' own). W1's normed
-/// inputs of the projections, the attention output on its way to the
-/// output projection and the gated activation are such values: fp32 for
-/// them had put 5.6 GB too much into its 74 GB prediction.
+/// plan's kernels: kern-bf16-storage produces a value that only bf16
+/// readers read (through reshapes: the operands of matrix products, and
+/// attention's q, k and v) with its kernel's bf16 twin, where the kernel has
+/// one (KernelList.def's `<kernel>ToBf16`: the norm's, the element-wise
+/// binaries', the gated activation's and its gradient's, the unary
+/// gradients', transposes', the products' own, and the fused QK-norm and
+/// rotary's). W1's normed inputs of the projections, the attention output on
+/// its way to the output projection, the gated activation, and the queries,
+/// keys and values are such values: fp32 for them had put 7.5 GB too much
+/// into its 74 GB prediction.
+/// Attention without sinks, whose kernels read q, k and v in bf16 (the
+/// sink kernels read fp32).
+static bool readsQkvInBf16(Operation *op) {
+  if (auto attention = dyn_cast<tg::AttentionOp>(op))
+    return !attention.getSinks();
+  if (auto grad = dyn_cast<tg::AttentionGradOp>(op))
+    return !grad.getSinks();
+  return false;
+}
+
 static bool savedInBf16(Value v, const CostOptions &options) {
   if (!options.bf16)
     return false;
@@ -72,16 +84,26 @@ static bool savedInBf16(Value v, const CostOptions &options) {
   while (auto reshape = stored.getDefiningOp<tg::ReshapeOp>())
     stored = reshape.getX();
   Operation *producer = stored.getDefiningOp();
+  // A rotary has a twin when kern-fuse-norm-rotary makes it one kernel
+  // with the head norm and transpose in front of it (Qwen3's, OLMo-2's).
+  auto fusedNormRotary = [](tg::RotaryOp rotary) {
+    auto transpose = rotary.getX().getDefiningOp<tg::TransposeOp>();
+    return transpose && transpose.getX().getDefiningOp<tg::RmsNormOp>();
+  };
   if (!producer ||
-      !isa<tg::RmsNormOp, tg::BinaryOp, tg::GatedActOp, tg::GatedActGradOp,
-           tg::UnaryGradOp, tg::TransposeOp, tg::MatmulOp>(producer))
+      !(isa<tg::RmsNormOp, tg::BinaryOp, tg::GatedActOp, tg::GatedActGradOp,
+            tg::UnaryGradOp, tg::TransposeOp, tg::MatmulOp>(producer) ||
+        (isa<tg::RotaryOp>(producer) &&
+         fusedNormRotary(cast<tg::RotaryOp>(producer)))))
     return false;
   SmallVector<Value> views{stored};
   while (!views.empty())
-    for (Operation *reader : views.pop_back_val().getUsers()) {
+    for (OpOperand &use : views.pop_back_val().getUses()) {
+      Operation *reader = use.getOwner();
       if (auto reshape = dyn_cast<tg::ReshapeOp>(reader))
         views.push_back(reshape.getResult());
-      else if (!isa<tg::MatmulOp>(reader))
+      else if (!isa<tg::MatmulOp>(reader) &&
+               !(readsQkvInBf16(reader) && use.getOperandNumber() < 3))
         return false;
     }
   return true;

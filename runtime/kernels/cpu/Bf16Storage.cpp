@@ -144,4 +144,25 @@ void gatedActBackwardBf16(UnaryKind kind, CBView gate, CBView up, CBView dOut,
                          CFView{d.data(), dOut.shape}, dGate, dUp);
 }
 
+void rmsNormRotaryToBf16(CFView x, CFView w, float eps, CFView cos, CFView sin,
+                         BView y) {
+  viaFp32(y, [&](FView t) { rmsNormRotary(x, w, eps, cos, sin, t); });
+}
+
+void attentionBf16(CBView q, CBView k, CBView v, bool causal, int64_t window,
+                   float scale, FView out, FView lse) {
+  std::vector<float> wq = widen(q), wk = widen(k), wv = widen(v);
+  attention(CFView{wq.data(), q.shape}, CFView{wk.data(), k.shape},
+            CFView{wv.data(), v.shape}, causal, window, scale, out, lse);
+}
+
+void attentionBackwardBf16(CBView q, CBView k, CBView v, CFView out, CFView lse,
+                           CFView dOut, bool causal, int64_t window,
+                           float scale, FView dQ, FView dK, FView dV) {
+  std::vector<float> wq = widen(q), wk = widen(k), wv = widen(v);
+  attentionBackward(CFView{wq.data(), q.shape}, CFView{wk.data(), k.shape},
+                    CFView{wv.data(), v.shape}, out, lse, dOut, causal, window,
+                    scale, dQ, dK, dV);
+}
+
 } // namespace rondo::cpu

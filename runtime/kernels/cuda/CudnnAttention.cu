@@ -237,6 +237,29 @@ void convert(bool toBf16, std::initializer_list<Conversion> list,
   checkLaunch(name);
 }
 
+/// An operand stored in bf16, else its rounded copy. (cuDNN's variant pack
+/// takes non-const pointers; it does not write its inputs.)
+void *pickBf16(const void *stored, Temp &copy) {
+  return stored ? const_cast<void *>(stored) : copy.as<void>();
+}
+
+/// The bf16 q, k and v cuDNN reads: those stored in bf16 as they are, the
+/// others rounded (one launch) into qb, kb and vb.
+struct Bf16Qkv {
+  void *q, *k, *v;
+};
+Bf16Qkv roundedQkv(const float *q, const float *k, const float *v, int64_t nq,
+                   int64_t nk, const StoredBf16Qkv &stored, Temp &qb, Temp &kb,
+                   Temp &vb, const char *name) {
+  convert(true,
+          {{q, stored.q ? nullptr : qb.as<void>(), nq},
+           {k, stored.k ? nullptr : kb.as<void>(), nk},
+           {v, stored.v ? nullptr : vb.as<void>(), nk}},
+          name);
+  return {pickBf16(stored.q, qb), pickBf16(stored.k, kb),
+          pickBf16(stored.v, vb)};
+}
+
 std::string shapeText(const Key &k) {
   return "B=" + std::to_string(k.B) + " Hq=" + std::to_string(k.Hq) +
          " Hkv=" + std::to_string(k.Hkv) + " T=" + std::to_string(k.T) +
@@ -443,7 +466,8 @@ struct StatsBuffer {
 
 bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
                            const float *v, bool causal, float scale, float *out,
-                           float *lse, const char *name) {
+                           float *lse, const char *name,
+                           const StoredBf16Qkv &stored) {
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;
@@ -451,18 +475,17 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
                    plan, lock))
     return false;
   const int64_t nq = d.B * d.Hq * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
-  Temp qb(size_t(nq) * 2, name), kb(size_t(nk) * 2, name),
-      vb(size_t(nk) * 2, name), ob(size_t(nq) * 2, name);
-  convert(true,
-          {{q, qb.as<void>(), nq}, {k, kb.as<void>(), nk}, {v, vb.as<void>(), nk}},
-          name);
+  Temp qb(stored.q ? 0 : size_t(nq) * 2, name),
+      kb(stored.k ? 0 : size_t(nk) * 2, name),
+      vb(stored.v ? 0 : size_t(nk) * 2, name), ob(size_t(nq) * 2, name);
+  Bf16Qkv in = roundedQkv(q, k, v, nq, nk, stored, qb, kb, vb, name);
   StatsBuffer stats(lse, d.B * d.Hq * d.T, name);
   Temp ws(size_t(plan->workspace), name);
   float scaleValue = scale;
   execute(*st, *plan,
-          {{kQ, qb.as<void>()},
-           {kK, kb.as<void>()},
-           {kV, vb.as<void>()},
+          {{kQ, in.q},
+           {kK, in.k},
+           {kV, in.v},
            {kO, ob.as<void>()},
            {kStats, stats.ptr},
            {kScale, &scaleValue}},
@@ -487,7 +510,8 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
 bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
                             const float *v, const float *out, const float *lse,
                             const float *dOut, bool causal, float scale,
-                            float *dQ, float *dK, float *dV, const char *name) {
+                            float *dQ, float *dK, float *dV, const char *name,
+                            const StoredBf16Qkv &stored) {
   // Sinks only change the forward: lse carries them, P = exp(s - lse).
   FlashDims dims = d;
   dims.sinks = nullptr;
@@ -499,16 +523,19 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
     return false;
   const int64_t rows = d.B * d.Hq * d.T;
   const int64_t nq = rows * d.D, nk = d.B * d.Hkv * d.S * d.D;
-  Temp qb(size_t(nq) * 2, name), kb(size_t(nk) * 2, name),
-      vb(size_t(nk) * 2, name), ob(size_t(nq) * 2, name),
+  Temp qb(stored.q ? 0 : size_t(nq) * 2, name),
+      kb(stored.k ? 0 : size_t(nk) * 2, name),
+      vb(stored.v ? 0 : size_t(nk) * 2, name), ob(size_t(nq) * 2, name),
       gb(size_t(nq) * 2, name);
   convert(true,
-          {{q, qb.as<void>(), nq},
-           {k, kb.as<void>(), nk},
-           {v, vb.as<void>(), nk},
+          {{q, stored.q ? nullptr : qb.as<void>(), nq},
+           {k, stored.k ? nullptr : kb.as<void>(), nk},
+           {v, stored.v ? nullptr : vb.as<void>(), nk},
            {out, ob.as<void>(), nq},
            {dOut, gb.as<void>(), nq}},
           name);
+  Bf16Qkv in{pickBf16(stored.q, qb), pickBf16(stored.k, kb),
+             pickBf16(stored.v, vb)};
   // cuDNN wants its stats 16-byte aligned; lse is copied when it is not.
   Temp statsCopy(aligned16(lse) ? 0 : size_t(rows) * sizeof(float), name);
   const float *statsPtr = lse;
@@ -526,11 +553,16 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   Temp ws(size_t(plan->workspace), name);
   float scaleValue = scale;
   std::vector<std::pair<int64_t, void *>> bindings = {
-      {kQ, qb.as<void>()},  {kK, kb.as<void>()},
-      {kV, vb.as<void>()},  {kO, ob.as<void>()},
-      {kDO, gb.as<void>()}, {kStats, const_cast<float *>(statsPtr)},
-      {kScale, &scaleValue},     {kSoftmaxSum, softmaxSum.as<void>()},
-      {kDQ, dqb.as<void>()},     {kDK, dkb.as<void>()},
+      {kQ, in.q},
+      {kK, in.k},
+      {kV, in.v},
+      {kO, ob.as<void>()},
+      {kDO, gb.as<void>()},
+      {kStats, const_cast<float *>(statsPtr)},
+      {kScale, &scaleValue},
+      {kSoftmaxSum, softmaxSum.as<void>()},
+      {kDQ, dqb.as<void>()},
+      {kDK, dkb.as<void>()},
       {kDV, dvb.as<void>()}};
   if (!key.deterministic)
     bindings.push_back({kDQAccum, acc.as<void>()});
@@ -577,7 +609,7 @@ const char *cudnnAttentionUnavailable() {
 
 bool cudnnAttentionForward(const FlashDims &d, const float *, const float *,
                            const float *, bool causal, float, float *, float *,
-                           const char *) {
+                           const char *, const StoredBf16Qkv &) {
   if (cudnnWanted() && currentDeviceIsSm90() && !shapeRefusal(d, causal))
     noteOnce("attention on Rondo's kernels, not cuDNN: built without "
              "cudnn_graph.h");
@@ -587,7 +619,7 @@ bool cudnnAttentionForward(const FlashDims &d, const float *, const float *,
 bool cudnnAttentionBackward(const FlashDims &d, const float *, const float *,
                             const float *, const float *, const float *,
                             const float *, bool causal, float, float *, float *,
-                            float *, const char *) {
+                            float *, const char *, const StoredBf16Qkv &) {
   FlashDims dims = d;
   dims.sinks = nullptr;
   if (cudnnWanted() && currentDeviceIsSm90() && !shapeRefusal(dims, causal))

@@ -445,28 +445,6 @@ void checkSortSizes(int64_t n, int64_t e, const char *name) {
              (long long)e, (long long)kMaxSortExperts);
 }
 
-/// out = the fp32 values of bf16 in (exact).
-__global__ void widenBf16Kernel(const __nv_bfloat16 *in, float *out,
-                                int64_t n) {
-  RONDO_GRID_STRIDE(i, n) { out[i] = __bfloat162float(in[i]); }
-}
-
-/// An fp32 copy of n bf16 values in a stream-ordered temporary: the
-/// operands of the fallback, which the fp32-staged kernels round back to the
-/// same bf16 values.
-struct Widened {
-  Temp temp;
-  Widened(const __nv_bfloat16 *in, int64_t n, const char *name)
-      : temp(size_t(n) * sizeof(float), name) {
-    if (n == 0)
-      return;
-    widenBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
-        in, temp.as<float>(), n);
-    checkLaunch(name);
-  }
-  const float *data() const { return temp.as<float>(); }
-};
-
 bool vec16(int64_t a, int64_t b, const void *p, const void *q) {
   return a % 4 == 0 && b % 4 == 0 && aligned16(p) && aligned16(q);
 }
@@ -624,7 +602,7 @@ void expertProductBf16Operands(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
   if (E == 0 || !groupedSm90Usable() || !bf16OperandsFit(K, M, x, w)) {
     // Off Hopper or with unaligned rows: the fp32-staged kernels on the
     // widened operands (they round them back to these very values).
-    Widened wx(x, N * K, name), ww(w, E * K * M, name);
+    WidenedBf16 wx(x, N * K, name), ww(w, E * K * M, name);
     expertProductBf16(wx.data(), ww.data(), ids, out, N, K, M, E, transW, name);
     ww.temp.release();
     wx.temp.release();
@@ -664,7 +642,7 @@ void expertWeightGradBf16Operands(const __nv_bfloat16 *x,
     return;
   }
   if (!groupedSm90Usable() || !bf16OperandsFit(K, M, x, dY)) {
-    Widened wx(x, N * K, name), wy(dY, N * M, name);
+    WidenedBf16 wx(x, N * K, name), wy(dY, N * M, name);
     expertWeightGrad(wx.data(), wy.data(), ids, dW, N, K, M, E, transW,
                      /*bf16=*/true, name);
     wy.temp.release();

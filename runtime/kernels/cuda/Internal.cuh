@@ -288,6 +288,15 @@ void gemmRowMajorBf16As(cudaDataType cType, bool transA, bool transB, int64_t M,
 void roundToBf16Copy(const float *in, void *out, int64_t n,
                      const char *kernel);
 
+/// An fp32 copy (exact) of n bf16 values in a stream-ordered temporary: the
+/// operands of a bf16-operand kernel's fallback to fp32-operand kernels,
+/// which round them back to the same bf16 values.
+struct WidenedBf16 {
+  Temp temp;
+  WidenedBf16(const void *in, int64_t n, const char *kernel);
+  const float *data() const { return temp.as<float>(); }
+};
+
 /// Enqueues out[i] = value for i < n.
 void fillDevice(float *out, int64_t n, float value, const char *kernel);
 
@@ -322,13 +331,21 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
 /// loadable, not compute capability 9.0, a shape outside its graphs, or a
 /// graph cuDNN refused; each reason is logged once), and the caller runs its
 /// own kernels.
+/// With `stored`, q, k and v come already in bf16 (attentionBf16's
+/// operands, rounded where they were made): cuDNN reads them as they are
+/// and their fp32 pointers are not read.
+struct StoredBf16Qkv {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+};
 bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
                            const float *v, bool causal, float scale, float *out,
-                           float *lse, const char *name);
+                           float *lse, const char *name,
+                           const StoredBf16Qkv &stored = {});
 bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
                             const float *v, const float *out, const float *lse,
                             const float *dOut, bool causal, float scale,
-                            float *dQ, float *dK, float *dV, const char *name);
+                            float *dQ, float *dK, float *dV, const char *name,
+                            const StoredBf16Qkv &stored = {});
 /// Records the implementation of this thread's attention call
 /// (lastAttentionImpl).
 void setLastAttentionImpl(AttentionImpl impl);

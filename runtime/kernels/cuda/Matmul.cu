@@ -43,6 +43,13 @@ __global__ void roundToBf16Kernel(const float *in, __nv_bfloat16 *out,
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
+__global__ void widenBf16Kernel(const __nv_bfloat16 *in, float *out,
+                                int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(in[i]);
+}
+
 /// cuBLAS takes 32-bit sizes and leading dimensions.
 void checkGemmSizes(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                     int64_t ldc, int64_t batch, const char *kernel) {
@@ -61,6 +68,15 @@ void roundToBf16Copy(const float *in, void *out, int64_t n,
     return;
   roundToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
       in, static_cast<__nv_bfloat16 *>(out), n);
+  checkLaunch(kernel);
+}
+
+WidenedBf16::WidenedBf16(const void *in, int64_t n, const char *kernel)
+    : temp(size_t(n) * sizeof(float), kernel) {
+  if (n <= 0)
+    return;
+  widenBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
+      static_cast<const __nv_bfloat16 *>(in), temp.as<float>(), n);
   checkLaunch(kernel);
 }
 

@@ -20,6 +20,8 @@
 #include "NormRows.cuh"
 #include "Profile.cuh"
 
+#include <type_traits>
+
 namespace rondo::cuda {
 
 using namespace detail;
@@ -46,9 +48,10 @@ __device__ inline int partnerLane(int lane, int64_t nq) {
 }
 
 /// Stores the normed row transposed and rotated (warp rows, one chunk per
-/// lane).
-struct RotaryRowStore {
-  float *y;
+/// lane); OutT __nv_bfloat16 for rmsNormRotaryToBf16 (the same fp32 values,
+/// rounded as they are stored).
+template <typename OutT> struct RotaryRowStore {
+  OutT *y;
   const float *cosT, *sinT;
   HeadRows rows;
   template <int V, bool WarpRows>
@@ -140,32 +143,63 @@ bool fusedRows(int64_t width, std::initializer_list<const void *> ptrs,
 
 } // namespace
 
-void rmsNormRotary(CFView x, CFView w, float eps, CFView cos, CFView sin,
-                   FView y) {
-  ProfileScope profileScope("rmsNormRotary");
-  const char *name = "rmsNormRotary";
-  HeadRows hr = headRows(x.shape, y.shape, cos.shape, name);
+namespace {
+
+/// rmsNormRotary into y (fp32, or bf16 rounded as it is stored).
+template <typename OutT>
+void rmsNormRotaryImpl(CFView x, CFView w, float eps, CFView cos, CFView sin,
+                       OutT *y, const Shape &yShape, const char *name) {
+  HeadRows hr = headRows(x.shape, yShape, cos.shape, name);
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   if (rows == 0)
     return;
   RowConfig rc;
-  if (!fusedRows(width, {x.data, w.data, cos.data, sin.data, y.data}, rc)) {
+  if (!fusedRows(width, {x.data, w.data, cos.data, sin.data, y}, rc)) {
     Temp normed(size_t(rows * width) * sizeof(float), name),
-        moved(size_t(rows * width) * sizeof(float), name);
-    FView n{normed.as<float>(), x.shape}, t{moved.as<float>(), y.shape};
+        moved(size_t(rows * width) * sizeof(float), name),
+        rotated(std::is_same_v<OutT, float>
+                    ? 0
+                    : size_t(rows * width) * sizeof(float),
+                name);
+    FView n{normed.as<float>(), x.shape}, t{moved.as<float>(), yShape};
     ::rondo::cuda::rmsNorm(x, w, eps, n);
     ::rondo::cuda::transpose(CFView{n.data, n.shape}, kTransposeHeads, t);
-    ::rondo::cuda::rotary(CFView{t.data, t.shape}, cos, sin, y);
+    if constexpr (std::is_same_v<OutT, float>) {
+      ::rondo::cuda::rotary(CFView{t.data, t.shape}, cos, sin,
+                            FView{y, yShape});
+    } else {
+      FView r{rotated.as<float>(), yShape};
+      ::rondo::cuda::rotary(CFView{t.data, t.shape}, cos, sin, r);
+      roundToBf16Copy(r.data, y, rows * width, name);
+    }
+    rotated.release();
     normed.release();
     moved.release();
     return;
   }
   rmsNormVecKernel<1, true>
       <<<gridFor(rows, rc.threads / 32), rc.threads, 0, currentStream()>>>(
-          x.data, w.data, eps, RotaryRowStore{y.data, cos.data, sin.data, hr},
+          x.data, w.data, eps, RotaryRowStore<OutT>{y, cos.data, sin.data, hr},
           rows, width);
   checkLaunch(name);
+}
+
+} // namespace
+
+void rmsNormRotary(CFView x, CFView w, float eps, CFView cos, CFView sin,
+                   FView y) {
+  ProfileScope profileScope("rmsNormRotary");
+  rmsNormRotaryImpl(x, w, eps, cos, sin, y.data, y.shape, "rmsNormRotary");
+}
+
+void rmsNormRotaryToBf16(CFView x, CFView w, float eps, CFView cos, CFView sin,
+                         BView y) {
+  // The query and key heads attention reads in bf16 (kern-bf16-storage):
+  // stored rounded, where attention used to round an fp32 copy of them.
+  ProfileScope profileScope("rmsNormRotaryToBf16");
+  rmsNormRotaryImpl(x, w, eps, cos, sin, bf16Data(y), y.shape,
+                    "rmsNormRotaryToBf16");
 }
 
 void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,

@@ -111,6 +111,12 @@ void ProfileScope::begin(const std::string &key, double flops) {
   cudaEventRecord(start_, stream);
 }
 
+void ProfileScope::discard() {
+  if (start_)
+    cudaEventDestroy(start_);
+  start_ = nullptr;
+}
+
 void ProfileScope::end() {
   cudaEvent_t stop;
   if (cudaEventCreate(&stop) != cudaSuccess) {

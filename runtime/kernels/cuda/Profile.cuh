@@ -40,6 +40,9 @@ public:
     if (start_)
       end();
   }
+  /// Records nothing for this scope (a call handed to another kernel
+  /// entry, which profiles it under its own scope).
+  void discard();
   ProfileScope(const ProfileScope &) = delete;
   ProfileScope &operator=(const ProfileScope &) = delete;
 

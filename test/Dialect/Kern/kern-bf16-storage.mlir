@@ -183,3 +183,35 @@ func.func @expert_products(%x: tensor<8x16xf32> {exec.role = "activation"}, %g: 
   %dw = kern.call @expertMatmulWeightGrad(%n, %dy, %ids) args {transW = false} : (tensor<8x16xf32>, tensor<8x32xf32>, tensor<8xi64>) -> tensor<4x16x32xf32>
   return %y, %dx, %dw, %dy : tensor<8x32xf32>, tensor<8x16xf32>, tensor<4x16x32xf32>, tensor<8x32xf32>
 }
+
+// -----
+
+// Attention reads q, k and v in bf16: the fused QK-norm and rotary stores
+// the query and key heads in bf16 (rmsNormRotaryToBf16), the transpose the
+// values (transposeToBf16), and the forward and the backward read them as
+// they are (attentionBf16, attentionBackwardBf16); the output, lse and dO
+// stay fp32. A value another kernel also reads keeps its fp32 producer and
+// gets a copy in front of attention; attention with sinks reads fp32.
+// CHECK-LABEL: func.func @attention_operands
+// CHECK: %[[Q:.*]] = kern.call @rmsNormRotaryToBf16(%arg0, %arg1, %arg3, %arg4) args {eps = 9.99999997E-7 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xbf16>
+// CHECK: %[[K:.*]] = kern.call @rmsNormRotaryToBf16(%arg2, %arg1, %arg3, %arg4)
+// CHECK: %[[V:.*]] = kern.call @transposeToBf16(%arg2) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xbf16>
+// CHECK: %[[O:.*]]:2 = kern.call @attentionBf16(%[[Q]], %[[K]], %[[V]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+// CHECK: kern.call @attentionBackwardBf16(%[[Q]], %[[K]], %[[V]], %[[O]]#0, %[[O]]#1, %arg5) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8x16xf32>)
+// CHECK: %[[S:.*]] = kern.call @rmsNormRotary(%arg0, %arg1, %arg3, %arg4)
+// CHECK: %[[SC:.*]] = kern.call @toBf16(%[[S]])
+// CHECK: kern.call @attentionBf16(%[[SC]], %[[K]], %[[V]])
+// CHECK: kern.call @attentionSinks(%[[S]],
+// CHECK-NOT: @attention(
+// CHECK-NOT: @attentionBackward(
+func.func @attention_operands(%xq: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %xk: tensor<1x8x4x16xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>, %dy: tensor<1x4x8x16xf32>, %sinks: tensor<4xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) attributes {exec.stage} {
+  %q = kern.call @rmsNormRotary(%xq, %w, %cos, %sin) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %k = kern.call @rmsNormRotary(%xk, %w, %cos, %sin) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %v = kern.call @transpose(%xk) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %o:2 = kern.call @attention(%q, %k, %v) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+  %g:3 = kern.call @attentionBackward(%q, %k, %v, %o#0, %o#1, %dy) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>)
+  %s = kern.call @rmsNormRotary(%xq, %w, %cos, %sin) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %so:2 = kern.call @attention(%s, %k, %v) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+  %sk:2 = kern.call @attentionSinks(%s, %xq, %xq, %sinks) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x8x4x16xf32>, tensor<1x8x4x16xf32>, tensor<4xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+  return %o#0, %g#0, %g#1, %g#2, %so#0, %sk#0 : tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>
+}

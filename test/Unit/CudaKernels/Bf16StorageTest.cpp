@@ -431,3 +431,80 @@ TEST_F(CudaBf16Storage, Bf16OperandKernelsRoundTheirFp32Namesakes) {
 }
 
 } // namespace
+
+// The query and key heads attention reads in bf16: the fused kernel's
+// (head width 128, and 64) and the three-kernel fallback's (width 12) fp32
+// results, rounded.
+TEST_F(CudaBf16Storage, RmsNormRotaryToBf16) {
+  for (int64_t D : {128, 64, 12}) {
+    Shape x{2, 9, 3, D}, y{2, 3, 9, D}, table{9, D};
+    Tensor tx = uniform(x, -2.0f, 2.0f), w = uniform(Shape{D}, 0.5f, 1.5f),
+           cos = uniform(table), sin = uniform(table);
+    Dev dx(tx), dw(w), dc(cos), ds(sin);
+    Out32 ref(y);
+    cu::rmsNormRotary(dx.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(), ref.v());
+    Dev16 out(y);
+    cu::rmsNormRotaryToBf16(dx.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(), out.v());
+    expectRoundingOf(out.host(), ref.host(),
+                     cpuBf16(y,
+                             [&](BView o) {
+                               cpu::rmsNormRotaryToBf16(tx.cv(), w.cv(), 1e-6f,
+                                                        cos.cv(), sin.cv(), o);
+                             }),
+                     "rmsNormRotaryToBf16 D=" + std::to_string(D));
+  }
+}
+
+// attentionBf16 and attentionBackwardBf16 on bf16 q, k and v give exactly
+// what attention and attentionBackward give under Precision::Bf16 on their
+// fp32 values (which those round to the same bf16 themselves): on cuDNN
+// where it serves, on Rondo's kernels (RONDO_ATTENTION=flash), and at
+// D = 256, which only Rondo's kernels take. So kern-bf16-storage changes no
+// bit of a trainer's attention.
+TEST_F(CudaBf16Storage, AttentionBf16IsAttentionOfRoundedOperands) {
+  struct Case {
+    int64_t B, Hq, Hkv, T, D;
+    const char *path;
+  };
+  for (Case c :
+       {Case{2, 8, 2, 200, 128, "cudnn"}, Case{1, 4, 4, 77, 64, "cudnn"},
+        Case{2, 8, 2, 200, 128, "flash"}, Case{1, 2, 1, 65, 256, "cudnn"}}) {
+    AttentionSwitch path(c.path);
+    cu::setPrecision(cu::Precision::Bf16);
+    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.T, c.D}, ls{c.B, c.Hq, c.T};
+    std::string what = std::string(c.path) + " D=" + std::to_string(c.D);
+    // Values already on the bf16 grid, and their bits.
+    auto rounded = [](Shape s, std::vector<uint16_t> &bits) {
+      Tensor t = uniform(s, -2.0f, 2.0f);
+      bits.resize(t.data.size());
+      for (size_t i = 0; i < bits.size(); ++i) {
+        bits[i] = roundBits(t.data[i]);
+        t.data[i] = widen(bits[i]);
+      }
+      return t;
+    };
+    std::vector<uint16_t> qb, kb, vb;
+    Tensor q = rounded(qs, qb), k = rounded(ks, kb), v = rounded(ks, vb),
+           dOut = uniform(qs);
+    Dev dq(q), dk(k), dv(v), ddo(dOut);
+    Dev16 q16(qb, qs), k16(kb, ks), v16(vb, ks);
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    Out32 o32(qs), l32(ls), o16(qs), l16(ls);
+    cu::attention(dq.cv(), dk.cv(), dv.cv(), true, 0, scale, o32.v(), l32.v());
+    cu::attentionBf16(q16.cv(), k16.cv(), v16.cv(), true, 0, scale, o16.v(),
+                      l16.v());
+    std::vector<float> out = o32.host(), lse = l32.host();
+    EXPECT_EQ(o16.host(), out) << what << " out";
+    EXPECT_EQ(l16.host(), lse) << what << " lse";
+    CFView oView{o32.d.p, qs}, lView{l32.d.p, ls};
+    Out32 gq(qs), gk(ks), gv(ks), hq(qs), hk(ks), hv(ks);
+    cu::attentionBackward(dq.cv(), dk.cv(), dv.cv(), oView, lView, ddo.cv(),
+                          true, 0, scale, gq.v(), gk.v(), gv.v());
+    cu::attentionBackwardBf16(q16.cv(), k16.cv(), v16.cv(), oView, lView,
+                              ddo.cv(), true, 0, scale, hq.v(), hk.v(), hv.v());
+    EXPECT_EQ(hq.host(), gq.host()) << what << " dQ";
+    EXPECT_EQ(hk.host(), gk.host()) << what << " dK";
+    EXPECT_EQ(hv.host(), gv.host()) << what << " dV";
+    cu::setPrecision(cu::Precision::Fp32);
+  }
+}

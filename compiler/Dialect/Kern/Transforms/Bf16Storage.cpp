@@ -7,7 +7,9 @@
 // Decides, per stage function, which values live in bf16: the operands of
 // matrix products (matmul, and the experts' expertMatmul and
 // expertMatmulWeightGrad where their expert weights have a resident bf16
-// copy: their bf16 kernels then read both operands without an fp32 copy).
+// copy: their bf16 kernels then read both operands without an fp32 copy),
+// and attention's q, k and v (forward and backward), which its kernels used
+// to round from fp32 copies at every call.
 // A value read only by products is produced in bf16 by its kernel's twin;
 // any other gets a toBf16 copy in front of its products. Both round exactly
 // where the products used to round their operands, so the bits stay.
@@ -59,15 +61,24 @@ RankedTensorType asBf16(Type t) {
   return RankedTensorType::get(r.getShape(), BFloat16Type::get(t.getContext()));
 }
 
-/// The kernel that computes `kernel`'s product from bf16 operands a and b
-/// (its first two operands), or "" when `kernel` is no product: matmul and
-/// the experts' grouped products.
+/// The kernel that computes `kernel`'s result from its leading operands in
+/// bf16 (bf16Operands of them), or "" when `kernel` reads none in bf16: the
+/// products (a and b) and attention (q, k and v, which cuDNN reads in bf16
+/// and Rondo's kernels round to bf16 themselves).
 StringRef bf16ProductTwin(StringRef kernel) {
   return llvm::StringSwitch<StringRef>(kernel)
       .Case("matmul", "matmulBf16")
       .Case("expertMatmul", "expertMatmulBf16")
       .Case("expertMatmulWeightGrad", "expertMatmulWeightGradBf16")
+      .Case("attention", "attentionBf16")
+      .Case("attentionBackward", "attentionBackwardBf16")
       .Default("");
+}
+
+/// How many leading operands of a product its bf16 twin reads in bf16.
+unsigned bf16Operands(Operation *product) {
+  StringRef kernel = cast<CallOp>(product).getKernel();
+  return kernel == "attention" || kernel == "attentionBackward" ? 3 : 2;
 }
 
 /// The calls this pass treats as products of one stage function.
@@ -80,8 +91,8 @@ struct ProductUse {
   SmallVector<tg::ReshapeOp> chain;
 };
 
-/// Whether every use of `v`, through reshapes, is operand a or b of a
-/// product (a function result or any other reader is not).
+/// Whether every use of `v`, through reshapes, is an operand a product
+/// reads in bf16 (a function result or any other reader is not).
 bool onlyProducts(Value v, const ProductSet &products) {
   for (OpOperand &use : v.getUses()) {
     if (auto r = dyn_cast<tg::ReshapeOp>(use.getOwner())) {
@@ -89,8 +100,9 @@ bool onlyProducts(Value v, const ProductSet &products) {
         return false;
       continue;
     }
-    // a and b are the first two operands (inputs come before inits).
-    if (!products.contains(use.getOwner()) || use.getOperandNumber() >= 2)
+    // Those are the leading operands (inputs come before inits).
+    if (!products.contains(use.getOwner()) ||
+        use.getOperandNumber() >= bf16Operands(use.getOwner()))
       return false;
   }
   return true;
@@ -282,7 +294,8 @@ struct KernBf16StoragePass
         return bf16Weights(call);
       if (kernel == "expertMatmulWeightGrad")
         return bf16Routing.contains(call.getInputs()[2]);
-      return kernel == "matmul";
+      return kernel == "matmul" || kernel == "attention" ||
+             kernel == "attentionBackward";
     };
     DenseMap<Operation *, unsigned> position;
     SmallVector<CallOp> products;
@@ -298,7 +311,7 @@ struct KernBf16StoragePass
     // program order.
     llvm::MapVector<Value, SmallVector<ProductUse>> bySource;
     for (CallOp product : products)
-      for (unsigned k : {0u, 1u}) {
+      for (unsigned k = 0, e = bf16Operands(product); k < e; ++k) {
         ProductUse use{&product->getOpOperand(k), {}};
         Value v = use.operand->get();
         while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
@@ -356,7 +369,8 @@ struct KernBf16StoragePass
     }
 
     for (CallOp product : products)
-      if (!isF32(product.getInputs()[0]) && !isF32(product.getInputs()[1]))
+      if (llvm::none_of(product.getInputs().take_front(bf16Operands(product)),
+                        isF32))
         product.setKernelAttr(
             FlatSymbolRefAttr::get(ctx, bf16ProductTwin(product.getKernel())));
     storeProductsInBf16(fn);
