@@ -87,7 +87,8 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
       const rondo_param_piece &pc = st.pieces[i];
       if (pc.param < 0 || pc.param >= numParams || pc.imageOffset < 0 ||
           pc.bytes < 0 || pc.imageOffset + pc.bytes > st.paramBytes ||
-          pc.bytes > numElements(model.params[pc.param]) * int64_t(sizeof(float)))
+          pc.bytes > numElements(model.params[pc.param]) *
+                         storedElementBytes(model.params[pc.param]))
         throw bad(stageName + " piece " + std::to_string(i) +
                   " lies outside the parameter or the image");
       ranges.push_back({pc.imageOffset, pc.imageOffset + pc.bytes});

@@ -5,12 +5,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainer/ResidentState.h"
+#include "rondo/runtime/FloatConv.h"
+
+#include <vector>
 
 namespace rondo::rt {
 
 ResidentState::ResidentState(const rondo_program &program,
                              const ModelSpec &model, const ProgramInfo &info,
-                             const HostExec &exec, float *const *params)
+                             const HostExec &exec, const void *const *params)
     : program(program), model(model), info(info), exec(exec), params(params) {
   if (!active())
     return;
@@ -52,6 +55,20 @@ void ResidentState::push(const OptimizerState &optimizer) const {
   for (int32_t i = 0; i < program.numResidentParams; ++i) {
     const rondo_resident_param &r = program.residentParams[i];
     const int64_t n = numElements(model.params[r.param]);
+    if (model.params[r.param].storage == ParamStorage::Bf16) {
+      // A frozen weight held in bf16: its bits are the copy the stages
+      // read, and the fp32 weights their exact widening.
+      const uint16_t *bits = static_cast<const uint16_t *>(params[r.param]);
+      std::vector<float> wide(static_cast<size_t>(n));
+      for (int64_t e = 0; e < n; ++e)
+        wide[size_t(e)] = bf16ToFloat(bits[e]);
+      device().copyToWorker(worker(), state + r.weights, wide.data(),
+                            size_t(n) * sizeof(float));
+      if (r.bf16 >= 0)
+        device().copyToWorker(worker(), bf16Of(r.param), bits,
+                              size_t(n) * sizeof(uint16_t));
+      continue;
+    }
     device().copyToWorker(worker(), state + r.weights, params[r.param],
                           size_t(n) * sizeof(float));
     if (r.bf16 >= 0)

@@ -267,6 +267,11 @@ LogicalResult StageOp::verify() {
   if (getGrads().size() != getGradOffsets().size() ||
       getGrads().size() != getGradSizes().size())
     return emitOpError("grads, grad_offsets and grad_sizes differ in length");
+  if (ArrayAttr bf16 = getBf16ParamsAttr())
+    for (Attribute name : bf16)
+      if (!llvm::is_contained(getParams(), name))
+        return emitOpError("holds ")
+               << name << " in bf16 (bf16_params) but not in its image";
   // The pieces [offset, offset + size) lie in order, apart, within `bytes`.
   auto checkPieces = [&](ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
                          int64_t bytes, StringRef what,
