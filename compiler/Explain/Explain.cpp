@@ -270,9 +270,12 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
           if (names.contains(main.getArgAttr(i, tg::kParamAttr)))
             elements += double(
                 cast<ShapedType>(main.getArgumentTypes()[i]).getNumElements());
-    os << "  frozen:     " << frozen.size() << " frozen weights ("
-       << llvm::formatv("{0:f2}", elements / 1e9) << "B parameters) held in "
-       << "bf16 alone, on the host and in stage images: " << gb(2 * elements)
+    std::string count =
+        elements >= 1e9   ? llvm::formatv("{0:f2}B", elements / 1e9).str()
+        : elements >= 1e6 ? llvm::formatv("{0:f1}M", elements / 1e6).str()
+                          : llvm::formatv("{0:N}", int64_t(elements)).str();
+    os << "  frozen:     " << frozen.size() << " frozen weights (" << count
+       << " parameters) held in bf16 alone, on the host and in stage images: " << gb(2 * elements)
        << " instead of " << gb(4 * elements)
        << " (only matrix products read them, which round them to bf16 "
           "anyway; --frozen-storage=fp32 keeps them in fp32)\n";

@@ -152,11 +152,10 @@ struct PipePartitionPass
       return signalPassFailure();
     }
     if (frozenStorage == "bf16" && !bf16) {
-      module.emitError("--frozen-storage=bf16 needs a bf16 plan: this one "
-                       "computes in fp32 (--precision=fp32, the host "
-                       "target's), so its frozen weights stay fp32; drop "
-                       "the flag or compile with --target=cuda "
-                       "--precision=bf16");
+      module.emitError("--frozen-storage=bf16 needs a bf16 plan, but this "
+                       "one computes in fp32, so its frozen weights stay "
+                       "fp32; drop the option or plan in bf16 "
+                       "(precision=bf16 on a GPU device)");
       return signalPassFailure();
     }
     frozenBf16 = bf16 && frozenStorage != "fp32";
