@@ -97,9 +97,13 @@ static bool isParameter(Value v) {
 
 /// What a bf16 plan keeps of parameter `p` on a worker that holds it: its
 /// fp32 master weights, and a bf16 copy when products are all that read it
-/// (convert-pipe-to-exec's `param_bf16` arguments).
-static double residentBytesOf(Value p) {
+/// (convert-pipe-to-exec's `param_bf16` arguments); the copy alone for a
+/// frozen weight held in bf16 (`frozenBf16`).
+static double residentBytesOf(func::FuncOp func, BlockArgument p,
+                              bool frozenBf16) {
   double bytes = deviceBytes(p.getType(), /*bf16=*/false);
+  if (frozenBf16 && tg::isFrozenProductWeight(func, p.getArgNumber()))
+    return 0.5 * bytes;
   return tg::readOnlyByProducts(p) ? 1.5 * bytes : bytes;
 }
 
@@ -431,7 +435,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       layer.paramBytes += imageBytes(arg);
       if (options.bf16)
         layer.residentBytes =
-            layer.residentBytes.value_or(0) + residentBytesOf(p);
+            layer.residentBytes.value_or(0) +
+            residentBytesOf(func, arg, options.frozenBf16);
       if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
         continue;
       // Gradients accumulate over the microbatches in fp32 on the worker.
@@ -457,7 +462,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       continue;
     shared.paramBytes = imageBytes(arg);
     if (options.bf16)
-      shared.residentBytes = residentBytesOf(arg);
+      shared.residentBytes = residentBytesOf(func, arg, options.frozenBf16);
     if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
       shared.gradBytes = deviceBytes(arg.getType(), /*bf16=*/false);
     table.sharedParams.push_back(std::move(shared));

@@ -82,12 +82,12 @@ struct StageInfo {
 /// every weight it reads only through matrix products and that has a bf16
 /// form: the bf16 copy the trainer keeps beside a device-resident weight
 /// on the worker, and a frozen weight the plan holds in bf16 alone
-/// (`frozen_bf16`), which its stage image carries. The products then read
-/// it (kern-bf16-storage) instead of rounding fp32 weights at every
-/// microbatch. The fp32 argument of a streamed `frozen_bf16` weight becomes
-/// `param_unbound`: nothing backs it, and kern-bf16-storage removes it once
-/// its readers read the bf16 argument. Idempotent: one plan is lowered
-/// once per optimizer mode.
+/// (`frozen_bf16`), which its stage image (or, resident, the worker's
+/// `@resident`) carries. The products then read it (kern-bf16-storage)
+/// instead of rounding fp32 weights at every microbatch. The fp32 argument
+/// of a `frozen_bf16` weight becomes `param_unbound`: nothing backs it, and
+/// kern-bf16-storage removes it once its readers read the bf16 argument.
+/// Idempotent: one plan is lowered once per optimizer mode.
 LogicalResult addBf16Arguments(ModuleOp module, pipe::PlanOp plan,
                                const llvm::SmallDenseSet<Attribute> &resident,
                                const llvm::SmallDenseSet<Attribute> &frozen) {
@@ -110,7 +110,7 @@ LogicalResult addBf16Arguments(ModuleOp module, pipe::PlanOp plan,
       if (roleOf(fn.getArgAttrDict(i)) != "param" || copied.contains(name))
         continue;
       bool isResident = resident.contains(name);
-      bool isFrozen = frozen.contains(name) && !isResident;
+      bool isFrozen = frozen.contains(name);
       if (!isFrozen &&
           !(isResident && tg::readOnlyByProducts(fn.getArgument(i))))
         continue;
@@ -329,7 +329,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
     frozenBf16Set.insert(frozen.begin(), frozen.end());
   if (failed(addBf16Arguments(module, plan, residentSet, frozenBf16Set)))
     return failure();
-  llvm::SmallDenseSet<Attribute> bf16Copies;
+  llvm::SmallDenseSet<Attribute> bf16Copies, bf16Only;
   // Each resident parameter's size and how many stages produce a part of
   // its gradient.
   llvm::MapVector<Attribute, std::pair<int64_t, int64_t>> residentInfo;
@@ -362,11 +362,15 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       StringRef role = roleOf(fn.getArgAttrDict(i));
       info.argRoles.push_back(role);
       Type t = fn.getArgumentTypes()[i];
-      if (role == "param" &&
+      if ((role == "param" || role == "param_unbound") &&
           residentSet.contains(fn.getArgAttr(i, tg::kParamAttr))) {
+        // A frozen weight held in bf16 (unbound fp32 argument) has no fp32
+        // weights on the worker, only the bf16 copy.
         Attribute name = fn.getArgAttr(i, tg::kParamAttr);
         info.residentParams.push_back(name);
         residentInfo[name].first = byteSize(t);
+        if (role == "param_unbound")
+          bf16Only.insert(name);
       } else if (role == "param_bf16" &&
                  residentSet.contains(fn.getArgAttr(i, tg::kParamAttr))) {
         info.residentBf16.push_back(fn.getArgAttr(i, tg::kParamAttr));
@@ -515,8 +519,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   SmallVector<int64_t> residentGradBase;
   for (auto &[name, info] : residentInfo) {
     auto [bytes, parts] = info;
-    ResidentLayout r{name, bytes, residentBytes};
-    residentBytes = alignUp(residentBytes + bytes);
+    ResidentLayout r{name, bytes, bf16Only.contains(name) ? -1 : residentBytes};
+    if (r.weights >= 0)
+      residentBytes = alignUp(residentBytes + bytes);
     if (parts > 0) {
       r.expAvg = residentBytes;
       r.expAvgSq = residentBytes = alignUp(residentBytes + bytes);
@@ -725,7 +730,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                                  b.getI64IntegerAttr(n), ValueRange{}));
     for (int64_t m = 0; m < M; ++m) {
       SmallVector<Attribute> inputs, outputs, accumulate;
-      unsigned paramIdx = 0, residentIdx = 0, bf16Idx = 0;
+      unsigned paramIdx = 0, bf16Idx = 0;
       for (auto [i, role] : llvm::enumerate(s.argRoles)) {
         int64_t bytes = byteSize(s.fn.getArgumentTypes()[i]);
         if (role == "activation") {
@@ -759,7 +764,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
           inputs.push_back(dst);
         } else if (role == "param" &&
                    residentSet.contains(s.fn.getArgAttr(i, tg::kParamAttr))) {
-          Attribute name = s.residentParams[residentIdx++];
+          Attribute name = s.fn.getArgAttr(i, tg::kParamAttr);
           inputs.push_back(
               ref(kResidentBuffer, n, 0, residentWeights.lookup(name), bytes));
         } else if (role == "param_bf16" &&

@@ -103,6 +103,16 @@ void ParamStore::initialise(const TrainerOptions &opts, const StepLog &log) {
       opts.weights.empty() ? model.modelPath : opts.weights;
   if (opts.init == InitKind::Onnx && opts.mapWeights != MapWeights::Off)
     mapFrozenWeights(opts, path, log);
+  if (opts.init == InitKind::Onnx && opts.mapWeights == MapWeights::On) {
+    int held = 0;
+    for (int i = 0; i < n; ++i)
+      held += heldInBf16(model.params[i]);
+    if (held > 0)
+      log.say("rondo: " + std::to_string(held) +
+              " frozen weights held in bf16 are rounded as they load, not "
+              "mapped (--map-weights uses fp32 files in place; "
+              "rondo-compile --frozen-storage=fp32 keeps them fp32)");
+  }
   auto isMapped = [&](int i) { return !mapped.empty() && mapped[size_t(i)]; };
   params.reserve(size_t(n));
   for (int i = 0; i < n; ++i) {

@@ -5,9 +5,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "trainer/ResidentState.h"
-#include "rondo/runtime/FloatConv.h"
-
-#include <vector>
 
 namespace rondo::rt {
 
@@ -57,16 +54,9 @@ void ResidentState::push(const OptimizerState &optimizer) const {
     const int64_t n = numElements(model.params[r.param]);
     if (model.params[r.param].storage == ParamStorage::Bf16) {
       // A frozen weight held in bf16: its bits are the copy the stages
-      // read, and the fp32 weights their exact widening.
-      const uint16_t *bits = static_cast<const uint16_t *>(params[r.param]);
-      std::vector<float> wide(static_cast<size_t>(n));
-      for (int64_t e = 0; e < n; ++e)
-        wide[size_t(e)] = bf16ToFloat(bits[e]);
-      device().copyToWorker(worker(), state + r.weights, wide.data(),
-                            size_t(n) * sizeof(float));
-      if (r.bf16 >= 0)
-        device().copyToWorker(worker(), bf16Of(r.param), bits,
-                              size_t(n) * sizeof(uint16_t));
+      // read, and the worker has no fp32 form of it.
+      device().copyToWorker(worker(), bf16Of(r.param), params[r.param],
+                            size_t(n) * sizeof(uint16_t));
       continue;
     }
     device().copyToWorker(worker(), state + r.weights, params[r.param],

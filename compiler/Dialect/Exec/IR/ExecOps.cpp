@@ -308,11 +308,16 @@ LogicalResult StageOp::verify() {
 
 LogicalResult ResidentOp::verify() {
   // I64Attr reads back unsigned; -1 means "none".
-  const int64_t expAvg = getExpAvg(), expAvgSq = getExpAvgSq(), sum = getSum(),
+  const int64_t weights = getWeights(), expAvg = getExpAvg(),
+                expAvgSq = getExpAvgSq(), sum = getSum(),
                 normSum = getNormSum();
-  for (int64_t offset : {expAvg, expAvgSq, sum, normSum})
+  for (int64_t offset : {weights, expAvg, expAvgSq, sum, normSum})
     if (offset < -1)
       return emitOpError("has offset ") << offset << "; -1 means none";
+  // Held in bf16 alone: a frozen weight, read through its bf16 copy.
+  if (weights < 0 && (!getBf16() || expAvg >= 0))
+    return emitOpError("has no fp32 weights but ")
+           << (expAvg >= 0 ? "trains" : "no bf16 copy either");
   if ((expAvg < 0) != (expAvgSq < 0))
     return emitOpError("has one AdamW moment without the other");
   if ((sum < 0) != (normSum < 0))

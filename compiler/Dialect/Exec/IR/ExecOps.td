@@ -195,13 +195,15 @@ def Exec_ResidentOp : Exec_Op<"resident", [HasParent<"ProgramOp">]> {
     functions read (the `param_bf16` argument) instead of rounding the fp32
     weights at every microbatch. The trainer writes it whenever the weights
     change: after they are copied to the worker and after every update.
+    A frozen weight the plan holds in bf16 alone (`frozen_bf16`) has the
+    copy only: `weights` is -1, and no fp32 form of it is on the worker.
 
     Example:
     `exec.resident "lm_head.weight" bytes 4096 weights 0 moments 4096, 8192 sums -1, -1 bf16 12288`
   }];
   let arguments = (ins StrAttr:$param,
                        ConfinedAttr<I64Attr, [IntPositive]>:$bytes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$weights,
+                       I64Attr:$weights,
                        I64Attr:$exp_avg, I64Attr:$exp_avg_sq,
                        I64Attr:$sum, I64Attr:$norm_sum,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$bf16);
