@@ -434,9 +434,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       table.layerParamArgs[l].push_back(arg.getArgNumber());
       layer.paramBytes += imageBytes(arg);
       if (options.bf16)
-        layer.residentBytes =
-            layer.residentBytes.value_or(0) +
-            residentBytesOf(func, arg, options.frozenBf16);
+        layer.residentBytes = layer.residentBytes.value_or(0) +
+                              residentBytesOf(func, arg, options.frozenBf16);
       if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
         continue;
       // Gradients accumulate over the microbatches in fp32 on the worker.
@@ -474,9 +473,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
   table.hostFixedBytes =
       4 * (table.paramCount - table.frozenBf16Count) +
       2 * table.frozenBf16Count + 12 * table.trainableCount +
-      (options.bf16Storage
-           ? 2 * (table.paramCount - table.frozenBf16Count)
-           : 0);
+      (options.bf16Storage ? 2 * (table.paramCount - table.frozenBf16Count)
+                           : 0);
   return table;
 }
 

@@ -465,8 +465,7 @@ int rondo::compile(CompileOptions options) {
     if (frozen == "bf16" && target.precision != "bf16") {
       llvm::errs() << "error: --frozen-storage=bf16 needs a bf16 plan, but "
                       "this one computes in "
-                   << target.precision
-                   << " (--target=" << target.backend
+                   << target.precision << " (--target=" << target.backend
                    << "), so its frozen weights stay fp32; drop the flag or "
                       "compile with --target=cuda --precision=bf16\n";
       return 2;

@@ -275,8 +275,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
         : elements >= 1e6 ? llvm::formatv("{0:f1}M", elements / 1e6).str()
                           : llvm::formatv("{0:N}", int64_t(elements)).str();
     os << "  frozen:     " << frozen.size() << " frozen weights (" << count
-       << " parameters) held in bf16 alone, on the host and in stage images: " << gb(2 * elements)
-       << " instead of " << gb(4 * elements)
+       << " parameters) held in bf16 alone, on the host and in stage images: "
+       << gb(2 * elements) << " instead of " << gb(4 * elements)
        << " (only matrix products read them, which round them to bf16 "
           "anyway; --frozen-storage=fp32 keeps them in fp32)\n";
   }

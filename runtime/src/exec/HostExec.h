@@ -168,8 +168,8 @@ public:
   /// `device` decides what a worker is (host threads' memory or a GPU);
   /// null: the host.
   HostExec(const rondo_program &program, const ModelSpec &model,
-           const ProgramInfo &info, const void *const *params, ExecClient &client,
-           bool recordTrace, int64_t firstRotation,
+           const ProgramInfo &info, const void *const *params,
+           ExecClient &client, bool recordTrace, int64_t firstRotation,
            std::unique_ptr<DeviceOps> device = nullptr,
            std::vector<bool> pageable = {});
   ~HostExec() override;

@@ -133,7 +133,8 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
         throw bad(std::string("keeps the bf16 copy of '") +
                   model.params[r.param].name + "' outside its resident buffer");
       // A weight held in bf16 has its bf16 copy there and nothing else.
-      const bool bf16Alone = model.params[r.param].storage == ParamStorage::Bf16;
+      const bool bf16Alone =
+          model.params[r.param].storage == ParamStorage::Bf16;
       if ((bf16Alone ? r.weights != -1 || r.bf16 < 0 : r.weights < 0) ||
           (model.params[r.param].trainable && (r.expAvg < 0 || r.expAvgSq < 0)))
         throw bad(std::string("keeps '") + model.params[r.param].name +

@@ -41,9 +41,7 @@ std::vector<ParamSpec> onnxParams(const ModelSpec &model) {
               "--init=random)");
 }
 
-bool heldInBf16(const ParamSpec &p) {
-  return p.storage == ParamStorage::Bf16;
-}
+bool heldInBf16(const ParamSpec &p) { return p.storage == ParamStorage::Bf16; }
 
 /// Rounds `n` floats to bf16 (nearest even, toBf16's bits) in parallel.
 void roundToBf16(const float *src, int64_t n, uint16_t *dst) {
@@ -185,8 +183,8 @@ void ParamStore::initialise(const TrainerOptions &opts, const StepLog &log) {
       std::fill(dst.begin(), dst.end(), nullptr);
       std::vector<std::pair<size_t, std::vector<float>>> batch;
       int64_t elements = 0;
-      for (; k < fromOnnx.size() &&
-             (batch.empty() || elements < kBatchElements);
+      for (;
+           k < fromOnnx.size() && (batch.empty() || elements < kBatchElements);
            ++k) {
         if (!heldInBf16(model.params[index[k]]))
           continue;

@@ -21,6 +21,26 @@ exec.program @bf16_not_in_image plan @p workers 1 microbatches 1 first_worker 0 
 
 // -----
 
+// A resident weight without fp32 weights is a frozen one held in bf16: it
+// has its bf16 copy and nothing to update.
+exec.program @bf16_alone_without_copy plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+  exec.stage @F0 forward layers 0 to 1 function @f {params = [], param_offsets = array<i64>, param_sizes = array<i64>, param_bytes = 0 : i64, grads = [], grad_offsets = array<i64>, grad_sizes = array<i64>, grad_bytes = 0 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  // expected-error @+1 {{has no fp32 weights but no bf16 copy either}}
+  exec.resident "w" bytes 64 weights -1 moments -1, -1 sums -1, -1
+  exec.yield
+}
+
+// -----
+
+exec.program @bf16_alone_trains plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+  exec.stage @F0 forward layers 0 to 1 function @f {params = [], param_offsets = array<i64>, param_sizes = array<i64>, param_bytes = 0 : i64, grads = [], grad_offsets = array<i64>, grad_sizes = array<i64>, grad_bytes = 0 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  // expected-error @+1 {{has no fp32 weights but trains}}
+  exec.resident "w" bytes 64 weights -1 moments 0, 64 sums -1, -1 bf16 128
+  exec.yield
+}
+
+// -----
+
 exec.program @bad_stream plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
   exec.buffer @act worker slots 1 bytes 16 offset 0
   exec.buffer @host host slots 1 bytes 16 offset 0

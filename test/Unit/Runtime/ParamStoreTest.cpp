@@ -1,4 +1,4 @@
-//===- ParamStoreTest.cpp - Frozen weights held in bf16 --------------------===//
+//===- ParamStoreTest.cpp - Frozen weights held in bf16 -----------------===//
 //
 // Part of the Rondo project.
 //
@@ -72,7 +72,8 @@ struct Fixture {
   TrainerOptions opts;
 
   explicit Fixture(ParamStorage wStorage) {
-    writeInitializerModel(path, {{"w", {6, 5}, w.data()}, {"b", {7}, b.data()}});
+    writeInitializerModel(path,
+                          {{"w", {6, 5}, w.data()}, {"b", {7}, b.data()}});
     params = {spec("w", {6, 5}, false, wStorage),
               spec("b", {7}, false, ParamStorage::F32)};
     model.modelPath = path.c_str();
@@ -127,10 +128,10 @@ TEST(ParamStoreTest, ChecksumSeesTheBf16Bits) {
       sum += uint64_t(bits[e]) * (2 * uint64_t(e) + 1);
     return sum;
   };
-  const uint64_t w = sumOf(static_cast<const uint16_t *>(store.stored()[0]),
-                           f.w.size());
-  const uint64_t b = sumOf(
-      reinterpret_cast<const uint32_t *>(store.data()[1]), f.b.size());
+  const uint64_t w =
+      sumOf(static_cast<const uint16_t *>(store.stored()[0]), f.w.size());
+  const uint64_t b =
+      sumOf(reinterpret_cast<const uint32_t *>(store.data()[1]), f.b.size());
   EXPECT_EQ(store.checksum(), w * 1000003 + b);
 
   Fixture g(ParamStorage::F32);

@@ -488,11 +488,11 @@ TEST_F(PipelineTest, FrozenWeightHeldInBf16TrainsLikeItsRoundedValues) {
   const std::string rounded = dir + "/rounded.onnx";
   std::vector<TensorToWrite<float>> tensors;
   for (int i = 0; i < spec.numParams; ++i)
-    tensors.push_back({spec.params[i].name,
-                       std::vector<int64_t>(spec.params[i].dims,
-                                            spec.params[i].dims +
-                                                spec.params[i].rank),
-                       weights[size_t(i)].data()});
+    tensors.push_back(
+        {spec.params[i].name,
+         std::vector<int64_t>(spec.params[i].dims,
+                              spec.params[i].dims + spec.params[i].rank),
+         weights[size_t(i)].data()});
   writeInitializerModel(rounded, tensors);
 
   Trained ref = train("fp32-rounded", {"--workers=1", "--weights", rounded});
@@ -513,12 +513,11 @@ TEST_F(PipelineTest, FrozenWeightHeldInBf16TrainsLikeItsRoundedValues) {
   // B1's image is the scale alone, in bf16.
   EXPECT_EQ(toy::toyStageParamBytes(toy::kStageB1), 2 * toy::kDim);
   const std::string ckpt = dir + "/ckpt-bf16";
-  Trained first = train("bf16-first",
-                        {"--workers=2", "--checkpoint-dir", ckpt,
-                         "--save-every", "2"},
-                        false, 3);
-  Trained rest = train("bf16-rest", {"--workers=3", "--checkpoint-dir", ckpt,
-                                     "--resume"});
+  Trained first = train(
+      "bf16-first",
+      {"--workers=2", "--checkpoint-dir", ckpt, "--save-every", "2"}, false, 3);
+  Trained rest =
+      train("bf16-rest", {"--workers=3", "--checkpoint-dir", ckpt, "--resume"});
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
   EXPECT_TRUE(sameBits(joined, ref.losses));

@@ -27,8 +27,18 @@ const ParamSpec kParams[kNumParams] = {
 
 const ParamSpec kParamsNormBf16[kNumParams] = {
     kParams[kEmb],
-    {"norm.scale", "", 1, {kDim}, false, rt::LoraFactor::None, nullptr, false,
-     "", false, false, rt::ParamStorage::Bf16},
+    {"norm.scale",
+     "",
+     1,
+     {kDim},
+     false,
+     rt::LoraFactor::None,
+     nullptr,
+     false,
+     "",
+     false,
+     false,
+     rt::ParamStorage::Bf16},
     kParams[kProj],
     kParams[kBias],
 };
