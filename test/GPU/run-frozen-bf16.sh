@@ -21,8 +21,12 @@ for m in qwen3-deep-tiny:deep qwen3moe-dev-tiny:moe; do
     echo "$name $v rc=$? $(grep -c 'held in bf16' $res/$name-$v.out) bf16 line(s)"
     logs+=($res/$name-$v.log)
   done
-  # Only the bf16 trainers say they hold frozen weights in bf16.
+  # Only the bf16 trainers say they hold frozen weights in bf16; their
+  # arenas (parameter slots, resident state) are the smaller ones.
   grep -h "held in bf16" $res/$name-bf16-streamed.out
+  for v in bf16-streamed fp32-streamed bf16-device fp32-device; do
+    echo "$name $v: $(grep -h 'GPU 0 memory' $res/$name-$v.out)"
+  done
   python3 test/E2E/same_losses.py "${logs[@]}" && echo "$name: same losses" || status=1
   # Frozen weights are not checkpointed: a resumed bf16 run rounds them
   # again from the ONNX file and continues bitwise.
