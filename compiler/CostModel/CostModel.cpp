@@ -119,9 +119,13 @@ static bool isParameter(Value v) {
 
 /// What a bf16 plan keeps of parameter `p` on a worker that holds it: its
 /// fp32 master weights, and a bf16 copy when products are all that read it
-/// (convert-pipe-to-exec's `param_bf16` arguments).
-static double residentBytesOf(Value p) {
+/// (convert-pipe-to-exec's `param_bf16` arguments); the copy alone for a
+/// frozen weight held in bf16 (`frozenBf16`).
+static double residentBytesOf(func::FuncOp func, BlockArgument p,
+                              bool frozenBf16) {
   double bytes = deviceBytes(p.getType(), /*bf16=*/false);
+  if (frozenBf16 && tg::isFrozenProductWeight(func, p.getArgNumber()))
+    return 0.5 * bytes;
   return tg::readOnlyByProducts(p) ? 1.5 * bytes : bytes;
 }
 
@@ -422,6 +426,13 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     }
   }
 
+  // What a worker's image and its uploads hold of parameter `p`.
+  auto imageBytes = [&](BlockArgument p) {
+    if (options.frozenBf16 && tg::isFrozenProductWeight(func, p.getArgNumber()))
+      return 2.0 * static_cast<double>(
+                       cast<RankedTensorType>(p.getType()).getNumElements());
+    return deviceBytes(p.getType(), options.bf16Storage);
+  };
   for (BlockArgument arg : func.getArguments()) {
     if (!func.getArgAttr(arg.getArgNumber(), tg::kParamAttr))
       continue;
@@ -430,6 +441,10 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     table.paramCount += elements;
     if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
       table.trainableCount += elements;
+    else if (options.frozenBf16 &&
+             tg::isFrozenProductWeight(func, arg.getArgNumber()))
+      // Rounded as it loads: no fp32 file can be mapped as bf16.
+      table.frozenBf16Count += elements;
     else if (func.getArgAttr(arg.getArgNumber(), tg::kExternalF32Attr))
       table.mappableBytes += 4 * elements;
   }
@@ -439,10 +454,10 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     for (Value p : paramsOf[l]) {
       auto arg = cast<BlockArgument>(p);
       table.layerParamArgs[l].push_back(arg.getArgNumber());
-      layer.paramBytes += deviceBytes(p.getType(), options.bf16Storage);
+      layer.paramBytes += imageBytes(arg);
       if (options.bf16)
-        layer.residentBytes =
-            layer.residentBytes.value_or(0) + residentBytesOf(p);
+        layer.residentBytes = layer.residentBytes.value_or(0) +
+                              residentBytesOf(func, arg, options.frozenBf16);
       if (!func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
         continue;
       // Gradients accumulate over the microbatches in fp32 on the worker.
@@ -466,18 +481,22 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
         shared.layers.push_back(static_cast<int>(l));
     if (shared.layers.size() < 2)
       continue;
-    shared.paramBytes = deviceBytes(arg.getType(), options.bf16Storage);
+    shared.paramBytes = imageBytes(arg);
     if (options.bf16)
-      shared.residentBytes = residentBytesOf(arg);
+      shared.residentBytes = residentBytesOf(func, arg, options.frozenBf16);
     if (func.getArgAttr(arg.getArgNumber(), tg::kTrainableAttr))
       shared.gradBytes = deviceBytes(arg.getType(), /*bf16=*/false);
     table.sharedParams.push_back(std::move(shared));
   }
-  // fp32 master weights for every parameter, AdamW moments and an fp32
-  // gradient for every trainable one; with bf16 storage also the bf16
-  // upload copy (fp32 storage uploads the master weights themselves).
-  table.hostFixedBytes = 4 * table.paramCount + 12 * table.trainableCount +
-                         (options.bf16Storage ? 2 * table.paramCount : 0);
+  // fp32 master weights for every parameter but the frozen ones held in
+  // bf16 (two bytes), AdamW moments and an fp32 gradient for every
+  // trainable one; with bf16 storage also the bf16 upload copy (fp32
+  // storage uploads the master weights themselves).
+  table.hostFixedBytes =
+      4 * (table.paramCount - table.frozenBf16Count) +
+      2 * table.frozenBf16Count + 12 * table.trainableCount +
+      (options.bf16Storage ? 2 * (table.paramCount - table.frozenBf16Count)
+                           : 0);
   return table;
 }
 

@@ -148,6 +148,11 @@ struct CostOptions {
   /// predicted, 89 GiB measured on an H200), and its default plan did not
   /// fit an H100.
   bool bf16Storage = false;
+  /// Frozen weights that only matrix products read are held in bf16 on
+  /// the host and in stage images (tg::isFrozenProductWeight; a bf16
+  /// plan's default, `--frozen-storage`): two bytes per element in host
+  /// memory, images and uploads.
+  bool frozenBf16 = false;
 };
 
 /// Device bytes of a tensor at the plan's precision (floats shrink to two
@@ -194,6 +199,8 @@ struct LayerTable {
   /// fp32 bytes of the frozen parameters stored as ONNX external data,
   /// which the trainer may map instead of copying (part of hostFixedBytes).
   double mappableBytes = 0;
+  /// Elements of the frozen weights held in bf16 (CostOptions::frozenBf16).
+  double frozenBf16Count = 0;
 };
 
 /// A starting point for a measured profile: a device spec JSON with

@@ -456,6 +456,20 @@ int rondo::compile(CompileOptions options) {
       return 2;
     }
     target = *resolved;
+    const std::string &frozen = options.plan.frozenStorage;
+    if (!frozen.empty() && frozen != "bf16" && frozen != "fp32") {
+      llvm::errs() << "error: --frozen-storage=" << frozen
+                   << ": expected bf16 or fp32\n";
+      return 2;
+    }
+    if (frozen == "bf16" && target.precision != "bf16") {
+      llvm::errs() << "error: --frozen-storage=bf16 needs a bf16 plan, but "
+                      "this one computes in "
+                   << target.precision << " (--target=" << target.backend
+                   << "), so its frozen weights stay fp32; drop the flag or "
+                      "compile with --target=cuda --precision=bf16\n";
+      return 2;
+    }
   }
   if (emit == Emit::Exe && !canLink(target.backend)) {
     llvm::errs() << "error: --target=cuda: this rondo-compile was built "

@@ -151,6 +151,15 @@ struct CompileFlags::Impl {
                      "fits (--explain lists them)"),
             cl::location(o.plan.residency), cl::init("auto"),
             cl::cat(category)),
+        frozenStorage(
+            "frozen-storage",
+            cl::desc("bf16 (default in bf16 plans) or fp32: how frozen "
+                     "weights that only matrix products read are held on "
+                     "the host and in stage images; bf16 halves their "
+                     "bytes and gives the same bits, fp32 is for A/B "
+                     "comparisons; bf16 needs a bf16 plan"),
+            cl::location(o.plan.frozenStorage), cl::init(""),
+            cl::cat(category)),
         replicasPerHost(
             "replicas-per-host",
             cl::desc("replicas that share one host's cores for the optimizer "
@@ -203,6 +212,7 @@ struct CompileFlags::Impl {
   cl::opt<std::string, true> shardOptimizer;
   cl::opt<std::string, true> optimizerMode;
   cl::opt<std::string, true> residency;
+  cl::opt<std::string, true> frozenStorage;
   cl::opt<int64_t, true> replicasPerHost;
   cl::opt<std::string> explain;
   cl::opt<bool, true> summary;

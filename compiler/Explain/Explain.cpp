@@ -12,6 +12,10 @@
 #include "Explain/Explain.h"
 
 #include "Dialect/Pipe/IR/PipeOps.h"
+#include "Dialect/TG/IR/TGDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -256,6 +260,26 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
        << " of frozen fp32 weights used in place from their external-data "
           "files, not counted above (trainer --map-weights=auto maps them: "
           "they exceed half of the host budget)\n";
+  if (ArrayAttr frozen = plan.getFrozenBf16Attr()) {
+    // Sizes from @main's arguments, which the names are of.
+    llvm::DenseSet<Attribute> names(frozen.begin(), frozen.end());
+    double elements = 0;
+    if (auto module = plan->getParentOfType<ModuleOp>())
+      if (auto main = module.lookupSymbol<func::FuncOp>(plan.getFunction()))
+        for (unsigned i = 0; i < main.getNumArguments(); ++i)
+          if (names.contains(main.getArgAttr(i, tg::kParamAttr)))
+            elements += double(
+                cast<ShapedType>(main.getArgumentTypes()[i]).getNumElements());
+    std::string count =
+        elements >= 1e9   ? llvm::formatv("{0:f2}B", elements / 1e9).str()
+        : elements >= 1e6 ? llvm::formatv("{0:f1}M", elements / 1e6).str()
+                          : llvm::formatv("{0:N}", int64_t(elements)).str();
+    os << "  frozen:     " << frozen.size() << " frozen weights (" << count
+       << " parameters) held in bf16 alone, on the host and in stage images: "
+       << gb(2 * elements) << " instead of " << gb(4 * elements)
+       << " (only matrix products read them, which round them to bf16 "
+          "anyway; --frozen-storage=fp32 keeps them in fp32)\n";
+  }
   if (std::optional<uint64_t> longest = plan.getMaxSeqLen())
     os << "  longest sequence these budgets hold: "
        << (*longest == 0 ? std::string("none (not even 256 tokens)")

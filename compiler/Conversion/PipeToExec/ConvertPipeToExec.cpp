@@ -71,21 +71,29 @@ struct StageInfo {
   /// Device-resident parameters it reads and gradient parts it accumulates
   /// (offsets into @resident_grads, its block starting at residentGradBase).
   SmallVector<Attribute> residentParams, residentBf16, residentGrads;
+  /// The frozen parameters its image holds in bf16 (the plan's
+  /// frozen_bf16 that it reads).
+  SmallVector<Attribute> bf16Params;
   SmallVector<int64_t> residentGradOffsets, residentGradSizes;
   int64_t residentGradBytes = 0;
 };
 
 /// Gives each stage function of a bf16 plan a `param_bf16` argument for
-/// every device-resident weight it reads only through matrix products: the
-/// weights' bf16 copy, which the trainer keeps beside them on the worker.
-/// The products then read the copy (kern-bf16-storage) instead of rounding
-/// the fp32 weights at every microbatch. Idempotent: one plan is lowered
-/// once per optimizer mode.
-LogicalResult
-addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
-                         const llvm::SmallDenseSet<Attribute> &resident) {
+/// every weight it reads only through matrix products and that has a bf16
+/// form: the bf16 copy the trainer keeps beside a device-resident weight
+/// on the worker, and a frozen weight the plan holds in bf16 alone
+/// (`frozen_bf16`), which its stage image (or, resident, the worker's
+/// `@resident`) carries. The products then read it (kern-bf16-storage)
+/// instead of rounding fp32 weights at every microbatch. The fp32 argument
+/// of a `frozen_bf16` weight becomes `param_unbound`: nothing backs it, and
+/// kern-bf16-storage removes it once its readers read the bf16 argument.
+/// Idempotent: one plan is lowered once per optimizer mode.
+LogicalResult addBf16Arguments(ModuleOp module, pipe::PlanOp plan,
+                               const llvm::SmallDenseSet<Attribute> &resident,
+                               const llvm::SmallDenseSet<Attribute> &frozen) {
   auto precision = plan->getAttrOfType<StringAttr>("precision");
-  if (!precision || precision.getValue() != "bf16" || resident.empty())
+  if (!precision || precision.getValue() != "bf16" ||
+      (resident.empty() && frozen.empty()))
     return success();
   MLIRContext *ctx = module.getContext();
   for (auto stage : plan.getBody().getOps<pipe::StageOp>()) {
@@ -99,9 +107,21 @@ addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
         copied.insert(fn.getArgAttr(i, tg::kParamAttr));
     for (unsigned i = 0, e = fn.getNumArguments(); i < e; ++i) {
       Attribute name = fn.getArgAttr(i, tg::kParamAttr);
-      if (roleOf(fn.getArgAttrDict(i)) != "param" || !resident.contains(name) ||
-          copied.contains(name) || !tg::readOnlyByProducts(fn.getArgument(i)))
+      if (roleOf(fn.getArgAttrDict(i)) != "param" || copied.contains(name))
         continue;
+      bool isResident = resident.contains(name);
+      bool isFrozen = frozen.contains(name);
+      if (!isFrozen &&
+          !(isResident && tg::readOnlyByProducts(fn.getArgument(i))))
+        continue;
+      // The plan chose bf16 storage from @main's uses; a stage reads a
+      // subset of them.
+      if (isFrozen && !fn.getArgument(i).use_empty() &&
+          !tg::readOnlyByProducts(fn.getArgument(i)))
+        return fn.emitOpError("reads '")
+               << cast<StringAttr>(name).getValue()
+               << "', which the plan holds in bf16 alone (frozen_bf16), "
+                  "other than through matrix products";
       auto type = cast<RankedTensorType>(fn.getArgumentTypes()[i]);
       NamedAttribute attrs[] = {
           NamedAttribute(StringAttr::get(ctx, kRoleAttr),
@@ -113,6 +133,8 @@ addResidentBf16Arguments(ModuleOp module, pipe::PlanOp plan,
               DictionaryAttr::get(ctx, attrs), fn.getLoc())))
         return fn.emitOpError("cannot take the bf16 copy of '")
                << name << "' as an argument";
+      if (isFrozen)
+        fn.setArgAttr(i, kRoleAttr, StringAttr::get(ctx, "param_unbound"));
     }
   }
   return success();
@@ -302,9 +324,12 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
              << N << " workers; device-resident state needs one worker";
     residentSet.insert(resident.begin(), resident.end());
   }
-  if (failed(addResidentBf16Arguments(module, plan, residentSet)))
+  llvm::SmallDenseSet<Attribute> frozenBf16Set;
+  if (ArrayAttr frozen = plan.getFrozenBf16Attr())
+    frozenBf16Set.insert(frozen.begin(), frozen.end());
+  if (failed(addBf16Arguments(module, plan, residentSet, frozenBf16Set)))
     return failure();
-  llvm::SmallDenseSet<Attribute> bf16Copies;
+  llvm::SmallDenseSet<Attribute> bf16Copies, bf16Only;
   // Each resident parameter's size and how many stages produce a part of
   // its gradient.
   llvm::MapVector<Attribute, std::pair<int64_t, int64_t>> residentInfo;
@@ -337,15 +362,23 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
       StringRef role = roleOf(fn.getArgAttrDict(i));
       info.argRoles.push_back(role);
       Type t = fn.getArgumentTypes()[i];
-      if (role == "param" &&
+      if ((role == "param" || role == "param_unbound") &&
           residentSet.contains(fn.getArgAttr(i, tg::kParamAttr))) {
+        // A frozen weight held in bf16 (unbound fp32 argument) has no fp32
+        // weights on the worker, only the bf16 copy.
         Attribute name = fn.getArgAttr(i, tg::kParamAttr);
         info.residentParams.push_back(name);
         residentInfo[name].first = byteSize(t);
-      } else if (role == "param_bf16") {
+        if (role == "param_unbound")
+          bf16Only.insert(name);
+      } else if (role == "param_bf16" &&
+                 residentSet.contains(fn.getArgAttr(i, tg::kParamAttr))) {
         info.residentBf16.push_back(fn.getArgAttr(i, tg::kParamAttr));
         bf16Copies.insert(info.residentBf16.back());
-      } else if (role == "param") {
+      } else if (role == "param" || role == "param_bf16") {
+        // A frozen weight held in bf16 alone is in the image in bf16.
+        if (role == "param_bf16")
+          info.bf16Params.push_back(fn.getArgAttr(i, tg::kParamAttr));
         info.params.push_back(fn.getArgAttr(i, tg::kParamAttr));
         info.paramOffsets.push_back(info.paramBytes);
         info.paramSizes.push_back(byteSize(t));
@@ -437,7 +470,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
           : mode == "stale" && !plan.getPrediction().getStaleStep().isZero()
               ? plan.getPrediction().getStaleStep().convertToDouble()
               : plan.getPrediction().getSyncStep().convertToDouble()),
-      plan.getReplicasAttr());
+      plan.getReplicasAttr(), plan.getFrozenBf16Attr());
   Block *body = new Block();
   program.getBody().push_back(body);
   OpBuilder b = OpBuilder::atBlockBegin(body);
@@ -486,8 +519,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
   SmallVector<int64_t> residentGradBase;
   for (auto &[name, info] : residentInfo) {
     auto [bytes, parts] = info;
-    ResidentLayout r{name, bytes, residentBytes};
-    residentBytes = alignUp(residentBytes + bytes);
+    ResidentLayout r{name, bytes, bf16Only.contains(name) ? -1 : residentBytes};
+    if (r.weights >= 0)
+      residentBytes = alignUp(residentBytes + bytes);
     if (parts > 0) {
       r.expAvg = residentBytes;
       r.expAvgSq = residentBytes = alignUp(residentBytes + bytes);
@@ -559,9 +593,12 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                       .getValueAsDouble()
                 : 0.0),
         /*resident=*/nullptr, /*resident_grads=*/nullptr,
-        /*resident_grad_offsets=*/nullptr, /*resident_grad_sizes=*/nullptr);
+        /*resident_grad_offsets=*/nullptr, /*resident_grad_sizes=*/nullptr,
+        /*bf16_params=*/nullptr);
     if (!s.residentParams.empty())
       stageOp.setResidentAttr(b.getArrayAttr(s.residentParams));
+    if (!s.bf16Params.empty())
+      stageOp.setBf16ParamsAttr(b.getArrayAttr(s.bf16Params));
     if (!s.residentGrads.empty()) {
       SmallVector<int64_t> offsets;
       for (int64_t off : s.residentGradOffsets)
@@ -693,7 +730,7 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
                                  b.getI64IntegerAttr(n), ValueRange{}));
     for (int64_t m = 0; m < M; ++m) {
       SmallVector<Attribute> inputs, outputs, accumulate;
-      unsigned paramIdx = 0, residentIdx = 0, bf16Idx = 0;
+      unsigned paramIdx = 0, bf16Idx = 0;
       for (auto [i, role] : llvm::enumerate(s.argRoles)) {
         int64_t bytes = byteSize(s.fn.getArgumentTypes()[i]);
         if (role == "activation") {
@@ -727,14 +764,17 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
           inputs.push_back(dst);
         } else if (role == "param" &&
                    residentSet.contains(s.fn.getArgAttr(i, tg::kParamAttr))) {
-          Attribute name = s.residentParams[residentIdx++];
+          Attribute name = s.fn.getArgAttr(i, tg::kParamAttr);
           inputs.push_back(
               ref(kResidentBuffer, n, 0, residentWeights.lookup(name), bytes));
-        } else if (role == "param_bf16") {
+        } else if (role == "param_bf16" &&
+                   residentSet.contains(s.fn.getArgAttr(i, tg::kParamAttr))) {
           Attribute name = s.residentBf16[bf16Idx++];
           inputs.push_back(
               ref(kResidentBuffer, n, 0, residentBf16.lookup(name), bytes));
-        } else if (role == "param") {
+        } else if (role == "param_unbound") {
+          continue; // Read through its param_bf16 argument.
+        } else if (role == "param" || role == "param_bf16") {
           inputs.push_back(ref(slotBuffer, n, 0, s.paramOffsets[paramIdx],
                                s.paramSizes[paramIdx]));
           ++paramIdx;

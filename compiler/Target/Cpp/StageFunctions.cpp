@@ -221,6 +221,12 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
       exprs[arg] = "lossScaleValue";
       continue;
     }
+    // No launch binds it: an io slot for it would shift every later one.
+    if (role && role.getValue() == "param_unbound")
+      return fn.emitOpError("still takes the fp32 form of '")
+             << fn.getArgAttrOfType<StringAttr>(k, kParamAttr).getValue()
+             << "', which the plan holds in bf16 alone; kern-bf16-storage "
+                "removes it";
     exprs[arg] = llvm::formatv(
                      "static_cast<{0} *>(io[{1}])",
                      storageType(cast<RankedTensorType>(arg.getType())), slot++)

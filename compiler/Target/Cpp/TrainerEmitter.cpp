@@ -38,6 +38,8 @@ LogicalResult Emitter::run() {
     bool loraParameter = false;
     std::string torchAliases; ///< Comma-separated, when there are several.
     bool torchTransposed = false;
+    /// Held in bf16 alone on the host (the programs' frozen_bf16).
+    bool bf16 = false;
   };
   SmallVector<ParamInfo> params;
   llvm::StringMap<unsigned> paramIndex;
@@ -104,6 +106,35 @@ LogicalResult Emitter::run() {
              << globalRows(p) << " rows per step, another program "
              << globalBatch;
 
+  // Host storage is one per trainer, whichever program runs: the programs
+  // agree on the frozen weights held in bf16 (one module's decision).
+  auto frozenOf = [](exec::ProgramOp p) {
+    llvm::StringSet<> names;
+    if (ArrayAttr frozen = p.getFrozenBf16Attr())
+      for (Attribute a : frozen)
+        names.insert(cast<StringAttr>(a).getValue());
+    return names;
+  };
+  llvm::StringSet<> frozenBf16 = frozenOf(programs.front());
+  for (exec::ProgramOp p : programs) {
+    llvm::StringSet<> mine = frozenOf(p);
+    if (mine.size() != frozenBf16.size() ||
+        llvm::any_of(mine, [&](const auto &e) {
+          return !frozenBf16.contains(e.getKey());
+        }))
+      return p.emitOpError("holds other frozen weights in bf16 (frozen_bf16) "
+                           "than @")
+             << programs.front().getSymName()
+             << "; one trainer has one host copy of its weights";
+  }
+  for (const auto &e : frozenBf16) {
+    auto it = paramIndex.find(e.getKey());
+    if (it == paramIndex.end())
+      return programs.front().emitOpError("holds '")
+             << e.getKey() << "' in bf16, which @main does not have";
+    params[it->second].bf16 = true;
+  }
+
   llvm::StringSet<> emitted;
   for (exec::ProgramOp p : programs)
     for (auto st : p.getBody().getOps<exec::StageOp>()) {
@@ -163,7 +194,8 @@ LogicalResult Emitter::run() {
     for (auto [k, d] : llvm::enumerate(p.dims))
       os << (k ? ", " : "") << d;
     os << "}, " << (p.trainable ? "true" : "false");
-    if (!p.loraFactor.empty() || !p.torchAliases.empty() || p.torchTransposed) {
+    if (!p.loraFactor.empty() || !p.torchAliases.empty() || p.torchTransposed ||
+        p.bf16) {
       os << ", rondo::rt::LoraFactor::"
          << (p.loraFactor.empty() ? "None" : p.loraFactor) << ", ";
       if (p.loraBase.empty())
@@ -173,8 +205,10 @@ LogicalResult Emitter::run() {
       os << ", " << (p.loraBaseTransposed ? "true" : "false") << ", "
          << cString(p.torchAliases) << ", "
          << (p.torchTransposed ? "true" : "false");
-      if (p.loraParameter)
-        os << ", true";
+      if (p.loraParameter || p.bf16)
+        os << ", " << (p.loraParameter ? "true" : "false");
+      if (p.bf16)
+        os << ", rondo::rt::ParamStorage::Bf16";
     }
     os << "},\n";
   }

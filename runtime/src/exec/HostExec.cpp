@@ -91,7 +91,7 @@ std::unique_ptr<PinnedPool> makeHostPinnedPool() {
 }
 
 HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
-                   const ProgramInfo &info, float *const *params,
+                   const ProgramInfo &info, const void *const *params,
                    ExecClient &client, bool recordTrace, int64_t firstRotation,
                    std::unique_ptr<DeviceOps> deviceOps,
                    std::vector<bool> pageable)
@@ -114,8 +114,10 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
     if (size_t(i) < pageable.size() && pageable[size_t(i)])
       continue;
     if (params && params[i] && n > 0) {
-      device->registerHostMemory(params[i], size_t(n) * sizeof(float));
-      registered.push_back(params[i]);
+      void *weights = const_cast<void *>(params[i]);
+      device->registerHostMemory(
+          weights, size_t(n * storedElementBytes(model.params[i])));
+      registered.push_back(weights);
     }
   }
   sortedPieces.resize(size_t(program.numStages));

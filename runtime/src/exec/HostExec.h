@@ -162,13 +162,14 @@ class HostExec final : public rondo_exec {
 public:
   /// The device's peak-memory lines ("" on the host).
   std::string memoryReport() const { return device->memoryReport(); }
-  /// `params` are the trainer's fp32 master weights, one per model
-  /// parameter; they are read by parameter uploads.
+  /// `params` are the trainer's master weights as it holds them, one per
+  /// model parameter (fp32, or bf16 where its ParamSpec says so, as the
+  /// images carry them); they are read by parameter uploads.
   /// `device` decides what a worker is (host threads' memory or a GPU);
   /// null: the host.
   HostExec(const rondo_program &program, const ModelSpec &model,
-           const ProgramInfo &info, float *const *params, ExecClient &client,
-           bool recordTrace, int64_t firstRotation,
+           const ProgramInfo &info, const void *const *params,
+           ExecClient &client, bool recordTrace, int64_t firstRotation,
            std::unique_ptr<DeviceOps> device = nullptr,
            std::vector<bool> pageable = {});
   ~HostExec() override;
@@ -343,7 +344,7 @@ private:
   const rondo_program &program;
   const ModelSpec &model;
   const ProgramInfo &info;
-  float *const *params;
+  const void *const *params;
   ExecClient &client;
   const bool recordTrace;
   const int64_t firstRotation;

@@ -87,7 +87,8 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
       const rondo_param_piece &pc = st.pieces[i];
       if (pc.param < 0 || pc.param >= numParams || pc.imageOffset < 0 ||
           pc.bytes < 0 || pc.imageOffset + pc.bytes > st.paramBytes ||
-          pc.bytes > numElements(model.params[pc.param]) * int64_t(sizeof(float)))
+          pc.bytes > numElements(model.params[pc.param]) *
+                         storedElementBytes(model.params[pc.param]))
         throw bad(stageName + " piece " + std::to_string(i) +
                   " lies outside the parameter or the image");
       ranges.push_back({pc.imageOffset, pc.imageOffset + pc.bytes});
@@ -131,10 +132,14 @@ ProgramInfo analyseProgram(const rondo_program &p, const ModelSpec &model) {
           (r.bf16 < 0 || r.bf16 % 2 || r.bf16 + bytes / 2 > residentBytes))
         throw bad(std::string("keeps the bf16 copy of '") +
                   model.params[r.param].name + "' outside its resident buffer");
-      if (r.weights < 0 ||
+      // A weight held in bf16 has its bf16 copy there and nothing else.
+      const bool bf16Alone =
+          model.params[r.param].storage == ParamStorage::Bf16;
+      if ((bf16Alone ? r.weights != -1 || r.bf16 < 0 : r.weights < 0) ||
           (model.params[r.param].trainable && (r.expAvg < 0 || r.expAvgSq < 0)))
         throw bad(std::string("keeps '") + model.params[r.param].name +
-                  "' on the worker without its weights or AdamW moments");
+                  "' on the worker without its weights or AdamW moments" +
+                  (bf16Alone ? " (held in bf16: its bf16 copy alone)" : ""));
       if (info.residentOf[size_t(r.param)] >= 0)
         throw bad(std::string("keeps '") + model.params[r.param].name +
                   "' on the worker twice");

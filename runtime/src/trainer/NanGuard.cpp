@@ -59,13 +59,22 @@ bool allFinite(const void *data, int64_t n) {
 }
 
 NonFiniteParam firstNonFiniteParam(const ModelSpec &model,
-                                   const float *const *data) {
+                                   const void *const *data) {
   for (int i = 0; i < model.numParams; ++i) {
     const int64_t n = numElements(model.params[i]);
-    if (allFinite(data[i], n))
+    if (model.params[i].storage == ParamStorage::Bf16) {
+      // All exponent bits set: infinity or NaN.
+      const uint16_t *bits = static_cast<const uint16_t *>(data[i]);
+      for (int64_t e = 0; e < n; ++e)
+        if ((bits[e] & 0x7f80u) == 0x7f80u)
+          return {i, e};
+      continue;
+    }
+    const float *values = static_cast<const float *>(data[i]);
+    if (allFinite(values, n))
       continue;
     int64_t e = 0;
-    while (e < n && std::isfinite(data[i][e]))
+    while (e < n && std::isfinite(values[e]))
       ++e;
     return {i, e};
   }

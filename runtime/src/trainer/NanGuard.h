@@ -37,12 +37,13 @@ std::string nonFiniteLoss(const std::vector<double> &losses, int64_t step);
 
 /// The index of the first parameter (table order) of `model` whose data
 /// holds a non-finite value, and that value's element; {-1, -1} if none.
+/// `data` holds each parameter as the trainer does (ParamSpec::storage).
 struct NonFiniteParam {
   int param = -1;
   int64_t element = -1;
 };
 NonFiniteParam firstNonFiniteParam(const ModelSpec &model,
-                                   const float *const *data);
+                                   const void *const *data);
 
 class NanGuard {
 public:

@@ -4,11 +4,15 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// One fp32 tensor per model parameter, in table order: loaded from the
-// ONNX model (or --weights), drawn (--init=random), or for frozen weights
-// of --map-weights used in place from a read-only mapping of their file;
+// One tensor per model parameter, in table order: loaded from the ONNX
+// model (or --weights), drawn (--init=random), or for frozen weights of
+// --map-weights used in place from a read-only mapping of their file;
 // LoRA adapters from PEFT's initialisation or --load-lora. Writes them at
 // the end of a run (--export-onnx, --export-safetensors, --export-lora).
+// A parameter the program holds in bf16 (ParamStorage::Bf16: a frozen
+// weight of a bf16 plan that only matrix products read) is kept in bf16
+// alone, rounded once to nearest even as it is loaded or drawn: the bits
+// every product of an fp32 copy would have rounded it to.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,8 +40,15 @@ public:
   /// gradients into its own host buffer).
   void initialise(const TrainerOptions &opts, const StepLog &log);
 
-  /// Per parameter: its fp32 data (read-only when mapped).
+  /// Per parameter: its fp32 data (read-only when mapped); null for a
+  /// parameter held in bf16, whose bits are in stored().
   float *const *data() const { return ptrs.data(); }
+  /// Per parameter: its bytes as held (fp32, or bf16 for ParamStorage::
+  /// Bf16), which parameter images copy.
+  const void *const *stored() const { return storedPtrs.data(); }
+  /// Parameter `i` in fp32: its data, or its bf16 bits widened into
+  /// `scratch` (exact).
+  const float *fp32(int i, std::vector<float> &scratch) const;
   /// Per parameter: whether it lives in a file mapping (not pinnable).
   std::vector<bool> pageable() const;
   /// Order-independent and exact, for comparing replicas.
@@ -53,6 +64,7 @@ private:
   const ModelSpec &model;
   std::vector<FloatBuffer> params;
   std::vector<float *> ptrs;
+  std::vector<const void *> storedPtrs;
   /// Per parameter: its data in a read-only mapping of its file, or null.
   std::vector<const float *> mapped;
   std::vector<std::shared_ptr<const void>> mappings;

@@ -62,12 +62,12 @@ void Trainer::setUpProgram(int64_t firstStep) {
   // holds the weights after every update before it.
   staleApplied = firstStep - 1;
   exec = std::make_unique<HostExec>(
-      *program, model, info, store.data(), *this, !opts.trace.empty(),
+      *program, model, info, store.stored(), *this, !opts.trace.empty(),
       firstStep,
       deviceFactory ? deviceFactory(program->workers, opts.gpus) : nullptr,
       store.pageable());
   resident = std::make_unique<ResidentState>(*program, model, info, *exec,
-                                             store.data());
+                                             store.stored());
   if (resident->active()) {
     // The sums read the worker's memory: host memory on the host backend,
     // the GPU's own for the NCCL engine; MPI cannot read a GPU's.

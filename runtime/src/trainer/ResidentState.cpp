@@ -10,7 +10,7 @@ namespace rondo::rt {
 
 ResidentState::ResidentState(const rondo_program &program,
                              const ModelSpec &model, const ProgramInfo &info,
-                             const HostExec &exec, float *const *params)
+                             const HostExec &exec, const void *const *params)
     : program(program), model(model), info(info), exec(exec), params(params) {
   if (!active())
     return;
@@ -52,6 +52,13 @@ void ResidentState::push(const OptimizerState &optimizer) const {
   for (int32_t i = 0; i < program.numResidentParams; ++i) {
     const rondo_resident_param &r = program.residentParams[i];
     const int64_t n = numElements(model.params[r.param]);
+    if (model.params[r.param].storage == ParamStorage::Bf16) {
+      // A frozen weight held in bf16: its bits are the copy the stages
+      // read, and the worker has no fp32 form of it.
+      device().copyToWorker(worker(), bf16Of(r.param), params[r.param],
+                            size_t(n) * sizeof(uint16_t));
+      continue;
+    }
     device().copyToWorker(worker(), state + r.weights, params[r.param],
                           size_t(n) * sizeof(float));
     if (r.bf16 >= 0)

@@ -35,7 +35,7 @@ public:
   /// `params` are the host master weights (ParamStore::data()).
   ResidentState(const rondo_program &program, const ModelSpec &model,
                 const ProgramInfo &info, const HostExec &exec,
-                float *const *params);
+                const void *const *params);
 
   /// Whether the program keeps any parameter on the worker.
   bool active() const { return program.numResidentParams > 0; }
@@ -72,7 +72,7 @@ private:
   const ModelSpec &model;
   const ProgramInfo &info;
   const HostExec &exec;
-  float *const *params;
+  const void *const *params;
   char *state = nullptr; ///< The worker's resident buffer.
   char *grads = nullptr; ///< The worker's resident gradients buffer.
 };

@@ -47,6 +47,11 @@ void validateModel(const ModelSpec &model) {
       if (p.dims[d] < 0)
         throw Error(std::string("parameter '") + p.name +
                     "' has a negative dimension");
+    // Nothing updates a weight held in bf16 alone: the optimizer and the
+    // adapters' files work in fp32.
+    if (p.storage == ParamStorage::Bf16 && (p.trainable || isLoraAdapter(p)))
+      throw Error(std::string("parameter '") + p.name +
+                  "' is held in bf16 but trains; only frozen weights are");
   }
   validateLora(model);
 }
@@ -209,7 +214,7 @@ int64_t Trainer::setUp() {
 }
 
 void Trainer::checkInitialWeights(int64_t firstStep) const {
-  const NonFiniteParam bad = firstNonFiniteParam(model, store.data());
+  const NonFiniteParam bad = firstNonFiniteParam(model, store.stored());
   if (bad.param < 0)
     return;
   const ParamSpec &p = model.params[bad.param];
@@ -259,6 +264,22 @@ void Trainer::describeRun() const {
                 (long long)feed.train().rows(), (long long)feed.train().cols(),
                 (long long)(feed.rowsPerStep() * replicas.count()), how);
   say(buffer);
+  int64_t heldInBf16 = 0, bf16Weights = 0;
+  for (int i = 0; i < model.numParams; ++i)
+    if (model.params[i].storage == ParamStorage::Bf16) {
+      heldInBf16 += numElements(model.params[i]);
+      ++bf16Weights;
+    }
+  if (heldInBf16 > 0) {
+    std::snprintf(buffer, sizeof(buffer),
+                  "rondo: %lld frozen weights (%lld elements, %.2f GB) held "
+                  "in bf16 on the host and in the parameter images: only "
+                  "matrix products read them (rondo-compile "
+                  "--frozen-storage=fp32 keeps them in fp32)",
+                  (long long)bf16Weights, (long long)heldInBf16,
+                  2e-9 * double(heldInBf16));
+    say(buffer);
+  }
   if (program->numResidentParams > 0) {
     int64_t elements = 0;
     for (int32_t i = 0; i < program->numResidentParams; ++i)

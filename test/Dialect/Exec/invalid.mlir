@@ -12,6 +12,35 @@ exec.program @bad_ref plan @p workers 1 microbatches 1 first_worker 0 optimizer 
 
 // -----
 
+// A stage holds in bf16 only what its image holds.
+exec.program @bf16_not_in_image plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+  // expected-error @+1 {{holds "w1" in bf16 (bf16_params) but not in its image}}
+  exec.stage @F0 forward layers 0 to 1 function @f {bf16_params = ["w1"], params = ["w0"], param_offsets = array<i64: 0>, param_sizes = array<i64: 32>, param_bytes = 64 : i64, grads = [], grad_offsets = array<i64>, grad_sizes = array<i64>, grad_bytes = 0 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  exec.yield
+}
+
+// -----
+
+// A resident weight without fp32 weights is a frozen one held in bf16: it
+// has its bf16 copy and nothing to update.
+exec.program @bf16_alone_without_copy plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+  exec.stage @F0 forward layers 0 to 1 function @f {params = [], param_offsets = array<i64>, param_sizes = array<i64>, param_bytes = 0 : i64, grads = [], grad_offsets = array<i64>, grad_sizes = array<i64>, grad_bytes = 0 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  // expected-error @+1 {{has no fp32 weights but no bf16 copy either}}
+  exec.resident "w" bytes 64 weights -1 moments -1, -1 sums -1, -1
+  exec.yield
+}
+
+// -----
+
+exec.program @bf16_alone_trains plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
+  exec.stage @F0 forward layers 0 to 1 function @f {params = [], param_offsets = array<i64>, param_sizes = array<i64>, param_bytes = 0 : i64, grads = [], grad_offsets = array<i64>, grad_sizes = array<i64>, grad_bytes = 0 : i64, host_grad_offset = 0 : i64, predicted_job_seconds = 0.0 : f64}
+  // expected-error @+1 {{has no fp32 weights but trains}}
+  exec.resident "w" bytes 64 weights -1 moments 0, 64 sums -1, -1 bf16 128
+  exec.yield
+}
+
+// -----
+
 exec.program @bad_stream plan @p workers 1 microbatches 1 first_worker 0 optimizer "sync" jobs [@F0] attributes {predicted_step_seconds = 0.0 : f64, rows_per_microbatch = 1 : i64} {
   exec.buffer @act worker slots 1 bytes 16 offset 0
   exec.buffer @host host slots 1 bytes 16 offset 0
@@ -134,7 +163,7 @@ exec.program @carried_state plan @plan_w2 workers 1 microbatches 1 first_worker 
 // The dialect verifies the discardable attributes of stage functions
 // (ExecOps.h).
 
-// expected-error @+1 {{'exec.role' of a function argument must be one of "activation", "gradient", "param", "param_bf16", "input_ids", "labels", "loss_scale", "data"}}
+// expected-error @+1 {{'exec.role' of a function argument must be one of "activation", "gradient", "param", "param_bf16", "param_unbound", "input_ids", "labels", "loss_scale", "data"}}
 func.func private @arg_role(tensor<f32> {exec.role = "checkpoint"})
 
 // -----

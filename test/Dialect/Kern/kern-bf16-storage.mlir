@@ -215,3 +215,35 @@ func.func @attention_operands(%xq: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %xk
   %sk:2 = kern.call @attentionSinks(%s, %xq, %xq, %sinks) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x8x4x16xf32>, tensor<1x8x4x16xf32>, tensor<4xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
   return %o#0, %g#0, %g#1, %g#2, %so#0, %sk#0 : tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// A frozen weight the plan holds in bf16 alone (a streamed LoRA base): its
+// fp32 argument is `param_unbound`, bound to nothing. Its products read the
+// bf16 argument, through reshapes too, and the fp32 argument goes, so the
+// stage function takes (and the launch binds) the bf16 weight only.
+// CHECK-LABEL: func.func @frozen_bf16_weight
+// CHECK-SAME: (%arg0: tensor<2x8x16xf32> {exec.role = "activation"}, %arg1: tensor<1x8x32xf32> {exec.role = "gradient"}, %arg2: tensor<16x32xbf16> {exec.role = "param_bf16", tg.param = "w"})
+// CHECK: kern.call @matmulBf16(%{{.*}}, %arg2) args {accumulate = false, transA = false, transB = false}
+// CHECK: %[[R:.*]] = tg.reshape %arg2 : (tensor<16x32xbf16>) -> tensor<1x16x32xbf16>
+// CHECK: kern.call @matmulBf16(%{{.*}}, %[[R]]) args {accumulate = false, transA = false, transB = true}
+// CHECK-NOT: param_unbound
+func.func @frozen_bf16_weight(%x: tensor<2x8x16xf32> {exec.role = "activation"}, %w: tensor<16x32xf32> {exec.role = "param_unbound", tg.param = "w"}, %dy: tensor<1x8x32xf32> {exec.role = "gradient"}, %wb: tensor<16x32xbf16> {exec.role = "param_bf16", tg.param = "w"}) -> (tensor<2x8x32xf32>, tensor<1x8x16xf32>) attributes {exec.stage} {
+  %y = kern.call @matmul(%x, %w) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x16xf32>, tensor<16x32xf32>) -> tensor<2x8x32xf32>
+  %r = tg.reshape %w : (tensor<16x32xf32>) -> tensor<1x16x32xf32>
+  %dx = kern.call @matmul(%dy, %r) args {accumulate = false, transA = false, transB = true} : (tensor<1x8x32xf32>, tensor<1x16x32xf32>) -> tensor<1x8x16xf32>
+  return %y, %dx : tensor<2x8x32xf32>, tensor<1x8x16xf32>
+}
+
+// -----
+
+// A streamed expert stack held in bf16 alone: the grouped product reads
+// the bf16 stack with bf16 rows, no fp32-staged kernel.
+// CHECK-LABEL: func.func @frozen_bf16_experts
+// CHECK-SAME: (%arg0: tensor<8x16xf32> {exec.role = "activation"}, %arg1: tensor<8xi64> {exec.role = "activation"}, %arg2: tensor<4x16x32xbf16> {exec.role = "param_bf16", tg.param = "w"})
+// CHECK: %[[X:.*]] = kern.call @toBf16(%arg0)
+// CHECK: kern.call @expertMatmulBf16(%[[X]], %arg2, %arg1) args {transW = false}
+func.func @frozen_bf16_experts(%x: tensor<8x16xf32> {exec.role = "activation"}, %w: tensor<4x16x32xf32> {exec.role = "param_unbound", tg.param = "w"}, %ids: tensor<8xi64> {exec.role = "activation"}, %wb: tensor<4x16x32xbf16> {exec.role = "param_bf16", tg.param = "w"}) -> tensor<8x32xf32> attributes {exec.stage} {
+  %y = kern.call @expertMatmul(%x, %w, %ids) args {transW = false} : (tensor<8x16xf32>, tensor<4x16x32xf32>, tensor<8xi64>) -> tensor<8x32xf32>
+  return %y : tensor<8x32xf32>
+}

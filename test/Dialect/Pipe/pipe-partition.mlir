@@ -10,6 +10,20 @@
 // replicas of one worker (2 microbatches each) and one pipeline of two, the
 // predicted faster first and marked chosen.
 // RUN: rondo-opt %t.train.mlir --pipe-partition="gpus=2 device=host microbatches=4" --pipe-verify-plan | FileCheck %s --check-prefix=LAYOUTS
+// frozen-storage: in a bf16 plan, the frozen LoRA bases that only matrix
+// products read are held in bf16 (frozen_bf16), at two bytes an element
+// of host memory (92,160 elements: 184,320 bytes less than fp32 storage).
+// RUN: rondo-compile %models/qwen3-tiny.onnx --batch 4 --seq-len 8 --lora=rank=4 --emit=train -o %t.lora.mlir
+// RUN: rondo-opt %t.lora.mlir --pipe-partition="workers=1 device=h100 precision=bf16" --pipe-verify-plan | FileCheck %s --check-prefix=FROZEN
+// FROZEN: frozen_bf16 = ["val_92", "val_103", "val_114", "val_222", "val_227", "val_229", "val_230", "val_235", "val_246", "val_257", "val_360", "val_365", "val_367", "val_368"], host_fixed_bytes = 5.975040e+05
+// RUN: rondo-opt %t.lora.mlir --pipe-partition="workers=1 device=h100 precision=bf16 frozen-storage=fp32" | FileCheck %s --check-prefix=FROZEN-FP32
+// FROZEN-FP32-NOT: frozen_bf16
+// FROZEN-FP32: host_fixed_bytes = 7.818240e+05
+// FROZEN-FP32-NOT: frozen_bf16
+// RUN: not rondo-opt %t.lora.mlir --pipe-partition="workers=1 device=host frozen-storage=bf16" 2>&1 | FileCheck %s --check-prefix=FROZEN-ERR
+// RUN: not rondo-opt %t.lora.mlir --pipe-partition="workers=1 device=h100 frozen-storage=half" 2>&1 | FileCheck %s --check-prefix=FROZEN-VALUE
+// FROZEN-ERR: error: --frozen-storage=bf16 needs a bf16 plan, but this one computes in fp32, so its frozen weights stay fp32; drop the option or plan in bf16 (precision=bf16 on a GPU device)
+// FROZEN-VALUE: error: --frozen-storage=half is not one of bf16, fp32
 // LAYOUTS: pipe.plan @plan_r2_w1 for @main workers 1 microbatches 2 attributes {batch = 2 : i64,
 // LAYOUTS-SAME: layout_chosen, layout_gpus = 2 : i64,
 // LAYOUTS-SAME: replicas = 2 : i64,

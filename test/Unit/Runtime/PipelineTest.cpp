@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "rondo/runtime/Data.h"
+#include "rondo/runtime/FloatConv.h"
 #include "rondo/runtime/OnnxWeights.h"
 #include "rondo/runtime/Trainer.h"
 
@@ -463,6 +464,64 @@ TEST_F(PipelineTest, ResumeIsBitwise) {
   Trained rest =
       train("single-rest", {"--checkpoint-dir", ckpt, "--resume"}, true);
   EXPECT_EQ(rest.weights, full.weights);
+}
+
+// A frozen weight held in bf16 alone (the frozen scale here, as a bf16
+// plan holds the frozen weights only products read): the trainer rounds it
+// as it loads, uploads its bf16 bytes in half-size image pieces and the
+// stages read them. It must train exactly like fp32 storage of the same
+// weights already rounded to bf16, for any worker count and mode, export
+// the rounded values, and resume bitwise (it is not checkpointed: the
+// resumed run rounds it again).
+TEST_F(PipelineTest, FrozenWeightHeldInBf16TrainsLikeItsRoundedValues) {
+  struct Reset {
+    ~Reset() { toy::toyNormInBf16(false); }
+  } reset;
+  // The same weights with the scale rounded to bf16, stored in fp32.
+  const ModelSpec &spec =
+      toy::toyModel(kBatch, kSeq, LossKind::CausalLM, modelPath);
+  std::vector<std::vector<float>> weights =
+      toy::writeRandomWeights(spec, modelPath, 99);
+  for (float &x : weights[toy::kNorm])
+    x = bf16ToFloat(floatToBf16(x));
+  ASSERT_NE(weights[toy::kNorm][0], 1.0f);
+  const std::string rounded = dir + "/rounded.onnx";
+  std::vector<TensorToWrite<float>> tensors;
+  for (int i = 0; i < spec.numParams; ++i)
+    tensors.push_back(
+        {spec.params[i].name,
+         std::vector<int64_t>(spec.params[i].dims,
+                              spec.params[i].dims + spec.params[i].rank),
+         weights[size_t(i)].data()});
+  writeInitializerModel(rounded, tensors);
+
+  Trained ref = train("fp32-rounded", {"--workers=1", "--weights", rounded});
+  ASSERT_EQ(ref.losses.size(), 6u);
+  toy::toyNormInBf16(true);
+  for (const char *workers : {"1", "2", "3"})
+    for (const char *mode : {"sync", "overlap", "stale"}) {
+      std::string tag = std::string("bf16-w") + workers + "-" + mode;
+      Trained t = train(tag, {std::string("--workers=") + workers,
+                              std::string("--optimizer-mode=") + mode});
+      if (std::string(mode) == "stale")
+        continue; // Another update order; it ran on the bf16 image.
+      EXPECT_TRUE(sameBits(t.losses, ref.losses)) << tag;
+      EXPECT_TRUE(sameBits(t.norms, ref.norms)) << tag;
+      // The export widens the scale back: its rounded values.
+      EXPECT_EQ(t.weights, ref.weights) << tag;
+    }
+  // B1's image is the scale alone, in bf16.
+  EXPECT_EQ(toy::toyStageParamBytes(toy::kStageB1), 2 * toy::kDim);
+  const std::string ckpt = dir + "/ckpt-bf16";
+  Trained first = train(
+      "bf16-first",
+      {"--workers=2", "--checkpoint-dir", ckpt, "--save-every", "2"}, false, 3);
+  Trained rest =
+      train("bf16-rest", {"--workers=3", "--checkpoint-dir", ckpt, "--resume"});
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), rest.losses.begin(), rest.losses.end());
+  EXPECT_TRUE(sameBits(joined, ref.losses));
+  EXPECT_EQ(rest.weights, ref.weights);
 }
 
 TEST_F(PipelineTest, FailedCheckpointWriteKeepsThePreviousOne) {

@@ -25,6 +25,25 @@ const ParamSpec kParams[kNumParams] = {
     {"proj.bias", "model.proj.bias", 1, {kVocab}, true},
 };
 
+const ParamSpec kParamsNormBf16[kNumParams] = {
+    kParams[kEmb],
+    {"norm.scale",
+     "",
+     1,
+     {kDim},
+     false,
+     rt::LoraFactor::None,
+     nullptr,
+     false,
+     "",
+     false,
+     false,
+     rt::ParamStorage::Bf16},
+    kParams[kProj],
+    kParams[kBias],
+};
+bool gNormBf16 = false;
+
 ModelSpec gSpec;
 std::string gPath;
 
@@ -39,10 +58,13 @@ const ModelSpec &toyModel(int64_t batch, int64_t seqLen, LossKind loss,
   gSpec.seqLen = seqLen;
   gSpec.vocabSize = kVocab;
   gSpec.loss = loss;
-  gSpec.params = kParams;
+  gSpec.params = gNormBf16 ? kParamsNormBf16 : kParams;
   gSpec.numParams = kNumParams;
   return gSpec;
 }
+
+void toyNormInBf16(bool on) { gNormBf16 = on; }
+bool toyNormIsBf16() { return gNormBf16; }
 
 std::vector<std::vector<float>> writeRandomWeights(const ModelSpec &spec,
                                                    const std::string &path,

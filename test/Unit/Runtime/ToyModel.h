@@ -36,6 +36,13 @@ enum : int { kEmb = 0, kNorm = 1, kProj = 2, kBias = 3, kNumParams = 4 };
 const rt::ModelSpec &toyModel(int64_t batch, int64_t seqLen, rt::LossKind loss,
                               const std::string &modelPath);
 
+/// Holds the frozen scale in bf16 (ParamStorage::Bf16), as a bf16 plan
+/// holds a frozen weight that only products read: the next toyModel's
+/// table says so, and the pipelined toy's images carry it in bf16. Stays
+/// until changed.
+void toyNormInBf16(bool on);
+bool toyNormIsBf16();
+
 /// Writes random initial weights for SPEC into the ONNX model at PATH and
 /// returns them. The frozen scale is not all ones, so that a missing factor
 /// in a backward shows.

@@ -7,6 +7,8 @@
 #include "ToyPipeline.h"
 #include "ToyModel.h"
 
+#include "rondo/runtime/FloatConv.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -40,12 +42,12 @@ bool nanInStep(int64_t launch) {
 }
 std::atomic<int64_t> gTLaunches{0}, gB1Launches{0};
 
-// Stage images.
-const rondo_param_piece kF0Pieces[] = {{kEmb, 0, V *D *kF},
-                                       {kNorm, V *D *kF, D *kF}};
+// Stage images (the norm's pieces shrink when it is held in bf16:
+// setImages).
+rondo_param_piece kF0Pieces[] = {{kEmb, 0, V *D *kF}, {kNorm, V *D *kF, D *kF}};
 const rondo_param_piece kTPieces[] = {{kProj, 0, D *V *kF},
                                       {kBias, D *V *kF, V *kF}};
-const rondo_param_piece kB1Pieces[] = {{kNorm, 0, D *kF}};
+rondo_param_piece kB1Pieces[] = {{kNorm, 0, D *kF}};
 constexpr int64_t kTGradBytes = (V * D + D * V + V) * kF;
 constexpr int64_t kB1GradBytes = V * D * kF;
 
@@ -89,6 +91,25 @@ int64_t gArena = 0, gPool = 0;
 
 int64_t align64(int64_t x) { return (x + 63) / 64 * 64; }
 
+/// Bytes of the norm in the images: fp32, or bf16 (toyNormInBf16).
+int64_t normBytes() { return D * (toyNormIsBf16() ? 2 : kF); }
+
+void setImages() {
+  kF0Pieces[1].bytes = kB1Pieces[0].bytes = normBytes();
+  gStages[0].paramBytes = V * D * kF + normBytes();
+  gStages[2].paramBytes = normBytes();
+}
+
+/// The norm of an image as fp32: as it lies, or widened from bf16.
+const float *normOf(const void *image, float (&wide)[D]) {
+  if (!toyNormIsBf16())
+    return static_cast<const float *>(image);
+  const uint16_t *bits = static_cast<const uint16_t *>(image);
+  for (int64_t d = 0; d < D; ++d)
+    wide[d] = rt::bf16ToFloat(bits[d]);
+  return wide;
+}
+
 void layout() {
   const int64_t tokens = int64_t(gR) * gT * 8;
   const int64_t act = int64_t(gR) * gT * D * kF;
@@ -131,7 +152,8 @@ void stageF0(void *const *io, float) {
   if (gActionAt > 0 && ++gActionLaunches == gActionAt && gAction)
     gAction();
   const float *emb = static_cast<const float *>(io[0]);
-  const float *norm = emb + V * D;
+  float wide[D];
+  const float *norm = normOf(emb + V * D, wide);
   const int64_t *ids = static_cast<const int64_t *>(io[1]);
   float *h = static_cast<float *>(io[2]);
   // OpenMP inside the worker's compute thread, as the CPU kernels do; every
@@ -192,7 +214,8 @@ void stageT(void *const *io, float lossScale) {
 }
 
 void stageB1(void *const *io, float) {
-  const float *norm = static_cast<const float *>(io[0]);
+  float wide[D];
+  const float *norm = normOf(io[0], wide);
   const int64_t *ids = static_cast<const int64_t *>(io[1]);
   const float *dh = static_cast<const float *>(io[2]);
   float *gEmb = static_cast<float *>(io[3]);
@@ -389,6 +412,7 @@ const ToyPipeline &toyPipeline(int32_t microbatches, int32_t rows,
   gTLaunches = 0;
   gB1Launches = 0;
   layout();
+  setImages();
   gPipeline.model =
       &toyModel(int64_t(microbatches) * rows, seqLen, loss, modelPath);
   gPipeline.programs.clear();
@@ -478,10 +502,17 @@ std::vector<float> toyReferenceStep(const float *const *params,
   std::vector<float> f0(size_t(V * D + D)), tImage(size_t(D * V + V));
   std::vector<float> b1(static_cast<size_t>(D));
   std::copy(params[kEmb], params[kEmb] + V * D, f0.begin());
-  std::copy(params[kNorm], params[kNorm] + D, f0.begin() + V * D);
   std::copy(params[kProj], params[kProj] + D * V, tImage.begin());
   std::copy(params[kBias], params[kBias] + V, tImage.begin() + D * V);
-  std::copy(params[kNorm], params[kNorm] + D, b1.begin());
+  auto putNorm = [&](float *at) {
+    if (!toyNormIsBf16())
+      return (void)std::copy(params[kNorm], params[kNorm] + D, at);
+    uint16_t *bits = reinterpret_cast<uint16_t *>(at);
+    for (int64_t d = 0; d < D; ++d)
+      bits[d] = rt::floatToBf16(params[kNorm][d]);
+  };
+  putNorm(f0.data() + V * D);
+  putNorm(b1.data());
   // One stage-job each: the gradient images accumulate over the rows.
   std::vector<float> tGrads(size_t(kTGradBytes / kF), 0.0f),
       b1Grads(size_t(kB1GradBytes / kF), 0.0f);

@@ -267,6 +267,11 @@ LogicalResult StageOp::verify() {
   if (getGrads().size() != getGradOffsets().size() ||
       getGrads().size() != getGradSizes().size())
     return emitOpError("grads, grad_offsets and grad_sizes differ in length");
+  if (ArrayAttr bf16 = getBf16ParamsAttr())
+    for (Attribute name : bf16)
+      if (!llvm::is_contained(getParams(), name))
+        return emitOpError("holds ")
+               << name << " in bf16 (bf16_params) but not in its image";
   // The pieces [offset, offset + size) lie in order, apart, within `bytes`.
   auto checkPieces = [&](ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes,
                          int64_t bytes, StringRef what,
@@ -303,11 +308,16 @@ LogicalResult StageOp::verify() {
 
 LogicalResult ResidentOp::verify() {
   // I64Attr reads back unsigned; -1 means "none".
-  const int64_t expAvg = getExpAvg(), expAvgSq = getExpAvgSq(), sum = getSum(),
+  const int64_t weights = getWeights(), expAvg = getExpAvg(),
+                expAvgSq = getExpAvgSq(), sum = getSum(),
                 normSum = getNormSum();
-  for (int64_t offset : {expAvg, expAvgSq, sum, normSum})
+  for (int64_t offset : {weights, expAvg, expAvgSq, sum, normSum})
     if (offset < -1)
       return emitOpError("has offset ") << offset << "; -1 means none";
+  // Held in bf16 alone: a frozen weight, read through its bf16 copy.
+  if (weights < 0 && (!getBf16() || expAvg >= 0))
+    return emitOpError("has no fp32 weights but ")
+           << (expAvg >= 0 ? "trains" : "no bf16 copy either");
   if ((expAvg < 0) != (expAvgSq < 0))
     return emitOpError("has one AdamW moment without the other");
   if ((sum < 0) != (normSum < 0))

@@ -33,7 +33,7 @@ inline constexpr llvm::StringLiteral kRoleAttr = "exec.role";
 inline constexpr llvm::StringLiteral kLayerAttr = "exec.layer";
 inline constexpr llvm::StringLiteral kStageAttr = "exec.stage";
 inline constexpr llvm::StringLiteral kArgumentRoles[] = {
-    "activation", "gradient", "param",      "param_bf16",
+    "activation", "gradient", "param",      "param_bf16", "param_unbound",
     "input_ids",  "labels",   "loss_scale", "data"};
 inline constexpr llvm::StringLiteral kResultRoles[] = {
     "activation", "checkpoint", "loss_sum", "gradient", "param_grad"};

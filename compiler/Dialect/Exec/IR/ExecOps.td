@@ -43,6 +43,10 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
     `replicas` (absent: 1) is the number of data-parallel replicas the plan
     was made for: each runs this program on its share of a global batch of
     `replicas` x `microbatches` x `rows_per_microbatch` rows.
+    `frozen_bf16` (the plan's): the frozen parameters the trainer holds in
+    bf16 alone in host memory; streamed ones are in their stages' images in
+    bf16 (`exec.stage`'s `bf16_params`), device-resident ones are pushed to
+    the worker from the bf16 copy.
 
     Example:
     ```mlir
@@ -70,7 +74,8 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
                        StrAttr:$optimizer,
                        SymbolRefArrayAttr:$jobs,
                        F64Attr:$predicted_step_seconds,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas,
+                       OptionalAttr<StrArrayAttr>:$frozen_bf16);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `plan` $plan `workers` $workers `microbatches` $microbatches
@@ -135,6 +140,13 @@ def Exec_StageOp : Exec_Op<"stage", [Symbol, HasParent<"ProgramOp">]> {
     `@resident_grads` at `resident_grad_offsets`, which nothing downloads:
     the optimizer task updates them where they are.
 
+    `bf16_params` lists the parameters of `params` that the image holds in
+    bf16 (two bytes an element; the plan's `frozen_bf16`): frozen weights
+    that only matrix products read, which the trainer holds in bf16 alone
+    and the stage function reads through its `param_bf16` argument. The
+    fp32 argument they replace has the role `param_unbound` until
+    kern-bf16-storage removes it; no launch binds it.
+
     Example:
     ```mlir
     exec.stage @T tail layers 3 to 4 function @plan_w2_T {
@@ -157,7 +169,8 @@ def Exec_StageOp : Exec_Op<"stage", [Symbol, HasParent<"ProgramOp">]> {
                        OptionalAttr<StrArrayAttr>:$resident,
                        OptionalAttr<StrArrayAttr>:$resident_grads,
                        OptionalAttr<DenseI64ArrayAttr>:$resident_grad_offsets,
-                       OptionalAttr<DenseI64ArrayAttr>:$resident_grad_sizes);
+                       OptionalAttr<DenseI64ArrayAttr>:$resident_grad_sizes,
+                       OptionalAttr<StrArrayAttr>:$bf16_params);
   let assemblyFormat = [{
     $sym_name $kind `layers` $first_layer `to` $end_layer `function` $function
     attr-dict
@@ -182,13 +195,15 @@ def Exec_ResidentOp : Exec_Op<"resident", [HasParent<"ProgramOp">]> {
     functions read (the `param_bf16` argument) instead of rounding the fp32
     weights at every microbatch. The trainer writes it whenever the weights
     change: after they are copied to the worker and after every update.
+    A frozen weight the plan holds in bf16 alone (`frozen_bf16`) has the
+    copy only: `weights` is -1, and no fp32 form of it is on the worker.
 
     Example:
     `exec.resident "lm_head.weight" bytes 4096 weights 0 moments 4096, 8192 sums -1, -1 bf16 12288`
   }];
   let arguments = (ins StrAttr:$param,
                        ConfinedAttr<I64Attr, [IntPositive]>:$bytes,
-                       ConfinedAttr<I64Attr, [IntNonNegative]>:$weights,
+                       I64Attr:$weights,
                        I64Attr:$exp_avg, I64Attr:$exp_avg_sq,
                        I64Attr:$sum, I64Attr:$norm_sum,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$bf16);

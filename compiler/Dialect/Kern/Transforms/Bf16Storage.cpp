@@ -16,7 +16,10 @@
 //
 // A device-resident weight whose stage function also takes its bf16 copy
 // (the `param_bf16` argument convert-pipe-to-exec adds) is read from that
-// copy: the trainer rounds it once per update, not once per microbatch.
+// copy: the trainer rounds it once per update, not once per microbatch. A
+// frozen weight the plan holds in bf16 alone (its fp32 argument is
+// `param_unbound`, which no launch binds) is read the same way, and its
+// fp32 argument is then removed; a reader other than a product is an error.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,6 +30,7 @@
 #include "Dialect/TG/IR/TGOps.h"
 
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
@@ -374,6 +378,33 @@ struct KernBf16StoragePass
         product.setKernelAttr(
             FlatSymbolRefAttr::get(ctx, bf16ProductTwin(product.getKernel())));
     storeProductsInBf16(fn);
+
+    // A frozen weight held in bf16 alone has no fp32 form to bind: once the
+    // products read its bf16 argument, its fp32 argument goes.
+    llvm::BitVector unbound(fn.getNumArguments());
+    for (BlockArgument arg : fn.getArguments()) {
+      auto role =
+          fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), exec::kRoleAttr);
+      if (!role || role.getValue() != "param_unbound")
+        continue;
+      eraseDeadReshapes(arg);
+      if (!arg.use_empty()) {
+        Operation *reader = *arg.getUsers().begin();
+        auto call = dyn_cast<CallOp>(reader);
+        fn.emitOpError("holds '")
+            << fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                               tg::kParamAttr)
+                   .getValue()
+            << "' in bf16 alone (a frozen weight of a bf16 plan), but "
+            << (call ? "kernel '" + call.getKernel().str() + "'"
+                     : "'" + reader->getName().getStringRef().str() + "'")
+            << " reads it in fp32";
+        return signalPassFailure();
+      }
+      unbound.set(arg.getArgNumber());
+    }
+    if (unbound.any() && failed(fn.eraseArguments(unbound)))
+      return signalPassFailure();
   }
 };
 

@@ -190,6 +190,13 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     and the chosen plan's `layouts_unfit` names the layouts (`RxN`) that had
     no plan within the budgets.
 
+    `frozen_bf16` (bf16 plans, `--frozen-storage=bf16`, the default): the
+    frozen parameters that only matrix products read, which the trainer
+    holds in bf16 alone, on the host and in stage images (half the bytes
+    of host memory, images and uploads); every use rounds them to bf16
+    anyway, so the bits of training do not change. Device-resident ones
+    are pushed to the worker from that bf16 copy.
+
     `local_copy_bandwidth`: the rate of a copy within one worker's memory,
     at which a one-worker plan hands activations from one stage-job to the
     next (the executor copies between its own buffers; a plan of several
@@ -243,7 +250,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$layout_gpus,
                        OptionalAttr<UnitAttr>:$layout_chosen,
                        OptionalAttr<StrArrayAttr>:$layouts_unfit,
-                       OptionalAttr<F64Attr>:$local_copy_bandwidth);
+                       OptionalAttr<F64Attr>:$local_copy_bandwidth,
+                       OptionalAttr<StrArrayAttr>:$frozen_bf16);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -81,6 +81,15 @@ struct PipePartitionPass
   int64_t layoutReplicas = 0;
   /// A layout search reports no error for a layout without a plan.
   bool quietNoFit = false;
+  /// Frozen product weights are held in bf16 (`frozen-storage`).
+  bool frozenBf16 = false;
+
+  cost::CostOptions costOptions(int64_t microbatches, int64_t n,
+                                bool bf16) const {
+    cost::CostOptions options{microbatches, n, bf16};
+    options.frozenBf16 = frozenBf16;
+    return options;
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -136,6 +145,20 @@ struct PipePartitionPass
             << "): the workers' arenas share it";
     }
     bool bf16 = target->isBf16();
+    if (frozenStorage != "" && frozenStorage != "bf16" &&
+        frozenStorage != "fp32") {
+      module.emitError("--frozen-storage=")
+          << frozenStorage << " is not one of bf16, fp32";
+      return signalPassFailure();
+    }
+    if (frozenStorage == "bf16" && !bf16) {
+      module.emitError("--frozen-storage=bf16 needs a bf16 plan, but this "
+                       "one computes in fp32, so its frozen weights stay "
+                       "fp32; drop the option or plan in bf16 "
+                       "(precision=bf16 on a GPU device)");
+      return signalPassFailure();
+    }
+    frozenBf16 = bf16 && frozenStorage != "fp32";
     tagOpsCreatedAfterLayerize(func);
 
     int64_t batch = 0, tokens = 0;
@@ -598,7 +621,7 @@ struct PipePartitionPass
     // @main is the global batch: a replica's microbatch is 1/(R m) of it.
     const int64_t share = std::max<int64_t>(layoutReplicas, 1);
     for (int64_t m : counts) {
-      cost::CostOptions options{m * share, n, bf16};
+      cost::CostOptions options = costOptions(m * share, n, bf16);
       llvm::Expected<cost::LayerTable> table =
           cost::buildLayerTable(func, spec, options);
       if (!table)
@@ -777,8 +800,8 @@ struct PipePartitionPass
                             ArrayRef<int64_t> counts, StringRef failure,
                             double smallestWorkerPeak,
                             int64_t smallestWorkerPeakM) {
-    cost::CostOptions options{
-        counts.back() * std::max<int64_t>(layoutReplicas, 1), n, bf16};
+    cost::CostOptions options = costOptions(
+        counts.back() * std::max<int64_t>(layoutReplicas, 1), n, bf16);
     llvm::Expected<cost::LayerTable> table =
         cost::buildLayerTable(func, spec, options);
     if (!table)
@@ -790,8 +813,13 @@ struct PipePartitionPass
     double hostFloor = hostFloorBytes(p);
     if (p.hostMemoryBytes > 0 && hostFloor > p.hostMemoryBytes) {
       double params = table->paramCount, trainable = table->trainableCount;
+      double frozenBf16Count = table->frozenBf16Count;
       diag << " host memory needs at least " << gb(hostFloor)
-           << " (fp32 weights " << gb(4 * params - p.mappedWeightBytes)
+           << " (fp32 weights "
+           << gb(4 * (params - frozenBf16Count) - p.mappedWeightBytes)
+           << (frozenBf16Count > 0
+                   ? ", bf16 frozen weights " + gb(2 * frozenBf16Count)
+                   : std::string())
            << (p.mappedWeightBytes > 0
                    ? " besides " + gb(p.mappedWeightBytes) + " mapped"
                    : std::string())

@@ -58,6 +58,11 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
     module without one takes them from the `device` and `precision` options,
     resolved by the same rule (compiler/Target/Target.h).
 
+    Frozen storage (`frozen-storage`): in a bf16 plan, every frozen weight
+    that only matrix products read is held in bf16 alone (the plan's
+    `frozen_bf16`), which the costs count at two bytes per element in host
+    memory, stage images and uploads.
+
     Residency (`residency`): with one worker, the planner also weighs
     keeping every parameter's state on the worker (`device`: no uploads,
     no gradient downloads, AdamW on the worker) and keeping the last layers
@@ -123,6 +128,12 @@ def PipePartitionPass : Pass<"pipe-partition", "mlir::ModuleOp"> {
            "auto | device | streamed: where parameters, gradients and "
            "AdamW moments live (auto: the planner weighs streamed, "
            "device-resident and mixed, and takes the fastest that fits)">,
+    Option<"frozenStorage", "frozen-storage", "std::string",
+           /*default=*/"\"\"",
+           "bf16 | fp32: how a bf16 plan holds frozen weights that only "
+           "matrix products read (default bf16: on the host and in stage "
+           "images, half the bytes, the same bits; fp32 keeps fp32 master "
+           "copies); bf16 is an error for an fp32 plan">,
   ];
   let dependentDialects = ["rondo::pipe::PipeDialect"];
 }

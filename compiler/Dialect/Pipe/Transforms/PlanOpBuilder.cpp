@@ -144,7 +144,7 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
       /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr,
       /*shared_cores=*/nullptr, /*layout_gpus=*/nullptr,
       /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr,
-      /*local_copy_bandwidth=*/nullptr);
+      /*local_copy_bandwidth=*/nullptr, /*frozen_bf16=*/nullptr);
   if (p.localCopyBytesPerSecond > 0)
     plan.setLocalCopyBandwidthAttr(f64(p.localCopyBytesPerSecond));
   if (p.sharedCores > 0)
@@ -180,6 +180,13 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
   }
   if (p.mappedWeightBytes > 0)
     plan.setMappedWeightBytesAttr(f64(p.mappedWeightBytes));
+  if (c.table.frozenBf16Count > 0) {
+    SmallVector<Attribute> names;
+    for (unsigned arg = 0; arg < func.getNumArguments(); ++arg)
+      if (tg::isFrozenProductWeight(func, arg))
+        names.push_back(func.getArgAttr(arg, tg::kParamAttr));
+    plan.setFrozenBf16Attr(b.getArrayAttr(names));
+  }
   if (p.workerMemoryBytes > 0 || p.hostMemoryBytes > 0)
     plan.setMaxSeqLenAttr(i64(planner::maxSequenceLength(
         p, double(tokens) / double(c.microbatches))));

@@ -144,6 +144,25 @@ LogicalResult verifyPlan(PlanOp plan) {
                << kinds.size();
     if (!func.getBody().empty() && failed(verifyWaists(func, numLayers)))
       return failure();
+    if (ArrayAttr frozen = plan.getFrozenBf16Attr()) {
+      // Held in bf16 alone only where no use needs more than bf16 and
+      // nothing updates the weight.
+      if (plan.getPrecision() != "bf16")
+        return plan.emitOpError("holds frozen weights in bf16 (frozen_bf16) "
+                                "but computes in ")
+               << plan.getPrecision();
+      for (Attribute name : frozen) {
+        unsigned i = 0, e = func.getNumArguments();
+        while (i < e && func.getArgAttr(i, tg::kParamAttr) != name)
+          ++i;
+        if (i == e || !tg::isFrozenProductWeight(func, i))
+          return plan.emitOpError("holds ")
+                 << name
+                 << " in bf16 alone (frozen_bf16), but it is not a frozen "
+                    "parameter of @"
+                 << func.getSymName() << " that only matrix products read";
+      }
+    }
   } else {
     return plan.emitOpError("plans unknown function ")
            << plan.getFunctionAttr();

@@ -6,6 +6,7 @@
 
 #include "Dialect/TG/IR/TGOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Matchers.h"
@@ -56,6 +57,12 @@ static bool readOnlyByProductsImpl(Value v, bool &used) {
 bool rondo::tg::readOnlyByProducts(Value v) {
   bool used = false;
   return readOnlyByProductsImpl(v, used) && used;
+}
+
+bool rondo::tg::isFrozenProductWeight(func::FuncOp fn, unsigned i) {
+  return fn.getArgAttr(i, kParamAttr) && !fn.getArgAttr(i, kTrainableAttr) &&
+         cast<ShapedType>(fn.getArgumentTypes()[i]).getElementType().isF32() &&
+         readOnlyByProducts(fn.getArgument(i));
 }
 
 FailureOr<SmallVector<int64_t>>

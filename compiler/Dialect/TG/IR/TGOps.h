@@ -52,6 +52,11 @@ bool broadcastsTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
 /// products (and at least once): the weights whose bf16 rounding is all a
 /// bf16 trainer computes with, so a bf16 copy can stand in for them.
 bool readOnlyByProducts(mlir::Value v);
+/// Whether argument `i` of `fn` is a frozen parameter (no `tg.trainable`)
+/// that only matrix products read: what a bf16 plan may hold in bf16 alone,
+/// on the host and in its stage's parameter image, since every use rounds
+/// it to bf16 and nothing updates it.
+bool isFrozenProductWeight(mlir::func::FuncOp fn, unsigned i);
 /// The module's @main, the training function the tg and pipe passes
 /// rewrite; null, with "`pass`: no @main function" emitted, without one.
 mlir::func::FuncOp lookupMain(mlir::ModuleOp module, llvm::StringRef pass);

@@ -161,7 +161,9 @@ typedef struct rondo_resident_param {
   int64_t normSum; /* the same, for the logged norm (overlap mode) */
   int64_t bf16;    /* the weights' bf16 copy, which stage functions read
                       (the param_bf16 role): rewritten by the trainer
-                      whenever the weights change */
+                      whenever the weights change. A frozen weight held in
+                      bf16 (ParamStorage::Bf16) has this copy alone:
+                      `weights` is -1 */
 } rondo_resident_param;
 
 typedef struct rondo_exec rondo_exec;

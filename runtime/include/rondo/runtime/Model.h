@@ -27,6 +27,16 @@ enum class LoraFactor { None, A, B };
 
 /// One ONNX initializer that the compiled step reads, or a LoRA adapter,
 /// which exists only in the trainer.
+/// How the trainer holds a parameter in host memory (and in the parameter
+/// images it uploads).
+enum class ParamStorage {
+  F32,
+  /// bf16 alone (round to nearest even, the bits of the toBf16 kernel): a
+  /// frozen weight of a bf16 plan that only matrix products read, which
+  /// round it to bf16 anyway (rondo-compile --frozen-storage).
+  Bf16,
+};
+
 struct ParamSpec {
   const char *name;        ///< ONNX initializer name (the parameter name).
   const char *displayName; ///< PyTorch name from exporter metadata, or "".
@@ -52,7 +62,14 @@ struct ParamSpec {
   /// routers, and stacked experts W [E, d1, d2], whose adapters are
   /// A [E, d1, r] and B [E, r, d2] with W_e + (alpha/r)·A_e·B_e.
   bool loraParameter = false;
+  /// Its host storage; the images carry it the same way.
+  ParamStorage storage = ParamStorage::F32;
 };
+
+/// Bytes of one element of `p` as the trainer holds it.
+inline int64_t storedElementBytes(const ParamSpec &p) {
+  return p.storage == ParamStorage::Bf16 ? 2 : 4;
+}
 
 /// The number of elements of `p`.
 inline int64_t numElements(const ParamSpec &p) {
