@@ -23,11 +23,12 @@
 #                      stacked projections, 1 x 4096 and 1 x 16384 tokens,
 #                      the planner's own residency (the fp32 frozen base,
 #                      84 GB, in host memory)
-#   moelora16k.trainer the whole Qwen3-30B-A3B shape (48 layers, 30.5B
-#                      parameters), LoRA rank 16 / alpha 32 on every
+#   moelora{4k,16k}.trainer  the whole Qwen3-30B-A3B shape (48 layers,
+#                      30.5B parameters), LoRA rank 16 / alpha 32 on every
 #                      attention projection and every expert's stacked
-#                      projections, 1 x 16384 tokens, the planner's own
-#                      residency (the frozen base in bf16 in host memory)
+#                      projections, 1 x 4096 and 1 x 16384 tokens, the
+#                      planner's own residency (the frozen base in bf16 in
+#                      host memory)
 #   plans/             --explain of each (predictions)
 # On the GPU machine: MACHINE=h100x1 bash test/GPU/run-families.sh
 set -euo pipefail
@@ -55,8 +56,10 @@ if [ -n "$gptoss" ]; then
   done
 fi
 if [ -n "$moefull" ]; then
-  compile "$moefull" --batch 1 --seq-len 16384 --workers 1 --lora=rank=16,alpha=32 \
-    --explain=build-gpu/plans/moelora16k -o build-gpu/moelora16k.trainer
+  for s in 4096 16384; do
+    compile "$moefull" --batch 1 --seq-len $s --workers 1 --lora=rank=16,alpha=32 \
+      --explain=build-gpu/plans/moelora$((s / 1024))k -o build-gpu/moelora$((s / 1024))k.trainer
+  done
 fi
 # KERNEL_TESTS=1: the CUDA kernel tests too (run first by run-families.sh).
 if [ "${KERNEL_TESTS:-0}" = 1 ]; then

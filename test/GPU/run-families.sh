@@ -27,12 +27,15 @@ for k in 4 16; do
       2>&1 | tail -14
   fi
 done
-# The whole Qwen3-30B-A3B shape with LoRA at 16K tokens (its frozen base in
-# bf16 in host memory), PEFT with gradient checkpointing at the same length.
-if [ -x build-gpu/moelora16k.trainer ]; then
-  timeout ${MOELORA_TIMEOUT:-480} python3 bench/families.py --preset qwen3-30b-a3b \
-    --seq 16384 --rows 1 --steps ${STEPS:-4} --skip 1 --torch lora-ckpt \
-    --machine "${MACHINE:-h100x1}" --out $res --rondo rondo=build-gpu/moelora16k.trainer \
-    2>&1 | tail -14
-fi
+# The whole Qwen3-30B-A3B shape with LoRA at 4K and 16K tokens (its frozen
+# base in bf16 in host memory), PEFT with gradient checkpointing at the
+# same lengths.
+for k in 4 16; do
+  if [ -x build-gpu/moelora${k}k.trainer ]; then
+    timeout ${MOELORA_TIMEOUT:-480} python3 bench/families.py --preset qwen3-30b-a3b \
+      --seq $((k * 1024)) --rows 1 --steps ${STEPS:-4} --skip 1 --torch lora-ckpt \
+      --machine "${MACHINE:-h100x1}" --out $res --rondo rondo=build-gpu/moelora${k}k.trainer \
+      2>&1 | tail -14
+  fi
+done
 tar cf - -C $res --exclude=ids.npy . | xz > $OUT/families.tar.xz
