@@ -26,7 +26,8 @@ command was not recorded, or whose model is not on this machine, say so.
     /usr/bin/python3 bench/predicted_vs_measured.py [--repredict]
         [--compiler build/bin/rondo-compile] [--model-8b /tmp/qwen3-8b.onnx]
         [--gemma3-1b /tmp/fam/gemma3-1b.onnx]
-        [--moe4l /tmp/fam/qwen3-30b-a3b-4l.onnx] [--gpt-oss-20b /tmp/fam/gpt-oss-20b.onnx]
+        [--moe4l /tmp/fam/qwen3-30b-a3b-4l.onnx] [--moe-full /tmp/fam/qwen3-30b-a3b.onnx]
+        [--gpt-oss-20b /tmp/fam/gpt-oss-20b.onnx]
 
 Prints Markdown (docs/CostModel.md, "Predicted against measured, every
 configuration in bench/results", is this output). Folders and files it
@@ -45,7 +46,7 @@ from results_index import (BAND, RESULTS, ROOT, Runs, config_label, device_of,
 
 def model_path(key, a):
     return {"8b": a.model_8b, "gemma3-1b": a.gemma3_1b, "moe4l": a.moe4l,
-            "gptoss": a.gpt_oss_20b}.get(key, key)
+            "moefull": a.moe_full, "gptoss": a.gpt_oss_20b}.get(key, key)
 
 
 def repredict(run, a, tmp):
@@ -124,6 +125,8 @@ def main():
     p.add_argument("--gemma3-1b", default="/tmp/fam/gemma3-1b.onnx")
     p.add_argument("--moe4l", default="/tmp/fam/qwen3-30b-a3b-4l.onnx",
                    help="Qwen3-30B-A3B's shape cut to 4 layers")
+    p.add_argument("--moe-full", default="/tmp/fam/qwen3-30b-a3b.onnx",
+                   help="the whole Qwen3-30B-A3B shape")
     p.add_argument("--gpt-oss-20b", default="/tmp/fam/gpt-oss-20b.onnx")
     p.add_argument("--results", default=RESULTS, help="the results tree (default: bench/results)")
     p.add_argument("--tables-only", action="store_true",

@@ -431,6 +431,12 @@ FAMILY_MODELS = {
     "gpt-oss-20b": ("GPT-OSS-20B LoRA r16", "gptoss", r"gptoss-lora\d+k$",
                     ["--lora=rank=16,alpha=32"]),
 }
+# The same presets trained with LoRA (the run's PyTorch row is PEFT's):
+# the whole Qwen3-30B-A3B shape, whose full fine-tune is the 4-layer cut.
+FAMILY_LORA_MODELS = {
+    "qwen3-30b-a3b": ("Qwen3-30B-A3B LoRA r16", "moefull", r"moelora\d+k$",
+                      ["--lora=rank=16,alpha=32"]),
+}
 
 
 def families_rows(runs, path, data):
@@ -438,8 +444,12 @@ def families_rows(runs, path, data):
     runs.use(path)
     preset, layers = data.get("preset"), data.get("layers") or 0
     rows, seq, skip = data.get("rows"), data.get("seq"), data.get("skip", 0)
-    name, model_key, plan_dirs, extra = FAMILY_MODELS.get(
-        preset, ("%s (preset not known here)" % preset, None, None, []))
+    lora = any("lora" in r.get("system", "") for r in data.get("results") or []
+               if r.get("system", "").startswith("pytorch"))
+    name, model_key, plan_dirs, extra = (
+        FAMILY_LORA_MODELS.get(preset) if lora and preset in FAMILY_LORA_MODELS
+        else FAMILY_MODELS.get(preset, ("%s (preset not known here)" % preset, None,
+                                        None, [])))
     model = "%s%s, %dx%d" % (name, " (%d layers)" % layers if layers else "", rows, seq)
     # The JSON does not name its trainer: the plan of this preset whose step
     # (and layer count, for a cut model) is the run's.
