@@ -470,7 +470,9 @@ LogicalResult ConvertPipeToExecPass::convert(ModuleOp module, pipe::PlanOp plan,
           : mode == "stale" && !plan.getPrediction().getStaleStep().isZero()
               ? plan.getPrediction().getStaleStep().convertToDouble()
               : plan.getPrediction().getSyncStep().convertToDouble()),
-      plan.getReplicasAttr(), plan.getFrozenBf16Attr());
+      plan.getReplicasAttr(), plan.getFrozenBf16Attr(),
+      builder.getF64FloatAttr(
+          plan.getMemory().getWorkerPeak().convertToDouble()));
   Block *body = new Block();
   program.getBody().push_back(body);
   OpBuilder b = OpBuilder::atBlockBegin(body);

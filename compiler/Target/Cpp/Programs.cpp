@@ -281,7 +281,7 @@ Emitter::emitProgram(exec::ProgramOp program,
       "    {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}_jobs, {7}_stages, "
       "{8}, {7}_buffers, {9}, {10}, {11}, {7}_grads, {12}, {13}, {14}, {15}, "
       "{16}, {17}, {18}, {7}_issue, {7}_resident, {19}, {20}, {21}, {22}, "
-      "{23}},\n",
+      "{23}, {24}},\n",
       cString(program.getSymName()), cString(program.getOptimizer()),
       program.getWorkers(), program.getMicrobatches(),
       program.getRowsPerMicrobatch(), program.getFirstWorker(),
@@ -295,7 +295,11 @@ Emitter::emitProgram(exec::ProgramOp program,
                     program.getPredictedStepSeconds().convertToDouble()),
       numResident, bufferOr(exec::kResidentBuffer),
       bufferOr(exec::kResidentGradsBuffer), program.getReplicas().value_or(1),
-      bufferOr(exec::kGradStashBuffer));
+      bufferOr(exec::kGradStashBuffer),
+      llvm::formatv("{0:e6}",
+                    program.getPredictedWorkerBytes()
+                        ? program.getPredictedWorkerBytes()->convertToDouble()
+                        : 0.0));
   return success();
 }
 

@@ -155,6 +155,12 @@ public:
     check(cudaMemset(p, 0, bytes), "cudaMemset of a worker arena", d);
     return static_cast<char *>(p);
   }
+  void limitToPlannedMemory(int32_t worker, double bytes) override {
+    const size_t g = size_t(worker) % gpus.size();
+    plannedBytes[g] += bytes;
+    StageGraphs::limitGraphPools(device(worker),
+                                 plannedBytes[g] - double(arenaBytes[g]));
+  }
   void releaseArena(int32_t worker, char *arena) override {
     cudaSetDevice(device(worker));
     cudaFree(arena);
@@ -319,6 +325,8 @@ private:
   std::vector<int> gpus;
   /// Arena bytes per entry of gpus.
   std::vector<size_t> arenaBytes = std::vector<size_t>(gpus.size(), 0);
+  /// The plan's predicted memory of the workers on each entry of gpus.
+  std::vector<double> plannedBytes = std::vector<double>(gpus.size(), 0.0);
   /// The optimizer streams by device (onOptimizerStream).
   std::mutex optimizerStreamsMutex;
   std::map<int, cudaStream_t> optimizerStreams;

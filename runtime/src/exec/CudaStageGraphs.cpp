@@ -34,10 +34,15 @@ void check(cudaError_t status, const char *call, int device) {
 }
 
 std::atomic<int64_t> eagerLaunches{0}, replayedLaunches{0}, recordedGraphs{0},
-    refusedGraphs{0};
+    refusedGraphs{0}, unplannedGraphs{0};
 
 std::mutex peakMutex;
 std::map<int, uint64_t> peaks;
+/// Per device: the bound on the recorded graphs' pools (limitGraphPools;
+/// absent: none), and what the graphs recorded so far took, each its eager
+/// run's temporaries (a graph's pool holds its own).
+std::map<int, double> graphPoolLimits;
+std::map<int, uint64_t> graphPoolBytes;
 
 cudaMemPool_t defaultPool(int device) {
   cudaMemPool_t pool;
@@ -59,6 +64,24 @@ uint64_t poolPeakBytes(int device) {
   uint64_t now = poolAttribute(device, cudaMemPoolAttrUsedMemHigh);
   std::lock_guard<std::mutex> lock(peakMutex);
   return std::max(peaks[device], now);
+}
+
+void StageGraphs::limitGraphPools(int device, double bytes) {
+  std::lock_guard<std::mutex> lock(peakMutex);
+  graphPoolLimits[device] = bytes;
+}
+
+/// Claims `bytes` of `device`'s graph pools when the plan's memory holds
+/// them beside the eager temporaries' peak.
+static bool claimGraphPool(int device, uint64_t bytes) {
+  uint64_t eagerPeak = poolPeakBytes(device);
+  std::lock_guard<std::mutex> lock(peakMutex);
+  auto limit = graphPoolLimits.find(device);
+  if (limit != graphPoolLimits.end() &&
+      double(eagerPeak + graphPoolBytes[device] + bytes) > limit->second)
+    return false;
+  graphPoolBytes[device] += bytes;
+  return true;
 }
 
 bool StageGraphs::enabled() {
@@ -112,7 +135,10 @@ void StageGraphs::run(rondo_stage_fn fn, void *const *io, size_t numIo,
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo", device);
     if (entry.temporaries <= free / 4) {
-      if (record(fn, io, lossScale, stream, entry)) {
+      if (!claimGraphPool(device, entry.temporaries)) {
+        entry.refused = true; // for good: its pool was not planned for
+        ++unplannedGraphs;
+      } else if (record(fn, io, lossScale, stream, entry)) {
         ++recordedGraphs;
       } else {
         entry.refused = true;
@@ -142,6 +168,9 @@ std::string StageGraphs::summary() {
     os << " (off: RONDO_CUDA_GRAPHS=0 or RONDO_PROFILE_KERNELS)";
   if (refusedGraphs > 0)
     os << "; " << refusedGraphs << " launch sequences could not be recorded";
+  if (unplannedGraphs > 0)
+    os << "; " << unplannedGraphs
+       << " kept eager: their graphs' memory exceeds the plan's";
   return os.str();
 }
 

@@ -65,6 +65,12 @@ public:
   /// "" before any stage ran, else one line.
   static std::string summary();
 
+  /// Bounds the pools of the graphs recorded on `device`: with the eager
+  /// temporaries' peak they stay within `bytes` (the plan's predicted
+  /// memory less the arena). A function that would pass it runs eagerly, as
+  /// its memory was planned. Without a bound only free memory limits them.
+  static void limitGraphPools(int device, double bytes);
+
 private:
   struct Key {
     rondo_stage_fn fn;

@@ -101,9 +101,12 @@ HostExec::HostExec(const rondo_program &program, const ModelSpec &model,
   device = deviceOps ? std::move(deviceOps) : makeHostDeviceOps(0, "");
   pool = device->makeHostPool();
   hostPool = static_cast<char *>(pool->allocate(size_t(program.hostPoolBytes)));
-  for (int32_t w = 0; w < program.workers; ++w)
+  for (int32_t w = 0; w < program.workers; ++w) {
     arenas.push_back(
         device->allocateArena(w, size_t(program.workerArenaBytes)));
+    if (program.predictedWorkerBytes > 0)
+      device->limitToPlannedMemory(w, program.predictedWorkerBytes);
+  }
   // Parameter uploads read the master weights directly, pinned; weights
   // mapped from their files stay pageable (pinning would read them all in
   // and hold them), and their copies go through the driver's staging.

@@ -119,4 +119,30 @@ TEST_F(CudaStageGraphs, UnrecordableStagesRunEagerly) {
       << rondo::rt::StageGraphs::summary();
 }
 
+// A plan whose predicted memory leaves no room beside the arena and the
+// temporaries for a graph's pool (limitGraphPools, from the program's
+// predictedWorkerBytes): its stage functions stay eager, with the same
+// results, and the summary says why.
+TEST_F(CudaStageGraphs, GraphPoolsStayWithinThePlannedMemory) {
+  Dev a(uniform(Shape{kRows, kInner})), b(uniform(Shape{kInner, kCols}));
+  Dev out(uniform(Shape{kRows, kCols}));
+  void *io[] = {a.p, b.p, out.p};
+  rondo::rt::StageGraphs::limitGraphPools(0, 0.0);
+  rondo::rt::StageGraphs graphs;
+  std::vector<std::vector<float>> results;
+  for (int run = 0; run < 3; ++run) {
+    graphs.run(&productStage, io, 3, 3.0f, stream, 0);
+    results.push_back(download(out.p, kRows * kCols));
+  }
+  rondo::rt::StageGraphs::limitGraphPools(0, 1e30);
+  for (int run = 1; run < 3; ++run)
+    EXPECT_EQ(0, std::memcmp(results[0].data(), results[size_t(run)].data(),
+                             results[0].size() * sizeof(float)))
+        << "run " << run;
+  EXPECT_NE(rondo::rt::StageGraphs::summary().find(
+                "kept eager: their graphs' memory exceeds the plan's"),
+            std::string::npos)
+      << rondo::rt::StageGraphs::summary();
+}
+
 } // namespace

@@ -47,6 +47,10 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
     bf16 alone in host memory; streamed ones are in their stages' images in
     bf16 (`exec.stage`'s `bf16_params`), device-resident ones are pushed to
     the worker from the bf16 copy.
+    `predicted_worker_bytes` (the plan's `worker_peak`) is the memory the plan
+    predicts a worker uses: its arena and the temporaries of its largest
+    stage. The trainer keeps what it adds beyond them (the pools of stage
+    functions recorded as CUDA graphs) within it.
 
     Example:
     ```mlir
@@ -75,7 +79,8 @@ def Exec_ProgramOp : Exec_Op<"program", [Symbol, SymbolTable, SingleBlock,
                        SymbolRefArrayAttr:$jobs,
                        F64Attr:$predicted_step_seconds,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$replicas,
-                       OptionalAttr<StrArrayAttr>:$frozen_bf16);
+                       OptionalAttr<StrArrayAttr>:$frozen_bf16,
+                       OptionalAttr<F64Attr>:$predicted_worker_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `plan` $plan `workers` $workers `microbatches` $microbatches

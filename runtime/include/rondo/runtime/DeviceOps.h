@@ -58,6 +58,14 @@ public:
   /// A worker's arena, zeroed.
   virtual char *allocateArena(int32_t worker, size_t bytes) = 0;
   virtual void releaseArena(int32_t worker, char *arena) = 0;
+  /// The plan's predicted memory of `worker` (rondo_program's
+  /// predictedWorkerBytes, after its arena is allocated): the CUDA backend
+  /// records stage functions as graphs only while their pools fit what the
+  /// prediction leaves beside the arena and the temporaries.
+  virtual void limitToPlannedMemory(int32_t worker, double bytes) {
+    (void)worker;
+    (void)bytes;
+  }
   /// Called on each stream thread before its first op (role: rondo_stream).
   virtual void bindThread(int32_t worker, int32_t role) = 0;
   /// Whether a worker's copies and kernels run on the host's own cores (the

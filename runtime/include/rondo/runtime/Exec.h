@@ -207,6 +207,10 @@ typedef struct rondo_program {
    * into (the layout of hostGradsBuffer), which STALE_OPTIMIZER reads;
    * unused by other programs. */
   int32_t gradStashBuffer;
+  /* The plan's predicted memory of a worker (its arena and its largest
+   * stage's temporaries), or 0: what the trainer adds beyond them (CUDA
+   * graphs' pools) stays within it. */
+  double predictedWorkerBytes;
 } rondo_program;
 
 /* The calls, one per exec op. `label` is only for errors and traces. */
