@@ -641,35 +641,62 @@ void attentionBackward(CFView q, CFView k, CFView v, CFView out, CFView lse,
   delta.release();
 }
 
+namespace {
+
+/// Attention's q, k and v stored in bf16 (kern-bf16-storage).
+struct StoredQkv {
+  CBView q, k, v;
+  /// Whether cuDNN may read them as they are: bf16 attention at a head
+  /// width it serves, on 16-byte aligned tensors (the arena's and pool's
+  /// are).
+  bool cudnnMayRead(const AttnDims &d) const {
+    return precision() == Precision::Bf16 && flashAttentionSupports(d.D) &&
+           aligned16(q.data) && aligned16(k.data) && aligned16(v.data);
+  }
+  StoredBf16Qkv pointers() const { return {q.data, k.data, v.data}; }
+};
+
+/// Their fp32 values for Rondo's kernels, which round them back to these
+/// very bf16 values.
+struct WidenedQkv {
+  WidenedBf16 q, k, v;
+  CBView qv, kv, vv;
+  WidenedQkv(const StoredQkv &s, const char *name)
+      : q(s.q.data, s.q.shape.numel(), name),
+        k(s.k.data, s.k.shape.numel(), name),
+        v(s.v.data, s.v.shape.numel(), name), qv(s.q), kv(s.k), vv(s.v) {}
+  CFView qView() const { return CFView{q.data(), qv.shape}; }
+  CFView kView() const { return CFView{k.data(), kv.shape}; }
+  CFView vView() const { return CFView{v.data(), vv.shape}; }
+  void release() {
+    v.temp.release();
+    k.temp.release();
+    q.temp.release();
+  }
+};
+
+} // namespace
+
 void attentionBf16(CBView q, CBView k, CBView v, bool causal, int64_t window,
                    float scale, FView out, FView lse) {
   const char *name = "attentionBf16";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
   double share = attendedShare(d, causal, window, name);
-  // cuDNN reads 16-byte aligned tensors (the arena's and pool's are).
-  const bool aligned =
-      aligned16(q.data) && aligned16(k.data) && aligned16(v.data);
-  if (precision() == Precision::Bf16 && flashAttentionSupports(d.D) &&
-      aligned && d.B * d.Hq > 0 && d.T > 0) {
+  StoredQkv stored{q, k, v};
+  if (stored.cudnnMayRead(d) && d.B * d.Hq > 0 && d.T > 0) {
     // Profiled as `attention` is: the same work, without the rounding.
     ProfileScope profileScope(std::string("attention bf16"),
                               2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
     if (cudnnAttentionForward(flashDims(d, window), nullptr, nullptr, nullptr,
                               causal, scale, out.data, lse.data, name,
-                              {q.data, k.data, v.data}))
+                              stored.pointers()))
       return;
     profileScope.discard();
   }
-  // Rondo's kernels take fp32 operands and round them to these very bf16
-  // values.
-  WidenedBf16 wq(q.data, q.shape.numel(), name),
-      wk(k.data, k.shape.numel(), name), wv(v.data, v.shape.numel(), name);
-  attentionImpl(CFView{wq.data(), q.shape}, CFView{wk.data(), k.shape},
-                CFView{wv.data(), v.shape}, nullptr, causal, window, scale, out,
-                lse, "attention");
-  wv.temp.release();
-  wk.temp.release();
-  wq.temp.release();
+  WidenedQkv widened(stored, name);
+  attentionImpl(widened.qView(), widened.kView(), widened.vView(), nullptr,
+                causal, window, scale, out, lse, "attention");
+  widened.release();
 }
 
 void attentionBackwardBf16(CBView q, CBView k, CBView v, CFView out, CFView lse,
@@ -678,30 +705,24 @@ void attentionBackwardBf16(CBView q, CBView k, CBView v, CFView out, CFView lse,
   const char *name = "attentionBackwardBf16";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
   double share = attendedShare(d, causal, window, name);
-  const bool aligned =
-      aligned16(q.data) && aligned16(k.data) && aligned16(v.data);
-  if (precision() == Precision::Bf16 && flashAttentionSupports(d.D) &&
-      aligned && d.B * d.Hkv > 0 && d.T > 0 && d.S > 0 && lse.data &&
-      (dQ.data || dK.data || dV.data)) {
+  StoredQkv stored{q, k, v};
+  if (stored.cudnnMayRead(d) && d.B * d.Hkv > 0 && d.T > 0 && d.S > 0 &&
+      lse.data && (dQ.data || dK.data || dV.data)) {
     ProfileScope profileScope(std::string("attentionBackward bf16"),
                               2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D *
                                   share);
     if (cudnnAttentionBackward(flashDims(d, window), nullptr, nullptr, nullptr,
                                out.data, lse.data, dOut.data, causal, scale,
                                dQ.data, dK.data, dV.data, name,
-                               {q.data, k.data, v.data}))
+                               stored.pointers()))
       return;
     profileScope.discard();
   }
-  WidenedBf16 wq(q.data, q.shape.numel(), name),
-      wk(k.data, k.shape.numel(), name), wv(v.data, v.shape.numel(), name);
-  ::rondo::cuda::attentionBackward(CFView{wq.data(), q.shape},
-                                   CFView{wk.data(), k.shape},
-                                   CFView{wv.data(), v.shape}, out, lse, dOut,
-                                   causal, window, scale, dQ, dK, dV);
-  wv.temp.release();
-  wk.temp.release();
-  wq.temp.release();
+  WidenedQkv widened(stored, name);
+  ::rondo::cuda::attentionBackward(widened.qView(), widened.kView(),
+                                   widened.vView(), out, lse, dOut, causal,
+                                   window, scale, dQ, dK, dV);
+  widened.release();
 }
 
 void attentionSinksBackward(CFView q, CFView k, CFView v, CFView sinks,
