@@ -84,6 +84,15 @@ static bool savedInBf16(Value v, const CostOptions &options) {
   while (auto reshape = stored.getDefiningOp<tg::ReshapeOp>())
     stored = reshape.getX();
   Operation *producer = stored.getDefiningOp();
+  // Attention's output, when the transpose in front of the output
+  // projection and the backward are its readers (attentionBf16ToBf16).
+  if (auto attention = dyn_cast_or_null<tg::AttentionOp>(producer);
+      attention && !attention.getSinks() && stored == attention->getResult(0))
+    return llvm::all_of(stored.getUses(), [](OpOperand &use) {
+      return isa<tg::TransposeOp>(use.getOwner()) ||
+             (isa<tg::AttentionGradOp>(use.getOwner()) &&
+              use.getOperandNumber() == 3);
+    });
   // A rotary has a twin when kern-fuse-norm-rotary makes it one kernel
   // with the head norm and transpose in front of it (Qwen3's, OLMo-2's).
   auto fusedNormRotary = [](tg::RotaryOp rotary) {

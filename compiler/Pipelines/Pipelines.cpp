@@ -163,6 +163,8 @@ void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
     pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
   if (bf16Storage && gpuKernels)
     pm.addNestedPass<func::FuncOp>(kern::createKernFuseProductScalePass());
+  if (gpuKernels)
+    pm.addNestedPass<func::FuncOp>(kern::createKernFuseResidualNormPass());
 }
 
 void rondo::registerPipelines() {

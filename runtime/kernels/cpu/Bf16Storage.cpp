@@ -165,4 +165,65 @@ void attentionBackwardBf16(CBView q, CBView k, CBView v, CFView out, CFView lse,
                     scale, dQ, dK, dV);
 }
 
+void attentionBf16ToBf16(CBView q, CBView k, CBView v, bool causal,
+                         int64_t window, float scale, BView out, FView lse) {
+  viaFp32(out, [&](FView t) {
+    attentionBf16(q, k, v, causal, window, scale, t, lse);
+  });
+}
+
+void attentionBackwardBf16ToBf16(CBView q, CBView k, CBView v, CBView out,
+                                 CFView lse, CBView dOut, bool causal,
+                                 int64_t window, float scale, BView dQ,
+                                 BView dK, BView dV) {
+  std::vector<float> wo = widen(out), wd = widen(dOut);
+  auto result = [](BView r) {
+    return std::vector<float>(r.data ? size_t(r.shape.numel()) : 0);
+  };
+  std::vector<float> gq = result(dQ), gk = result(dK), gv = result(dV);
+  attentionBackwardBf16(q, k, v, CFView{wo.data(), out.shape}, lse,
+                        CFView{wd.data(), dOut.shape}, causal, window, scale,
+                        FView{dQ.data ? gq.data() : nullptr, dQ.shape},
+                        FView{dK.data ? gk.data() : nullptr, dK.shape},
+                        FView{dV.data ? gv.data() : nullptr, dV.shape});
+  if (dQ.data)
+    store(gq, dQ);
+  if (dK.data)
+    store(gk, dK);
+  if (dV.data)
+    store(gv, dV);
+}
+
+void transposeBf16(CBView x, const int64_t *perm, BView out) {
+  std::vector<float> wx = widen(x);
+  transposeToBf16(CFView{wx.data(), x.shape}, perm, out);
+}
+
+void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
+                               CFView sin, CBView dY, FView dX, FView dW) {
+  std::vector<float> wy = widen(dY);
+  rmsNormRotaryBackward(x, w, eps, cos, sin, CFView{wy.data(), dY.shape}, dX,
+                        dW);
+}
+
+void fromBf16(CBView x, FView out) {
+  if (x.shape.numel() != out.shape.numel())
+    contract("fromBf16", "input and output sizes differ");
+  parallelBlocks(out.shape.numel(), 1 << 16, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      out.data[i] = bf16BitsToFloat(x.data[i]);
+  });
+}
+
+void addRmsNormToBf16(CFView a, CFView b, CFView w, float eps, FView sum,
+                      BView y) {
+  viaFp32(y, [&](FView t) { addRmsNorm(a, b, w, eps, sum, t); });
+}
+
+void rmsNormBackwardAddWithBf16(CFView x, CFView w, float eps, CFView dY,
+                                CFView r, FView sum, BView sumBf16, FView dW) {
+  rmsNormBackwardAdd(x, w, eps, dY, r, sum, dW);
+  toBf16(CFView{sum.data, sum.shape}, sumBf16);
+}
+
 } // namespace rondo::cpu

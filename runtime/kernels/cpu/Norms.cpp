@@ -352,4 +352,16 @@ void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
   rmsNormBackward(x, w, eps, CFView{moved.data(), x.shape}, dX, dW);
 }
 
+void addRmsNorm(CFView a, CFView b, CFView w, float eps, FView sum, FView y) {
+  binary(BinaryKind::Add, a, b, sum);
+  rmsNorm(CFView{sum.data, sum.shape}, w, eps, y);
+}
+
+void rmsNormBackwardAdd(CFView x, CFView w, float eps, CFView dY, CFView r,
+                        FView sum, FView dW) {
+  std::vector<float> dX(size_t(x.shape.numel()));
+  rmsNormBackward(x, w, eps, dY, FView{dX.data(), x.shape}, dW);
+  binary(BinaryKind::Add, r, CFView{dX.data(), x.shape}, sum);
+}
+
 } // namespace rondo::cpu

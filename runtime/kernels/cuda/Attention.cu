@@ -725,6 +725,85 @@ void attentionBackwardBf16(CBView q, CBView k, CBView v, CFView out, CFView lse,
   widened.release();
 }
 
+void attentionBf16ToBf16(CBView q, CBView k, CBView v, bool causal,
+                         int64_t window, float scale, BView out, FView lse) {
+  const char *name = "attentionBf16ToBf16";
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  double share = attendedShare(d, causal, window, name);
+  StoredQkv stored{q, k, v};
+  if (stored.cudnnMayRead(d) && aligned16(out.data) && d.B * d.Hq > 0 &&
+      d.T > 0) {
+    ProfileScope profileScope(std::string("attention bf16"),
+                              2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
+    StoredBf16Qkv io = stored.pointers();
+    io.outStore = out.data;
+    if (cudnnAttentionForward(flashDims(d, window), nullptr, nullptr, nullptr,
+                              causal, scale, nullptr, lse.data, name, io))
+      return;
+    profileScope.discard();
+  }
+  // Rondo's kernels write fp32: rounded as it is stored.
+  Temp o(size_t(out.shape.numel()) * sizeof(float), name);
+  ::rondo::cuda::attentionBf16(q, k, v, causal, window, scale,
+                               FView{o.as<float>(), out.shape}, lse);
+  roundToBf16Copy(o.as<float>(), out.data, out.shape.numel(), name);
+  o.release();
+}
+
+void attentionBackwardBf16ToBf16(CBView q, CBView k, CBView v, CBView out,
+                                 CFView lse, CBView dOut, bool causal,
+                                 int64_t window, float scale, BView dQ,
+                                 BView dK, BView dV) {
+  const char *name = "attentionBackwardBf16ToBf16";
+  AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
+  double share = attendedShare(d, causal, window, name);
+  StoredQkv stored{q, k, v};
+  if (stored.cudnnMayRead(d) && aligned16(out.data) && aligned16(dOut.data) &&
+      aligned16(dQ.data) && aligned16(dK.data) && aligned16(dV.data) &&
+      d.B * d.Hkv > 0 && d.T > 0 && d.S > 0 && lse.data &&
+      (dQ.data || dK.data || dV.data)) {
+    ProfileScope profileScope(std::string("attentionBackward bf16"),
+                              2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D *
+                                  share);
+    StoredBf16Qkv io = stored.pointers();
+    io.out = out.data;
+    io.dOut = dOut.data;
+    io.dQStore = dQ.data;
+    io.dKStore = dK.data;
+    io.dVStore = dV.data;
+    if (cudnnAttentionBackward(flashDims(d, window), nullptr, nullptr, nullptr,
+                               nullptr, lse.data, nullptr, causal, scale,
+                               nullptr, nullptr, nullptr, name, io))
+      return;
+    profileScope.discard();
+  }
+  // Rondo's kernels read and write fp32: out and dOut widened, the
+  // gradients rounded as they are stored.
+  WidenedBf16 o(out.data, out.shape.numel(), name),
+      g(dOut.data, dOut.shape.numel(), name);
+  auto result = [&](const BView &r) {
+    return size_t(r.data ? r.shape.numel() : 0) * sizeof(float);
+  };
+  Temp gq(result(dQ), name), gk(result(dK), name), gv(result(dV), name);
+  ::rondo::cuda::attentionBackwardBf16(
+      q, k, v, CFView{o.data(), out.shape}, lse, CFView{g.data(), dOut.shape},
+      causal, window, scale,
+      FView{dQ.data ? gq.as<float>() : nullptr, dQ.shape},
+      FView{dK.data ? gk.as<float>() : nullptr, dK.shape},
+      FView{dV.data ? gv.as<float>() : nullptr, dV.shape});
+  if (dQ.data)
+    roundToBf16Copy(gq.as<float>(), dQ.data, dQ.shape.numel(), name);
+  if (dK.data)
+    roundToBf16Copy(gk.as<float>(), dK.data, dK.shape.numel(), name);
+  if (dV.data)
+    roundToBf16Copy(gv.as<float>(), dV.data, dV.shape.numel(), name);
+  gv.release();
+  gk.release();
+  gq.release();
+  g.temp.release();
+  o.temp.release();
+}
+
 void attentionSinksBackward(CFView q, CFView k, CFView v, CFView sinks,
                             CFView out, CFView lse, CFView dOut, bool causal,
                             int64_t window, float scale, FView dQ, FView dK,

@@ -477,8 +477,10 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
   const int64_t nq = d.B * d.Hq * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
   Temp qb(stored.q ? 0 : size_t(nq) * 2, name),
       kb(stored.k ? 0 : size_t(nk) * 2, name),
-      vb(stored.v ? 0 : size_t(nk) * 2, name), ob(size_t(nq) * 2, name);
+      vb(stored.v ? 0 : size_t(nk) * 2, name),
+      ob(stored.outStore ? 0 : size_t(nq) * 2, name);
   Bf16Qkv in = roundedQkv(q, k, v, nq, nk, stored, qb, kb, vb, name);
+  void *o = stored.outStore ? stored.outStore : ob.as<void>();
   StatsBuffer stats(lse, d.B * d.Hq * d.T, name);
   Temp ws(size_t(plan->workspace), name);
   float scaleValue = scale;
@@ -486,12 +488,13 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
           {{kQ, in.q},
            {kK, in.k},
            {kV, in.v},
-           {kO, ob.as<void>()},
+           {kO, o},
            {kStats, stats.ptr},
            {kScale, &scaleValue}},
           ws.as<void>(), name);
   lock.unlock();
-  convert(false, {{ob.as<void>(), out, nq}}, name);
+  if (!stored.outStore)
+    convert(false, {{ob.as<void>(), out, nq}}, name);
   if (lse && stats.ptr != lse)
     RONDO_CHECK(cudaMemcpyAsync(lse, stats.ptr,
                                 size_t(d.B * d.Hq * d.T) * sizeof(float),
@@ -525,17 +528,19 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   const int64_t nq = rows * d.D, nk = d.B * d.Hkv * d.S * d.D;
   Temp qb(stored.q ? 0 : size_t(nq) * 2, name),
       kb(stored.k ? 0 : size_t(nk) * 2, name),
-      vb(stored.v ? 0 : size_t(nk) * 2, name), ob(size_t(nq) * 2, name),
-      gb(size_t(nq) * 2, name);
+      vb(stored.v ? 0 : size_t(nk) * 2, name),
+      ob(stored.out ? 0 : size_t(nq) * 2, name),
+      gb(stored.dOut ? 0 : size_t(nq) * 2, name);
   convert(true,
           {{q, stored.q ? nullptr : qb.as<void>(), nq},
            {k, stored.k ? nullptr : kb.as<void>(), nk},
            {v, stored.v ? nullptr : vb.as<void>(), nk},
-           {out, ob.as<void>(), nq},
-           {dOut, gb.as<void>(), nq}},
+           {out, stored.out ? nullptr : ob.as<void>(), nq},
+           {dOut, stored.dOut ? nullptr : gb.as<void>(), nq}},
           name);
   Bf16Qkv in{pickBf16(stored.q, qb), pickBf16(stored.k, kb),
              pickBf16(stored.v, vb)};
+  void *o = pickBf16(stored.out, ob), *g = pickBf16(stored.dOut, gb);
   // cuDNN wants its stats 16-byte aligned; lse is copied when it is not.
   Temp statsCopy(aligned16(lse) ? 0 : size_t(rows) * sizeof(float), name);
   const float *statsPtr = lse;
@@ -547,8 +552,13 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
     statsPtr = statsCopy.as<float>();
   }
   Temp softmaxSum(size_t(rows) * sizeof(float), name);
-  Temp dqb(size_t(nq) * 2, name), dkb(size_t(nk) * 2, name),
-      dvb(size_t(nk) * 2, name);
+  // cuDNN writes all three: a skipped one goes to a temporary.
+  Temp dqb(stored.dQStore ? 0 : size_t(nq) * 2, name),
+      dkb(stored.dKStore ? 0 : size_t(nk) * 2, name),
+      dvb(stored.dVStore ? 0 : size_t(nk) * 2, name);
+  void *dq = stored.dQStore ? stored.dQStore : dqb.as<void>(),
+       *dk = stored.dKStore ? stored.dKStore : dkb.as<void>(),
+       *dv = stored.dVStore ? stored.dVStore : dvb.as<void>();
   Temp acc(key.deterministic ? 0 : size_t(nq) * sizeof(float), name);
   Temp ws(size_t(plan->workspace), name);
   float scaleValue = scale;
@@ -556,22 +566,22 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
       {kQ, in.q},
       {kK, in.k},
       {kV, in.v},
-      {kO, ob.as<void>()},
-      {kDO, gb.as<void>()},
+      {kO, o},
+      {kDO, g},
       {kStats, const_cast<float *>(statsPtr)},
       {kScale, &scaleValue},
       {kSoftmaxSum, softmaxSum.as<void>()},
-      {kDQ, dqb.as<void>()},
-      {kDK, dkb.as<void>()},
-      {kDV, dvb.as<void>()}};
+      {kDQ, dq},
+      {kDK, dk},
+      {kDV, dv}};
   if (!key.deterministic)
     bindings.push_back({kDQAccum, acc.as<void>()});
   execute(*st, *plan, bindings, ws.as<void>(), name);
   lock.unlock();
   convert(false,
-          {{dqb.as<void>(), dQ, nq},
-           {dkb.as<void>(), dK, nk},
-           {dvb.as<void>(), dV, nk}},
+          {{dq, stored.dQStore ? nullptr : dQ, nq},
+           {dk, stored.dKStore ? nullptr : dK, nk},
+           {dv, stored.dVStore ? nullptr : dV, nk}},
           name);
   ws.release();
   acc.release();

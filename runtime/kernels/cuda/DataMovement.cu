@@ -75,8 +75,8 @@ __device__ inline int64_t outerOffset(const Strided &s, int64_t row) {
 
 /// Copies rows of the inner run (stride 1, length 4 * runVec) by float4:
 /// gather to[v] = from[outer(row) + q], scatter the reverse.
-template <bool Small, typename To = float>
-__global__ void runCopyVecKernel(const float *from, To *to, int64_t nv,
+template <bool Small, typename To = float, typename From = float>
+__global__ void runCopyVecKernel(const From *from, To *to, int64_t nv,
                                  int64_t runVec, Strided s, bool scatter) {
   RONDO_GRID_STRIDE(v, nv) {
     int64_t row, q;
@@ -138,16 +138,18 @@ bool innerRunVectorisable(const Strided &s, const void *from, const void *to) {
 }
 
 /// runCopyVecKernel over the n elements of a vectorisable walk.
-template <typename To>
-void runCopyVec(bool scatter, const float *from, To *to, const Strided &s,
+template <typename To, typename From = float>
+void runCopyVec(bool scatter, const From *from, To *to, const Strided &s,
                 int64_t n, const char *name) {
   int64_t nv = n / 4, runVec = s.dims[s.rank - 1] / 4;
   if (nv <= int64_t(0xffffffff))
-    runCopyVecKernel<true><<<gridFor(nv), kThreads, 0, currentStream()>>>(
-        from, to, nv, runVec, s, scatter);
+    runCopyVecKernel<true, To, From>
+        <<<gridFor(nv), kThreads, 0, currentStream()>>>(from, to, nv, runVec, s,
+                                                        scatter);
   else
-    runCopyVecKernel<false><<<gridFor(nv), kThreads, 0, currentStream()>>>(
-        from, to, nv, runVec, s, scatter);
+    runCopyVecKernel<false, To, From>
+        <<<gridFor(nv), kThreads, 0, currentStream()>>>(from, to, nv, runVec, s,
+                                                        scatter);
   checkLaunch(name);
 }
 
@@ -343,34 +345,55 @@ void concat(const CFView *inputs, int numInputs, int axis, FView out) {
 namespace {
 
 /// A gather into bf16 storage, one thread per element.
-__global__ void gatherToBf16Kernel(const float *from, __nv_bfloat16 *to,
+template <typename From>
+__global__ void gatherToBf16Kernel(const From *from, __nv_bfloat16 *to,
                                    int64_t n, Strided s) {
-  RONDO_GRID_STRIDE(i, n) { storeOut(to + i, from[stridedOffset(s, i)]); }
+  RONDO_GRID_STRIDE(i, n) {
+    storeOut(to + i, loadIn(from + stridedOffset(s, i)));
+  }
+}
+
+/// transposeToBf16 and transposeBf16: the strided walk of `perm` from x
+/// (fp32, or bf16 moved exactly) into bf16.
+template <typename From>
+void transposeIntoBf16(const From *x, const Shape &xShape, const int64_t *perm,
+                       BView out, const char *name) {
+  if (out.shape.rank != xShape.rank)
+    contract(name, "rank mismatch");
+  int64_t strides[kMaxRank];
+  kernels::transposeStrides(xShape, perm, out.shape.rank, strides);
+  int64_t n = out.shape.numel();
+  if (n == 0)
+    return;
+  Strided s = makeStrided(out.shape, strides, 0);
+  __nv_bfloat16 *to = bf16Data(out);
+  // The inner run kept ([B,H,T,D] -> [B,T,H,D]): four elements a thread,
+  // as transpose's fast path.
+  if (innerRunVectorisable(s, x, to)) {
+    runCopyVec(false, x, to, s, n, name);
+    return;
+  }
+  gatherToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x, to, n, s);
+  checkLaunch(name);
 }
 
 } // namespace
 
 void transposeToBf16(CFView x, const int64_t *perm, BView out) {
   ProfileScope profileScope("transposeToBf16");
-  const char *name = "transposeToBf16";
-  if (out.shape.rank != x.shape.rank)
-    contract(name, "rank mismatch");
-  int64_t strides[kMaxRank];
-  kernels::transposeStrides(x.shape, perm, out.shape.rank, strides);
-  int64_t n = out.shape.numel();
-  if (n == 0)
-    return;
-  Strided s = makeStrided(out.shape, strides, 0);
-  __nv_bfloat16 *to = bf16Data(out);
-  // The inner run kept ([B,H,T,D] -> [B,T,H,D]): float4 in, 8 bytes out,
-  // as transpose's fast path.
-  if (innerRunVectorisable(s, x.data, to)) {
-    runCopyVec(false, x.data, to, s, n, name);
-    return;
-  }
-  gatherToBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(x.data, to,
-                                                                   n, s);
-  checkLaunch(name);
+  transposeIntoBf16(x.data, x.shape, perm, out, "transposeToBf16");
+}
+
+void transposeBf16(CBView x, const int64_t *perm, BView out) {
+  ProfileScope profileScope("transposeBf16");
+  transposeIntoBf16(bf16Data(x), x.shape, perm, out, "transposeBf16");
+}
+
+void fromBf16(CBView x, FView out) {
+  ProfileScope profileScope("fromBf16");
+  if (x.shape.numel() != out.shape.numel())
+    contract("fromBf16", "input and output sizes differ");
+  widenBf16Into(x.data, out.data, out.shape.numel(), "fromBf16");
 }
 
 void transposeInts(IView x, const int64_t *perm, MIView out) {

@@ -288,6 +288,9 @@ void gemmRowMajorBf16As(cudaDataType cType, bool transA, bool transB, int64_t M,
 void roundToBf16Copy(const float *in, void *out, int64_t n,
                      const char *kernel);
 
+/// Enqueues out[i] = float(in[i]) for n bf16 values (exact).
+void widenBf16Into(const void *in, float *out, int64_t n, const char *kernel);
+
 /// An fp32 copy (exact) of n bf16 values in a stream-ordered temporary: the
 /// operands of a bf16-operand kernel's fallback to fp32-operand kernels,
 /// which round them back to the same bf16 values.
@@ -334,8 +337,15 @@ void flashAttentionBackward(const FlashDims &d, const float *q, const float *k,
 /// With `stored`, q, k and v come already in bf16 (attentionBf16's
 /// operands, rounded where they were made): cuDNN reads them as they are
 /// and their fp32 pointers are not read.
+/// The backward's out and dOut likewise (attentionBackwardBf16ToBf16's);
+/// and where results go in bf16 as cuDNN writes them (attentionBf16ToBf16's
+/// out, attentionBackwardBf16ToBf16's dQ, dK and dV), in place of widening
+/// them into the fp32 pointers.
 struct StoredBf16Qkv {
   const void *q = nullptr, *k = nullptr, *v = nullptr;
+  const void *out = nullptr, *dOut = nullptr;
+  void *outStore = nullptr, *dQStore = nullptr, *dKStore = nullptr,
+       *dVStore = nullptr;
 };
 bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
                            const float *v, bool causal, float scale, float *out,

@@ -71,13 +71,17 @@ void roundToBf16Copy(const float *in, void *out, int64_t n,
   checkLaunch(kernel);
 }
 
-WidenedBf16::WidenedBf16(const void *in, int64_t n, const char *kernel)
-    : temp(size_t(n) * sizeof(float), kernel) {
+void widenBf16Into(const void *in, float *out, int64_t n, const char *kernel) {
   if (n <= 0)
     return;
   widenBf16Kernel<<<gridFor(n), kThreads, 0, currentStream()>>>(
-      static_cast<const __nv_bfloat16 *>(in), temp.as<float>(), n);
+      static_cast<const __nv_bfloat16 *>(in), out, n);
   checkLaunch(kernel);
+}
+
+WidenedBf16::WidenedBf16(const void *in, int64_t n, const char *kernel)
+    : temp(size_t(n) * sizeof(float), kernel) {
+  widenBf16Into(in, temp.as<float>(), n, kernel);
 }
 
 void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,

@@ -87,9 +87,10 @@ template <typename OutT> struct RotaryRowStore {
 };
 
 /// Loads row r's gradient from the transposed, rotated gradient: the
-/// rotary backward of its [B, H, T, D] row.
-struct RotaryRowLoad {
-  const float *dy;
+/// rotary backward of its [B, H, T, D] row (InT __nv_bfloat16 for
+/// rmsNormRotaryBackwardBf16: the gradient widened as it is loaded).
+template <typename InT> struct RotaryRowLoad {
+  const InT *dy;
   const float *cosT, *sinT;
   HeadRows rows;
   template <int V, bool WarpRows>
@@ -180,8 +181,8 @@ void rmsNormRotaryImpl(CFView x, CFView w, float eps, CFView cos, CFView sin,
   }
   rmsNormVecKernel<1, true>
       <<<gridFor(rows, rc.threads / 32), rc.threads, 0, currentStream()>>>(
-          x.data, w.data, eps, RotaryRowStore<OutT>{y, cos.data, sin.data, hr},
-          rows, width);
+          PlainRowLoad{x.data}, w.data, eps,
+          RotaryRowStore<OutT>{y, cos.data, sin.data, hr}, rows, width);
   checkLaunch(name);
 }
 
@@ -202,25 +203,41 @@ void rmsNormRotaryToBf16(CFView x, CFView w, float eps, CFView cos, CFView sin,
                     "rmsNormRotaryToBf16");
 }
 
-void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
-                           CFView sin, CFView dY, FView dX, FView dW) {
-  ProfileScope profileScope("rmsNormRotaryBackward");
-  const char *name = "rmsNormRotaryBackward";
-  HeadRows hr = headRows(x.shape, dY.shape, cos.shape, name);
+namespace {
+
+/// rmsNormRotaryBackward from dY [B, H, T, D] in fp32 or bf16.
+template <typename InT>
+void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
+                               CFView sin, const InT *dYData,
+                               const Shape &dYShape, FView dX, FView dW,
+                               const char *name) {
+  HeadRows hr = headRows(x.shape, dYShape, cos.shape, name);
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   RowConfig rc;
   if (rows == 0 || (!dX.data && !dW.data) ||
-      !fusedRows(width, {x.data, w.data, cos.data, sin.data, dY.data, dX.data},
+      !fusedRows(width, {x.data, w.data, cos.data, sin.data, dYData, dX.data},
                  rc)) {
     Temp rotated(size_t(rows * width) * sizeof(float), name),
-        normed(size_t(rows * width) * sizeof(float), name);
+        normed(size_t(rows * width) * sizeof(float), name),
+        wide(std::is_same_v<InT, float> ? 0
+                                        : size_t(rows * width) * sizeof(float),
+             name);
+    const float *dy;
+    if constexpr (std::is_same_v<InT, float>) {
+      dy = dYData;
+    } else {
+      widenBf16Into(dYData, wide.as<float>(), rows * width, name);
+      dy = wide.as<float>();
+    }
+    CFView dY{dy, dYShape};
     FView r{rotated.as<float>(), dY.shape}, n{normed.as<float>(), x.shape};
     if (rows > 0) {
       ::rondo::cuda::rotaryBackward(dY, cos, sin, r);
       ::rondo::cuda::transpose(CFView{r.data, r.shape}, kTransposeHeads, n);
     }
     ::rondo::cuda::rmsNormBackward(x, w, eps, CFView{n.data, n.shape}, dX, dW);
+    wide.release();
     rotated.release();
     normed.release();
     return;
@@ -233,12 +250,31 @@ void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
   float *direct = dW.data && !staged ? dW.data : nullptr;
   rmsNormBwdVecKernel<1, true>
       <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
-          x.data, w.data, eps, RotaryRowLoad{dY.data, cos.data, sin.data, hr},
-          dX.data, rows, width, tileRows, part, direct);
+          x.data, w.data, eps,
+          RotaryRowLoad<InT>{dYData, cos.data, sin.data, hr},
+          PlainDxStore{dX.data}, rows, width, tileRows, part, direct);
   checkLaunch(name);
   if (staged)
     finishColumnTiles(part, tiles, width, dW.data, name);
   partial.release();
+}
+
+} // namespace
+
+void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
+                           CFView sin, CFView dY, FView dX, FView dW) {
+  ProfileScope profileScope("rmsNormRotaryBackward");
+  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dY.data, dY.shape, dX, dW,
+                            "rmsNormRotaryBackward");
+}
+
+void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
+                               CFView sin, CBView dY, FView dX, FView dW) {
+  // Attention's query and key gradients as cuDNN stores them (kern-bf16-
+  // storage): the same values rmsNormRotaryBackward read widened.
+  ProfileScope profileScope("rmsNormRotaryBackward");
+  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, bf16Data(dY), dY.shape, dX, dW,
+                            "rmsNormRotaryBackwardBf16");
 }
 
 } // namespace rondo::cuda

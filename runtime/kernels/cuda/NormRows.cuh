@@ -105,10 +105,62 @@ struct PlainRowLoad {
   }
 };
 
-/// rmsNorm of each row, handed to `store` (chunks past the row are zero).
-template <int V, bool WarpRows, typename Store>
+/// Loads row r of a + b (binary Add's sums), storing the sums to `sum` as
+/// it goes: the residual add in front of a norm (addRmsNorm).
+struct AddRowLoad {
+  const float *a, *b;
+  float *sum;
+  template <int V, bool WarpRows>
+  __device__ void operator()(int64_t r, int64_t width,
+                             const RowGroup<WarpRows> &g,
+                             float4 (&v)[V]) const {
+    int64_t nq = width / 4;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      int64_t q = g.lane + int64_t(k) * g.size;
+      if (q >= nq) {
+        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        continue;
+      }
+      int64_t at = r * width + q * 4;
+      float4 x = load4(a + at), y = load4(b + at);
+      v[k] = make_float4(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y),
+                         __fadd_rn(x.z, y.z), __fadd_rn(x.w, y.w));
+      store4(sum + at, v[k]);
+    }
+  }
+};
+
+/// Where the norm backward's dX goes: dx[r * width + ...] (none when null).
+struct PlainDxStore {
+  float *dx;
+  __device__ bool wanted() const { return dx != nullptr; }
+  __device__ void operator()(int64_t at, float4 o) const { store4(dx + at, o); }
+};
+
+/// dX added to the residual gradient as it is stored (binary Add's sums),
+/// and the sums rounded to bf16 too when `copy` is set
+/// (rmsNormBackwardAdd, rmsNormBackwardAddWithBf16).
+struct AddDxStore {
+  const float *residual;
+  float *sum;
+  __nv_bfloat16 *copy;
+  __device__ bool wanted() const { return true; }
+  __device__ void operator()(int64_t at, float4 o) const {
+    float4 r = load4(residual + at);
+    float4 s = make_float4(__fadd_rn(r.x, o.x), __fadd_rn(r.y, o.y),
+                           __fadd_rn(r.z, o.z), __fadd_rn(r.w, o.w));
+    store4(sum + at, s);
+    if (copy)
+      store4(copy + at, s);
+  }
+};
+
+/// rmsNorm of each row (read by `load`), handed to `store` (chunks past the
+/// row are zero).
+template <int V, bool WarpRows, typename Load, typename Store>
 __global__ void __launch_bounds__(512)
-    rmsNormVecKernel(const float *x, const float *w, float eps, Store store,
+    rmsNormVecKernel(Load load, const float *w, float eps, Store store,
                      int64_t rows, int64_t width) {
   __shared__ double scratch[32];
   RowGroup<WarpRows> g;
@@ -117,7 +169,7 @@ __global__ void __launch_bounds__(512)
   for (int64_t r = int64_t(blockIdx.x) * g.count + g.index; r < rows;
        r += step) {
     float4 xv[V];
-    loadRow<V>(x + r * width, nq, g.lane, g.size, xv);
+    load(r, width, g, xv);
     double ss = 0.0;
 #pragma unroll
     for (int k = 0; k < V; ++k)
@@ -208,10 +260,10 @@ __device__ inline void writeTileSums(const double (&acc)[V][4],
 /// Fused rmsNorm backward over one tile of rows per block: dX (if dx) and,
 /// if partial (or direct, with a single tile), the dW column sums of the
 /// tile: partial[blockIdx.x * width + c] (double) or direct[c] (float).
-template <int V, bool WarpRows, typename Load>
+template <int V, bool WarpRows, typename Load, typename DxStore>
 __global__ void __launch_bounds__(512)
     rmsNormBwdVecKernel(const float *x, const float *w, float eps, Load dy,
-                        float *dx, int64_t rows, int64_t width,
+                        DxStore dx, int64_t rows, int64_t width,
                         int64_t tileRows, double *partial, float *direct) {
   __shared__ double scratch[32];
   RowGroup<WarpRows> g;
@@ -234,7 +286,7 @@ __global__ void __launch_bounds__(512)
     ss = groupSum<WarpRows>(ss, scratch);
     double rinv = 1.0 / sqrt(ss / double(width) + double(eps));
     float inv = float(rinv);
-    if (dx) {
+    if (dx.wanted()) {
       float4 wv[V];
       if (w)
         loadRow<V>(w, nq, g.lane, g.size, wv);
@@ -270,7 +322,7 @@ __global__ void __launch_bounds__(512)
           o = make_float4(ac * gk.x - bcoef * xk.x, ac * gk.y - bcoef * xk.y,
                           ac * gk.z - bcoef * xk.z, ac * gk.w - bcoef * xk.w);
         }
-        store4(dx + r * width + q * 4, o);
+        dx(r * width + q * 4, o);
       }
     }
     if (wantW) {

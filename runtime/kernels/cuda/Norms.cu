@@ -437,7 +437,8 @@ void rmsNormImpl(CFView x, CFView w, float eps, OutT *y, const char *name) {
     dispatchRows(rc, [&](auto v, auto warpRows) {
       rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value>
           <<<grid, rc.threads, 0, currentStream()>>>(
-              x.data, w.data, eps, PlainRowStore<OutT>{y}, rows, width);
+              PlainRowLoad{x.data}, w.data, eps, PlainRowStore<OutT>{y}, rows,
+              width);
     });
     checkLaunch(name);
     return;
@@ -485,8 +486,8 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
     dispatchRows(rc, [&](auto v, auto warpRows) {
       rmsNormBwdVecKernel<decltype(v)::value, decltype(warpRows)::value>
           <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
-              x.data, w.data, eps, PlainRowLoad{dY.data}, dX.data, rows, width,
-              tileRows, part, direct);
+              x.data, w.data, eps, PlainRowLoad{dY.data}, PlainDxStore{dX.data},
+              rows, width, tileRows, part, direct);
     });
     checkLaunch(name);
     if (staged)
@@ -502,6 +503,106 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
     tiledColumnSums(rows, width, dW.data,
                     RmsDwTerm{dY.data, x.data, inv.as<float>(), width}, name);
   inv.release();
+}
+
+namespace {
+
+template <typename OutT>
+void addRmsNormImpl(CFView a, CFView b, CFView w, float eps, FView sum, OutT *y,
+                    const char *name) {
+  if (a.shape.numel() != sum.shape.numel() ||
+      b.shape.numel() != sum.shape.numel())
+    contract(name, "a, b and sum differ in size (the add does not broadcast)");
+  int64_t rows, width;
+  rowsOf(sum.shape, rows, width);
+  if (rows == 0)
+    return;
+  RowConfig rc;
+  if (rowConfig(width, rc) &&
+      rowsAligned({a.data, b.data, sum.data, w.data, y})) {
+    unsigned grid =
+        rc.warpRows ? gridFor(rows, rc.threads / 32) : rowGrid(rows);
+    dispatchRows(rc, [&](auto v, auto warpRows) {
+      rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value>
+          <<<grid, rc.threads, 0, currentStream()>>>(
+              AddRowLoad{a.data, b.data, sum.data}, w.data, eps,
+              PlainRowStore<OutT>{y}, rows, width);
+    });
+    checkLaunch(name);
+    return;
+  }
+  // The general kernels: the add, then the norm of the sum.
+  ::rondo::cuda::binary(BinaryKind::Add, a, b, sum);
+  rmsNormImpl(CFView{sum.data, sum.shape}, w, eps, y, name);
+}
+
+/// rmsNormBackward's dX added to r (and rounded into copy when set).
+void rmsNormBackwardAddImpl(CFView x, CFView w, float eps, CFView dY, CFView r,
+                            FView sum, __nv_bfloat16 *copy, FView dW,
+                            const char *name) {
+  if (r.shape.numel() != x.shape.numel() ||
+      sum.shape.numel() != x.shape.numel())
+    contract(name, "r and sum differ in size from x");
+  int64_t rows, width;
+  rowsOf(x.shape, rows, width);
+  RowConfig rc;
+  if (rows > 0 && rowConfig(width, rc) &&
+      rowsAligned({x.data, w.data, dY.data, r.data, sum.data, copy})) {
+    int64_t tileRows = normTileRows(rows, rc.warpRows ? 8 : 1);
+    int64_t tiles = (rows + tileRows - 1) / tileRows;
+    bool staged = dW.data && tiles > 1;
+    Temp partial(staged ? size_t(tiles * width) * sizeof(double) : 0, name);
+    double *part = staged ? partial.as<double>() : nullptr;
+    float *direct = dW.data && !staged ? dW.data : nullptr;
+    dispatchRows(rc, [&](auto v, auto warpRows) {
+      rmsNormBwdVecKernel<decltype(v)::value, decltype(warpRows)::value>
+          <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
+              x.data, w.data, eps, PlainRowLoad{dY.data},
+              AddDxStore{r.data, sum.data, copy}, rows, width, tileRows, part,
+              direct);
+    });
+    checkLaunch(name);
+    if (staged)
+      finishColumnTiles(part, tiles, width, dW.data, name);
+    partial.release();
+    return;
+  }
+  // The general kernels: the backward, the add, the rounding.
+  Temp dX(size_t(x.shape.numel()) * sizeof(float), name);
+  ::rondo::cuda::rmsNormBackward(x, w, eps, dY, FView{dX.as<float>(), x.shape},
+                                 dW);
+  ::rondo::cuda::binary(BinaryKind::Add, r, CFView{dX.as<float>(), x.shape},
+                        sum);
+  if (copy)
+    roundToBf16Copy(sum.data, copy, sum.shape.numel(), name);
+  dX.release();
+}
+
+} // namespace
+
+void addRmsNorm(CFView a, CFView b, CFView w, float eps, FView sum, FView y) {
+  ProfileScope profileScope("addRmsNorm");
+  addRmsNormImpl(a, b, w, eps, sum, y.data, "addRmsNorm");
+}
+
+void addRmsNormToBf16(CFView a, CFView b, CFView w, float eps, FView sum,
+                      BView y) {
+  ProfileScope profileScope("addRmsNormToBf16");
+  addRmsNormImpl(a, b, w, eps, sum, bf16Data(y), "addRmsNormToBf16");
+}
+
+void rmsNormBackwardAdd(CFView x, CFView w, float eps, CFView dY, CFView r,
+                        FView sum, FView dW) {
+  ProfileScope profileScope("rmsNormBackwardAdd");
+  rmsNormBackwardAddImpl(x, w, eps, dY, r, sum, nullptr, dW,
+                         "rmsNormBackwardAdd");
+}
+
+void rmsNormBackwardAddWithBf16(CFView x, CFView w, float eps, CFView dY,
+                                CFView r, FView sum, BView sumBf16, FView dW) {
+  ProfileScope profileScope("rmsNormBackwardAdd");
+  rmsNormBackwardAddImpl(x, w, eps, dY, r, sum, bf16Data(sumBf16), dW,
+                         "rmsNormBackwardAddWithBf16");
 }
 
 void layerNorm(CFView x, CFView w, CFView b, float eps, FView y) {

@@ -247,3 +247,48 @@ func.func @frozen_bf16_experts(%x: tensor<8x16xf32> {exec.role = "activation"}, 
   %y = kern.call @expertMatmul(%x, %w, %ids) args {transW = false} : (tensor<8x16xf32>, tensor<4x16x32xf32>, tensor<8xi64>) -> tensor<8x32xf32>
   return %y : tensor<8x32xf32>
 }
+
+// -----
+
+// Attention's results in bf16: its output is read by the transpose in front
+// of the output projection and by the backward, so it is stored in bf16
+// (attentionBf16ToBf16) and moved as it is (transposeBf16); the backward
+// reads it and a bf16 dO (the transpose in front stores bf16) and stores
+// its gradients in bf16 (attentionBackwardBf16ToBf16): the query and key
+// gradients' norm-and-rotary backward reads them as they are, the values'
+// transpose moves them, and any other reader (here the function's result)
+// gets one fromBf16.
+// CHECK-LABEL: func.func @attention_results
+// CHECK: %[[Q:.*]] = kern.call @rmsNormRotaryToBf16(%arg0,
+// CHECK: %[[K:.*]] = kern.call @rmsNormRotaryToBf16(%arg2,
+// CHECK: %[[V:.*]] = kern.call @transposeToBf16(%arg2)
+// CHECK: %[[O:.*]]:2 = kern.call @attentionBf16ToBf16(%[[Q]], %[[K]], %[[V]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>)
+// CHECK: %[[OT:.*]] = kern.call @transposeBf16(%[[O]]#0) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xbf16>) -> tensor<1x8x4x16xbf16>
+// CHECK: %[[DO:.*]] = kern.call @transposeToBf16(%{{.*}}) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xbf16>
+// CHECK: %[[G:.*]]:3 = kern.call @attentionBackwardBf16ToBf16(%[[Q]], %[[K]], %[[V]], %[[O]]#0, %[[O]]#1, %[[DO]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>)
+// CHECK: %[[GV:.*]] = kern.call @fromBf16(%[[G]]#2) : (tensor<1x4x8x16xbf16>) -> tensor<1x4x8x16xf32>
+// CHECK: kern.call @rmsNormRotaryBackwardBf16(%arg0, %arg1, %arg3, %arg4, %[[G]]#0) args {eps = 9.99999997E-7 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x8x4x16xf32>, tensor<16xf32>)
+// CHECK: kern.call @rmsNormRotaryBackwardBf16(%arg2, %arg1, %arg3, %arg4, %[[G]]#1)
+// CHECK: kern.call @transposeBf16(%[[G]]#2)
+// CHECK: return {{.*}}, %[[GV]] :
+// CHECK-NOT: @attentionBf16(
+// CHECK-NOT: @attentionBackwardBf16(
+func.func @attention_results(%xq: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %xk: tensor<1x8x4x16xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>, %wo: tensor<64x64xf32>, %dy: tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<1x8x4x16xf32>, tensor<1x8x4x16xf32>, tensor<64x64xf32>, tensor<1x4x8x16xf32>) attributes {exec.stage} {
+  %q = kern.call @rmsNormRotary(%xq, %w, %cos, %sin) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %k = kern.call @rmsNormRotary(%xk, %w, %cos, %sin) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %v = kern.call @transpose(%xk) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %o:2 = kern.call @attention(%q, %k, %v) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+  %ot = kern.call @transpose(%o#0) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xf32>) -> tensor<1x8x4x16xf32>
+  %or = tg.reshape %ot : (tensor<1x8x4x16xf32>) -> tensor<8x64xf32>
+  %y = kern.call @matmul(%or, %wo) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %dor = kern.call @matmul(%dy, %wo) args {accumulate = false, transA = false, transB = true} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %dot = tg.reshape %dor : (tensor<8x64xf32>) -> tensor<1x8x4x16xf32>
+  %do = kern.call @transpose(%dot) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xf32>
+  %g:3 = kern.call @attentionBackward(%q, %k, %v, %o#0, %o#1, %do) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>)
+  %gq:2 = kern.call @rmsNormRotaryBackward(%xq, %w, %cos, %sin, %g#0) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x8x4x16xf32>, tensor<16xf32>)
+  %gk:2 = kern.call @rmsNormRotaryBackward(%xk, %w, %cos, %sin, %g#1) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x8x4x16xf32>, tensor<16xf32>)
+  %gv = kern.call @transpose(%g#2) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xf32>) -> tensor<1x8x4x16xf32>
+  %gvr = tg.reshape %gv : (tensor<1x8x4x16xf32>) -> tensor<8x64xf32>
+  %dwv = kern.call @matmul(%gvr, %dy) args {accumulate = false, transA = true, transB = false} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<64x64xf32>
+  return %y, %gq#0, %gk#0, %dwv, %g#2 : tensor<8x64xf32>, tensor<1x8x4x16xf32>, tensor<1x8x4x16xf32>, tensor<64x64xf32>, tensor<1x4x8x16xf32>
+}

@@ -508,3 +508,202 @@ TEST_F(CudaBf16Storage, AttentionBf16IsAttentionOfRoundedOperands) {
     cu::setPrecision(cu::Precision::Fp32);
   }
 }
+
+namespace {
+
+/// Uniform values on the bf16 grid, with their bits.
+Tensor roundedUniform(Shape s, std::vector<uint16_t> &bits, float lo = -2.0f,
+                      float hi = 2.0f) {
+  Tensor t = uniform(s, lo, hi);
+  bits.resize(t.data.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    bits[i] = roundBits(t.data[i]);
+    t.data[i] = widen(bits[i]);
+  }
+  return t;
+}
+
+} // namespace
+
+// attentionBf16ToBf16 and attentionBackwardBf16ToBf16 store exactly the
+// rounding of what attentionBf16 and attentionBackwardBf16 compute from the
+// same (widened) out and dOut: on cuDNN, which writes these tensors in bf16
+// itself (so kern-bf16-storage storing them changes no bit of a trainer),
+// on Rondo's kernels, and at D = 256. The CPU twins agree to bf16's
+// precision.
+TEST_F(CudaBf16Storage, AttentionResultsInBf16AreTheRoundedResults) {
+  struct Case {
+    int64_t B, Hq, Hkv, T, D;
+    const char *path;
+  };
+  for (Case c :
+       {Case{2, 8, 2, 200, 128, "cudnn"}, Case{1, 4, 4, 77, 64, "cudnn"},
+        Case{2, 8, 2, 200, 128, "flash"}, Case{1, 2, 1, 65, 256, "cudnn"}}) {
+    AttentionSwitch path(c.path);
+    cu::setPrecision(cu::Precision::Bf16);
+    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.T, c.D}, ls{c.B, c.Hq, c.T};
+    std::string what = std::string(c.path) + " D=" + std::to_string(c.D);
+    std::vector<uint16_t> qb, kb, vb, gb;
+    Tensor q = roundedUniform(qs, qb), k = roundedUniform(ks, kb),
+           v = roundedUniform(ks, vb), dOut = roundedUniform(qs, gb);
+    Dev16 q16(qb, qs), k16(kb, ks), v16(vb, ks), g16(gb, qs);
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    // Forward: the bf16 output is the rounded fp32 one; lse is the same.
+    Out32 o32(qs), l32(ls), l16(ls);
+    Dev16 o16(qs);
+    cu::attentionBf16(q16.cv(), k16.cv(), v16.cv(), true, 0, scale, o32.v(),
+                      l32.v());
+    cu::attentionBf16ToBf16(q16.cv(), k16.cv(), v16.cv(), true, 0, scale,
+                            o16.v(), l16.v());
+    std::vector<uint16_t> outBits = o16.host();
+    std::vector<float> lse = l32.host();
+    EXPECT_EQ(l16.host(), lse) << what << " lse";
+    expectRoundingOf(outBits, o32.host(),
+                     cpuBf16(qs,
+                             [&](BView o) {
+                               std::vector<float> l(lse.size());
+                               cpu::attentionBf16ToBf16(
+                                   CBView{qb.data(), qs}, CBView{kb.data(), ks},
+                                   CBView{vb.data(), ks}, true, 0, scale, o,
+                                   FView{l.data(), ls});
+                             }),
+                     what + " out");
+    // Backward from the stored out and dOut.
+    std::vector<float> outWide(outBits.size());
+    for (size_t i = 0; i < outBits.size(); ++i)
+      outWide[i] = widen(outBits[i]);
+    Tensor ow(qs);
+    ow.data = outWide;
+    Dev dow(ow), ddo(dOut);
+    CFView lView{l32.d.p, ls};
+    Out32 gq(qs), gk(ks), gv(ks);
+    cu::attentionBackwardBf16(q16.cv(), k16.cv(), v16.cv(), dow.cv(), lView,
+                              ddo.cv(), true, 0, scale, gq.v(), gk.v(), gv.v());
+    Dev16 hq(qs), hk(ks), hv(ks);
+    cu::attentionBackwardBf16ToBf16(q16.cv(), k16.cv(), v16.cv(), o16.cv(),
+                                    lView, g16.cv(), true, 0, scale, hq.v(),
+                                    hk.v(), hv.v());
+    std::vector<uint16_t> cpuQ(qb.size()), cpuK(kb.size()), cpuV(kb.size());
+    cpu::attentionBackwardBf16ToBf16(
+        CBView{qb.data(), qs}, CBView{kb.data(), ks}, CBView{vb.data(), ks},
+        CBView{outBits.data(), qs}, CFView{lse.data(), ls},
+        CBView{gb.data(), qs}, true, 0, scale, BView{cpuQ.data(), qs},
+        BView{cpuK.data(), ks}, BView{cpuV.data(), ks});
+    expectRoundingOf(hq.host(), gq.host(), cpuQ, what + " dQ");
+    expectRoundingOf(hk.host(), gk.host(), cpuK, what + " dK");
+    expectRoundingOf(hv.host(), gv.host(), cpuV, what + " dV");
+    // A skipped gradient is not written and the others are unchanged.
+    Dev16 sq(qs), sv(ks);
+    cu::attentionBackwardBf16ToBf16(q16.cv(), k16.cv(), v16.cv(), o16.cv(),
+                                    lView, g16.cv(), true, 0, scale, sq.v(),
+                                    BView{nullptr, ks}, sv.v());
+    EXPECT_EQ(sq.host(), hq.host()) << what << " dQ with dK skipped";
+    EXPECT_EQ(sv.host(), hv.host()) << what << " dV with dK skipped";
+    cu::setPrecision(cu::Precision::Fp32);
+  }
+}
+
+// transposeBf16 moves bf16 values exactly (the vectorised path and the
+// gather), fromBf16 widens them exactly, and rmsNormRotaryBackwardBf16 is
+// rmsNormRotaryBackward of the widened gradient, bit for bit (fused at head
+// widths 128 and 64, the three-kernel fallback at 12).
+TEST_F(CudaBf16Storage, Bf16GradientReaders) {
+  for (Shape s : {Shape{2, 9, 3, 128}, Shape{2, 5, 3, 6}}) {
+    std::vector<uint16_t> bits;
+    Tensor x = roundedUniform(s, bits);
+    Shape t{s.dims[0], s.dims[2], s.dims[1], s.dims[3]};
+    const int64_t perm[] = {0, 2, 1, 3};
+    Dev16 in(bits, s), moved(t);
+    cu::transposeBf16(in.cv(), perm, moved.v());
+    std::vector<uint16_t> twin = cpuBf16(t, [&](BView o) {
+      cpu::transposeBf16(CBView{bits.data(), s}, perm, o);
+    });
+    EXPECT_EQ(moved.host(), twin) << "transposeBf16 " << str(s);
+    Out32 wide(s);
+    cu::fromBf16(in.cv(), wide.v());
+    EXPECT_EQ(wide.host(), x.data) << "fromBf16 " << str(s);
+  }
+  for (int64_t D : {128, 64, 12}) {
+    Shape xs{2, 9, 3, D}, ys{2, 3, 9, D}, table{9, D};
+    Tensor tx = uniform(xs, -2.0f, 2.0f), w = uniform(Shape{D}, 0.5f, 1.5f),
+           cos = uniform(table), sin = uniform(table);
+    std::vector<uint16_t> dyBits;
+    Tensor dy = roundedUniform(ys, dyBits);
+    Dev dx(tx), dw(w), dc(cos), ds(sin), ddy(dy);
+    Dev16 dy16(dyBits, ys);
+    Out32 gx(xs), gw(Shape{D}), hx(xs), hw(Shape{D});
+    cu::rmsNormRotaryBackward(dx.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(),
+                              ddy.cv(), gx.v(), gw.v());
+    cu::rmsNormRotaryBackwardBf16(dx.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(),
+                                  dy16.cv(), hx.v(), hw.v());
+    std::string what = "rmsNormRotaryBackwardBf16 D=" + std::to_string(D);
+    EXPECT_EQ(hx.host(), gx.host()) << what << " dX";
+    EXPECT_EQ(hw.host(), gw.host()) << what << " dW";
+    std::vector<float> cx(size_t(xs.numel())), cw(static_cast<size_t>(D));
+    cpu::rmsNormRotaryBackwardBf16(
+        tx.cv(), w.cv(), 1e-6f, cos.cv(), sin.cv(), CBView{dyBits.data(), ys},
+        FView{cx.data(), xs}, FView{cw.data(), Shape{D}});
+    EXPECT_LE(normErr(hx.host(), cx), 1e-5) << what << " dX against the CPU";
+    EXPECT_LE(normErr(hw.host(), cw), 1e-5) << what << " dW against the CPU";
+  }
+}
+
+// kern-fuse-residual-norm's kernels are the calls they replace, bit for bit:
+// addRmsNorm[ToBf16] = binary Add then rmsNorm[ToBf16] of the sum;
+// rmsNormBackwardAdd[WithBf16] = rmsNormBackward, binary Add of r and dX
+// (then toBf16). Fast paths (widths 2048, 64) and the general kernels (6);
+// the CPU twins to 1e-5.
+TEST_F(CudaBf16Storage, ResidualNormFusionsAreTheCallsTheyReplace) {
+  for (int64_t D : {2048, 64, 6}) {
+    Shape xs{3, 5, D}, ws{D};
+    std::string what = "D=" + std::to_string(D);
+    Tensor a = uniform(xs, -2.0f, 2.0f), b = uniform(xs, -2.0f, 2.0f),
+           w = uniform(ws, 0.5f, 1.5f), dy = uniform(xs), r = uniform(xs);
+    Dev da(a), db(b), dw(w), ddy(dy), dr(r);
+    // Forward.
+    Out32 sum(xs), y(xs), fusedSum(xs), fusedY(xs), fusedSum16(xs);
+    cu::binary(BinaryKind::Add, da.cv(), db.cv(), sum.v());
+    cu::rmsNorm(CFView{sum.d.p, xs}, dw.cv(), 1e-6f, y.v());
+    cu::addRmsNorm(da.cv(), db.cv(), dw.cv(), 1e-6f, fusedSum.v(), fusedY.v());
+    EXPECT_EQ(fusedSum.host(), sum.host()) << "addRmsNorm sum " << what;
+    EXPECT_EQ(fusedY.host(), y.host()) << "addRmsNorm y " << what;
+    Dev16 y16(xs), fusedY16(xs);
+    cu::rmsNormToBf16(CFView{sum.d.p, xs}, dw.cv(), 1e-6f, y16.v());
+    cu::addRmsNormToBf16(da.cv(), db.cv(), dw.cv(), 1e-6f, fusedSum16.v(),
+                         fusedY16.v());
+    EXPECT_EQ(fusedSum16.host(), sum.host()) << "addRmsNormToBf16 sum " << what;
+    EXPECT_EQ(fusedY16.host(), y16.host()) << "addRmsNormToBf16 y " << what;
+    std::vector<float> cs(size_t(xs.numel())), cy(size_t(xs.numel()));
+    cpu::addRmsNorm(a.cv(), b.cv(), w.cv(), 1e-6f, FView{cs.data(), xs},
+                    FView{cy.data(), xs});
+    EXPECT_LE(normErr(fusedY.host(), cy), 1e-5) << "addRmsNorm CPU " << what;
+    // Backward.
+    Out32 dx(xs), dW(ws), bsum(xs), fusedB(xs), fusedW(ws), fusedB2(xs),
+        fusedW2(ws);
+    cu::rmsNormBackward(da.cv(), dw.cv(), 1e-6f, ddy.cv(), dx.v(), dW.v());
+    cu::binary(BinaryKind::Add, dr.cv(), CFView{dx.d.p, xs}, bsum.v());
+    cu::rmsNormBackwardAdd(da.cv(), dw.cv(), 1e-6f, ddy.cv(), dr.cv(),
+                           fusedB.v(), fusedW.v());
+    EXPECT_EQ(fusedB.host(), bsum.host()) << "rmsNormBackwardAdd sum " << what;
+    EXPECT_EQ(fusedW.host(), dW.host()) << "rmsNormBackwardAdd dW " << what;
+    Dev16 copy(xs), fusedCopy(xs);
+    cu::toBf16(CFView{bsum.d.p, xs}, copy.v());
+    cu::rmsNormBackwardAddWithBf16(da.cv(), dw.cv(), 1e-6f, ddy.cv(), dr.cv(),
+                                   fusedB2.v(), fusedCopy.v(), fusedW2.v());
+    EXPECT_EQ(fusedB2.host(), bsum.host()) << "WithBf16 sum " << what;
+    EXPECT_EQ(fusedCopy.host(), copy.host()) << "WithBf16 copy " << what;
+    EXPECT_EQ(fusedW2.host(), dW.host()) << "WithBf16 dW " << what;
+    // dW skipped: the sum alone.
+    Out32 onlySum(xs);
+    cu::rmsNormBackwardAdd(da.cv(), dw.cv(), 1e-6f, ddy.cv(), dr.cv(),
+                           onlySum.v(), FView{nullptr, ws});
+    EXPECT_EQ(onlySum.host(), bsum.host()) << "dW skipped " << what;
+    std::vector<float> cb(size_t(xs.numel())), cw(static_cast<size_t>(D));
+    cpu::rmsNormBackwardAdd(a.cv(), w.cv(), 1e-6f, dy.cv(), r.cv(),
+                            FView{cb.data(), xs}, FView{cw.data(), ws});
+    EXPECT_LE(normErr(fusedB.host(), cb), 1e-5)
+        << "rmsNormBackwardAdd CPU " << what;
+    EXPECT_LE(normErr(fusedW.host(), cw), 1e-5)
+        << "rmsNormBackwardAdd dW CPU " << what;
+  }
+}

@@ -9,7 +9,8 @@
 // expertMatmulWeightGrad where their expert weights have a resident bf16
 // copy: their bf16 kernels then read both operands without an fp32 copy),
 // and attention's q, k and v (forward and backward), which its kernels used
-// to round from fp32 copies at every call.
+// to round from fp32 copies at every call; then attention's output, dO and
+// gradients where their readers take bf16 (storeAttentionInBf16).
 // A value read only by products is produced in bf16 by its kernel's twin;
 // any other gets a toBf16 copy in front of its products. Both round exactly
 // where the products used to round their operands, so the bits stay.
@@ -244,6 +245,130 @@ void storeProductsInBf16(func::FuncOp fn) {
     from.getDefiningOp()->erase();
 }
 
+/// Whether `use` is operand `operand` of a call of `kernel`.
+bool isOperandOf(OpOperand &use, StringRef kernel, unsigned operand) {
+  auto call = dyn_cast<CallOp>(use.getOwner());
+  return call && call.getKernel() == kernel &&
+         use.getOperandNumber() == operand;
+}
+
+/// A copy of `call` as `kernel` with operand `operand` set to `value` (whose
+/// type may differ: the bf16 form of what it read); the caller's results
+/// are replaced and the call erased.
+CallOp recall(CallOp call, StringRef kernel, unsigned operand, Value value) {
+  SmallVector<Value> inputs(call.getInputs());
+  inputs[operand] = value;
+  OpBuilder b(call);
+  auto twin =
+      CallOp::create(b, call.getLoc(), call->getResultTypes(),
+                     FlatSymbolRefAttr::get(call.getContext(), kernel), inputs,
+                     call.getInits(), call.getArgsAttr(), call.getSkipAttr());
+  call->replaceAllUsesWith(twin->getResults());
+  call.erase();
+  return twin;
+}
+
+/// attentionBackwardBf16 `grad` reading the bf16 output `out` of its
+/// forward, its dOut in bf16 (the transpose in front of it stores bf16, or
+/// a toBf16 copy), and storing its gradients in bf16: the query and key
+/// gradients' norm-and-rotary backward and the values' transpose read them
+/// as they are, any other reader through one fromBf16.
+void storeAttentionBackwardInBf16(CallOp grad, Value out) {
+  MLIRContext *ctx = grad.getContext();
+  OpBuilder b(grad);
+  Value dOut = grad.getInputs()[5];
+  Value dOut16;
+  auto transpose = dOut.getDefiningOp<CallOp>();
+  if (transpose && transpose.getKernel() == "transpose" && dOut.hasOneUse()) {
+    OpBuilder tb(transpose);
+    dOut16 = CallOp::create(tb, transpose.getLoc(),
+                            TypeRange{asBf16(dOut.getType())},
+                            FlatSymbolRefAttr::get(ctx, "transposeToBf16"),
+                            transpose.getInputs(), ValueRange{},
+                            transpose.getArgsAttr(), nullptr)
+                 .getResult(0);
+  } else {
+    dOut16 = CallOp::create(b, grad.getLoc(), TypeRange{asBf16(dOut.getType())},
+                            FlatSymbolRefAttr::get(ctx, "toBf16"),
+                            ValueRange{dOut}, ValueRange{}, nullptr, nullptr)
+                 .getResult(0);
+  }
+  SmallVector<Value> inputs(grad.getInputs());
+  inputs[3] = out;
+  inputs[5] = dOut16;
+  SmallVector<Type> types;
+  for (Value r : grad->getResults())
+    types.push_back(asBf16(r.getType()));
+  auto stored = CallOp::create(
+      b, grad.getLoc(), types,
+      FlatSymbolRefAttr::get(ctx, "attentionBackwardBf16ToBf16"), inputs,
+      ValueRange{}, grad.getArgsAttr(), grad.getSkipAttr());
+  for (auto [k, r] : llvm::enumerate(grad->getResults())) {
+    Value r16 = stored.getResult(k);
+    Value widened;
+    for (OpOperand &use : llvm::make_early_inc_range(r.getUses())) {
+      if (isOperandOf(use, "rmsNormRotaryBackward", 4)) {
+        recall(cast<CallOp>(use.getOwner()), "rmsNormRotaryBackwardBf16", 4,
+               r16);
+      } else if (isOperandOf(use, "transposeToBf16", 0)) {
+        recall(cast<CallOp>(use.getOwner()), "transposeBf16", 0, r16);
+      } else {
+        if (!widened) {
+          OpBuilder wb(ctx);
+          wb.setInsertionPointAfter(stored);
+          widened =
+              CallOp::create(wb, grad.getLoc(), TypeRange{r.getType()},
+                             FlatSymbolRefAttr::get(ctx, "fromBf16"),
+                             ValueRange{r16}, ValueRange{}, nullptr, nullptr)
+                  .getResult(0);
+        }
+        use.set(widened);
+      }
+    }
+  }
+  grad.erase();
+  if (transpose && transpose->use_empty())
+    transpose.erase();
+}
+
+/// Attention's output in bf16 where its readers are the transpose in front
+/// of the output projection (which stored it in bf16 anyway) and the
+/// backward; the backward then reads out and dOut in bf16 and stores its
+/// gradients in bf16. cuDNN reads and writes these tensors in bf16 itself,
+/// so this removes its conversions (about 0.2 ms a layer at W1's
+/// microbatch) and keeps every bit.
+void storeAttentionInBf16(func::FuncOp fn) {
+  SmallVector<CallOp> forwards;
+  fn.walk([&](CallOp call) {
+    if (call.getKernel() == "attentionBf16")
+      forwards.push_back(call);
+  });
+  for (CallOp forward : forwards) {
+    Value out = forward.getResult(0);
+    if (out.use_empty() || !llvm::all_of(out.getUses(), [](OpOperand &use) {
+          return isOperandOf(use, "transposeToBf16", 0) ||
+                 isOperandOf(use, "attentionBackwardBf16", 3);
+        }))
+      continue;
+    OpBuilder b(forward);
+    auto stored = CallOp::create(
+        b, forward.getLoc(),
+        TypeRange{asBf16(out.getType()), forward.getResult(1).getType()},
+        FlatSymbolRefAttr::get(fn.getContext(), "attentionBf16ToBf16"),
+        forward.getInputs(), ValueRange{}, forward.getArgsAttr(),
+        forward.getSkipAttr());
+    forward.getResult(1).replaceAllUsesWith(stored.getResult(1));
+    for (OpOperand &use : llvm::make_early_inc_range(out.getUses())) {
+      auto reader = cast<CallOp>(use.getOwner());
+      if (reader.getKernel() == "transposeToBf16")
+        recall(reader, "transposeBf16", 0, stored.getResult(0));
+      else
+        storeAttentionBackwardInBf16(reader, stored.getResult(0));
+    }
+    forward.erase();
+  }
+}
+
 struct KernBf16StoragePass
     : kern::impl::KernBf16StoragePassBase<KernBf16StoragePass> {
   using KernBf16StoragePassBase::KernBf16StoragePassBase;
@@ -378,6 +503,7 @@ struct KernBf16StoragePass
         product.setKernelAttr(
             FlatSymbolRefAttr::get(ctx, bf16ProductTwin(product.getKernel())));
     storeProductsInBf16(fn);
+    storeAttentionInBf16(fn);
 
     // A frozen weight held in bf16 alone has no fp32 form to bind: once the
     // products read its bf16 argument, its fp32 argument goes.

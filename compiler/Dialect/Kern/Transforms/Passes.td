@@ -55,6 +55,17 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
     stores them. This rounds values the fp32 path kept, so these bits
     differ from the fp32-storage ones.
 
+    Then attention's results: an `attentionBf16` whose output only the
+    transpose in front of the output projection and the backward read
+    stores it in bf16 (`attentionBf16ToBf16`, the transpose becoming
+    `transposeBf16`), and its backward reads that output and a bf16 dO (the
+    transpose in front of it stores bf16) and stores its gradients in bf16
+    (`attentionBackwardBf16ToBf16`): `rmsNormRotaryBackward` reads the query
+    and key gradients as they are (`rmsNormRotaryBackwardBf16`), the values'
+    transpose moves them (`transposeBf16`), and any other reader gets one
+    `fromBf16`. cuDNN reads and writes all of these in bf16 itself, so on it
+    the bits stay those of the fp32 interface, without its conversions.
+
     ```mlir
     %n = kern.call @rmsNorm(%x, %w) args {eps = 1.0e-06 : f32}
         : (tensor<64x32xf32>, tensor<32xf32>) -> tensor<64x32xf32>
@@ -170,6 +181,42 @@ def KernFuseNormRotaryPass
         args {eps = 1.0e-06 : f32} : (tensor<1x32x4x16xf32>,
         tensor<16xf32>, tensor<32x16xf32>, tensor<32x16xf32>)
         -> tensor<1x4x32x16xf32>
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
+def KernFuseResidualNormPass
+    : Pass<"kern-fuse-residual-norm", "mlir::func::FuncOp"> {
+  let summary = "Add the residual in the norm's pass over the rows";
+  let description = [{
+    In each stage function (`exec.stage`), a decoder's residual stream meets
+    each norm twice: forward, `binary` Add of the stream and a block's
+    output, then the norm of the sum; backward, the norm's `rmsNormBackward`
+    and the Add of its dX to the stream's gradient, often followed by the
+    `toBf16` copy the next products read. Each chain becomes one call that
+    reads the rows once and writes the sum as it goes:
+
+    - `binary` Add(a, b) read by `rmsNorm` / `rmsNormToBf16` becomes
+      `addRmsNorm` / `addRmsNormToBf16`, whose first result is the sum
+      (every other reader of the Add reads it) and second the norm's;
+    - Add(r, dX) of an `rmsNormBackward` dX nothing else reads becomes
+      `rmsNormBackwardAdd`, or `rmsNormBackwardAddWithBf16` when a `toBf16`
+      copy of the sum exists (its readers read the fused call's bf16 result).
+
+    The Adds must not broadcast. The fused kernels compute the sums and the
+    norms with the separate kernels' arithmetic, so the bits are unchanged.
+    Runs after kern-bf16-storage, on GPU trainers.
+
+    ```mlir
+    %s = kern.call @binary(%x, %h) args {kind = "Add"}
+        : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+    %n = kern.call @rmsNormToBf16(%s, %w) args {eps = 1.0e-06 : f32}
+        : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xbf16>
+    // becomes
+    %f:2 = kern.call @addRmsNormToBf16(%x, %h, %w) args {eps = 1.0e-06 : f32}
+        : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>)
+          -> (tensor<2x8x64xf32>, tensor<2x8x64xbf16>)
     ```
   }];
   let dependentDialects = ["::rondo::kern::KernDialect"];

@@ -1,0 +1,168 @@
+//===- FuseResidualNorm.cpp - The kern-fuse-residual-norm pass ------------===//
+//
+// Part of the Rondo project.
+//
+//===----------------------------------------------------------------------===//
+//
+// A decoder's residual stream is added to and normed at every block: forward
+// an Add then the norm of the sum, backward the norm's gradient then an Add
+// into the stream's gradient (and the bf16 copy its products read). Each is
+// a separate pass over rows the other just wrote; fused, the rows are read
+// once and the sums written as they go (W1: 448 Adds a step of 64 MB each).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Dialect/Kern/Transforms/Passes.h"
+
+#include "Dialect/Exec/IR/ExecOps.h"
+
+using namespace mlir;
+using namespace rondo;
+using namespace rondo::kern;
+
+namespace rondo::kern {
+#define GEN_PASS_DEF_KERNFUSERESIDUALNORMPASS
+#include "Dialect/Kern/Transforms/Passes.h.inc"
+} // namespace rondo::kern
+
+namespace {
+
+/// A binary Add of two fp32 operands of the result's own type (no
+/// broadcasting), with nothing to accumulate into.
+bool isPlainAdd(CallOp call) {
+  if (call.getKernel() != "binary" || call.getInputs().size() != 2 ||
+      !call.getInits().empty() || call->getNumResults() != 1 || call.getSkip())
+    return false;
+  auto kind = call.getArgs()
+                  ? dyn_cast_or_null<StringAttr>(call.getArgsAttr().get("kind"))
+                  : StringAttr();
+  Type type = call.getResult(0).getType();
+  return kind && kind.getValue() == "Add" &&
+         cast<RankedTensorType>(type).getElementType().isF32() &&
+         call.getInputs()[0].getType() == type &&
+         call.getInputs()[1].getType() == type;
+}
+
+/// Whether `v` is available at `op` (an argument, or defined before it in
+/// the same block).
+bool availableAt(Value v, Operation *op) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return true;
+  return def->getBlock() == op->getBlock() && def->isBeforeInBlock(op);
+}
+
+/// Add(a, b) read by rmsNorm[ToBf16](sum, w) -> addRmsNorm[ToBf16](a, b, w):
+/// the fused call takes the Add's place, the sum is its first result.
+void fuseForward(CallOp add) {
+  Value sum = add.getResult(0);
+  CallOp norm;
+  for (Operation *user : sum.getUsers()) {
+    auto call = dyn_cast<CallOp>(user);
+    if (call &&
+        (call.getKernel() == "rmsNorm" ||
+         call.getKernel() == "rmsNormToBf16") &&
+        call.getInputs().size() == 2 && call.getInputs()[0] == sum &&
+        call.getInits().empty() && !call.getSkip() &&
+        availableAt(call.getInputs()[1], add) &&
+        (!norm || call->isBeforeInBlock(norm)))
+      norm = call;
+  }
+  if (!norm)
+    return;
+  StringRef kernel =
+      norm.getKernel() == "rmsNorm" ? "addRmsNorm" : "addRmsNormToBf16";
+  OpBuilder b(add);
+  auto fused = CallOp::create(
+      b, norm.getLoc(), TypeRange{sum.getType(), norm.getResult(0).getType()},
+      FlatSymbolRefAttr::get(add.getContext(), kernel),
+      ValueRange{add.getInputs()[0], add.getInputs()[1], norm.getInputs()[1]},
+      ValueRange{}, norm.getArgsAttr(), nullptr);
+  norm.getResult(0).replaceAllUsesWith(fused.getResult(1));
+  norm.erase();
+  sum.replaceAllUsesWith(fused.getResult(0));
+  add.erase();
+}
+
+/// Add(r, rmsNormBackward(x, w, dY)#0) (either order) ->
+/// rmsNormBackwardAdd(x, w, dY, r), or rmsNormBackwardAddWithBf16 taking the
+/// place of the sum's first toBf16 copy too.
+void fuseBackward(CallOp add) {
+  CallOp grad;
+  Value residual;
+  for (auto [d, r] : {std::pair(add.getInputs()[1], add.getInputs()[0]),
+                      std::pair(add.getInputs()[0], add.getInputs()[1])}) {
+    auto call = d.getDefiningOp<CallOp>();
+    if (call && call.getKernel() == "rmsNormBackward" &&
+        d == call.getResult(0) && d.hasOneUse() &&
+        call.getInputs().size() == 3 && call.getInits().empty() && d != r) {
+      grad = call;
+      residual = r;
+      break;
+    }
+  }
+  if (!grad)
+    return;
+  Value sum = add.getResult(0);
+  CallOp copy;
+  for (Operation *user : sum.getUsers()) {
+    auto call = dyn_cast<CallOp>(user);
+    if (call && call.getKernel() == "toBf16" &&
+        (!copy || call->isBeforeInBlock(copy)))
+      copy = call;
+  }
+  MLIRContext *ctx = add.getContext();
+  OpBuilder b(add);
+  SmallVector<Value> inputs(grad.getInputs());
+  inputs.push_back(residual);
+  // The norm's weight gradient keeps its place among the results, and its
+  // skip: result 1, or 2 after the bf16 copy.
+  DenseI64ArrayAttr skip;
+  if (auto s = grad.getSkipAttr(); s && llvm::is_contained(s.asArrayRef(), 1))
+    skip = b.getDenseI64ArrayAttr({copy ? 2 : 1});
+  SmallVector<Type> types{sum.getType()};
+  if (copy)
+    types.push_back(copy.getResult(0).getType());
+  types.push_back(grad.getResult(1).getType());
+  auto fused = CallOp::create(
+      b, add.getLoc(), types,
+      FlatSymbolRefAttr::get(ctx, copy ? "rmsNormBackwardAddWithBf16"
+                                       : "rmsNormBackwardAdd"),
+      inputs, ValueRange{}, grad.getArgsAttr(), skip);
+  grad.getResult(1).replaceAllUsesWith(fused.getResults().back());
+  sum.replaceAllUsesWith(fused.getResult(0));
+  if (copy) {
+    copy.getResult(0).replaceAllUsesWith(fused.getResult(1));
+    copy.erase();
+  }
+  add.erase();
+  grad.erase();
+}
+
+struct KernFuseResidualNormPass
+    : kern::impl::KernFuseResidualNormPassBase<KernFuseResidualNormPass> {
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    if (!fn->hasAttr(exec::kStageAttr))
+      return;
+    SmallVector<CallOp> adds;
+    fn.walk([&](CallOp call) {
+      if (isPlainAdd(call))
+        adds.push_back(call);
+    });
+    for (CallOp add : adds) {
+      Value lhs = add.getInputs()[0], rhs = add.getInputs()[1];
+      auto producedBy = [](Value v, StringRef kernel) {
+        auto call = v.getDefiningOp<CallOp>();
+        return call && call.getKernel() == kernel;
+      };
+      if (producedBy(lhs, "rmsNormBackward") ||
+          producedBy(rhs, "rmsNormBackward"))
+        fuseBackward(add);
+      else
+        fuseForward(add);
+    }
+  }
+};
+
+} // namespace
