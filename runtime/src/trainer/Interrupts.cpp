@@ -68,9 +68,15 @@ InterruptHandlers::InterruptHandlers(double graceSeconds) : saved(new Saved) {
 }
 
 InterruptHandlers::~InterruptHandlers() {
-  ::sigaction(SIGINT, &saved->interrupt, nullptr);
-  ::sigaction(SIGTERM, &saved->terminate, nullptr);
-  gInterrupt = 0;
+  // After a request the process is on its way out with 128 + signal: the
+  // handlers stay, so that a signal of the same stop arriving late (a
+  // process group's copy delayed past the checkpoint) is still the same
+  // request rather than the default action's death by signal, and a
+  // deliberate one after the grace period still exits at once.
+  if (!gInterrupt) {
+    ::sigaction(SIGINT, &saved->interrupt, nullptr);
+    ::sigaction(SIGTERM, &saved->terminate, nullptr);
+  }
   delete saved;
 }
 

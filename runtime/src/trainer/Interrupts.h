@@ -25,7 +25,9 @@ namespace rondo::rt {
 constexpr double kInterruptGraceSeconds = 2.0;
 
 /// Handles SIGINT and SIGTERM for the lifetime of the object and restores
-/// the previous handlers after. One at a time.
+/// the previous handlers after, unless a request came: then they stay until
+/// the process exits (a late copy of the same stop is no death by signal).
+/// One at a time.
 class InterruptHandlers {
 public:
   explicit InterruptHandlers(double graceSeconds = kInterruptGraceSeconds);

@@ -48,3 +48,20 @@ TEST(InterruptsTest, HandlersAreRestoredAndTheRequestClearedAfter) {
   ::sigaction(SIGTERM, nullptr, &current);
   EXPECT_EQ(current.sa_handler, SIG_DFL);
 }
+
+// A stop's second signal that arrives only after the trainer has finished
+// (the checkpoint written, the handlers' scope left) is still the same
+// request: the process ends with its own status, not killed by the signal
+// (signal-twice.test once saw exit -15 on a loaded machine).
+TEST(InterruptsTest, ALateSignalOfTheSameStopIsStillOneRequest) {
+  EXPECT_EXIT(
+      {
+        {
+          InterruptHandlers handlers;
+          std::raise(SIGTERM);
+        }
+        std::raise(SIGTERM);
+        std::exit(7);
+      },
+      testing::ExitedWithCode(7), "");
+}
