@@ -206,6 +206,23 @@ void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
                         dW);
 }
 
+void rmsNormRotaryBackwardToBf16(CFView x, CFView w, float eps, CFView cos,
+                                 CFView sin, CFView dY, BView dX, FView dW) {
+  std::vector<float> gx(dX.data ? size_t(dX.shape.numel()) : 0);
+  rmsNormRotaryBackward(x, w, eps, cos, sin, dY,
+                        FView{dX.data ? gx.data() : nullptr, dX.shape}, dW);
+  if (dX.data)
+    store(gx, dX);
+}
+
+void rmsNormRotaryBackwardBf16ToBf16(CFView x, CFView w, float eps, CFView cos,
+                                     CFView sin, CBView dY, BView dX,
+                                     FView dW) {
+  std::vector<float> wy = widen(dY);
+  rmsNormRotaryBackwardToBf16(x, w, eps, cos, sin, CFView{wy.data(), dY.shape},
+                              dX, dW);
+}
+
 void fromBf16(CBView x, FView out) {
   if (x.shape.numel() != out.shape.numel())
     contract("fromBf16", "input and output sizes differ");

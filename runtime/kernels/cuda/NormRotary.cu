@@ -206,18 +206,35 @@ void rmsNormRotaryToBf16(CFView x, CFView w, float eps, CFView cos, CFView sin,
 namespace {
 
 /// rmsNormRotaryBackward from dY [B, H, T, D] in fp32 or bf16.
-template <typename InT>
+/// dX as the kernels store it: fp32, or bf16 rounded as it is stored.
+template <typename OutT> struct DxStoreOf { using type = PlainDxStore; };
+template <> struct DxStoreOf<__nv_bfloat16> { using type = Bf16DxStore; };
+
+/// rmsNormRotaryBackward from dY [B, H, T, D] in fp32 or bf16 (InT), dX
+/// into fp32 or bf16 (OutT; null when skipped).
+template <typename InT, typename OutT>
 void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
                                CFView sin, const InT *dYData,
-                               const Shape &dYShape, FView dX, FView dW,
+                               const Shape &dYShape, OutT *dXData, FView dW,
                                const char *name) {
   HeadRows hr = headRows(x.shape, dYShape, cos.shape, name);
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   RowConfig rc;
-  if (rows == 0 || (!dX.data && !dW.data) ||
-      !fusedRows(width, {x.data, w.data, cos.data, sin.data, dYData, dX.data},
+  if (rows == 0 || (!dXData && !dW.data) ||
+      !fusedRows(width, {x.data, w.data, cos.data, sin.data, dYData, dXData},
                  rc)) {
+    if constexpr (!std::is_same_v<OutT, float>) {
+      // fp32 dX from the fp32-result path, rounded as it is stored.
+      Temp gx(dXData ? size_t(rows * width) * sizeof(float) : 0, name);
+      rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dYData, dYShape,
+                                dXData ? gx.as<float>() : nullptr, dW, name);
+      if (dXData)
+        roundToBf16Copy(gx.as<float>(), dXData, rows * width, name);
+      gx.release();
+      return;
+    }
+    FView dX{reinterpret_cast<float *>(dXData), x.shape};
     Temp rotated(size_t(rows * width) * sizeof(float), name),
         normed(size_t(rows * width) * sizeof(float), name),
         wide(std::is_same_v<InT, float> ? 0
@@ -252,7 +269,8 @@ void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
       <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
           x.data, w.data, eps,
           RotaryRowLoad<InT>{dYData, cos.data, sin.data, hr},
-          PlainDxStore{dX.data}, rows, width, tileRows, part, direct);
+          typename DxStoreOf<OutT>::type{dXData}, rows, width, tileRows, part,
+          direct);
   checkLaunch(name);
   if (staged)
     finishColumnTiles(part, tiles, width, dW.data, name);
@@ -264,8 +282,25 @@ void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
 void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
                            CFView sin, CFView dY, FView dX, FView dW) {
   ProfileScope profileScope("rmsNormRotaryBackward");
-  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dY.data, dY.shape, dX, dW,
+  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dY.data, dY.shape, dX.data, dW,
                             "rmsNormRotaryBackward");
+}
+
+void rmsNormRotaryBackwardToBf16(CFView x, CFView w, float eps, CFView cos,
+                                 CFView sin, CFView dY, BView dX, FView dW) {
+  // dX read only by the projections' products (kern-bf16-storage).
+  ProfileScope profileScope("rmsNormRotaryBackward");
+  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dY.data, dY.shape,
+                            bf16Data(dX), dW, "rmsNormRotaryBackwardToBf16");
+}
+
+void rmsNormRotaryBackwardBf16ToBf16(CFView x, CFView w, float eps, CFView cos,
+                                     CFView sin, CBView dY, BView dX,
+                                     FView dW) {
+  ProfileScope profileScope("rmsNormRotaryBackward");
+  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, bf16Data(dY), dY.shape,
+                            bf16Data(dX), dW,
+                            "rmsNormRotaryBackwardBf16ToBf16");
 }
 
 void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
@@ -273,8 +308,8 @@ void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
   // Attention's query and key gradients as cuDNN stores them (kern-bf16-
   // storage): the same values rmsNormRotaryBackward read widened.
   ProfileScope profileScope("rmsNormRotaryBackward");
-  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, bf16Data(dY), dY.shape, dX, dW,
-                            "rmsNormRotaryBackwardBf16");
+  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, bf16Data(dY), dY.shape,
+                            dX.data, dW, "rmsNormRotaryBackwardBf16");
 }
 
 } // namespace rondo::cuda

@@ -138,6 +138,13 @@ struct PlainDxStore {
   __device__ void operator()(int64_t at, float4 o) const { store4(dx + at, o); }
 };
 
+/// dX rounded to bf16 as it is stored (rmsNormRotaryBackwardToBf16).
+struct Bf16DxStore {
+  __nv_bfloat16 *dx;
+  __device__ bool wanted() const { return dx != nullptr; }
+  __device__ void operator()(int64_t at, float4 o) const { store4(dx + at, o); }
+};
+
 /// dX added to the residual gradient as it is stored (binary Add's sums),
 /// and the sums rounded to bf16 too when `copy` is set
 /// (rmsNormBackwardAdd, rmsNormBackwardAddWithBf16).

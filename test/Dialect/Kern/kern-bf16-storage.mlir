@@ -292,3 +292,21 @@ func.func @attention_results(%xq: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %xk:
   %dwv = kern.call @matmul(%gvr, %dy) args {accumulate = false, transA = true, transB = false} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<64x64xf32>
   return %y, %gq#0, %gk#0, %dwv, %g#2 : tensor<8x64xf32>, tensor<1x8x4x16xf32>, tensor<1x8x4x16xf32>, tensor<64x64xf32>, tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// A twin may keep some results in fp32: the query norm-and-rotary backward's
+// dX, read only by the projection's products, is stored in bf16
+// (rmsNormRotaryBackwardToBf16) while its weight gradient stays fp32 for the
+// function's result.
+// CHECK-LABEL: func.func @partial_twin
+// CHECK: %[[G:.*]]:2 = kern.call @rmsNormRotaryBackwardToBf16(%arg0, %arg1, %arg2, %arg3, %arg4) args {eps = 9.99999997E-7 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x8x4x16xbf16>, tensor<16xf32>)
+// CHECK: %[[R:.*]] = tg.reshape %[[G]]#0 : (tensor<1x8x4x16xbf16>) -> tensor<8x64xbf16>
+// CHECK: kern.call @matmulBf16(%[[R]], %{{.*}}) args {accumulate = false, transA = false, transB = true}
+// CHECK: return %{{.*}}, %[[G]]#1
+func.func @partial_twin(%x: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>, %dy: tensor<1x4x8x16xf32>, %wq: tensor<64x64xf32>) -> (tensor<8x64xf32>, tensor<16xf32>) attributes {exec.stage} {
+  %g:2 = kern.call @rmsNormRotaryBackward(%x, %w, %cos, %sin, %dy) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x8x4x16xf32>, tensor<16xf32>)
+  %r = tg.reshape %g#0 : (tensor<1x8x4x16xf32>) -> tensor<8x64xf32>
+  %d = kern.call @matmul(%r, %wq) args {accumulate = false, transA = false, transB = true} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  return %d, %g#1 : tensor<8x64xf32>, tensor<16xf32>
+}

@@ -645,6 +645,23 @@ TEST_F(CudaBf16Storage, Bf16GradientReaders) {
         FView{cx.data(), xs}, FView{cw.data(), Shape{D}});
     EXPECT_LE(normErr(hx.host(), cx), 1e-5) << what << " dX against the CPU";
     EXPECT_LE(normErr(hw.host(), cw), 1e-5) << what << " dW against the CPU";
+    // dX stored in bf16: the rounding of the fp32 dX, dW unchanged, from an
+    // fp32 and from a bf16 dY.
+    Dev16 bx(xs), cx16(xs);
+    Out32 bw(Shape{D}), cw16(Shape{D});
+    cu::rmsNormRotaryBackwardToBf16(dx.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(),
+                                    ddy.cv(), bx.v(), bw.v());
+    cu::rmsNormRotaryBackwardBf16ToBf16(dx.cv(), dw.cv(), 1e-6f, dc.cv(),
+                                        ds.cv(), dy16.cv(), cx16.v(), cw16.v());
+    std::vector<uint16_t> twinX(size_t(xs.numel()));
+    std::vector<float> twinW(static_cast<size_t>(D));
+    cpu::rmsNormRotaryBackwardToBf16(tx.cv(), w.cv(), 1e-6f, cos.cv(), sin.cv(),
+                                     dy.cv(), BView{twinX.data(), xs},
+                                     FView{twinW.data(), Shape{D}});
+    expectRoundingOf(bx.host(), gx.host(), twinX, what + " ToBf16 dX");
+    expectRoundingOf(cx16.host(), gx.host(), twinX, what + " Bf16ToBf16 dX");
+    EXPECT_EQ(bw.host(), gw.host()) << what << " ToBf16 dW";
+    EXPECT_EQ(cw16.host(), gw.host()) << what << " Bf16ToBf16 dW";
   }
 }
 

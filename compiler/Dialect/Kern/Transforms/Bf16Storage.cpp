@@ -134,27 +134,47 @@ void eraseDeadReshapes(Value v) {
 
 using UsesBySource = llvm::MapVector<Value, SmallVector<ProductUse>>;
 
-/// Replaces `producer` by its bf16 twin when every result it computes is
-/// read only by products (a skipped or unread result stays unread): each
-/// result's products then read the twin's result. The caller erases
-/// `producer` on success.
+/// Which results of kernel `twin` it stores in bf16 (its BView results, in
+/// order): a twin may keep some in fp32, as a norm's backward keeps its
+/// weight gradient.
+SmallVector<bool> bf16Results(StringRef twin) {
+  SmallVector<bool> bf16;
+  for (const KernelParam &p : lookupKernel(twin)->params)
+    if (p.kind == ParamKind::Output || p.kind == ParamKind::Bf16Output)
+      bf16.push_back(p.kind == ParamKind::Bf16Output);
+  return bf16;
+}
+
+/// Replaces `producer` by its bf16 twin when every result the twin stores in
+/// bf16 is read only by products (a skipped or unread result stays unread):
+/// each such result's products then read the twin's result; results the
+/// twin keeps in fp32 keep their readers. The caller erases `producer` on
+/// success.
 LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource,
                                  const ProductSet &products) {
   std::string twin = bf16Twin(producer.getKernel());
   if (twin.empty() || !producer.getInits().empty())
     return failure();
-  for (Value r : producer->getResults())
-    if (!r.use_empty() && (!bySource.count(r) || !onlyProducts(r, products)))
+  SmallVector<bool> bf16 = bf16Results(twin);
+  if (bf16.size() != producer->getNumResults())
+    return failure();
+  for (auto [k, r] : llvm::enumerate(producer->getResults()))
+    if (bf16[k] && !r.use_empty() &&
+        (!bySource.count(r) || !onlyProducts(r, products)))
       return failure();
   SmallVector<Type> types;
-  for (Value r : producer->getResults())
-    types.push_back(asBf16(r.getType()));
+  for (auto [k, r] : llvm::enumerate(producer->getResults()))
+    types.push_back(bf16[k] ? asBf16(r.getType()) : r.getType());
   OpBuilder b(producer);
   auto stored = CallOp::create(
       b, producer.getLoc(), types,
       FlatSymbolRefAttr::get(producer.getContext(), twin), producer.getInputs(),
       ValueRange{}, producer.getArgsAttr(), producer.getSkipAttr());
   for (auto [k, r] : llvm::enumerate(producer->getResults())) {
+    if (!bf16[k]) {
+      r.replaceAllUsesWith(stored.getResult(k));
+      continue;
+    }
     if (auto it = bySource.find(r); it != bySource.end())
       for (ProductUse &use : it->second)
         redirect(use, stored.getResult(k));
@@ -310,6 +330,9 @@ void storeAttentionBackwardInBf16(CallOp grad, Value out) {
       if (isOperandOf(use, "rmsNormRotaryBackward", 4)) {
         recall(cast<CallOp>(use.getOwner()), "rmsNormRotaryBackwardBf16", 4,
                r16);
+      } else if (isOperandOf(use, "rmsNormRotaryBackwardToBf16", 4)) {
+        recall(cast<CallOp>(use.getOwner()), "rmsNormRotaryBackwardBf16ToBf16",
+               4, r16);
       } else if (isOperandOf(use, "transposeToBf16", 0)) {
         recall(cast<CallOp>(use.getOwner()), "transposeBf16", 0, r16);
       } else {

@@ -22,7 +22,9 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
       product, and whose producer has a bf16-result twin (`rmsNorm`,
       `binary`, `unaryBackward`, `transpose` -> `...ToBf16`), is produced in
       bf16 and never exists in fp32: half the bytes written, and half the
-      memory while it is kept for the backward products;
+      memory while it is kept for the backward products (a twin stores in
+      bf16 only its `BView` results: `rmsNormRotaryBackwardToBf16` keeps
+      its weight gradient fp32);
     - any other value is rounded by one `toBf16` in front of its first
       product, shared by the products that follow within a few operations
       (a shared copy never lives much longer than the fp32 value; a weight
