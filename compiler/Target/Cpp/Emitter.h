@@ -23,6 +23,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -123,6 +124,8 @@ private:
   /// Parameter-gradient results a matmul adds straight into their io slot
   /// (GPU stage functions; see emitStageFunction).
   llvm::DenseMap<Value, unsigned> accumulateInto;
+  /// The zero fills those accumulating calls no longer need (not emitted).
+  llvm::DenseSet<Operation *> fillsNotEmitted;
   unsigned counter = 0;
   /// Constants are shared by content, so that stage functions computing the
   /// same thing print the same text and are emitted once.

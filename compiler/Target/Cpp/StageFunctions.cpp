@@ -15,6 +15,8 @@
 
 #include "Emitter.h"
 
+#include <cmath>
+
 namespace rondo::cpp_emit {
 
 std::string shapeList(ArrayRef<int64_t> shape) {
@@ -30,6 +32,24 @@ std::string floatLiteral(float f) {
   if (std::isnan(f))
     return "NAN";
   return llvm::formatv("{0:e9}f", f).str();
+}
+
+/// The zero `fill` that `call`, a gatherRowsBackward, scatters into, when
+/// nothing else reads it (null otherwise).
+static kern::CallOp zeroFillInit(kern::CallOp call) {
+  if (!call || call.getKernel() != "gatherRowsBackward" ||
+      call.getInits().size() != 1)
+    return {};
+  Value init = call.getInits()[0];
+  auto fill = init.getDefiningOp<kern::CallOp>();
+  if (!fill || fill.getKernel() != "fill" || !init.hasOneUse() ||
+      !fill.getInputs().empty() || !fill.getArgs())
+    return {};
+  auto value = dyn_cast_or_null<FloatAttr>(fill.getArgsAttr().get("value"));
+  return value && value.getValueAsDouble() == 0.0 &&
+                 !std::signbit(value.getValueAsDouble())
+             ? fill
+             : kern::CallOp();
 }
 
 LogicalResult Emitter::emitOp(Operation *op) {
@@ -106,9 +126,12 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
       kern::bindParams(call, error);
   if (failed(bound))
     return call.emitOpError(error);
-  // Results computed in their init's buffer alias it.
+  // Results computed in their init's buffer alias it (unless they go
+  // straight into their gradient slot).
   for (auto [k, init] : llvm::enumerate(call.getInits())) {
     Value r = call.getResult(k);
+    if (accumulateInto.count(r))
+      continue;
     exprs[r] = ptr(init);
     if (auto root = roots.find(init); root != roots.end()) {
       std::string name = root->second;
@@ -202,7 +225,12 @@ LogicalResult Emitter::emitCall(kern::CallOp call) {
   // Qualified (K:: is rondo::cpu or rondo::cuda): both libraries take the
   // same view types, so an unqualified call would find the other library's
   // overloads by argument-dependent lookup.
-  body << "  K::" << call.getKernel() << "(" << args << ");\n";
+  // An embedding gradient scattered into a zero fill and then added to its
+  // slot is added where it lands instead (the same bits).
+  StringRef kernel = call.getKernel();
+  if (kernel == "gatherRowsBackward" && accumulateInto.count(call.getResult(0)))
+    kernel = "gatherRowsBackwardAdd";
+  body << "  K::" << kernel << "(" << args << ");\n";
   return success();
 }
 
@@ -241,6 +269,7 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   // every microbatch. The host keeps the separate add, whose bits the CPU
   // references were taken with (OpenBLAS adds into C per block of K).
   accumulateInto.clear();
+  fillsNotEmitted.clear();
   if (opts.target == "cuda") {
     unsigned resultSlot = slot, numPlain = 0;
     for (unsigned k = 0; k < fn.getNumResults(); ++k) {
@@ -263,6 +292,15 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
           call.getInits().empty() && call->getNumResults() == 1 &&
           v.hasOneUse() && accumulate && !accumulate.getValue())
         accumulateInto[v] = gradSlot;
+      // gatherRowsBackward into a zero fill nothing else reads: the
+      // scatter adds each touched row's sum to the slot
+      // (gatherRowsBackwardAdd), without the fill and the pass over the
+      // whole table that would add it.
+      if (kern::CallOp fill = zeroFillInit(call);
+          fill && v.hasOneUse() && call->getNumResults() == 1) {
+        accumulateInto[v] = gradSlot;
+        fillsNotEmitted.insert(fill);
+      }
       ++gradSlot;
     }
   }
@@ -270,6 +308,8 @@ LogicalResult Emitter::emitStageFunction(func::FuncOp fn, StringRef cName) {
   for (Operation &op : block.without_terminator())
     ops.push_back(&op);
   for (auto [i, op] : llvm::enumerate(ops)) {
+    if (fillsNotEmitted.contains(op))
+      continue;
     if (failed(emitOp(op)))
       return failure();
     for (Value operand : op->getOperands()) {

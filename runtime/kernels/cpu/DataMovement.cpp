@@ -293,7 +293,12 @@ void gatherRows(CFView table, IView ids, FView out, int *badId) {
                  });
 }
 
-void gatherRowsBackward(IView ids, CFView dOut, FView dTable) {
+namespace {
+
+/// gatherRowsBackward's scatter; `addSum`: each row's sum starts from zero
+/// and is added to dTable in fp32 (gatherRowsBackwardAdd) rather than
+/// carried from dTable's value in double.
+void scatterRows(IView ids, CFView dOut, FView dTable, bool addSum) {
   int64_t rows, width;
   tableGeometry(dTable.shape, rows, width);
   int64_t n = ids.shape.numel();
@@ -323,16 +328,26 @@ void gatherRowsBackward(IView ids, CFView dOut, FView dTable) {
     for (int64_t c0 = 0; c0 < width; c0 += kCols) {
       int64_t nc = std::min(kCols, width - c0);
       for (int64_t c = 0; c < nc; ++c)
-        acc[c] = row[c0 + c];
+        acc[c] = addSum ? 0.0 : row[c0 + c];
       for (int64_t k = begin; k < end; ++k) {
         const float *src = dOut.data + order[size_t(k)] * width + c0;
         for (int64_t c = 0; c < nc; ++c)
           acc[c] += src[c];
       }
       for (int64_t c = 0; c < nc; ++c)
-        row[c0 + c] = float(acc[c]);
+        row[c0 + c] = addSum ? row[c0 + c] + float(acc[c]) : float(acc[c]);
     }
   });
+}
+
+} // namespace
+
+void gatherRowsBackward(IView ids, CFView dOut, FView dTable) {
+  scatterRows(ids, dOut, dTable, /*addSum=*/false);
+}
+
+void gatherRowsBackwardAdd(IView ids, CFView dOut, FView dTable) {
+  scatterRows(ids, dOut, dTable, /*addSum=*/true);
 }
 
 } // namespace rondo::cpu

@@ -272,6 +272,35 @@ TEST_F(CudaKernels, GatherRowsAndBackward) {
   }
 }
 
+// gatherRowsBackwardAdd (a GPU trainer's embedding gradient added in its
+// slot) is fill, gatherRowsBackward and accumulate, bit for bit, and
+// matches the CPU twin.
+TEST_F(CudaKernels, GatherRowsBackwardAddIsFillScatterAccumulate) {
+  for (int64_t n : {int64_t(25), int64_t(5000)}) {
+    const int64_t rows = 300, width = 96;
+    Shape ts{rows, width}, is{n}, os{n, width};
+    std::uniform_int_distribution<int64_t> id(-rows, rows - 1);
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (auto &i : ids)
+      i = id(rng());
+    Tensor g = uniform(os), slot0 = uniform(ts), cpuGot = slot0;
+    cpu::gatherRowsBackwardAdd(IView{ids.data(), is}, g.cv(), cpuGot.v());
+    Dev dg(g);
+    DevIds di(ids, is);
+    auto got = runTwice(
+        {{ts, slot0.data}, {ts, slot0.data}, {ts, {}}},
+        [&](const std::vector<FView> &o) {
+          cu::gatherRowsBackwardAdd(di.v(), dg.cv(), o[0]);
+          cu::fill(o[2], 0.0f);
+          cu::gatherRowsBackward(di.v(), dg.cv(), o[2]);
+          cu::accumulate(CFView{o[2].data, ts}, o[1]);
+        },
+        "gatherRowsBackwardAdd");
+    EXPECT_EQ(got[0], got[1]) << "gatherRowsBackwardAdd against the three";
+    expectClose(got[0], cpuGot, "gatherRowsBackwardAdd against the CPU");
+  }
+}
+
 TEST_F(CudaKernels, GatherRowsBadIdGivesNaNAndFlag) {
   Shape ts{4, 3};
   Tensor table = uniform(ts);

@@ -219,3 +219,29 @@ TEST(KernelListTest, InvalidLabelWithoutAFlagStopsWithAMessage) {
 }
 
 } // namespace
+
+// gatherRowsBackwardAdd is a zero fill, gatherRowsBackward into it and
+// accumulate into the table, bit for bit: each touched row gets its own
+// sum added once; untouched rows keep their values (also -0.0, which adding
+// the fill's +0.0 would have turned into +0.0: the slot it serves starts at
+// +0.0, so the two never differ there).
+TEST(KernelListTest, GatherRowsBackwardAddIsFillScatterAccumulate) {
+  const int64_t rows = 7, width = 5;
+  std::vector<int64_t> ids = {3, 1, 3, -1, 3, 0, 1};
+  std::vector<float> dOut(ids.size() * width), table(rows * width);
+  for (size_t k = 0; k < dOut.size(); ++k)
+    dOut[k] = std::sin(0.37f * float(k)) * 1e3f + 1e-3f * float(k);
+  for (size_t k = 0; k < table.size(); ++k)
+    table[k] = std::cos(0.11f * float(k)) * 7.0f;
+  Shape is{int64_t(ids.size())}, ds{int64_t(ids.size()), width},
+      ts{rows, width};
+  std::vector<float> zero(table.size(), 0.0f), want = table, got = table;
+  gatherRowsBackward({ids.data(), is}, {dOut.data(), ds}, {zero.data(), ts});
+  accumulate({zero.data(), ts}, {want.data(), ts});
+  gatherRowsBackwardAdd({ids.data(), is}, {dOut.data(), ds}, {got.data(), ts});
+  for (size_t k = 0; k < got.size(); ++k)
+    EXPECT_EQ(got[k], want[k]) << "element " << k;
+  // Row 2 and 4 (no id lands there) are untouched.
+  for (int64_t c = 0; c < width; ++c)
+    EXPECT_EQ(got[2 * width + c], table[2 * width + c]);
+}
