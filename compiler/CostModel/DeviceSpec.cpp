@@ -67,16 +67,18 @@ static DeviceSpec h100() {
   // W1's).
   s.attentionTokensForHalfEfficiency = 1774;
   // cuDNN's fused attention (CudnnAttention.cu, deterministic backward), as
-  // the trainer runs it at W1's 4K keys and 2 rows a microbatch: 255
-  // TFLOP/s forward and 254 backward in the kernel profile of
-  // bench/results/h100x1/cudnn-graphs-2026-11-27, conversions from and to
-  // fp32 included. Its rate grows faster with the keys than the flash
+  // the trainer runs it at W1's 4K keys and 2 rows a microbatch: 336
+  // TFLOP/s forward and 313 backward in the kernel profile of
+  // bench/results/h100x1/full-table-2026-11-27, where it reads and writes
+  // bf16 q, k, v, out, dO and gradients without conversions (255 and 254
+  // with the fp32 interface's conversions, cudnn-graphs-2026-11-27). Its
+  // rate grows faster with the keys than the flash
   // kernels': 1.44x forward and 1.37x backward from 4K to 8K keys at one
   // row (bench/results/h100x1/attention-cudnn-2026-11-27), which
   // S / (S + 5100) gives. Longer rows whose backward workspace exceeds 4
   // GiB run on the flash kernels, at the rates above.
-  s.cudnnAttentionEfficiency = 0.258;
-  s.cudnnAttentionBackwardEfficiency = 0.257;
+  s.cudnnAttentionEfficiency = 0.340;
+  s.cudnnAttentionBackwardEfficiency = 0.317;
   s.cudnnAttentionTokensForHalfEfficiency = 5100;
   // The experts' grouped GEMMs (GroupedGemmSm90.cu) on Qwen3-30B-A3B's
   // expert shapes, forward, input and weight gradient: 204-244 TFLOP/s
