@@ -352,7 +352,9 @@ TEST_F(CudaBf16Storage, MatmulBf16ScaledIsTheProductTimesAlpha) {
 /// bit), and the product stored in bf16 is the rounding of the fp32
 /// product's, within bf16's precision of the CPU twins.
 TEST_F(CudaBf16Storage, Bf16OperandKernelsRoundTheirFp32Namesakes) {
-  for (Shape s : {Shape{16, 6144}, Shape{5, 7}}) {
+  // Eight elements a thread (16 x 6144), eight then a tail (3 x 12), and
+  // the general kernels (5 x 7).
+  for (Shape s : {Shape{16, 6144}, Shape{3, 12}, Shape{5, 7}}) {
     UnaryKind kind = UnaryKind::Silu;
     auto rounded = [&](const Tensor &t) {
       std::vector<uint16_t> h(t.data.size());
