@@ -425,6 +425,30 @@ void softmaxBackward(CFView y, CFView dY, FView dX) {
 
 namespace {
 
+/// rmsNormBwdVecKernel over `rc`'s rows: tiles of normTileRows rows, dX
+/// through `dx`, and dW (when wanted) from the tiles' column sums, staged in
+/// double and added in tile order when there are several.
+template <typename Load, typename DxStore>
+void rmsNormBackwardRows(const RowConfig &rc, const float *x, const float *w,
+                         float eps, Load dy, DxStore dx, int64_t rows,
+                         int64_t width, float *dW, const char *name) {
+  int64_t tileRows = normTileRows(rows, rc.warpRows ? 8 : 1);
+  int64_t tiles = (rows + tileRows - 1) / tileRows;
+  bool staged = dW && tiles > 1;
+  Temp partial(staged ? size_t(tiles * width) * sizeof(double) : 0, name);
+  double *part = staged ? partial.as<double>() : nullptr;
+  float *direct = dW && !staged ? dW : nullptr;
+  dispatchRows(rc, [&](auto v, auto warpRows) {
+    rmsNormBwdVecKernel<decltype(v)::value, decltype(warpRows)::value>
+        <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
+            x, w, eps, dy, dx, rows, width, tileRows, part, direct);
+  });
+  checkLaunch(name);
+  if (staged)
+    finishColumnTiles(part, tiles, width, dW, name);
+  partial.release();
+}
+
 template <typename OutT>
 void rmsNormImpl(CFView x, CFView w, float eps, OutT *y, const char *name) {
   int64_t rows, width;
@@ -477,22 +501,8 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
   RowConfig rc;
   if (rowConfig(width, rc) &&
       rowsAligned({x.data, w.data, dY.data, dX.data})) {
-    int64_t tileRows = normTileRows(rows, rc.warpRows ? 8 : 1);
-    int64_t tiles = (rows + tileRows - 1) / tileRows;
-    bool staged = dW.data && tiles > 1;
-    Temp partial(staged ? size_t(tiles * width) * sizeof(double) : 0, name);
-    double *part = staged ? partial.as<double>() : nullptr;
-    float *direct = dW.data && !staged ? dW.data : nullptr;
-    dispatchRows(rc, [&](auto v, auto warpRows) {
-      rmsNormBwdVecKernel<decltype(v)::value, decltype(warpRows)::value>
-          <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
-              x.data, w.data, eps, PlainRowLoad{dY.data}, PlainDxStore{dX.data},
-              rows, width, tileRows, part, direct);
-    });
-    checkLaunch(name);
-    if (staged)
-      finishColumnTiles(part, tiles, width, dW.data, name);
-    partial.release();
+    rmsNormBackwardRows(rc, x.data, w.data, eps, PlainRowLoad{dY.data},
+                        PlainDxStore{dX.data}, rows, width, dW.data, name);
     return;
   }
   Temp inv(dW.data ? size_t(rows) * sizeof(float) : 0, name);
@@ -548,23 +558,9 @@ void rmsNormBackwardAddImpl(CFView x, CFView w, float eps, CFView dY, CFView r,
   RowConfig rc;
   if (rows > 0 && rowConfig(width, rc) &&
       rowsAligned({x.data, w.data, dY.data, r.data, sum.data, copy})) {
-    int64_t tileRows = normTileRows(rows, rc.warpRows ? 8 : 1);
-    int64_t tiles = (rows + tileRows - 1) / tileRows;
-    bool staged = dW.data && tiles > 1;
-    Temp partial(staged ? size_t(tiles * width) * sizeof(double) : 0, name);
-    double *part = staged ? partial.as<double>() : nullptr;
-    float *direct = dW.data && !staged ? dW.data : nullptr;
-    dispatchRows(rc, [&](auto v, auto warpRows) {
-      rmsNormBwdVecKernel<decltype(v)::value, decltype(warpRows)::value>
-          <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
-              x.data, w.data, eps, PlainRowLoad{dY.data},
-              AddDxStore{r.data, sum.data, copy}, rows, width, tileRows, part,
-              direct);
-    });
-    checkLaunch(name);
-    if (staged)
-      finishColumnTiles(part, tiles, width, dW.data, name);
-    partial.release();
+    rmsNormBackwardRows(rc, x.data, w.data, eps, PlainRowLoad{dY.data},
+                        AddDxStore{r.data, sum.data, copy}, rows, width,
+                        dW.data, name);
     return;
   }
   // The general kernels: the backward, the add, the rounding.

@@ -457,6 +457,20 @@ TEST_F(CudaBf16Storage, RmsNormRotaryToBf16) {
   }
 }
 
+/// The attention shapes and paths of the bf16-interface tests: cuDNN at
+/// head widths 128 and 64, Rondo's kernels (RONDO_ATTENTION=flash), and
+/// D = 256, which only Rondo's kernels take.
+namespace {
+struct AttentionCase {
+  int64_t B, Hq, Hkv, T, D;
+  const char *path;
+};
+const AttentionCase kAttentionCases[] = {{2, 8, 2, 200, 128, "cudnn"},
+                                         {1, 4, 4, 77, 64, "cudnn"},
+                                         {2, 8, 2, 200, 128, "flash"},
+                                         {1, 2, 1, 65, 256, "cudnn"}};
+} // namespace
+
 // attentionBf16 and attentionBackwardBf16 on bf16 q, k and v give exactly
 // what attention and attentionBackward give under Precision::Bf16 on their
 // fp32 values (which those round to the same bf16 themselves): on cuDNN
@@ -464,13 +478,7 @@ TEST_F(CudaBf16Storage, RmsNormRotaryToBf16) {
 // D = 256, which only Rondo's kernels take. So kern-bf16-storage changes no
 // bit of a trainer's attention.
 TEST_F(CudaBf16Storage, AttentionBf16IsAttentionOfRoundedOperands) {
-  struct Case {
-    int64_t B, Hq, Hkv, T, D;
-    const char *path;
-  };
-  for (Case c :
-       {Case{2, 8, 2, 200, 128, "cudnn"}, Case{1, 4, 4, 77, 64, "cudnn"},
-        Case{2, 8, 2, 200, 128, "flash"}, Case{1, 2, 1, 65, 256, "cudnn"}}) {
+  for (const AttentionCase &c : kAttentionCases) {
     AttentionSwitch path(c.path);
     cu::setPrecision(cu::Precision::Bf16);
     Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.T, c.D}, ls{c.B, c.Hq, c.T};
@@ -534,13 +542,7 @@ Tensor roundedUniform(Shape s, std::vector<uint16_t> &bits, float lo = -2.0f,
 // on Rondo's kernels, and at D = 256. The CPU twins agree to bf16's
 // precision.
 TEST_F(CudaBf16Storage, AttentionResultsInBf16AreTheRoundedResults) {
-  struct Case {
-    int64_t B, Hq, Hkv, T, D;
-    const char *path;
-  };
-  for (Case c :
-       {Case{2, 8, 2, 200, 128, "cudnn"}, Case{1, 4, 4, 77, 64, "cudnn"},
-        Case{2, 8, 2, 200, 128, "flash"}, Case{1, 2, 1, 65, 256, "cudnn"}}) {
+  for (const AttentionCase &c : kAttentionCases) {
     AttentionSwitch path(c.path);
     cu::setPrecision(cu::Precision::Bf16);
     Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.T, c.D}, ls{c.B, c.Hq, c.T};

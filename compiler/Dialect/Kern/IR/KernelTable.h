@@ -84,6 +84,11 @@ struct BoundParam {
 mlir::FailureOr<llvm::SmallVector<BoundParam>> bindParams(CallOp call,
                                                           std::string &error);
 
+/// Whether `call` is a two-operand `binary` of `kind` (its `args` entry, an
+/// enumerator name of rondo::cpu::BinaryKind: "Add", "Mul", ...) with no
+/// `inits`: the element-wise calls the fusion passes rewrite.
+bool isBinaryOf(CallOp call, llvm::StringRef kind);
+
 } // namespace rondo::kern
 
 #endif // RONDO_DIALECTS_KERN_IR_KERNELTABLE_H

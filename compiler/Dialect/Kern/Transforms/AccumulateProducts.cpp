@@ -56,12 +56,7 @@ struct KernAccumulateProductsPass
       return;
     SmallVector<CallOp> adds;
     fn.walk([&](CallOp call) {
-      auto kind =
-          call.getArgs()
-              ? dyn_cast_or_null<StringAttr>(call.getArgsAttr().get("kind"))
-              : StringAttr();
-      if (call.getKernel() == "binary" && kind && kind.getValue() == "Add" &&
-          call.getInputs().size() == 2 && call->getNumResults() == 1)
+      if (isBinaryOf(call, "Add") && call->getNumResults() == 1)
         adds.push_back(call);
     });
     for (CallOp add : adds) {

@@ -51,11 +51,7 @@ bool flag(CallOp call, StringRef name) {
 /// {alpha = c}, when the product is a plain matmulBf16 (nothing to
 /// accumulate into) that nothing else reads.
 void fuse(CallOp mul) {
-  auto kind = mul.getArgs()
-                  ? dyn_cast_or_null<StringAttr>(mul.getArgsAttr().get("kind"))
-                  : StringAttr();
-  if (!kind || kind.getValue() != "Mul" || mul.getInputs().size() != 2 ||
-      !mul.getInits().empty())
+  if (!isBinaryOf(mul, "Mul"))
     return;
   for (unsigned k : {0u, 1u}) {
     Value productValue = mul.getInputs()[k];

@@ -30,15 +30,10 @@ namespace {
 /// A binary Add of two fp32 operands of the result's own type (no
 /// broadcasting), with nothing to accumulate into.
 bool isPlainAdd(CallOp call) {
-  if (call.getKernel() != "binary" || call.getInputs().size() != 2 ||
-      !call.getInits().empty() || call->getNumResults() != 1 || call.getSkip())
+  if (!isBinaryOf(call, "Add") || call->getNumResults() != 1 || call.getSkip())
     return false;
-  auto kind = call.getArgs()
-                  ? dyn_cast_or_null<StringAttr>(call.getArgsAttr().get("kind"))
-                  : StringAttr();
   Type type = call.getResult(0).getType();
-  return kind && kind.getValue() == "Add" &&
-         cast<RankedTensorType>(type).getElementType().isF32() &&
+  return cast<RankedTensorType>(type).getElementType().isF32() &&
          call.getInputs()[0].getType() == type &&
          call.getInputs()[1].getType() == type;
 }
