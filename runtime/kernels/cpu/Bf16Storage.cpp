@@ -34,15 +34,34 @@ void store(const std::vector<float> &values, BView out) {
                  });
 }
 
+void widenInto(CBView x, float *out) {
+  parallelBlocks(x.shape.numel(), 1 << 16, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      out[i] = bf16BitsToFloat(x.data[i]);
+  });
+}
+
 std::vector<float> widen(CBView x) {
   std::vector<float> values(size_t(x.shape.numel()));
-  parallelBlocks(int64_t(values.size()), 1 << 16, 1,
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t i = lo; i < hi; ++i)
-                     values[i] = bf16BitsToFloat(x.data[i]);
-                 });
+  widenInto(x, values.data());
   return values;
 }
+
+/// The fp32 form of a bf16 result that may be skipped (null data): the
+/// fp32 kernel writes view(), store() rounds it into the result.
+struct Fp32Result {
+  BView result;
+  std::vector<float> values;
+  explicit Fp32Result(BView r)
+      : result(r), values(r.data ? size_t(r.shape.numel()) : 0) {}
+  FView view() {
+    return FView{result.data ? values.data() : nullptr, result.shape};
+  }
+  void storeRounded() const {
+    if (result.data)
+      store(values, result);
+  }
+};
 
 /// Runs `compute` into an fp32 temporary of out's shape, then rounds it
 /// into out.
@@ -115,15 +134,10 @@ void gatedActToBf16(UnaryKind kind, CFView gate, CFView up, BView out) {
 
 void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up, CFView dOut,
                             BView dGate, BView dUp) {
-  std::vector<float> g(dGate.data ? size_t(dGate.shape.numel()) : 0),
-      u(dUp.data ? size_t(dUp.shape.numel()) : 0);
-  gatedActBackward(kind, gate, up, dOut,
-                   FView{dGate.data ? g.data() : nullptr, dGate.shape},
-                   FView{dUp.data ? u.data() : nullptr, dUp.shape});
-  if (dGate.data)
-    store(g, dGate);
-  if (dUp.data)
-    store(u, dUp);
+  Fp32Result g(dGate), u(dUp);
+  gatedActBackward(kind, gate, up, dOut, g.view(), u.view());
+  g.storeRounded();
+  u.storeRounded();
 }
 
 void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB) {
@@ -177,21 +191,13 @@ void attentionBackwardBf16ToBf16(CBView q, CBView k, CBView v, CBView out,
                                  int64_t window, float scale, BView dQ,
                                  BView dK, BView dV) {
   std::vector<float> wo = widen(out), wd = widen(dOut);
-  auto result = [](BView r) {
-    return std::vector<float>(r.data ? size_t(r.shape.numel()) : 0);
-  };
-  std::vector<float> gq = result(dQ), gk = result(dK), gv = result(dV);
+  Fp32Result gq(dQ), gk(dK), gv(dV);
   attentionBackwardBf16(q, k, v, CFView{wo.data(), out.shape}, lse,
                         CFView{wd.data(), dOut.shape}, causal, window, scale,
-                        FView{dQ.data ? gq.data() : nullptr, dQ.shape},
-                        FView{dK.data ? gk.data() : nullptr, dK.shape},
-                        FView{dV.data ? gv.data() : nullptr, dV.shape});
-  if (dQ.data)
-    store(gq, dQ);
-  if (dK.data)
-    store(gk, dK);
-  if (dV.data)
-    store(gv, dV);
+                        gq.view(), gk.view(), gv.view());
+  gq.storeRounded();
+  gk.storeRounded();
+  gv.storeRounded();
 }
 
 void transposeBf16(CBView x, const int64_t *perm, BView out) {
@@ -208,11 +214,9 @@ void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
 
 void rmsNormRotaryBackwardToBf16(CFView x, CFView w, float eps, CFView cos,
                                  CFView sin, CFView dY, BView dX, FView dW) {
-  std::vector<float> gx(dX.data ? size_t(dX.shape.numel()) : 0);
-  rmsNormRotaryBackward(x, w, eps, cos, sin, dY,
-                        FView{dX.data ? gx.data() : nullptr, dX.shape}, dW);
-  if (dX.data)
-    store(gx, dX);
+  Fp32Result gx(dX);
+  rmsNormRotaryBackward(x, w, eps, cos, sin, dY, gx.view(), dW);
+  gx.storeRounded();
 }
 
 void rmsNormRotaryBackwardBf16ToBf16(CFView x, CFView w, float eps, CFView cos,
@@ -226,10 +230,7 @@ void rmsNormRotaryBackwardBf16ToBf16(CFView x, CFView w, float eps, CFView cos,
 void fromBf16(CBView x, FView out) {
   if (x.shape.numel() != out.shape.numel())
     contract("fromBf16", "input and output sizes differ");
-  parallelBlocks(out.shape.numel(), 1 << 16, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      out.data[i] = bf16BitsToFloat(x.data[i]);
-  });
+  widenInto(x, out.data);
 }
 
 void addRmsNormToBf16(CFView a, CFView b, CFView w, float eps, FView sum,

@@ -449,6 +449,20 @@ void rmsNormBackwardRows(const RowConfig &rc, const float *x, const float *w,
   partial.release();
 }
 
+/// rmsNormVecKernel over `rc`'s rows, read through `load` (the rows, or a
+/// residual add's sums) and stored to y (fp32, or bf16 rounded).
+template <typename Load, typename OutT>
+void rmsNormRows(const RowConfig &rc, Load load, const float *w, float eps,
+                 OutT *y, int64_t rows, int64_t width, const char *name) {
+  unsigned grid = rc.warpRows ? gridFor(rows, rc.threads / 32) : rowGrid(rows);
+  dispatchRows(rc, [&](auto v, auto warpRows) {
+    rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value>
+        <<<grid, rc.threads, 0, currentStream()>>>(
+            load, w, eps, PlainRowStore<OutT>{y}, rows, width);
+  });
+  checkLaunch(name);
+}
+
 template <typename OutT>
 void rmsNormImpl(CFView x, CFView w, float eps, OutT *y, const char *name) {
   int64_t rows, width;
@@ -457,14 +471,7 @@ void rmsNormImpl(CFView x, CFView w, float eps, OutT *y, const char *name) {
     return;
   RowConfig rc;
   if (rowConfig(width, rc) && rowsAligned({x.data, w.data, y})) {
-    unsigned grid = rc.warpRows ? gridFor(rows, rc.threads / 32) : rowGrid(rows);
-    dispatchRows(rc, [&](auto v, auto warpRows) {
-      rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value>
-          <<<grid, rc.threads, 0, currentStream()>>>(
-              PlainRowLoad{x.data}, w.data, eps, PlainRowStore<OutT>{y}, rows,
-              width);
-    });
-    checkLaunch(name);
+    rmsNormRows(rc, PlainRowLoad{x.data}, w.data, eps, y, rows, width, name);
     return;
   }
   rmsNormKernel<OutT><<<rowGrid(rows), rowThreads(width), 0,
@@ -530,15 +537,8 @@ void addRmsNormImpl(CFView a, CFView b, CFView w, float eps, FView sum, OutT *y,
   RowConfig rc;
   if (rowConfig(width, rc) &&
       rowsAligned({a.data, b.data, sum.data, w.data, y})) {
-    unsigned grid =
-        rc.warpRows ? gridFor(rows, rc.threads / 32) : rowGrid(rows);
-    dispatchRows(rc, [&](auto v, auto warpRows) {
-      rmsNormVecKernel<decltype(v)::value, decltype(warpRows)::value>
-          <<<grid, rc.threads, 0, currentStream()>>>(
-              AddRowLoad{a.data, b.data, sum.data}, w.data, eps,
-              PlainRowStore<OutT>{y}, rows, width);
-    });
-    checkLaunch(name);
+    rmsNormRows(rc, AddRowLoad{a.data, b.data, sum.data}, w.data, eps, y, rows,
+                width, name);
     return;
   }
   // The general kernels: the add, then the norm of the sum.
