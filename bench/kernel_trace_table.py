@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Per-step kernel time by category from bench/kernel_trace.cpp's files.
 
-    python3 bench/kernel_trace_table.py --per-step 224 NAME=TRACE [NAME=TRACE ...]
+    python3 bench/kernel_trace_table.py NAME=TRACE[@STEP_MS] [...]
 
 Each TRACE covers a window of a run's last GPU work, which need not hold a
-whole number of steps: the window's steps are counted as its attention
-forward calls over --per-step (W1: 28 layers x 8 microbatches = 224), and
-every category is divided by that count. GEMMs include the LM head's (their
+whole number of steps. With @STEP_MS (the run's measured step) the window
+holds its span over the step (the GPU is busy throughout a step); without
+it, its attention forward calls over --per-step (W1: 28 layers x 8
+microbatches = 224), which counts a partial step's forward as a whole step.
+Every category is divided by that count. GEMMs include the LM head's (their
 kernels are the layers' kernels, so a trace cannot tell them apart).
 Prints a markdown table, and with --json FILE writes the numbers.
 """
@@ -26,12 +28,15 @@ FORWARD_ATTENTION = re.compile(r"fprop|flash_fwd|attentionFwd|FwdKernel", re.I)
 
 def load(path):
     rows = []
+    span = None
     for line in open(path):
+        if line.startswith("# window"):
+            span = float(line.split()[2])
         if line.startswith("#") or line.split()[:1] == ["ms"]:
             continue
         ms, calls, _, _, _, name = line.split(None, 5)
         rows.append((float(ms), int(calls), name.strip()))
-    return rows
+    return rows, span
 
 
 def category(name):
@@ -41,9 +46,12 @@ def category(name):
     return OTHER
 
 
-def per_step(rows, calls_per_step):
-    forward = sum(c for _, c, n in rows if FORWARD_ATTENTION.search(n))
-    steps = forward / calls_per_step
+def per_step(rows, span, calls_per_step, step_ms=None):
+    if step_ms:
+        steps = span / step_ms
+    else:
+        forward = sum(c for _, c, n in rows if FORWARD_ATTENTION.search(n))
+        steps = forward / calls_per_step
     if steps <= 0:
         raise SystemExit("no attention forward kernel in the trace")
     cats = {}
@@ -62,7 +70,12 @@ def main():
     runs = {}
     for spec in a.traces:
         name, path = spec.split("=", 1)
-        steps, cats = per_step(load(path), a.per_step)
+        step_ms = None
+        if "@" in path:
+            path, step_ms = path.rsplit("@", 1)
+            step_ms = float(step_ms)
+        rows, span = load(path)
+        steps, cats = per_step(rows, span, a.per_step, step_ms)
         runs[name] = {"steps_in_window": steps, "ms_per_step": cats}
     order = [c for c, _ in CATEGORIES] + [OTHER]
     names = list(runs)

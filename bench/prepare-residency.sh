@@ -30,6 +30,12 @@ compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 \
   --explain=build-gpu/plans/auto -o build-gpu/w1.trainer
 compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 --residency=streamed \
   --explain=build-gpu/plans/streamed -o build-gpu/w1-streamed.trainer
+# LOSS_CHUNKS="2048 4096": W1 with those --loss-chunk-rows too
+# (w1-chunk<N>.trainer; run-residency.sh times each beside the planner's).
+for n in ${LOSS_CHUNKS:-}; do
+  compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 \
+    --loss-chunk-rows $n -o build-gpu/w1-chunk$n.trainer
+done
 for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
   compile $models/$m.onnx --batch 2 --seq-len 32 --microbatches 2 --workers 1 \
     --residency=device --precision=fp32 -o build-gpu/$m.trainer

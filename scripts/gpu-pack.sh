@@ -34,5 +34,5 @@ copy_gpu_libs() {
 # tool carries at most 64 MiB).
 pack_gpu() {
   strip build-gpu/*.trainer
-  tar cf - build-gpu | xz -T2 -6 > gpu-pack.tar.xz
+  tar cf - build-gpu | xz -T2 -9 > gpu-pack.tar.xz
 }

@@ -381,11 +381,11 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
     } else {
       layer.forwardSeconds += seconds;
       layer.forwardFlops += flops;
-      // The fused LM head's logits exist a chunk at a time in fp32, and
-      // its gradient in bf16 for a group of four chunks on GPUs (the
-      // kDwGroupChunks of runtime/kernels/cuda/Loss.cu; in place on the
-      // host, less), neither more rows than a microbatch has: transient,
-      // but beside everything saved.
+      // The fused LM head's logits exist a chunk at a time in fp32, or in
+      // bf16 plans for a group of four chunks in bf16, each chunk's logits
+      // replaced in place by their gradient (the kDwGroupChunks of
+      // runtime/kernels/cuda/Loss.cu), neither more rows than a microbatch
+      // has: transient, but beside everything saved.
       if (auto head = dyn_cast<tg::LinearCrossEntropyOp>(&op)) {
         auto w = cast<RankedTensorType>(head.getW().getType());
         auto h = cast<RankedTensorType>(head.getH().getType());
@@ -398,7 +398,9 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
                            ? static_cast<double>(head.getChunkRows())
                            : rows;
         layer.workspaceBytes +=
-            (4 * std::min(chunk, rows) + 2 * std::min(4 * chunk, rows)) * vocab;
+            (options.bf16Storage ? 2 * std::min(4 * chunk, rows)
+                                 : 4 * std::min(chunk, rows)) *
+            vocab;
       }
     }
     // A layer's workspace is what its backward keeps of its forward: every

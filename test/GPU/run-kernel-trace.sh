@@ -8,31 +8,20 @@
 # alternated. Everything into $OUT/kernel-trace.tar.xz.
 # Usage: MACHINE=h100x1 bash test/GPU/run-kernel-trace.sh
 source "$(dirname "$0")/gpu-env.sh" build-gpu/w1.trainer
-cuda=/usr/local/cuda
-cupti=
-for d in $cuda/extras/CUPTI/lib64 $cuda/lib64; do
-  [ -e $d/libcupti.so ] && { cupti=$d; break; }
-done
-g++ -O2 -std=c++17 -shared -fPIC bench/kernel_trace.cpp -I$cuda/include \
-  -I$cuda/extras/CUPTI/include -L$cupti -lcupti -Wl,-rpath,$cupti \
-  -o $res/libkernel_trace.so || echo "kernel_trace: no build (CUPTI at '$cupti')"
+source "$(dirname "$0")/kernel-trace-lib.sh"
 phase() { echo "$(date +%s.%N) $*" >> $res/phases.txt; }
 fields=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
 nvidia-smi --query-gpu=$fields --format=csv,noheader -lms 200 > $res/smi.csv 2>&1 &
 smi=$!
 phase start
 STEPS=${STEPS:-8}
-CUDA_INJECTION64_PATH=$res/libkernel_trace.so KERNEL_TRACE_OUT=$res/trace-%p.txt \
-  KERNEL_TRACE_LAST_MS=${KERNEL_TRACE_LAST_MS:-4000} \
+env "${trace_env[@]}" \
   timeout 420 python3 bench/w1.py --workers 1 --steps $STEPS --skip 2 \
   --machine "${MACHINE:-h100x1}" --out $res/w1 --timeout 240 \
   --pytorch "${PYTORCH:-module-compile}" \
   --config "planner=1:0:1:build-gpu/w1.trainer:$STEPS" 2>&1 | tail -8
 phase w1.py done
-for t in $res/trace-*.txt; do
-  grep -q "triton_" $t && kind=torch || kind=rondo
-  [ $(wc -l < $t) -gt 20 ] && cp $t $res/trace-$kind-$(basename $t .txt | cut -d- -f2).txt
-done
+trace_label
 mv $res/w1/w1-ids.npy /tmp/w1-ids.npy
 # The same trainer on the toolkit's cuBLAS and on PyTorch's wheel's.
 site=$(python3 -c "import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))")

@@ -14,7 +14,9 @@
 #      bench/w1.py run;
 #   3. the GPU kernel time of the planner's W1 plan (RONDO_PROFILE_KERNELS).
 # PROFILE_TORCH=1 adds torch.profiler's kernel categories to the PyTorch
-# rows; STREAMED=0, PYTORCH=LIST and FIXTURES="" shorten the run.
+# rows; STREAMED=0, PYTORCH=LIST and FIXTURES="" shorten the run;
+# KERNEL_TRACE=1 times every process of step 2 with bench/kernel_trace.cpp
+# (trace-rondo-*.txt, trace-torch-*.txt) in place of step 3's profile.
 # Usage: MACHINE=h100x1 bash test/GPU/run-residency.sh
 source "$(dirname "$0")/gpu-env.sh" build-gpu/w1.trainer
 if [ "${EXPORT8B:-0}" = 1 ]; then
@@ -58,11 +60,28 @@ fi
 cfg() { echo "$1=1:0:1:build-gpu/$2.trainer:${STEPS:-6}"; }
 configs=(--config "$(cfg planner w1)")
 [ "${STREAMED:-1}" = 1 ] && configs+=(--config "$(cfg streamed w1-streamed)")
-timeout 420 python3 bench/w1.py --workers 1 --steps ${STEPS:-6} --skip 2 \
+trace_env=()
+[ "${KERNEL_TRACE:-0}" = 1 ] && source "$(dirname "$0")/kernel-trace-lib.sh"
+env "${trace_env[@]}" timeout 420 python3 bench/w1.py --workers 1 --steps ${STEPS:-6} --skip 2 \
   --machine "${MACHINE:-h100x1}" --out $res/w1 --timeout 240 \
   --pytorch "${PYTORCH:-eager,hf-compile,module-compile}" ${PROFILE_TORCH:+--profile-torch} \
   "${configs[@]}" 2>&1 | tail -16
 mv $res/w1/w1-ids.npy /tmp/w1-ids.npy
+# W1 at other --loss-chunk-rows (bench/prepare-residency.sh LOSS_CHUNKS), 6
+# steps each, the planner's trainer between them.
+for t in build-gpu/w1-chunk*.trainer; do
+  [ -x "$t" ] || continue
+  for x in $t build-gpu/w1.trainer; do
+    log=$res/$(basename $x .trainer)-$(basename $t .trainer).txt
+    timeout 120 $x --init=random --seed 1 --steps 6 --lr 1e-4 --data /tmp/w1-ids.npy > $log 2>&1
+    echo "$(basename $x) rc=$? $(grep -E '^step ' $log | grep -oE '[0-9]+ tok/s' | tr '\n' ' ')"
+  done
+done
+if [ "${KERNEL_TRACE:-0}" = 1 ]; then
+  trace_label
+  tar cf - -C $res . | xz -T4 > $OUT/residency.tar.xz
+  exit 0
+fi
 RONDO_PROFILE_KERNELS=1 timeout 90 build-gpu/w1.trainer --init=random --seed 1 --steps 4 \
   --lr 1e-4 --data /tmp/w1-ids.npy > $res/w1-profile.txt 2>&1
 echo "profile rc=$?"; grep -E "GPU time per kernel|steps in" $res/w1-profile.txt

@@ -238,6 +238,27 @@ void addRmsNormToBf16(CFView a, CFView b, CFView w, float eps, FView sum,
   viaFp32(y, [&](FView t) { addRmsNorm(a, b, w, eps, sum, t); });
 }
 
+void addBf16(CFView a, CBView b, FView out) {
+  if (a.shape.numel() != out.shape.numel() ||
+      b.shape.numel() != out.shape.numel())
+    contract("addBf16", "a, b and out differ in size");
+  std::vector<float> wb = widen(b);
+  binary(BinaryKind::Add, CFView{a.data, out.shape},
+         CFView{wb.data(), out.shape}, out);
+}
+
+void addRmsNormBf16(CFView a, CBView b, CFView w, float eps, FView sum,
+                    FView y) {
+  std::vector<float> wb = widen(b);
+  addRmsNorm(a, CFView{wb.data(), b.shape}, w, eps, sum, y);
+}
+
+void addRmsNormBf16ToBf16(CFView a, CBView b, CFView w, float eps, FView sum,
+                          BView y) {
+  std::vector<float> wb = widen(b);
+  addRmsNormToBf16(a, CFView{wb.data(), b.shape}, w, eps, sum, y);
+}
+
 void rmsNormBackwardAddWithBf16(CFView x, CFView w, float eps, CFView dY,
                                 CFView r, FView sum, BView sumBf16, FView dW) {
   rmsNormBackwardAdd(x, w, eps, dY, r, sum, dW);

@@ -384,7 +384,41 @@ bool mapVec(Map f, const InT *a,
   return true;
 }
 
+/// out[i] = a[i] + b[i] with b stored in bf16 (addBf16), float4 over n / 4
+/// items, then a scalar tail; every pointer 16-byte aligned.
+__global__ void addBf16Kernel(const float *a, const __nv_bfloat16 *b,
+                              float *out, int64_t n) {
+  int64_t nv = n / 4;
+  RONDO_GRID_STRIDE(v, nv) {
+    float4 x = load4(a + v * 4), y = load4(b + v * 4);
+    store4(out + v * 4, make_float4(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y),
+                                    __fadd_rn(x.z, y.z), __fadd_rn(x.w, y.w)));
+  }
+  int64_t i = nv * 4 + globalThread();
+  if (i < n)
+    out[i] = __fadd_rn(a[i], __bfloat162float(b[i]));
+}
+
 } // namespace
+
+void addBf16(CFView a, CBView b, FView out) {
+  ProfileScope profileScope("addBf16");
+  const char *name = "addBf16";
+  int64_t n = out.shape.numel();
+  if (a.shape.numel() != n || b.shape.numel() != n)
+    contract(name, "a, b and out differ in size (the add does not broadcast)");
+  if (n == 0)
+    return;
+  if (aligned16(a.data) && aligned16(b.data) && aligned16(out.data)) {
+    addBf16Kernel<<<gridFor(n / 4 > 0 ? n / 4 : 1), kThreads, 0,
+                    currentStream()>>>(a.data, bf16Data(b), out.data, n);
+    checkLaunch(name);
+    return;
+  }
+  WidenedBf16 wide(b.data, n, name);
+  ::rondo::cuda::binary(BinaryKind::Add, CFView{a.data, out.shape},
+                        CFView{wide.data(), out.shape}, out);
+}
 
 void binary(BinaryKind kind, CFView a, CFView b, FView out) {
   ProfileScope profileScope("binary");

@@ -14,8 +14,11 @@
 // linearCrossEntropy computes logits chunk by chunk ([chunkRows, V] at a time,
 // a stream-ordered temporary) with cuBLAS. The fp32 backward follows the
 // CPU: dLogits in place, dH = dLogits W^T per chunk, dW zeroed and then
-// accumulated over chunks in chunk order with beta = 1; the bf16 backward
-// stores dLogits in bf16 and accumulates dW per group of chunks (bf16Chunks).
+// accumulated over chunks in chunk order with beta = 1. Under bf16 the
+// logits themselves are stored in bf16 by their product, as autocast's
+// lm_head output is, and the loss and its gradient read them so; the
+// backward replaces them in place by dLogits in bf16 and accumulates dW per
+// group of chunks (bf16Chunks).
 // Unlike the CPU it
 // cannot skip chunks whose rows are all ignored (that needs the labels on the
 // host); those chunks contribute exact zeros. linearCrossEntropyWithGrad is
@@ -50,12 +53,13 @@ __device__ inline bool validLabel(int64_t l, int64_t ignoreIndex, int64_t V) {
 /// and its sum relative to it, rescaled when the max grows; the block's max
 /// is then taken and the threads' sums, rescaled to it, added by the fixed
 /// tree. A NaN propagates into the sum as in two passes.
-__device__ inline void rowMaxSum(const float *x, int64_t V, float *fscratch,
+template <typename InT>
+__device__ inline void rowMaxSum(const InT *x, int64_t V, float *fscratch,
                                  double *dscratch, float &m, double &sum) {
   float mt = -INFINITY;
   double st = 0.0;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
-    float v = x[c];
+    float v = loadIn(x + c);
     if (v > mt) {
       st = st * double(expf(mt - v)) + 1.0;
       mt = v;
@@ -68,8 +72,10 @@ __device__ inline void rowMaxSum(const float *x, int64_t V, float *fscratch,
   sum = blockSum(s, dscratch);
 }
 
-/// losses[r0 + r] = loss of row r of `logits` (0 for ignored/invalid rows).
-__global__ void rowLossKernel(const float *logits, int64_t n, int64_t V,
+/// losses[r0 + r] = loss of row r of `logits` (0 for ignored/invalid rows);
+/// logits in fp32, or in bf16 as the bf16 LM head's product stores them.
+template <typename InT>
+__global__ void rowLossKernel(const InT *logits, int64_t n, int64_t V,
                               const int64_t *labels, int64_t r0,
                               int64_t ignoreIndex, double *losses) {
   __shared__ float fscratch[32];
@@ -81,30 +87,30 @@ __global__ void rowLossKernel(const float *logits, int64_t n, int64_t V,
         losses[r0 + r] = 0.0;
       continue;
     }
-    const float *x = logits + r * V;
+    const InT *x = logits + r * V;
     float m;
     double sum;
     rowMaxSum(x, V, fscratch, dscratch, m, sum);
     if (threadIdx.x == 0)
-      losses[r0 + r] = double(m) + log(sum) - double(x[l]);
+      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
   }
 }
 
 /// out = scale * (softmax(logits) - onehot(label)), zero rows for ignored
-/// or invalid labels; out may be logits itself (fp32, in place) or a bf16
-/// buffer (the rounding the backward's products read, stored directly).
-/// With `losses`, each row's loss as rowLossKernel computes it, from the same
-/// max and sum.
-template <typename OutT>
-__global__ void rowGradKernel(const float *logits, OutT *out, int64_t n,
-                                  int64_t V, const int64_t *labels, int64_t r0,
-                                  int64_t ignoreIndex, float scale,
-                                  double *losses) {
+/// or invalid labels; out may be logits itself (in place: fp32, or the bf16
+/// LM head's bf16 logits) or a bf16 buffer (the rounding the backward's
+/// products read, stored directly). With `losses`, each row's loss as
+/// rowLossKernel computes it, from the same max and sum.
+template <typename InT, typename OutT>
+__global__ void rowGradKernel(const InT *logits, OutT *out, int64_t n,
+                              int64_t V, const int64_t *labels, int64_t r0,
+                              int64_t ignoreIndex, float scale,
+                              double *losses) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
     int64_t l = labels[r0 + r];
-    const float *x = logits + r * V;
+    const InT *x = logits + r * V;
     OutT *y = out + r * V;
     if (!validLabel(l, ignoreIndex, V)) {
       if (losses && threadIdx.x == 0)
@@ -117,14 +123,137 @@ __global__ void rowGradKernel(const float *logits, OutT *out, int64_t n,
     double sum;
     rowMaxSum(x, V, fscratch, dscratch, m, sum);
     if (losses && threadIdx.x == 0)
-      losses[r0 + r] = double(m) + log(sum) - double(x[l]);
+      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
     double inv = double(scale) / sum;
     __syncthreads(); // the row and its label's logit are read before rewriting
     for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
-      float v = float(double(expf(x[c] - m)) * inv);
+      float v = float(double(expf(loadIn(x + c) - m)) * inv);
       if (c == l)
         v -= scale;
       storeOut(y + c, v);
+    }
+  }
+}
+
+/// Eight bf16 logits (16 bytes) widened.
+__device__ inline void load8(const __nv_bfloat16 *p, float (&v)[8]) {
+  uint4 bits = *reinterpret_cast<const uint4 *>(p);
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&bits);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float2 f = __bfloat1622float2(h[k]);
+    v[2 * k] = f.x;
+    v[2 * k + 1] = f.y;
+  }
+}
+
+/// rowMaxSum of a row of bf16 logits whose length is a multiple of eight
+/// and whose start is 16-byte aligned, eight at a time: each thread keeps
+/// its running max, rescaled once per eight values, and adds their
+/// exponentials (in fp32, relative to the eight's max) to its double sum;
+/// then the same block max and fixed tree. The scalar loop spent its time
+/// on a branch and a double add per value (bf16 rows ran no faster than
+/// fp32 ones).
+__device__ inline void rowMaxSumBf16x8(const __nv_bfloat16 *x, int64_t V,
+                                       float *fscratch, double *dscratch,
+                                       float &m, double &sum) {
+  float mt = -INFINITY;
+  double st = 0.0;
+  for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
+    float v[8];
+    load8(x + c, v);
+    float vm = v[0];
+#pragma unroll
+    for (int k = 1; k < 8; ++k)
+      vm = fmaxf(vm, v[k]);
+    if (vm == -INFINITY)
+      continue; // eight -inf logits add nothing
+    if (vm > mt) {
+      st = st == 0.0 ? 0.0 : st * double(expf(mt - vm));
+      mt = vm;
+    }
+    float part = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      part += expf(v[k] - mt);
+    st += double(part);
+  }
+  m = blockMax(mt, fscratch);
+  double s = st == 0.0 ? 0.0 : st * double(expf(mt - m));
+  sum = blockSum(s, dscratch);
+}
+
+/// Whether a bf16 row kernel may take rows eight values at a time.
+bool rowsOf8(const void *p, const void *q, int64_t V) {
+  return V % 8 == 0 && aligned16(p) && aligned16(q);
+}
+
+/// rowLossKernel for bf16 logits eight at a time (rowsOf8).
+__global__ void rowLossBf16x8Kernel(const __nv_bfloat16 *logits, int64_t n,
+                                    int64_t V, const int64_t *labels,
+                                    int64_t r0, int64_t ignoreIndex,
+                                    double *losses) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int64_t l = labels[r0 + r];
+    if (!validLabel(l, ignoreIndex, V)) {
+      if (threadIdx.x == 0)
+        losses[r0 + r] = 0.0;
+      continue;
+    }
+    const __nv_bfloat16 *x = logits + r * V;
+    float m;
+    double sum;
+    rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
+    if (threadIdx.x == 0)
+      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
+  }
+}
+
+/// rowGradKernel for bf16 logits and gradient eight at a time (rowsOf8), in
+/// place or not: the loss and the row's statistics as rowLossBf16x8Kernel,
+/// each gradient value expf(x - m) * (scale / sum) in fp32 then rounded.
+__global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
+                                    __nv_bfloat16 *out, int64_t n, int64_t V,
+                                    const int64_t *labels, int64_t r0,
+                                    int64_t ignoreIndex, float scale,
+                                    double *losses) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int64_t l = labels[r0 + r];
+    const __nv_bfloat16 *x = logits + r * V;
+    __nv_bfloat16 *y = out + r * V;
+    if (!validLabel(l, ignoreIndex, V)) {
+      if (losses && threadIdx.x == 0)
+        losses[r0 + r] = 0.0;
+      for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x)
+        *reinterpret_cast<uint4 *>(y + c) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float m;
+    double sum;
+    rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
+    if (losses && threadIdx.x == 0)
+      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
+    float inv = float(double(scale) / sum);
+    __syncthreads(); // the row and its label's logit are read before rewriting
+    for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
+      float v[8];
+      load8(x + c, v);
+      uint4 bits;
+      __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&bits);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float a = expf(v[2 * k] - m) * inv, b = expf(v[2 * k + 1] - m) * inv;
+        if (c + 2 * k == l)
+          a -= scale;
+        if (c + 2 * k + 1 == l)
+          b -= scale;
+        h[k] = __floats2bfloat162_rn(a, b);
+      }
+      *reinterpret_cast<uint4 *>(y + c) = bits;
     }
   }
 }
@@ -206,8 +335,8 @@ void productWithWeight(const float *a, int64_t n, int64_t k, CFView w,
                        const void *w16, bool transB, int64_t ldb, int64_t cols,
                        float *c, const char *name) {
   if (!w16) {
-    gemmRowMajor(false, transB, n, cols, k, 1.0f, a, k, 0, w.data, ldb, 0,
-                 0.0f, c, cols, 0, 1, name);
+    gemmRowMajor(false, transB, n, cols, k, 1.0f, a, k, 0, w.data, ldb, 0, 0.0f,
+                 c, cols, 0, 1, name);
     return;
   }
   Temp a16(size_t(n * k) * 2, name);
@@ -224,12 +353,25 @@ void chunkLogits(CFView h, CFView w, const void *w16, bool transW,
                     transW ? d.D : d.V, d.V, logits, name);
 }
 
+/// The bf16 LM head's logits of rows [r0, r0 + n): the rows rounded to
+/// bf16, the product stored in bf16 (cuBLAS rounds its fp32 accumulators as
+/// autocast's logits are rounded), half the bytes the loss rows then read.
+void chunkLogitsBf16(const float *rows, int64_t n, const void *w16, bool transW,
+                     const LinearDims &d, __nv_bfloat16 *logits,
+                     const char *name) {
+  Temp a16(size_t(n * d.D) * 2, name);
+  roundToBf16Copy(rows, a16.as<void>(), n * d.D, name);
+  gemmRowMajorBf16As(CUDA_R_16BF, false, transW, n, d.V, d.D, 1.0f,
+                     a16.as<void>(), d.D, 0, w16, transW ? d.D : d.V, 0, 0.0f,
+                     logits, d.V, 0, 1, name);
+  a16.release();
+}
+
 void finishLoss(const double *losses, IView labels, int64_t N, int64_t V,
                 int64_t ignoreIndex, float *lossSum, int *badLabel,
                 const char *name) {
-  lossSumKernel<<<1, 1024, 0, currentStream()>>>(losses, labels.data, N, V,
-                                                 ignoreIndex, lossSum,
-                                                 badLabel);
+  lossSumKernel<<<1, 1024, 0, currentStream()>>>(
+      losses, labels.data, N, V, ignoreIndex, lossSum, badLabel);
   checkLaunch(name);
 }
 
@@ -247,8 +389,8 @@ void crossEntropy(CFView logits, IView labels, int64_t ignoreIndex,
         logits.data, N, V, labels.data, 0, ignoreIndex, losses.as<double>());
     checkLaunch(name);
   }
-  finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum,
-             badLabel, name);
+  finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum, badLabel,
+             name);
   losses.release();
 }
 
@@ -262,14 +404,14 @@ void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
     return;
   ::rondo::cuda::copy(logits, dLogits);
   rowGradKernel<<<rowGrid(N), kLossThreads, 0, currentStream()>>>(
-      dLogits.data, dLogits.data, N, V, labels.data, 0, ignoreIndex,
-      gradScale, nullptr);
+      dLogits.data, dLogits.data, N, V, labels.data, 0, ignoreIndex, gradScale,
+      nullptr);
   checkLaunch(name);
 }
 
 void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
-                        int64_t ignoreIndex, int64_t chunkRows,
-                        float *lossSum, int *badLabel) {
+                        int64_t ignoreIndex, int64_t chunkRows, float *lossSum,
+                        int *badLabel) {
   ProfileScope profileScope("linearCrossEntropy");
   const char *name = "linearCrossEntropy";
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
@@ -277,14 +419,25 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
   if (d.N > 0 && d.V > 0) {
     int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
     RoundedWeight w16(w, name);
-    Temp logits(size_t(chunk * d.V) * sizeof(float), name);
+    // bf16 logits under Precision::Bf16, as the backward's (bf16Chunks).
+    Temp logits(size_t(chunk * d.V) * (w16.get() ? 2 : sizeof(float)), name);
     for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
       int64_t n = std::min(chunk, d.N - r0);
-      chunkLogits(h, w, w16.get(), transW, d, r0, n, logits.as<float>(),
-                  name);
-      rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-          logits.as<float>(), n, d.V, labels.data, r0, ignoreIndex,
-          losses.as<double>());
+      if (w16.get()) {
+        auto *l16 = logits.as<__nv_bfloat16>();
+        chunkLogitsBf16(h.data + r0 * d.D, n, w16.get(), transW, d, l16, name);
+        if (rowsOf8(l16, l16, d.V))
+          rowLossBf16x8Kernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+              l16, n, d.V, labels.data, r0, ignoreIndex, losses.as<double>());
+        else
+          rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+              l16, n, d.V, labels.data, r0, ignoreIndex, losses.as<double>());
+      } else {
+        chunkLogits(h, w, nullptr, transW, d, r0, n, logits.as<float>(), name);
+        rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+            logits.as<float>(), n, d.V, labels.data, r0, ignoreIndex,
+            losses.as<double>());
+      }
       checkLaunch(name);
     }
     logits.release();
@@ -339,9 +492,10 @@ void fp32Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
 }
 
 /// The bf16 backward: the weight rounded once per call, each group's h rows
-/// once for its logits and dW products, each chunk's logits gradient stored
-/// in bf16 as it is computed (the rounding both products read), dH per
-/// chunk, dW per group (the first group writes it, beta = 0).
+/// once for its logits and dW products, each chunk's logits stored in bf16
+/// by their product (as autocast stores them) into the group's buffer and
+/// replaced there by their gradient (the rounding both products read), dH
+/// per chunk, dW per group (the first group writes it, beta = 0).
 void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
                 IView labels, int64_t ignoreIndex, float gradScale,
                 int64_t chunk, double *losses, FView dH, FView dW,
@@ -349,10 +503,8 @@ void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
   RoundedWeight w16(w, name);
   int64_t groupRows = std::min(d.N, chunk * kDwGroupChunks);
   int64_t ldw = transW ? d.D : d.V;
-  Temp grads(size_t(chunk * d.V) * sizeof(float), name),
-      g16(size_t(groupRows * d.V) * 2, name),
+  Temp g16(size_t(groupRows * d.V) * 2, name),
       h16(size_t(groupRows * d.D) * 2, name);
-  float *g = grads.as<float>();
   auto *gb = g16.as<__nv_bfloat16>();
   auto *hb = h16.as<__nv_bfloat16>();
   for (int64_t q0 = 0; q0 < d.N; q0 += groupRows) {
@@ -361,10 +513,15 @@ void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
     for (int64_t r0 = q0; r0 < q0 + m; r0 += chunk) {
       int64_t n = std::min(chunk, q0 + m - r0);
       __nv_bfloat16 *gc = gb + (r0 - q0) * d.V;
-      gemmRowMajorBf16(false, transW, n, d.V, d.D, 1.0f, hb + (r0 - q0) * d.D,
-                       d.D, 0, w16.get(), ldw, 0, 0.0f, g, d.V, 0, 1, name);
-      rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
-          g, gc, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
+      gemmRowMajorBf16As(CUDA_R_16BF, false, transW, n, d.V, d.D, 1.0f,
+                         hb + (r0 - q0) * d.D, d.D, 0, w16.get(), ldw, 0, 0.0f,
+                         gc, d.V, 0, 1, name);
+      if (rowsOf8(gc, gc, d.V))
+        rowGradBf16x8Kernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+            gc, gc, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
+      else
+        rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+            gc, gc, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
       checkLaunch(name);
       if (dH.data)
         gemmRowMajorBf16(false, !transW, n, d.D, d.V, 1.0f, gc, d.V, 0,
@@ -379,7 +536,6 @@ void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
       gemmRowMajorBf16(true, false, d.D, d.V, m, 1.0f, hb, d.D, 0, gb, d.V, 0,
                        beta, dW.data, d.V, 0, 1, name);
   }
-  grads.release();
   g16.release();
   h16.release();
   w16.release();

@@ -107,8 +107,10 @@ struct PlainRowLoad {
 
 /// Loads row r of a + b (binary Add's sums), storing the sums to `sum` as
 /// it goes: the residual add in front of a norm (addRmsNorm).
-struct AddRowLoad {
-  const float *a, *b;
+/// b in fp32, or in bf16 where its product stored it so (addRmsNormBf16).
+template <typename BT = float> struct AddRowLoad {
+  const float *a;
+  const BT *b;
   float *sum;
   template <int V, bool WarpRows>
   __device__ void operator()(int64_t r, int64_t width,

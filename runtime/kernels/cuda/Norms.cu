@@ -33,6 +33,8 @@
 #include "NormRows.cuh"
 #include "Profile.cuh"
 
+#include <type_traits>
+
 namespace rondo::cuda {
 
 using namespace detail;
@@ -524,25 +526,30 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
 
 namespace {
 
-template <typename OutT>
-void addRmsNormImpl(CFView a, CFView b, CFView w, float eps, FView sum, OutT *y,
-                    const char *name) {
-  if (a.shape.numel() != sum.shape.numel() ||
-      b.shape.numel() != sum.shape.numel())
+/// b in fp32 or, stored by its product in bf16, widened as it is loaded.
+template <typename BT, typename OutT>
+void addRmsNormImpl(CFView a, const BT *b, int64_t bNumel, CFView w, float eps,
+                    FView sum, OutT *y, const char *name) {
+  if (a.shape.numel() != sum.shape.numel() || bNumel != sum.shape.numel())
     contract(name, "a, b and sum differ in size (the add does not broadcast)");
   int64_t rows, width;
   rowsOf(sum.shape, rows, width);
   if (rows == 0)
     return;
   RowConfig rc;
-  if (rowConfig(width, rc) &&
-      rowsAligned({a.data, b.data, sum.data, w.data, y})) {
-    rmsNormRows(rc, AddRowLoad{a.data, b.data, sum.data}, w.data, eps, y, rows,
+  if (rowConfig(width, rc) && rowsAligned({a.data, b, sum.data, w.data, y})) {
+    rmsNormRows(rc, AddRowLoad<BT>{a.data, b, sum.data}, w.data, eps, y, rows,
                 width, name);
     return;
   }
   // The general kernels: the add, then the norm of the sum.
-  ::rondo::cuda::binary(BinaryKind::Add, a, b, sum);
+  if constexpr (std::is_same_v<BT, float>) {
+    ::rondo::cuda::binary(BinaryKind::Add, a, CFView{b, sum.shape}, sum);
+  } else {
+    WidenedBf16 wide(b, bNumel, name);
+    ::rondo::cuda::binary(BinaryKind::Add, a, CFView{wide.data(), sum.shape},
+                          sum);
+  }
   rmsNormImpl(CFView{sum.data, sum.shape}, w, eps, y, name);
 }
 
@@ -578,13 +585,28 @@ void rmsNormBackwardAddImpl(CFView x, CFView w, float eps, CFView dY, CFView r,
 
 void addRmsNorm(CFView a, CFView b, CFView w, float eps, FView sum, FView y) {
   ProfileScope profileScope("addRmsNorm");
-  addRmsNormImpl(a, b, w, eps, sum, y.data, "addRmsNorm");
+  addRmsNormImpl(a, b.data, b.shape.numel(), w, eps, sum, y.data, "addRmsNorm");
 }
 
 void addRmsNormToBf16(CFView a, CFView b, CFView w, float eps, FView sum,
                       BView y) {
   ProfileScope profileScope("addRmsNormToBf16");
-  addRmsNormImpl(a, b, w, eps, sum, bf16Data(y), "addRmsNormToBf16");
+  addRmsNormImpl(a, b.data, b.shape.numel(), w, eps, sum, bf16Data(y),
+                 "addRmsNormToBf16");
+}
+
+void addRmsNormBf16(CFView a, CBView b, CFView w, float eps, FView sum,
+                    FView y) {
+  ProfileScope profileScope("addRmsNormBf16");
+  addRmsNormImpl(a, bf16Data(b), b.shape.numel(), w, eps, sum, y.data,
+                 "addRmsNormBf16");
+}
+
+void addRmsNormBf16ToBf16(CFView a, CBView b, CFView w, float eps, FView sum,
+                          BView y) {
+  ProfileScope profileScope("addRmsNormBf16ToBf16");
+  addRmsNormImpl(a, bf16Data(b), b.shape.numel(), w, eps, sum, bf16Data(y),
+                 "addRmsNormBf16ToBf16");
 }
 
 void rmsNormBackwardAdd(CFView x, CFView w, float eps, CFView dY, CFView r,

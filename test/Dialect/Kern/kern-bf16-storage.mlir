@@ -257,14 +257,18 @@ func.func @frozen_bf16_experts(%x: tensor<8x16xf32> {exec.role = "activation"}, 
 // its gradients in bf16 (attentionBackwardBf16ToBf16): the query and key
 // gradients' norm-and-rotary backward reads them as they are, the values'
 // transpose moves them, and any other reader (here the function's result)
-// gets one fromBf16.
+// gets one fromBf16. The product in front of dO's transpose is read only by
+// it, so it stores bf16 itself (matmulBf16ToBf16) and the transpose moves
+// bf16 (transposeBf16), through the reshape between them.
 // CHECK-LABEL: func.func @attention_results
 // CHECK: %[[Q:.*]] = kern.call @rmsNormRotaryToBf16(%arg0,
 // CHECK: %[[K:.*]] = kern.call @rmsNormRotaryToBf16(%arg2,
 // CHECK: %[[V:.*]] = kern.call @transposeToBf16(%arg2)
 // CHECK: %[[O:.*]]:2 = kern.call @attentionBf16ToBf16(%[[Q]], %[[K]], %[[V]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>)
 // CHECK: %[[OT:.*]] = kern.call @transposeBf16(%[[O]]#0) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xbf16>) -> tensor<1x8x4x16xbf16>
-// CHECK: %[[DO:.*]] = kern.call @transposeToBf16(%{{.*}}) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xf32>) -> tensor<1x4x8x16xbf16>
+// CHECK: %[[DOR:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = true} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[DOT:.*]] = tg.reshape %[[DOR]] : (tensor<8x64xbf16>) -> tensor<1x8x4x16xbf16>
+// CHECK: %[[DO:.*]] = kern.call @transposeBf16(%[[DOT]]) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xbf16>) -> tensor<1x4x8x16xbf16>
 // CHECK: %[[G:.*]]:3 = kern.call @attentionBackwardBf16ToBf16(%[[Q]], %[[K]], %[[V]], %[[O]]#0, %[[O]]#1, %[[DO]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>)
 // CHECK: %[[GV:.*]] = kern.call @fromBf16(%[[G]]#2) : (tensor<1x4x8x16xbf16>) -> tensor<1x4x8x16xf32>
 // CHECK: kern.call @rmsNormRotaryBackwardBf16(%arg0, %arg1, %arg3, %arg4, %[[G]]#0) args {eps = 9.99999997E-7 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x8x4x16xf32>, tensor<16xf32>)
@@ -309,4 +313,24 @@ func.func @partial_twin(%x: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %cos: tens
   %r = tg.reshape %g#0 : (tensor<1x8x4x16xf32>) -> tensor<8x64xf32>
   %d = kern.call @matmul(%r, %wq) args {accumulate = false, transA = false, transB = true} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
   return %d, %g#1 : tensor<8x64xf32>, tensor<16xf32>
+}
+
+// -----
+
+// A residual Add of a product that only the Add reads: the product stores
+// bf16 and the Add widens it (addBf16), whichever operand it was; a product
+// something else also reads keeps fp32, and so does its Add (whose product
+// operand still moves second: the same bits).
+// CHECK-LABEL: func.func @residual_add
+// CHECK: %[[P:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[S:.*]] = kern.call @addBf16(%arg0, %[[P]]) : (tensor<8x64xf32>, tensor<8x64xbf16>) -> tensor<8x64xf32>
+// CHECK: %[[Q:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xf32>
+// CHECK: %[[T:.*]] = kern.call @binary(%[[S]], %[[Q]]) args {kind = "Add"}
+// CHECK: return %[[T]], %[[Q]]
+func.func @residual_add(%x: tensor<8x64xf32>, %h: tensor<8x64xf32>, %wo: tensor<64x64xf32>) -> (tensor<8x64xf32>, tensor<8x64xf32>) attributes {exec.stage} {
+  %p = kern.call @matmul(%h, %wo) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %s = kern.call @binary(%p, %x) args {kind = "Add"} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %q = kern.call @matmul(%h, %wo) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %t = kern.call @binary(%q, %s) args {kind = "Add"} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %t, %q : tensor<8x64xf32>, tensor<8x64xf32>
 }

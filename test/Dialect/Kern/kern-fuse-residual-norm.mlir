@@ -20,6 +20,22 @@ func.func @forward(%x: tensor<2x8x64xf32>, %h: tensor<2x8x64xf32>, %w: tensor<64
 
 // -----
 
+// A residual Add of a product stored in bf16 (kern-bf16-storage's addBf16)
+// fuses the same way, into addRmsNormBf16[ToBf16].
+// CHECK-LABEL: func.func @bf16_product
+// CHECK: %[[F:.*]]:2 = kern.call @addRmsNormBf16ToBf16(%arg0, %arg1, %arg2) args {eps = 9.99999997E-7 : f32} : (tensor<16x64xf32>, tensor<16x64xbf16>, tensor<64xf32>) -> (tensor<16x64xf32>, tensor<16x64xbf16>)
+// CHECK: kern.call @addRmsNormBf16(%[[F]]#0, %arg1, %arg2) args {eps = 9.99999997E-7 : f32} : (tensor<16x64xf32>, tensor<16x64xbf16>, tensor<64xf32>) -> (tensor<16x64xf32>, tensor<16x64xf32>)
+// CHECK-NOT: @addBf16
+func.func @bf16_product(%x: tensor<16x64xf32>, %p: tensor<16x64xbf16>, %w: tensor<64xf32>) -> (tensor<16x64xbf16>, tensor<16x64xf32>) attributes {exec.stage} {
+  %s = kern.call @addBf16(%x, %p) : (tensor<16x64xf32>, tensor<16x64xbf16>) -> tensor<16x64xf32>
+  %n = kern.call @rmsNormToBf16(%s, %w) args {eps = 1.0e-06 : f32} : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xbf16>
+  %t = kern.call @addBf16(%s, %p) : (tensor<16x64xf32>, tensor<16x64xbf16>) -> tensor<16x64xf32>
+  %m = kern.call @rmsNorm(%t, %w) args {eps = 1.0e-06 : f32} : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  return %n, %m : tensor<16x64xbf16>, tensor<16x64xf32>
+}
+
+// -----
+
 // Backward: the norm's dX added to the stream's gradient, in either order,
 // becomes rmsNormBackwardAdd; with a toBf16 copy of the sum,
 // rmsNormBackwardAddWithBf16, whose bf16 result the copy's readers read.

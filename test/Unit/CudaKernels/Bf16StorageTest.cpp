@@ -670,7 +670,9 @@ TEST_F(CudaBf16Storage, Bf16GradientReaders) {
 }
 
 // kern-fuse-residual-norm's kernels are the calls they replace, bit for bit:
-// addRmsNorm[ToBf16] = binary Add then rmsNorm[ToBf16] of the sum;
+// addRmsNorm[ToBf16] = binary Add then rmsNorm[ToBf16] of the sum, and
+// addBf16 / addRmsNormBf16[ToBf16] = binary Add / addRmsNorm[ToBf16] of the
+// widened bf16 b;
 // rmsNormBackwardAdd[WithBf16] = rmsNormBackward, binary Add of r and dX
 // (then toBf16). Fast paths (widths 2048, 64) and the general kernels (6);
 // the CPU twins to 1e-5.
@@ -698,6 +700,48 @@ TEST_F(CudaBf16Storage, ResidualNormFusionsAreTheCallsTheyReplace) {
     cpu::addRmsNorm(a.cv(), b.cv(), w.cv(), 1e-6f, FView{cs.data(), xs},
                     FView{cy.data(), xs});
     EXPECT_LE(normErr(fusedY.host(), cy), 1e-5) << "addRmsNorm CPU " << what;
+    // b stored in bf16 by its product: the fused kernels widen it as they
+    // add, the bits of the fp32 kernels given the widened values.
+    std::vector<uint16_t> b16(size_t(xs.numel()));
+    Tensor bw(xs);
+    for (size_t i = 0; i < b16.size(); ++i) {
+      b16[i] = roundBits(b[i]);
+      bw[i] = widen(b16[i]);
+    }
+    Dev16 db16(b16, xs);
+    Dev dbw(bw);
+    Out32 wSum(xs), wY(xs), bfSum(xs), bfY(xs), bfSum16(xs), added(xs),
+        addedRef(xs);
+    cu::binary(BinaryKind::Add, da.cv(), dbw.cv(), addedRef.v());
+    cu::addBf16(da.cv(), db16.cv(), added.v());
+    EXPECT_EQ(added.host(), addedRef.host()) << "addBf16 " << what;
+    std::vector<float> ca(size_t(xs.numel()));
+    cpu::addBf16(a.cv(), CBView{b16.data(), xs}, FView{ca.data(), xs});
+    EXPECT_LE(normErr(added.host(), ca), 1e-6) << "addBf16 CPU " << what;
+    cu::addRmsNorm(da.cv(), dbw.cv(), dw.cv(), 1e-6f, wSum.v(), wY.v());
+    cu::addRmsNormBf16(da.cv(), db16.cv(), dw.cv(), 1e-6f, bfSum.v(), bfY.v());
+    EXPECT_EQ(bfSum.host(), wSum.host()) << "addRmsNormBf16 sum " << what;
+    EXPECT_EQ(bfY.host(), wY.host()) << "addRmsNormBf16 y " << what;
+    Dev16 wY16(xs), bfY16(xs);
+    cu::addRmsNormToBf16(da.cv(), dbw.cv(), dw.cv(), 1e-6f, wSum.v(), wY16.v());
+    cu::addRmsNormBf16ToBf16(da.cv(), db16.cv(), dw.cv(), 1e-6f, bfSum16.v(),
+                             bfY16.v());
+    EXPECT_EQ(bfSum16.host(), wSum.host()) << "Bf16ToBf16 sum " << what;
+    EXPECT_EQ(bfY16.host(), wY16.host()) << "Bf16ToBf16 y " << what;
+    std::vector<float> ts(size_t(xs.numel())), ty(size_t(xs.numel()));
+    cpu::addRmsNormBf16(a.cv(), CBView{b16.data(), xs}, w.cv(), 1e-6f,
+                        FView{ts.data(), xs}, FView{ty.data(), xs});
+    EXPECT_LE(normErr(bfY.host(), ty), 1e-5) << "addRmsNormBf16 CPU " << what;
+    EXPECT_LE(normErr(bfSum.host(), ts), 1e-5)
+        << "addRmsNormBf16 sum CPU " << what;
+    expectRoundingOf(bfY16.host(), bfY.host(),
+                     cpuBf16(xs,
+                             [&](BView y) {
+                               cpu::addRmsNormBf16ToBf16(
+                                   a.cv(), CBView{b16.data(), xs}, w.cv(),
+                                   1e-6f, FView{ts.data(), xs}, y);
+                             }),
+                     "addRmsNormBf16ToBf16 " + what);
     // Backward.
     Out32 dx(xs), dW(ws), bsum(xs), fusedB(xs), fusedW(ws), fusedB2(xs),
         fusedW2(ws);

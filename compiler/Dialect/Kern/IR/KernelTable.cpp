@@ -13,6 +13,9 @@
 
 #include "Dialect/Kern/IR/KernOps.h"
 
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
 #include "Kernels.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -304,4 +307,32 @@ bool rondo::kern::isBinaryOf(CallOp call, llvm::StringRef kind) {
     return false;
   auto k = dyn_cast_or_null<StringAttr>(call.getArgsAttr().get("kind"));
   return k && k.getValue() == kind;
+}
+
+bool rondo::kern::isPlainBf16Product(CallOp call) {
+  if (!call || call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
+      call->getNumResults() != 1 ||
+      !cast<RankedTensorType>(call.getResult(0).getType())
+           .getElementType()
+           .isF32() ||
+      !call.getArgs())
+    return false;
+  auto accumulate =
+      dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"));
+  return accumulate && !accumulate.getValue();
+}
+
+CallOp rondo::kern::storeProductInBf16(CallOp product) {
+  SmallVector<NamedAttribute> args;
+  for (NamedAttribute a : product.getArgsAttr())
+    if (a.getName() != "accumulate")
+      args.push_back(a);
+  auto type = cast<RankedTensorType>(product.getResult(0).getType());
+  OpBuilder b(product);
+  return CallOp::create(
+      b, product.getLoc(),
+      TypeRange{RankedTensorType::get(type.getShape(),
+                                      BFloat16Type::get(b.getContext()))},
+      FlatSymbolRefAttr::get(b.getContext(), "matmulBf16ToBf16"),
+      product.getInputs(), ValueRange{}, b.getDictionaryAttr(args), nullptr);
 }

@@ -89,6 +89,16 @@ mlir::FailureOr<llvm::SmallVector<BoundParam>> bindParams(CallOp call,
 /// `inits`: the element-wise calls the fusion passes rewrite.
 bool isBinaryOf(CallOp call, llvm::StringRef kind);
 
+/// Whether `call` is a product of bf16 operands that may store its result in
+/// bf16 instead: `matmulBf16` with one fp32 result, nothing to accumulate
+/// into (kern-bf16-storage, kern-fuse-residual-norm).
+bool isPlainBf16Product(CallOp call);
+
+/// `matmulBf16ToBf16` of `product`'s operands and arguments, built in front
+/// of it (cuBLAS rounds the fp32 accumulators as it stores them); the caller
+/// redirects the readers and erases `product`.
+CallOp storeProductInBf16(CallOp product);
+
 } // namespace rondo::kern
 
 #endif // RONDO_DIALECTS_KERN_IR_KERNELTABLE_H

@@ -38,6 +38,8 @@
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSwitch.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace rondo;
 using namespace rondo::kern;
@@ -183,86 +185,156 @@ LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource,
   return success();
 }
 
-/// The kernels that read bf16 operands in place of an fp32 twin's
-/// (KernelList.def's `<kernel>Bf16`), by the twin they replace.
-StringRef bf16OperandTwin(StringRef kernel) {
-  return llvm::StringSwitch<StringRef>(kernel)
+/// The kernel that reads some of `call`'s operands in bf16 in place of its
+/// fp32 kernel (KernelList.def's `<kernel>Bf16`), or "": gatedAct's, the
+/// transposes in front of attention, and a residual Add (same shapes).
+StringRef bf16OperandTwin(CallOp call) {
+  if (isBinaryOf(call, "Add") && call->getNumResults() == 1 &&
+      isF32(call.getResult(0)) && llvm::all_of(call.getInputs(), [&](Value v) {
+        return v.getType() == call.getResult(0).getType();
+      }))
+    return "addBf16";
+  return llvm::StringSwitch<StringRef>(call.getKernel())
       .Case("gatedActToBf16", "gatedActBf16")
       .Case("gatedActBackwardToBf16", "gatedActBackwardBf16")
+      .Case("transposeToBf16", "transposeBf16")
       .Default("");
 }
 
-/// A product that may store its result in bf16: one fp32 result, nothing to
-/// accumulate into.
-bool isPlainBf16Product(CallOp call) {
-  if (call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
-      call->getNumResults() != 1 || !isF32(call.getResult(0)))
-    return false;
-  auto accumulate =
-      call.getArgs()
-          ? dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"))
-          : BoolAttr();
-  return accumulate && !accumulate.getValue();
+/// The positions among `call`'s inputs that kernel `twin` reads in bf16
+/// (its CBView parameters where `call`'s kernel has CFView ones): the
+/// operands in parameter order, a float parameter counting as one only when
+/// the call's `args` does not name it.
+SmallVector<unsigned> bf16InputPositions(CallOp call, StringRef twin) {
+  SmallVector<unsigned> positions;
+  unsigned input = 0;
+  for (const KernelParam &p : lookupKernel(twin)->params) {
+    switch (p.kind) {
+    case ParamKind::Bf16Input:
+      positions.push_back(input++);
+      break;
+    case ParamKind::Input:
+    case ParamKind::IntInput:
+      ++input;
+      break;
+    case ParamKind::F32:
+      if (!call.getArgs() || !call.getArgsAttr().get(p.name))
+        ++input;
+      break;
+    default:
+      break;
+    }
+  }
+  return positions;
 }
 
-/// bf16 activations: products whose every reader has a bf16-operand twin
-/// whose every operand is such a product store their results in bf16
-/// (matmulBf16ToBf16), and those readers read them as they are. The set is
-/// the greatest fixed point: a reader with any other operand keeps fp32 and
-/// so do the products it reads.
+/// The value `v` reshapes (itself when no tg.reshape produces it).
+Value throughReshapes(Value v) {
+  while (auto r = v.getDefiningOp<tg::ReshapeOp>())
+    v = r.getX();
+  return v;
+}
+
+/// bf16 activations: a reader with a bf16-operand twin (gatedAct's, the
+/// transposes in front of attention, the residual Adds after the output and
+/// down projections) whose every bf16 operand is a product
+/// (or a reshape of one) read only by such readers, each at one of its bf16
+/// operands, reads those products stored in bf16 (matmulBf16ToBf16: cuBLAS
+/// rounds the fp32 accumulators as it stores them, where the reader used to
+/// round them as it loaded them). The set is the greatest fixed point: a
+/// reader with any other operand there keeps fp32, and so do the products
+/// it reads.
 void storeProductsInBf16(func::FuncOp fn) {
-  SetVector<Operation *> readers;
+  auto isProductValue = [](Value v) {
+    return isPlainBf16Product(throughReshapes(v).getDefiningOp<CallOp>());
+  };
+  llvm::MapVector<Operation *, SmallVector<unsigned>> readers;
   fn.walk([&](CallOp call) {
-    if (!bf16OperandTwin(call.getKernel()).empty())
-      readers.insert(call);
+    StringRef twin = bf16OperandTwin(call);
+    if (twin.empty())
+      return;
+    // addBf16 reads its second operand in bf16: a product first is moved
+    // there (a + b is b + a, bit for bit).
+    if (twin == "addBf16" && isProductValue(call.getInputs()[0]) &&
+        !isProductValue(call.getInputs()[1])) {
+      Value first = call.getInputs()[0];
+      call->setOperand(0, call.getInputs()[1]);
+      call->setOperand(1, first);
+    }
+    readers[call] = bf16InputPositions(call, twin);
   });
+  // Whether every use of `v`, through reshapes, is a bf16 operand of a
+  // reader still in the set.
+  std::function<bool(Value)> readOnlyInBf16 = [&](Value v) {
+    return llvm::all_of(v.getUses(), [&](OpOperand &use) {
+      if (auto r = dyn_cast<tg::ReshapeOp>(use.getOwner()))
+        return readOnlyInBf16(r.getResult());
+      auto it = readers.find(use.getOwner());
+      return it != readers.end() &&
+             llvm::is_contained(it->second, use.getOperandNumber());
+    });
+  };
   auto storable = [&](Value v) {
-    auto product = v.getDefiningOp<CallOp>();
+    auto product = throughReshapes(v).getDefiningOp<CallOp>();
     return product && isPlainBf16Product(product) &&
-           llvm::all_of(v.getUsers(),
-                        [&](Operation *u) { return readers.contains(u); });
+           readOnlyInBf16(product.getResult(0));
   };
   for (bool changed = true; changed;) {
-    SetVector<Operation *> kept;
-    for (Operation *reader : readers)
-      if (llvm::all_of(cast<CallOp>(reader).getInputs(), storable))
-        kept.insert(reader);
+    llvm::MapVector<Operation *, SmallVector<unsigned>> kept;
+    for (auto &[reader, positions] : readers)
+      if (llvm::all_of(positions, [&](unsigned k) {
+            return storable(reader->getOperand(k));
+          }))
+        kept[reader] = positions;
     changed = kept.size() != readers.size();
     readers = std::move(kept);
   }
   MLIRContext *ctx = fn.getContext();
   IRMapping stored;
-  for (Operation *reader : readers)
-    for (Value v : cast<CallOp>(reader).getInputs()) {
+  for (auto &[reader, positions] : readers)
+    for (unsigned k : positions) {
+      Value v = throughReshapes(reader->getOperand(k));
       if (stored.contains(v))
         continue;
-      auto product = v.getDefiningOp<CallOp>();
-      SmallVector<NamedAttribute> args;
-      for (NamedAttribute a : product.getArgsAttr())
-        if (a.getName() != "accumulate")
-          args.push_back(a);
-      OpBuilder b(product);
-      auto bf16 = CallOp::create(
-          b, product.getLoc(), TypeRange{asBf16(v.getType())},
-          FlatSymbolRefAttr::get(ctx, "matmulBf16ToBf16"), product.getInputs(),
-          ValueRange{}, b.getDictionaryAttr(args), nullptr);
-      stored.map(v, bf16.getResult(0));
+      stored.map(v, storeProductInBf16(v.getDefiningOp<CallOp>()).getResult(0));
     }
-  for (Operation *op : readers) {
+  for (auto &[op, positions] : readers) {
     auto reader = cast<CallOp>(op);
-    SmallVector<Value> inputs;
-    for (Value v : reader.getInputs())
-      inputs.push_back(stored.lookup(v));
+    // Named before its operands turn bf16 (an Add's twin needs fp32 ones).
+    StringRef twinName = bf16OperandTwin(reader);
+    for (unsigned k : positions) {
+      ProductUse use{&reader->getOpOperand(k), {}};
+      Value v = use.operand->get();
+      while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
+        use.chain.push_back(r);
+        v = r.getX();
+      }
+      std::reverse(use.chain.begin(), use.chain.end());
+      redirect(use, stored.lookup(v));
+    }
+    // The twin takes the reader's arguments its parameters name (addBf16
+    // has no `kind`).
     OpBuilder b(reader);
+    SmallVector<NamedAttribute> args;
+    if (reader.getArgs())
+      for (NamedAttribute a : reader.getArgsAttr())
+        if (llvm::any_of(lookupKernel(twinName)->params,
+                         [&](const KernelParam &p) {
+                           return p.name == a.getName().getValue();
+                         }))
+          args.push_back(a);
     auto twin = CallOp::create(
         b, reader.getLoc(), reader->getResultTypes(),
-        FlatSymbolRefAttr::get(ctx, bf16OperandTwin(reader.getKernel())),
-        inputs, ValueRange{}, reader.getArgsAttr(), reader.getSkipAttr());
+        FlatSymbolRefAttr::get(ctx, twinName), reader.getInputs(),
+        reader.getInits(), args.empty() ? nullptr : b.getDictionaryAttr(args),
+        reader.getSkipAttr());
     reader->replaceAllUsesWith(twin->getResults());
     reader.erase();
   }
-  for (auto [from, to] : stored.getValueMap())
+  for (auto [from, to] : stored.getValueMap()) {
+    eraseDeadReshapes(from);
     from.getDefiningOp()->erase();
+  }
 }
 
 /// Whether `use` is operand `operand` of a call of `kernel`.
@@ -416,11 +488,6 @@ struct KernBf16StoragePass
       Attribute name = fn.getArgAttr(arg.getArgNumber(), tg::kParamAttr);
       return name ? residentCopy.lookup(name) : Value();
     };
-    auto throughReshapes = [](Value v) {
-      while (auto r = v.getDefiningOp<tg::ReshapeOp>())
-        v = r.getX();
-      return v;
-    };
 
     // The products: every matmul, and the experts' grouped products that
     // need no copy of an expert weight: an expertMatmul whose weights
@@ -525,8 +592,10 @@ struct KernBf16StoragePass
                         isF32))
         product.setKernelAttr(
             FlatSymbolRefAttr::get(ctx, bf16ProductTwin(product.getKernel())));
-    storeProductsInBf16(fn);
+    // Attention first: its backward's dOut gets the transpose that
+    // storeProductsInBf16 then feeds from a bf16 product.
     storeAttentionInBf16(fn);
+    storeProductsInBf16(fn);
 
     // A frozen weight held in bf16 alone has no fp32 form to bind: once the
     // products read its bf16 argument, its fp32 argument goes.

@@ -48,7 +48,8 @@ bool availableAt(Value v, Operation *op) {
 }
 
 /// Add(a, b) read by rmsNorm[ToBf16](sum, w) -> addRmsNorm[ToBf16](a, b, w):
-/// the fused call takes the Add's place, the sum is its first result.
+/// the fused call takes the Add's place, the sum is its first result; and
+/// addBf16(a, b) read by them -> addRmsNormBf16[ToBf16](a, b, w).
 void fuseForward(CallOp add) {
   Value sum = add.getResult(0);
   CallOp norm;
@@ -65,11 +66,17 @@ void fuseForward(CallOp add) {
   }
   if (!norm)
     return;
-  StringRef kernel =
-      norm.getKernel() == "rmsNorm" ? "addRmsNorm" : "addRmsNormToBf16";
-  OpBuilder b(add);
+  // addBf16's b is stored in bf16 (kern-bf16-storage): the fused kernel
+  // widens it as it adds.
+  bool bf16B = add.getKernel() == "addBf16";
+  bool toBf16 = norm.getKernel() == "rmsNormToBf16";
+  StringRef kernel = bf16B
+                         ? (toBf16 ? "addRmsNormBf16ToBf16" : "addRmsNormBf16")
+                         : (toBf16 ? "addRmsNormToBf16" : "addRmsNorm");
+  OpBuilder builder(add);
   auto fused = CallOp::create(
-      b, norm.getLoc(), TypeRange{sum.getType(), norm.getResult(0).getType()},
+      builder, norm.getLoc(),
+      TypeRange{sum.getType(), norm.getResult(0).getType()},
       FlatSymbolRefAttr::get(add.getContext(), kernel),
       ValueRange{add.getInputs()[0], add.getInputs()[1], norm.getInputs()[1]},
       ValueRange{}, norm.getArgsAttr(), nullptr);
@@ -142,7 +149,7 @@ struct KernFuseResidualNormPass
       return;
     SmallVector<CallOp> adds;
     fn.walk([&](CallOp call) {
-      if (isPlainAdd(call))
+      if (isPlainAdd(call) || call.getKernel() == "addBf16")
         adds.push_back(call);
     });
     for (CallOp add : adds) {
@@ -151,8 +158,8 @@ struct KernFuseResidualNormPass
         auto call = v.getDefiningOp<CallOp>();
         return call && call.getKernel() == kernel;
       };
-      if (producedBy(lhs, "rmsNormBackward") ||
-          producedBy(rhs, "rmsNormBackward"))
+      if (add.getKernel() == "binary" && (producedBy(lhs, "rmsNormBackward") ||
+                                          producedBy(rhs, "rmsNormBackward")))
         fuseBackward(add);
       else
         fuseForward(add);

@@ -47,14 +47,23 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
     kernels, which round it as they load it: a `toBf16` of the whole stack
     at every microbatch would cost more than the bf16 kernels save.
 
-    Then activations: a product whose every reader has a twin that takes
-    bf16 operands (`gatedActToBf16` -> `gatedActBf16`,
-    `gatedActBackwardToBf16` -> `gatedActBackwardBf16`), each of whose
-    operands is such a product, stores its result in bf16
-    (`matmulBf16ToBf16`, rounded once in cuBLAS's epilogue) and those
-    readers read it as it is: the gate and up projections and the down
-    projection's input gradient of a gated MLP, as PyTorch's autocast
-    stores them. This rounds values the fp32 path kept, so these bits
+    Then attention's results (below), and then activations: a product
+    whose every reader (through reshapes) has a twin that takes that
+    operand in bf16 (`gatedActToBf16` -> `gatedActBf16`,
+    `gatedActBackwardToBf16` -> `gatedActBackwardBf16`, `transposeToBf16`
+    -> `transposeBf16`, a same-shape `binary` Add -> `addBf16` with the
+    product moved to its second operand), each of whose bf16 operands is
+    such a product,
+    stores its result in bf16 (`matmulBf16ToBf16`, rounded once in
+    cuBLAS's epilogue) and those readers read it as it is: the gate and up
+    projections and the down projection's input gradient of a gated MLP,
+    the value projection and the output projection's input gradient in
+    front of attention's transposes, the output and down projections in
+    front of their residual Adds, as PyTorch's autocast stores them. The
+    decision depends on the stage function alone, not on which kernels
+    later fuse, so every plan of a model rounds the same values.
+    Where the reader rounded the product's fp32 result, the bits are those
+    cuBLAS rounds; where it computed in fp32 first (gatedAct), they
     differ from the fp32-storage ones.
 
     Then attention's results: an `attentionBf16` whose output only the
@@ -202,6 +211,8 @@ def KernFuseResidualNormPass
     - `binary` Add(a, b) read by `rmsNorm` / `rmsNormToBf16` becomes
       `addRmsNorm` / `addRmsNormToBf16`, whose first result is the sum
       (every other reader of the Add reads it) and second the norm's;
+      `addBf16` (kern-bf16-storage's residual Add of a product stored in
+      bf16) becomes `addRmsNormBf16` / `addRmsNormBf16ToBf16` the same way;
     - Add(r, dX) of an `rmsNormBackward` dX nothing else reads becomes
       `rmsNormBackwardAdd`, or `rmsNormBackwardAddWithBf16` when a `toBf16`
       copy of the sum exists (its readers read the fused call's bf16 result).
