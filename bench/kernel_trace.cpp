@@ -12,8 +12,9 @@
 // torch.profiler is CUPTI too). At exit it writes, for the kernels that
 // started in the last KERNEL_TRACE_LAST_MS milliseconds of the process's GPU
 // activity (all of them without it), one row per kernel name and launch
-// shape: calls, total ms, mean us, grid and block, and the window's span and
-// busy time.
+// shape: calls, total ms, mean us, grid and block; the window's span and
+// busy time; and its idle time, with its longest gaps and the kernels on
+// either side of each (where a step waits for its host).
 //
 //   g++ -O2 -shared -fPIC bench/kernel_trace.cpp -I$CUDA/include \
 //     -L$CUDA/lib64 -lcupti -o libkernel_trace.so
@@ -124,7 +125,11 @@ void report() {
   using Key = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
                          uint32_t, uint32_t>;
   std::map<Key, Row> rows;
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  struct Span {
+    uint64_t start, end;
+    uint32_t name;
+  };
+  std::vector<Span> spans;
   uint64_t first = ~uint64_t(0);
   for (const Record &r : t.records) {
     if (r.start < from)
@@ -134,22 +139,36 @@ void report() {
                         r.block[1], r.block[2]}];
     ++row.calls;
     row.ns += double(r.end - r.start);
-    spans.push_back({r.start, r.end});
+    spans.push_back({r.start, r.end, r.name});
   }
-  // Busy time: the union of the kernels' intervals (streams may overlap).
-  std::sort(spans.begin(), spans.end());
+  // Busy time: the union of the kernels' intervals (streams may overlap);
+  // the idle gaps between them, the longest with the kernels around them.
+  std::sort(spans.begin(), spans.end(),
+            [](const Span &a, const Span &b) { return a.start < b.start; });
   double busy = 0, all = 0;
-  uint64_t curStart = 0, curEnd = 0;
-  for (auto [s, e] : spans) {
-    if (s > curEnd) {
+  uint64_t curStart = spans.empty() ? 0 : spans[0].start;
+  uint64_t curEnd = curStart;
+  uint32_t lastName = 0;
+  struct Gap {
+    uint64_t ns;
+    uint32_t before, after;
+  };
+  std::vector<Gap> gaps;
+  for (const Span &sp : spans) {
+    if (sp.start > curEnd) {
       busy += double(curEnd - curStart);
-      curStart = s;
-      curEnd = e;
-    } else {
-      curEnd = std::max(curEnd, e);
+      gaps.push_back({sp.start - curEnd, lastName, sp.name});
+      curStart = sp.start;
+      curEnd = sp.end;
+      lastName = sp.name;
+    } else if (sp.end >= curEnd) {
+      curEnd = sp.end;
+      lastName = sp.name;
     }
   }
   busy += double(curEnd - curStart);
+  std::sort(gaps.begin(), gaps.end(),
+            [](const Gap &a, const Gap &b) { return a.ns > b.ns; });
   std::vector<std::pair<Key, Row>> sorted(rows.begin(), rows.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto &a, const auto &b) {
     return a.second.ns > b.second.ns;
@@ -166,6 +185,15 @@ void report() {
                busy / 1e6);
   std::fprintf(f, "%10s %8s %10s  %-16s %-12s %s\n", "ms", "calls", "mean_us",
                "grid", "block", "kernel");
+  double idle = 0;
+  for (const Gap &g : gaps)
+    idle += double(g.ns);
+  std::fprintf(f, "# idle %.1f ms in %zu gaps; the longest:\n", idle / 1e6,
+               gaps.size());
+  for (size_t k = 0; k < gaps.size() && k < 12; ++k)
+    std::fprintf(f, "#   %.3f ms after %.80s before %.80s\n",
+                 double(gaps[k].ns) / 1e6, t.names[gaps[k].before].c_str(),
+                 t.names[gaps[k].after].c_str());
   for (const auto &[key, row] : sorted) {
     auto [name, gx, gy, gz, bx, by, bz] = key;
     char grid[48], block[48];

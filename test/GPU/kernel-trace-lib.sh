@@ -2,7 +2,8 @@
 # $res/libkernel_trace.so and sets $trace_env, the environment that times a
 # process's kernels with it (the last KERNEL_TRACE_LAST_MS of its GPU work,
 # into $res/trace-<pid>.txt); and trace_label, which names each trace file
-# by its process (trace-torch-<pid>.txt for PyTorch's, trace-rondo-<pid>.txt).
+# by its process (trace-rondo-<pid>.txt for a trainer's, whose kernels are
+# Rondo's, trace-torch-<pid>.txt for PyTorch's).
 cuda=/usr/local/cuda
 cupti=
 for d in $cuda/extras/CUPTI/lib64 $cuda/lib64; do
@@ -17,7 +18,7 @@ trace_env=(CUDA_INJECTION64_PATH=$res/libkernel_trace.so
 trace_label() {
   for t in $res/trace-[0-9]*.txt; do
     [ -e "$t" ] || continue
-    grep -q "triton_" $t && kind=torch || kind=rondo
+    grep -q "_ZN5rondo" $t && kind=rondo || kind=torch
     [ $(wc -l < $t) -gt 20 ] && mv $t $res/trace-$kind-$(basename $t .txt | cut -d- -f2).txt
   done
 }
