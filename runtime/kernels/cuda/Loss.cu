@@ -72,30 +72,6 @@ __device__ inline void rowMaxSum(const InT *x, int64_t V, float *fscratch,
   sum = blockSum(s, dscratch);
 }
 
-/// losses[r0 + r] = loss of row r of `logits` (0 for ignored/invalid rows);
-/// logits in fp32, or in bf16 as the bf16 LM head's product stores them.
-template <typename InT>
-__global__ void rowLossKernel(const InT *logits, int64_t n, int64_t V,
-                              const int64_t *labels, int64_t r0,
-                              int64_t ignoreIndex, double *losses) {
-  __shared__ float fscratch[32];
-  __shared__ double dscratch[32];
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    int64_t l = labels[r0 + r];
-    if (!validLabel(l, ignoreIndex, V)) {
-      if (threadIdx.x == 0)
-        losses[r0 + r] = 0.0;
-      continue;
-    }
-    const InT *x = logits + r * V;
-    float m;
-    double sum;
-    rowMaxSum(x, V, fscratch, dscratch, m, sum);
-    if (threadIdx.x == 0)
-      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
-  }
-}
-
 /// out = scale * (softmax(logits) - onehot(label)), zero rows for ignored
 /// or invalid labels; out may be logits itself (in place: fp32, or the bf16
 /// LM head's bf16 logits) or a bf16 buffer (the rounding the backward's
@@ -188,11 +164,13 @@ bool rowsOf8(const void *p, const void *q, int64_t V) {
   return V % 8 == 0 && aligned16(p) && aligned16(q);
 }
 
-/// rowLossKernel for bf16 logits eight at a time (rowsOf8).
-__global__ void rowLossBf16x8Kernel(const __nv_bfloat16 *logits, int64_t n,
-                                    int64_t V, const int64_t *labels,
-                                    int64_t r0, int64_t ignoreIndex,
-                                    double *losses) {
+/// losses[r0 + r] = loss of row r of `logits` (0 for ignored/invalid rows);
+/// logits in fp32, or in bf16 as the bf16 LM head's product stores them,
+/// eight at a time where rowsOf8 (Eight).
+template <bool Eight = false, typename InT>
+__global__ void rowLossKernel(const InT *logits, int64_t n, int64_t V,
+                              const int64_t *labels, int64_t r0,
+                              int64_t ignoreIndex, double *losses) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
@@ -202,17 +180,20 @@ __global__ void rowLossBf16x8Kernel(const __nv_bfloat16 *logits, int64_t n,
         losses[r0 + r] = 0.0;
       continue;
     }
-    const __nv_bfloat16 *x = logits + r * V;
+    const InT *x = logits + r * V;
     float m;
     double sum;
-    rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
+    if constexpr (Eight)
+      rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
+    else
+      rowMaxSum(x, V, fscratch, dscratch, m, sum);
     if (threadIdx.x == 0)
       losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
   }
 }
 
 /// rowGradKernel for bf16 logits and gradient eight at a time (rowsOf8), in
-/// place or not: the loss and the row's statistics as rowLossBf16x8Kernel,
+/// place or not: the loss and the row's statistics as rowLossKernel<true>,
 /// each gradient value expf(x - m) * (scale / sum) in fp32 then rounded.
 __global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
                                     __nv_bfloat16 *out, int64_t n, int64_t V,
@@ -427,7 +408,7 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
         auto *l16 = logits.as<__nv_bfloat16>();
         chunkLogitsBf16(h.data + r0 * d.D, n, w16.get(), transW, d, l16, name);
         if (rowsOf8(l16, l16, d.V))
-          rowLossBf16x8Kernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+          rowLossKernel<true><<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
               l16, n, d.V, labels.data, r0, ignoreIndex, losses.as<double>());
         else
           rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
