@@ -98,6 +98,20 @@ struct ProductUse {
   SmallVector<tg::ReshapeOp> chain;
 };
 
+/// `operand` and the reshapes between it and the value they reshape
+/// (outermost last); that value is returned in `source`.
+ProductUse useThroughReshapes(OpOperand &operand, Value &source) {
+  ProductUse use{&operand, {}};
+  Value v = operand.get();
+  while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
+    use.chain.push_back(r);
+    v = r.getX();
+  }
+  std::reverse(use.chain.begin(), use.chain.end());
+  source = v;
+  return use;
+}
+
 /// Whether every use of `v`, through reshapes, is an operand a product
 /// reads in bf16 (a function result or any other reader is not).
 bool onlyProducts(Value v, const ProductSet &products) {
@@ -303,13 +317,8 @@ void storeProductsInBf16(func::FuncOp fn) {
     // Named before its operands turn bf16 (an Add's twin needs fp32 ones).
     StringRef twinName = bf16OperandTwin(reader);
     for (unsigned k : positions) {
-      ProductUse use{&reader->getOpOperand(k), {}};
-      Value v = use.operand->get();
-      while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
-        use.chain.push_back(r);
-        v = r.getX();
-      }
-      std::reverse(use.chain.begin(), use.chain.end());
+      Value v;
+      ProductUse use = useThroughReshapes(reader->getOpOperand(k), v);
       redirect(use, stored.lookup(v));
     }
     // The twin takes the reader's arguments its parameters name (addBf16
@@ -531,13 +540,8 @@ struct KernBf16StoragePass
     llvm::MapVector<Value, SmallVector<ProductUse>> bySource;
     for (CallOp product : products)
       for (unsigned k = 0, e = bf16Operands(product); k < e; ++k) {
-        ProductUse use{&product->getOpOperand(k), {}};
-        Value v = use.operand->get();
-        while (auto r = v.getDefiningOp<tg::ReshapeOp>()) {
-          use.chain.push_back(r);
-          v = r.getX();
-        }
-        std::reverse(use.chain.begin(), use.chain.end());
+        Value v;
+        ProductUse use = useThroughReshapes(product->getOpOperand(k), v);
         if (isF32(v))
           bySource[v].push_back(std::move(use));
       }
