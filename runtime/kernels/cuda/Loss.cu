@@ -72,45 +72,6 @@ __device__ inline void rowMaxSum(const InT *x, int64_t V, float *fscratch,
   sum = blockSum(s, dscratch);
 }
 
-/// out = scale * (softmax(logits) - onehot(label)), zero rows for ignored
-/// or invalid labels; out may be logits itself (in place: fp32, or the bf16
-/// LM head's bf16 logits) or a bf16 buffer (the rounding the backward's
-/// products read, stored directly). With `losses`, each row's loss as
-/// rowLossKernel computes it, from the same max and sum.
-template <typename InT, typename OutT>
-__global__ void rowGradKernel(const InT *logits, OutT *out, int64_t n,
-                              int64_t V, const int64_t *labels, int64_t r0,
-                              int64_t ignoreIndex, float scale,
-                              double *losses) {
-  __shared__ float fscratch[32];
-  __shared__ double dscratch[32];
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    int64_t l = labels[r0 + r];
-    const InT *x = logits + r * V;
-    OutT *y = out + r * V;
-    if (!validLabel(l, ignoreIndex, V)) {
-      if (losses && threadIdx.x == 0)
-        losses[r0 + r] = 0.0;
-      for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-        storeOut(y + c, 0.0f);
-      continue;
-    }
-    float m;
-    double sum;
-    rowMaxSum(x, V, fscratch, dscratch, m, sum);
-    if (losses && threadIdx.x == 0)
-      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
-    double inv = double(scale) / sum;
-    __syncthreads(); // the row and its label's logit are read before rewriting
-    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
-      float v = float(double(expf(loadIn(x + c) - m)) * inv);
-      if (c == l)
-        v -= scale;
-      storeOut(y + c, v);
-    }
-  }
-}
-
 /// Eight bf16 logits (16 bytes) widened.
 __device__ inline void load8(const __nv_bfloat16 *p, float (&v)[8]) {
   uint4 bits = *reinterpret_cast<const uint4 *>(p);
@@ -164,6 +125,22 @@ bool rowsOf8(const void *p, const void *q, int64_t V) {
   return V % 8 == 0 && aligned16(p) && aligned16(q);
 }
 
+/// Row r's statistics (max and sum of exponentials), from the scalar loop
+/// or eight bf16 values at a time (Eight: rowsOf8), and with `loss` the
+/// row's loss, lse - x[l], written by thread 0: the one prologue of the
+/// loss-row kernels.
+template <bool Eight, typename InT>
+__device__ inline void rowStats(const InT *x, int64_t V, int64_t l,
+                                double *loss, float *fscratch, double *dscratch,
+                                float &m, double &sum) {
+  if constexpr (Eight)
+    rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
+  else
+    rowMaxSum(x, V, fscratch, dscratch, m, sum);
+  if (loss && threadIdx.x == 0)
+    *loss = double(m) + log(sum) - double(loadIn(x + l));
+}
+
 /// losses[r0 + r] = loss of row r of `logits` (0 for ignored/invalid rows);
 /// logits in fp32, or in bf16 as the bf16 LM head's product stores them,
 /// eight at a time where rowsOf8 (Eight).
@@ -183,12 +160,45 @@ __global__ void rowLossKernel(const InT *logits, int64_t n, int64_t V,
     const InT *x = logits + r * V;
     float m;
     double sum;
-    if constexpr (Eight)
-      rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
-    else
-      rowMaxSum(x, V, fscratch, dscratch, m, sum);
-    if (threadIdx.x == 0)
-      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
+    rowStats<Eight>(x, V, l, losses + r0 + r, fscratch, dscratch, m, sum);
+  }
+}
+
+/// out = scale * (softmax(logits) - onehot(label)), zero rows for ignored
+/// or invalid labels; out may be logits itself (in place: fp32, or the bf16
+/// LM head's bf16 logits) or a bf16 buffer (the rounding the backward's
+/// products read, stored directly). With `losses`, each row's loss as
+/// rowLossKernel computes it, from the same max and sum.
+template <typename InT, typename OutT>
+__global__ void rowGradKernel(const InT *logits, OutT *out, int64_t n,
+                              int64_t V, const int64_t *labels, int64_t r0,
+                              int64_t ignoreIndex, float scale,
+                              double *losses) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    int64_t l = labels[r0 + r];
+    const InT *x = logits + r * V;
+    OutT *y = out + r * V;
+    if (!validLabel(l, ignoreIndex, V)) {
+      if (losses && threadIdx.x == 0)
+        losses[r0 + r] = 0.0;
+      for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+        storeOut(y + c, 0.0f);
+      continue;
+    }
+    float m;
+    double sum;
+    rowStats<false>(x, V, l, losses ? losses + r0 + r : nullptr, fscratch,
+                    dscratch, m, sum);
+    double inv = double(scale) / sum;
+    __syncthreads(); // the row and its label's logit are read before rewriting
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+      float v = float(double(expf(loadIn(x + c) - m)) * inv);
+      if (c == l)
+        v -= scale;
+      storeOut(y + c, v);
+    }
   }
 }
 
@@ -215,9 +225,8 @@ __global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
     }
     float m;
     double sum;
-    rowMaxSumBf16x8(x, V, fscratch, dscratch, m, sum);
-    if (losses && threadIdx.x == 0)
-      losses[r0 + r] = double(m) + log(sum) - double(loadIn(x + l));
+    rowStats<true>(x, V, l, losses ? losses + r0 + r : nullptr, fscratch,
+                   dscratch, m, sum);
     float inv = float(double(scale) / sum);
     __syncthreads(); // the row and its label's logit are read before rewriting
     for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
@@ -310,28 +319,11 @@ private:
   std::unique_ptr<Temp> temp_;
 };
 
-/// C[n, cols] (ldc) = A[n, k] . op(W) + beta C with A fp32 (h rows, or the
-/// logits gradient) and W the weight, rounded once when w16 is set.
-void productWithWeight(const float *a, int64_t n, int64_t k, CFView w,
-                       const void *w16, bool transB, int64_t ldb, int64_t cols,
-                       float *c, const char *name) {
-  if (!w16) {
-    gemmRowMajor(false, transB, n, cols, k, 1.0f, a, k, 0, w.data, ldb, 0, 0.0f,
-                 c, cols, 0, 1, name);
-    return;
-  }
-  Temp a16(size_t(n * k) * 2, name);
-  roundToBf16Copy(a, a16.as<void>(), n * k, name);
-  gemmRowMajorBf16(false, transB, n, cols, k, 1.0f, a16.as<void>(), k, 0, w16,
-                   ldb, 0, 0.0f, c, cols, 0, 1, name);
-  a16.release();
-}
-
-void chunkLogits(CFView h, CFView w, const void *w16, bool transW,
-                 const LinearDims &d, int64_t r0, int64_t n, float *logits,
-                 const char *name) {
-  productWithWeight(h.data + r0 * d.D, n, d.D, w, w16, transW,
-                    transW ? d.D : d.V, d.V, logits, name);
+/// The fp32 LM head's logits of rows [r0, r0 + n): h rows . op(W).
+void chunkLogits(CFView h, CFView w, bool transW, const LinearDims &d,
+                 int64_t r0, int64_t n, float *logits, const char *name) {
+  gemmRowMajor(false, transW, n, d.V, d.D, 1.0f, h.data + r0 * d.D, d.D, 0,
+               w.data, transW ? d.D : d.V, 0, 0.0f, logits, d.V, 0, 1, name);
 }
 
 /// The bf16 LM head's logits of rows [r0, r0 + n): the rows rounded to
@@ -414,7 +406,7 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
           rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
               l16, n, d.V, labels.data, r0, ignoreIndex, losses.as<double>());
       } else {
-        chunkLogits(h, w, nullptr, transW, d, r0, n, logits.as<float>(), name);
+        chunkLogits(h, w, transW, d, r0, n, logits.as<float>(), name);
         rowLossKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
             logits.as<float>(), n, d.V, labels.data, r0, ignoreIndex,
             losses.as<double>());
@@ -454,7 +446,7 @@ void fp32Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
   float *g = grads.as<float>();
   for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
     int64_t n = std::min(chunk, d.N - r0);
-    chunkLogits(h, w, nullptr, transW, d, r0, n, g, name);
+    chunkLogits(h, w, transW, d, r0, n, g, name);
     rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
         g, g, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
     checkLaunch(name);

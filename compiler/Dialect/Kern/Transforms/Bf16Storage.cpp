@@ -262,7 +262,12 @@ void storeProductsInBf16(func::FuncOp fn) {
   auto isProductValue = [](Value v) {
     return isPlainBf16Product(throughReshapes(v).getDefiningOp<CallOp>());
   };
-  llvm::MapVector<Operation *, SmallVector<unsigned>> readers;
+  // Each reader with its twin and the operands the twin reads in bf16.
+  struct Reader {
+    StringRef twin;
+    SmallVector<unsigned> positions;
+  };
+  llvm::MapVector<Operation *, Reader> readers;
   fn.walk([&](CallOp call) {
     StringRef twin = bf16OperandTwin(call);
     if (twin.empty())
@@ -275,7 +280,7 @@ void storeProductsInBf16(func::FuncOp fn) {
       call->setOperand(0, call.getInputs()[1]);
       call->setOperand(1, first);
     }
-    readers[call] = bf16InputPositions(call, twin);
+    readers[call] = {twin, bf16InputPositions(call, twin)};
   });
   // Whether every use of `v`, through reshapes, is a bf16 operand of a
   // reader still in the set.
@@ -285,38 +290,36 @@ void storeProductsInBf16(func::FuncOp fn) {
         return readOnlyInBf16(r.getResult());
       auto it = readers.find(use.getOwner());
       return it != readers.end() &&
-             llvm::is_contained(it->second, use.getOperandNumber());
+             llvm::is_contained(it->second.positions, use.getOperandNumber());
     });
   };
   auto storable = [&](Value v) {
-    auto product = throughReshapes(v).getDefiningOp<CallOp>();
-    return product && isPlainBf16Product(product) &&
-           readOnlyInBf16(product.getResult(0));
+    Value source = throughReshapes(v);
+    return isProductValue(source) && readOnlyInBf16(source);
   };
   for (bool changed = true; changed;) {
-    llvm::MapVector<Operation *, SmallVector<unsigned>> kept;
-    for (auto &[reader, positions] : readers)
-      if (llvm::all_of(positions, [&](unsigned k) {
+    llvm::MapVector<Operation *, Reader> kept;
+    for (auto &[reader, r] : readers)
+      if (llvm::all_of(r.positions, [&](unsigned k) {
             return storable(reader->getOperand(k));
           }))
-        kept[reader] = positions;
+        kept[reader] = r;
     changed = kept.size() != readers.size();
     readers = std::move(kept);
   }
   MLIRContext *ctx = fn.getContext();
   IRMapping stored;
-  for (auto &[reader, positions] : readers)
-    for (unsigned k : positions) {
+  for (auto &[reader, r] : readers)
+    for (unsigned k : r.positions) {
       Value v = throughReshapes(reader->getOperand(k));
       if (stored.contains(v))
         continue;
       stored.map(v, storeProductInBf16(v.getDefiningOp<CallOp>()).getResult(0));
     }
-  for (auto &[op, positions] : readers) {
+  for (auto &[op, r] : readers) {
     auto reader = cast<CallOp>(op);
-    // Named before its operands turn bf16 (an Add's twin needs fp32 ones).
-    StringRef twinName = bf16OperandTwin(reader);
-    for (unsigned k : positions) {
+    StringRef twinName = r.twin;
+    for (unsigned k : r.positions) {
       Value v;
       ProductUse use = useThroughReshapes(reader->getOpOperand(k), v);
       redirect(use, stored.lookup(v));
