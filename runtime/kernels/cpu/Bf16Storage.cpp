@@ -140,8 +140,14 @@ void gatedActBackwardToBf16(UnaryKind kind, CFView gate, CFView up, CFView dOut,
   u.storeRounded();
 }
 
-void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB) {
-  viaFp32(out, [&](FView t) { matmulBf16(a, b, t, transA, transB, false); });
+void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB,
+                      bool accumulate) {
+  // With accumulate the fp32 temporary starts from out's values.
+  std::vector<float> tmp = accumulate
+                               ? widen(CBView{out.data, out.shape})
+                               : std::vector<float>(size_t(out.shape.numel()));
+  matmulBf16(a, b, FView{tmp.data(), out.shape}, transA, transB, accumulate);
+  store(tmp, out);
 }
 
 void gatedActBf16(UnaryKind kind, CBView gate, CBView up, BView out) {
@@ -263,6 +269,26 @@ void rmsNormBackwardAddWithBf16(CFView x, CFView w, float eps, CFView dY,
                                 CFView r, FView sum, BView sumBf16, FView dW) {
   rmsNormBackwardAdd(x, w, eps, dY, r, sum, dW);
   toBf16(CFView{sum.data, sum.shape}, sumBf16);
+}
+
+void rmsNormBackwardBf16(CFView x, CFView w, float eps, CBView dY, FView dX,
+                         FView dW) {
+  std::vector<float> wy = widen(dY);
+  rmsNormBackward(x, w, eps, CFView{wy.data(), dY.shape}, dX, dW);
+}
+
+void rmsNormBackwardBf16Add(CFView x, CFView w, float eps, CBView dY, CFView r,
+                            FView sum, FView dW) {
+  std::vector<float> wy = widen(dY);
+  rmsNormBackwardAdd(x, w, eps, CFView{wy.data(), dY.shape}, r, sum, dW);
+}
+
+void rmsNormBackwardBf16AddWithBf16(CFView x, CFView w, float eps, CBView dY,
+                                    CFView r, FView sum, BView sumBf16,
+                                    FView dW) {
+  std::vector<float> wy = widen(dY);
+  rmsNormBackwardAddWithBf16(x, w, eps, CFView{wy.data(), dY.shape}, r, sum,
+                             sumBf16, dW);
 }
 
 } // namespace rondo::cpu

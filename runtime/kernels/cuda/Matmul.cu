@@ -84,11 +84,11 @@ WidenedBf16::WidenedBf16(const void *in, int64_t n, const char *kernel)
   widenBf16Into(in, temp.as<float>(), n, kernel);
 }
 
-void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N,
-                      int64_t K, float alpha, const void *a, int64_t lda,
-                      int64_t strideA, const void *b, int64_t ldb,
-                      int64_t strideB, float beta, float *c, int64_t ldc,
-                      int64_t strideC, int64_t batch, const char *kernel) {
+void gemmRowMajorBf16(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                      float alpha, const void *a, int64_t lda, int64_t strideA,
+                      const void *b, int64_t ldb, int64_t strideB, float beta,
+                      float *c, int64_t ldc, int64_t strideC, int64_t batch,
+                      const char *kernel) {
   gemmRowMajorBf16As(CUDA_R_32F, transA, transB, M, N, K, alpha, a, lda,
                      strideA, b, ldb, strideB, beta, c, ldc, strideC, batch,
                      kernel);
@@ -159,8 +159,8 @@ void gemmRowMajor(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   } else {
     RONDO_CHECK(cublasSgemmStridedBatched(h, opB, opA, int(N), int(M), int(K),
                                           &alpha, b, int(ldb), strideB, a,
-                                          int(lda), strideA, &beta, c,
-                                          int(ldc), strideC, int(batch)),
+                                          int(lda), strideA, &beta, c, int(ldc),
+                                          strideC, int(batch)),
                 kernel);
   }
 }
@@ -199,9 +199,9 @@ template <typename T, typename OutT>
 void matmulImpl(View<const T> a, View<const T> b, View<OutT> out, bool transA,
                 bool transB, bool accumulate, const char *name,
                 const char *storage, float alpha = 1.0f) {
-  auto [M, K, N, outBatch, aBatch, bBatch] = kernels::matmulSizes(
-      a.shape, b.shape, out.shape, transA, transB,
-      [name](auto... args) { contract(name, args...); });
+  auto [M, K, N, outBatch, aBatch, bBatch] =
+      kernels::matmulSizes(a.shape, b.shape, out.shape, transA, transB,
+                           [name](auto... args) { contract(name, args...); });
   int64_t batch = outBatch.numel();
   if (batch == 0 || M == 0 || N == 0)
     return;
@@ -280,10 +280,12 @@ void matmulBf16Scaled(CBView a, CBView b, float alpha, FView out, bool transA,
   matmulImpl(a, b, out, transA, transB, false, "matmulBf16Scaled",
              "bf16-stored scaled", alpha);
 }
-void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB) {
-  // cuBLAS rounds the fp32 accumulators to bf16 (nearest even) as it stores.
-  matmulImpl(a, b, out, transA, transB, false, "matmulBf16ToBf16",
-             "bf16-stored bf16-out");
+void matmulBf16ToBf16(CBView a, CBView b, BView out, bool transA, bool transB,
+                      bool accumulate) {
+  // cuBLAS rounds the fp32 accumulators to bf16 (nearest even) as it stores;
+  // with accumulate (beta = 1) it adds out's bf16 values to them first.
+  matmulImpl(a, b, out, transA, transB, accumulate, "matmulBf16ToBf16",
+             accumulate ? "bf16-stored bf16-out badd" : "bf16-stored bf16-out");
 }
 
 } // namespace rondo::cuda

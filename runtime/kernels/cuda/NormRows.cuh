@@ -58,9 +58,10 @@ __device__ inline double groupSum(double v, double *scratch) {
   return blockSum(v, scratch);
 }
 
-/// Loads the owned chunks of a row (zeros past the end).
-template <int V>
-__device__ inline void loadRow(const float *row, int64_t nq, int lane, int size,
+/// Loads the owned chunks of a row (zeros past the end), fp32 or bf16
+/// widened.
+template <int V, typename T>
+__device__ inline void loadRow(const T *row, int64_t nq, int lane, int size,
                                float4 (&v)[V]) {
 #pragma unroll
   for (int k = 0; k < V; ++k) {
@@ -94,9 +95,10 @@ template <typename OutT> struct PlainRowStore {
   }
 };
 
-/// Loads the gradient of row r from where the row is: dy[r * width + ...].
-struct PlainRowLoad {
-  const float *dy;
+/// Loads the gradient of row r from where the row is: dy[r * width + ...],
+/// in fp32 or, where its products stored it so, in bf16 (widened).
+template <typename T> struct RowLoadOf {
+  const T *dy;
   template <int V, bool WarpRows>
   __device__ void operator()(int64_t r, int64_t width,
                              const RowGroup<WarpRows> &g,
@@ -104,6 +106,7 @@ struct PlainRowLoad {
     loadRow<V>(dy + r * width, width / 4, g.lane, g.size, v);
   }
 };
+using PlainRowLoad = RowLoadOf<float>;
 
 /// Loads row r of a + b (binary Add's sums), storing the sums to `sum` as
 /// it goes: the residual add in front of a norm (addRmsNorm).

@@ -127,7 +127,8 @@ __global__ void rmsNormBwdKernel(const float *x, const float *w, float eps,
     float bcoef = float(rinv * rinv * rinv * dot / double(width));
     float *dr = dx + r * width;
     for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
-      dr[c] = w ? a * (gr[c] * w[c]) - bcoef * xr[c] : a * gr[c] - bcoef * xr[c];
+      dr[c] =
+          w ? a * (gr[c] * w[c]) - bcoef * xr[c] : a * gr[c] - bcoef * xr[c];
   }
 }
 
@@ -390,9 +391,8 @@ void rotaryImpl(const Shape &shape, const float *in, const float *cosT,
     return;
   if (D % 8 == 0 && rowsAligned({in, cosT, sinT, out})) {
     int64_t rows = n / D;
-    rotaryVecKernel<<<gridFor(rows * (D / 8)), kThreads, 0,
-                      currentStream()>>>(in, cosT, sinT, out, rows, T, D,
-                                         backward);
+    rotaryVecKernel<<<gridFor(rows * (D / 8)), kThreads, 0, currentStream()>>>(
+        in, cosT, sinT, out, rows, T, D, backward);
     checkLaunch(name);
     return;
   }
@@ -476,9 +476,8 @@ void rmsNormImpl(CFView x, CFView w, float eps, OutT *y, const char *name) {
     rmsNormRows(rc, PlainRowLoad{x.data}, w.data, eps, y, rows, width, name);
     return;
   }
-  rmsNormKernel<OutT><<<rowGrid(rows), rowThreads(width), 0,
-                        currentStream()>>>(x.data, w.data, eps, y, rows,
-                                           width);
+  rmsNormKernel<OutT><<<rowGrid(rows), rowThreads(width), 0, currentStream()>>>(
+      x.data, w.data, eps, y, rows, width);
   checkLaunch(name);
 }
 
@@ -492,6 +491,40 @@ void rmsNorm(CFView x, CFView w, float eps, FView y) {
 void rmsNormToBf16(CFView x, CFView w, float eps, BView y) {
   ProfileScope profileScope("rmsNormToBf16");
   rmsNormImpl(x, w, eps, bf16Data(y), "rmsNormToBf16");
+}
+
+namespace {
+
+/// The row kernels' rmsNormBackward of a bf16 dY, when its shape and
+/// pointers qualify; false otherwise (the caller widens dY).
+bool rmsNormBackwardBf16Rows(CFView x, CFView w, float eps, CBView dY, FView dX,
+                             FView dW, const char *name) {
+  int64_t rows, width;
+  rowsOf(x.shape, rows, width);
+  RowConfig rc;
+  if (rows == 0 || !rowConfig(width, rc) ||
+      !rowsAligned({x.data, w.data, dY.data, dX.data}))
+    return false;
+  if (dX.data || dW.data)
+    rmsNormBackwardRows(rc, x.data, w.data, eps,
+                        RowLoadOf<__nv_bfloat16>{bf16Data(dY)},
+                        PlainDxStore{dX.data}, rows, width, dW.data, name);
+  return true;
+}
+
+} // namespace
+
+void rmsNormBackwardBf16(CFView x, CFView w, float eps, CBView dY, FView dX,
+                         FView dW) {
+  ProfileScope profileScope("rmsNormBackwardBf16");
+  const char *name = "rmsNormBackwardBf16";
+  if (dY.shape.numel() != x.shape.numel())
+    contract(name, "dY differs in size from x");
+  if (rmsNormBackwardBf16Rows(x, w, eps, dY, dX, dW, name))
+    return;
+  WidenedBf16 wide(dY.data, dY.shape.numel(), name);
+  ::rondo::cuda::rmsNormBackward(x, w, eps, CFView{wide.data(), dY.shape}, dX,
+                                 dW);
 }
 
 void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
@@ -508,8 +541,7 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
   if (!dX.data && !dW.data)
     return;
   RowConfig rc;
-  if (rowConfig(width, rc) &&
-      rowsAligned({x.data, w.data, dY.data, dX.data})) {
+  if (rowConfig(width, rc) && rowsAligned({x.data, w.data, dY.data, dX.data})) {
     rmsNormBackwardRows(rc, x.data, w.data, eps, PlainRowLoad{dY.data},
                         PlainDxStore{dX.data}, rows, width, dW.data, name);
     return;
@@ -553,27 +585,35 @@ void addRmsNormImpl(CFView a, const BT *b, int64_t bNumel, CFView w, float eps,
   rmsNormImpl(CFView{sum.data, sum.shape}, w, eps, y, name);
 }
 
-/// rmsNormBackward's dX added to r (and rounded into copy when set).
-void rmsNormBackwardAddImpl(CFView x, CFView w, float eps, CFView dY, CFView r,
-                            FView sum, __nv_bfloat16 *copy, FView dW,
-                            const char *name) {
+/// rmsNormBackward's dX added to r (and rounded into copy when set), of an
+/// fp32 dY or (rmsNormBackwardBf16Add[WithBf16]) a bf16 one.
+template <typename DyT>
+void rmsNormBackwardAddImpl(CFView x, CFView w, float eps, const DyT *dY,
+                            int64_t dYNumel, CFView r, FView sum,
+                            __nv_bfloat16 *copy, FView dW, const char *name) {
   if (r.shape.numel() != x.shape.numel() ||
-      sum.shape.numel() != x.shape.numel())
-    contract(name, "r and sum differ in size from x");
+      sum.shape.numel() != x.shape.numel() || dYNumel != x.shape.numel())
+    contract(name, "dY, r and sum differ in size from x");
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   RowConfig rc;
   if (rows > 0 && rowConfig(width, rc) &&
-      rowsAligned({x.data, w.data, dY.data, r.data, sum.data, copy})) {
-    rmsNormBackwardRows(rc, x.data, w.data, eps, PlainRowLoad{dY.data},
+      rowsAligned({x.data, w.data, dY, r.data, sum.data, copy})) {
+    rmsNormBackwardRows(rc, x.data, w.data, eps, RowLoadOf<DyT>{dY},
                         AddDxStore{r.data, sum.data, copy}, rows, width,
                         dW.data, name);
     return;
   }
   // The general kernels: the backward, the add, the rounding.
   Temp dX(size_t(x.shape.numel()) * sizeof(float), name);
-  ::rondo::cuda::rmsNormBackward(x, w, eps, dY, FView{dX.as<float>(), x.shape},
-                                 dW);
+  if constexpr (std::is_same_v<DyT, float>) {
+    ::rondo::cuda::rmsNormBackward(x, w, eps, CFView{dY, x.shape},
+                                   FView{dX.as<float>(), x.shape}, dW);
+  } else {
+    WidenedBf16 wide(dY, dYNumel, name);
+    ::rondo::cuda::rmsNormBackward(x, w, eps, CFView{wide.data(), x.shape},
+                                   FView{dX.as<float>(), x.shape}, dW);
+  }
   ::rondo::cuda::binary(BinaryKind::Add, r, CFView{dX.as<float>(), x.shape},
                         sum);
   if (copy)
@@ -612,15 +652,31 @@ void addRmsNormBf16ToBf16(CFView a, CBView b, CFView w, float eps, FView sum,
 void rmsNormBackwardAdd(CFView x, CFView w, float eps, CFView dY, CFView r,
                         FView sum, FView dW) {
   ProfileScope profileScope("rmsNormBackwardAdd");
-  rmsNormBackwardAddImpl(x, w, eps, dY, r, sum, nullptr, dW,
-                         "rmsNormBackwardAdd");
+  rmsNormBackwardAddImpl(x, w, eps, dY.data, dY.shape.numel(), r, sum, nullptr,
+                         dW, "rmsNormBackwardAdd");
+}
+
+void rmsNormBackwardBf16Add(CFView x, CFView w, float eps, CBView dY, CFView r,
+                            FView sum, FView dW) {
+  ProfileScope profileScope("rmsNormBackwardBf16Add");
+  rmsNormBackwardAddImpl(x, w, eps, bf16Data(dY), dY.shape.numel(), r, sum,
+                         nullptr, dW, "rmsNormBackwardBf16Add");
+}
+
+void rmsNormBackwardBf16AddWithBf16(CFView x, CFView w, float eps, CBView dY,
+                                    CFView r, FView sum, BView sumBf16,
+                                    FView dW) {
+  ProfileScope profileScope("rmsNormBackwardBf16Add");
+  rmsNormBackwardAddImpl(x, w, eps, bf16Data(dY), dY.shape.numel(), r, sum,
+                         bf16Data(sumBf16), dW,
+                         "rmsNormBackwardBf16AddWithBf16");
 }
 
 void rmsNormBackwardAddWithBf16(CFView x, CFView w, float eps, CFView dY,
                                 CFView r, FView sum, BView sumBf16, FView dW) {
   ProfileScope profileScope("rmsNormBackwardAdd");
-  rmsNormBackwardAddImpl(x, w, eps, dY, r, sum, bf16Data(sumBf16), dW,
-                         "rmsNormBackwardAddWithBf16");
+  rmsNormBackwardAddImpl(x, w, eps, dY.data, dY.shape.numel(), r, sum,
+                         bf16Data(sumBf16), dW, "rmsNormBackwardAddWithBf16");
 }
 
 void layerNorm(CFView x, CFView w, CFView b, float eps, FView y) {
@@ -662,8 +718,8 @@ void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
     dispatchRows(rc, [&](auto v, auto warpRows) {
       layerNormBwdVecKernel<decltype(v)::value, decltype(warpRows)::value>
           <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
-              x.data, w.data, eps, dY.data, dX.data, rows, width, tileRows,
-              pw, directW, pb, directB);
+              x.data, w.data, eps, dY.data, dX.data, rows, width, tileRows, pw,
+              directW, pb, directB);
     });
     checkLaunch(name);
     if (pw)
@@ -680,8 +736,7 @@ void layerNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
   if (dX.data || dW.data) {
     layerNormBwdKernel<<<rowGrid(rows), rowThreads(width), 0,
                          currentStream()>>>(x.data, w.data, eps, dY.data,
-                                            dX.data, means, rstds, rows,
-                                            width);
+                                            dX.data, means, rstds, rows, width);
     checkLaunch(name);
   }
   if (dW.data)

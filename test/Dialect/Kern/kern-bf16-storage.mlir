@@ -115,10 +115,10 @@ func.func @gated(%g: tensor<8x16xf32>, %u: tensor<8x16xf32>, %dy: tensor<8x16xf3
 // between. A product something else reads keeps fp32, and so does the
 // reader of it (its other operand stays fp32 too: a reader converts whole).
 // CHECK-LABEL: func.func @gated_operands
-// CHECK: %[[G:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
-// CHECK: %[[U:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: %[[G:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
+// CHECK: %[[U:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xbf16>
 // CHECK: kern.call @gatedActBf16(%[[G]], %[[U]]) args {kind = "Silu"} : (tensor<8x16xbf16>, tensor<8x16xbf16>) -> tensor<8x16xbf16>
-// CHECK: %[[D:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = true} : (tensor<8x4xbf16>, tensor<16x4xbf16>) -> tensor<8x16xbf16>
+// CHECK: %[[D:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = true} : (tensor<8x4xbf16>, tensor<16x4xbf16>) -> tensor<8x16xbf16>
 // CHECK: kern.call @gatedActBackwardBf16(%[[G]], %[[U]], %[[D]]) args {kind = "Silu"} : (tensor<8x16xbf16>, tensor<8x16xbf16>, tensor<8x16xbf16>) -> (tensor<8x16xbf16>, tensor<8x16xbf16>)
 // CHECK: %[[G2:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
 // CHECK: %[[U2:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x4xbf16>, tensor<4x16xbf16>) -> tensor<8x16xf32>
@@ -266,7 +266,7 @@ func.func @frozen_bf16_experts(%x: tensor<8x16xf32> {exec.role = "activation"}, 
 // CHECK: %[[V:.*]] = kern.call @transposeToBf16(%arg2)
 // CHECK: %[[O:.*]]:2 = kern.call @attentionBf16ToBf16(%[[Q]], %[[K]], %[[V]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>)
 // CHECK: %[[OT:.*]] = kern.call @transposeBf16(%[[O]]#0) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xbf16>) -> tensor<1x8x4x16xbf16>
-// CHECK: %[[DOR:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = true} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[DOR:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = true} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
 // CHECK: %[[DOT:.*]] = tg.reshape %[[DOR]] : (tensor<8x64xbf16>) -> tensor<1x8x4x16xbf16>
 // CHECK: %[[DO:.*]] = kern.call @transposeBf16(%[[DOT]]) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xbf16>) -> tensor<1x4x8x16xbf16>
 // CHECK: %[[G:.*]]:3 = kern.call @attentionBackwardBf16ToBf16(%[[Q]], %[[K]], %[[V]], %[[O]]#0, %[[O]]#1, %[[DO]]) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>)
@@ -322,7 +322,7 @@ func.func @partial_twin(%x: tensor<1x8x4x16xf32>, %w: tensor<16xf32>, %cos: tens
 // something else also reads keeps fp32, and so does its Add (whose product
 // operand still moves second: the same bits).
 // CHECK-LABEL: func.func @residual_add
-// CHECK: %[[P:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[P:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
 // CHECK: %[[S:.*]] = kern.call @addBf16(%arg0, %[[P]]) : (tensor<8x64xf32>, tensor<8x64xbf16>) -> tensor<8x64xf32>
 // CHECK: %[[Q:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xf32>
 // CHECK: %[[T:.*]] = kern.call @binary(%[[S]], %[[Q]]) args {kind = "Add"}
@@ -333,4 +333,31 @@ func.func @residual_add(%x: tensor<8x64xf32>, %h: tensor<8x64xf32>, %wo: tensor<
   %q = kern.call @matmul(%h, %wo) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
   %t = kern.call @binary(%q, %s) args {kind = "Add"} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
   return %t, %q : tensor<8x64xf32>, tensor<8x64xf32>
+}
+
+// -----
+
+// The input gradients of three projections that read one norm, summed by
+// accumulating products (kern-accumulate-products), read only by the norm's
+// backward: the whole chain stores bf16, each product adding into its
+// predecessor's bf16 result, and the backward reads the sum in bf16
+// (rmsNormBackwardBf16). A chain something else also reads keeps fp32.
+// CHECK-LABEL: func.func @gradient_sum
+// CHECK: %[[V:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = true} : (tensor<8x32xbf16>, tensor<64x32xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[K:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) inits(%[[V]]) args {accumulate = true, transA = false, transB = true} : (tensor<8x32xbf16>, tensor<64x32xbf16>, tensor<8x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[Q:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) inits(%[[K]]) args {accumulate = true, transA = false, transB = true} : (tensor<8x64xbf16>, tensor<64x64xbf16>, tensor<8x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[G:.*]]:2 = kern.call @rmsNormBackwardBf16(%arg0, %arg1, %[[Q]]) args {eps = 9.99999997E-7 : f32} : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xbf16>) -> (tensor<8x64xf32>, tensor<64xf32>)
+// CHECK: %[[P:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = true} : (tensor<8x32xbf16>, tensor<64x32xbf16>) -> tensor<8x64xf32>
+// CHECK: %[[S:.*]] = kern.call @matmulBf16(%{{.*}}, %{{.*}}) inits(%[[P]]) args {accumulate = true, transA = false, transB = true} : (tensor<8x32xbf16>, tensor<64x32xbf16>, tensor<8x64xf32>) -> tensor<8x64xf32>
+// CHECK: %[[H:.*]]:2 = kern.call @rmsNormBackward(%arg0, %arg1, %[[S]])
+// CHECK: return %[[G]]#0, %[[G]]#1, %[[H]]#0, %[[S]]
+func.func @gradient_sum(%x: tensor<8x64xf32>, %w: tensor<64xf32>, %dq: tensor<8x64xf32>, %dk: tensor<8x32xf32>, %dv: tensor<8x32xf32>, %wq: tensor<64x64xf32>, %wk: tensor<64x32xf32>, %wv: tensor<64x32xf32>) -> (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) attributes {exec.stage} {
+  %v = kern.call @matmul(%dv, %wv) args {accumulate = false, transA = false, transB = true} : (tensor<8x32xf32>, tensor<64x32xf32>) -> tensor<8x64xf32>
+  %k = kern.call @matmul(%dk, %wk) inits(%v) args {accumulate = true, transA = false, transB = true} : (tensor<8x32xf32>, tensor<64x32xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %q = kern.call @matmul(%dq, %wq) inits(%k) args {accumulate = true, transA = false, transB = true} : (tensor<8x64xf32>, tensor<64x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %g:2 = kern.call @rmsNormBackward(%x, %w, %q) args {eps = 1.0e-06 : f32} : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<64xf32>)
+  %p = kern.call @matmul(%dk, %wk) args {accumulate = false, transA = false, transB = true} : (tensor<8x32xf32>, tensor<64x32xf32>) -> tensor<8x64xf32>
+  %s = kern.call @matmul(%dv, %wv) inits(%p) args {accumulate = true, transA = false, transB = true} : (tensor<8x32xf32>, tensor<64x32xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %h:2 = kern.call @rmsNormBackward(%x, %w, %s) args {eps = 1.0e-06 : f32} {skip = array<i64: 1>} : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<64xf32>)
+  return %g#0, %g#1, %h#0, %s : tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
 }

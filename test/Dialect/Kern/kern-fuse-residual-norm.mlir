@@ -57,6 +57,24 @@ func.func @backward(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %dy: tensor<2x8x
 
 // -----
 
+// The norm's backward reading its dY in bf16 (kern-bf16-storage):
+// rmsNormBackwardBf16Add[WithBf16].
+// CHECK-LABEL: func.func @backward_bf16_dy
+// CHECK: %[[A:.*]]:3 = kern.call @rmsNormBackwardBf16AddWithBf16(%arg0, %arg1, %arg2, %arg3) args {eps = 9.99999997E-7 : f32} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<2x8x64xbf16>, tensor<2x8x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xbf16>, tensor<64xf32>)
+// CHECK: %[[B:.*]]:2 = kern.call @rmsNormBackwardBf16Add(%arg0, %arg1, %arg2, %[[A]]#0) args {eps = 9.99999997E-7 : f32} {skip = array<i64: 1>} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<2x8x64xbf16>, tensor<2x8x64xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>)
+// CHECK-NOT: @binary
+// CHECK: return %[[A]]#1, %[[A]]#2, %[[B]]#0
+func.func @backward_bf16_dy(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %dy: tensor<2x8x64xbf16>, %r: tensor<2x8x64xf32>) -> (tensor<2x8x64xbf16>, tensor<64xf32>, tensor<2x8x64xf32>) attributes {exec.stage} {
+  %g:2 = kern.call @rmsNormBackwardBf16(%x, %w, %dy) args {eps = 1.0e-06 : f32} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<2x8x64xbf16>) -> (tensor<2x8x64xf32>, tensor<64xf32>)
+  %s = kern.call @binary(%r, %g#0) args {kind = "Add"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %c = kern.call @toBf16(%s) : (tensor<2x8x64xf32>) -> tensor<2x8x64xbf16>
+  %h:2 = kern.call @rmsNormBackwardBf16(%x, %w, %dy) args {eps = 1.0e-06 : f32} {skip = array<i64: 1>} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<2x8x64xbf16>) -> (tensor<2x8x64xf32>, tensor<64xf32>)
+  %t = kern.call @binary(%h#0, %s) args {kind = "Add"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return %c, %g#1, %t : tensor<2x8x64xbf16>, tensor<64xf32>, tensor<2x8x64xf32>
+}
+
+// -----
+
 // Left alone: a broadcasting Add, a dX another kernel also reads, and a norm
 // whose weight is computed after the Add.
 // CHECK-LABEL: func.func @unfused

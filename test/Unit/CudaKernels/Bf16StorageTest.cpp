@@ -229,9 +229,12 @@ TEST_F(CudaBf16Storage, GatedActIsItsCompositionAndItsTwinRoundsIt) {
       expectClose(f, cpuOut, "gatedAct against the CPU " + str(s));
       Dev16 out16(s);
       cu::gatedActToBf16(kind, dg.cv(), du.cv(), out16.v());
-      expectRoundingOf(out16.host(), f, cpuBf16(s, [&](BView o) {
-                         cpu::gatedActToBf16(kind, gate.cv(), up.cv(), o);
-                       }),
+      expectRoundingOf(out16.host(), f,
+                       cpuBf16(s,
+                               [&](BView o) {
+                                 cpu::gatedActToBf16(kind, gate.cv(), up.cv(),
+                                                     o);
+                               }),
                        "gatedActToBf16 " + str(s));
 
       Out32 dyUp(s), wantGate(s), wantUp(s), gotGate(s), gotUp(s);
@@ -412,13 +415,13 @@ TEST_F(CudaBf16Storage, Bf16OperandKernelsRoundTheirFp32Namesakes) {
     Dev16 da(a16, c.a), db(b16, c.b), got(c.out);
     Out32 want(c.out);
     cu::matmulBf16(da.cv(), db.cv(), want.v(), c.transA, c.transB, false);
-    cu::matmulBf16ToBf16(da.cv(), db.cv(), got.v(), c.transA, c.transB);
+    cu::matmulBf16ToBf16(da.cv(), db.cv(), got.v(), c.transA, c.transB, false);
     // cuBLAS may pick another kernel for a bf16 result, so the fp32 sums
     // it rounds may differ in their last bits: within bf16's precision of
     // the fp32 product and of the CPU twin.
     std::vector<uint16_t> twin = cpuBf16(c.out, [&](BView o) {
       cpu::matmulBf16ToBf16(CBView{a16.data(), c.a}, CBView{b16.data(), c.b}, o,
-                            c.transA, c.transB);
+                            c.transA, c.transB, false);
     });
     std::vector<uint16_t> g = got.host();
     std::vector<float> gw(g.size()), tw(g.size());
@@ -429,6 +432,31 @@ TEST_F(CudaBf16Storage, Bf16OperandKernelsRoundTheirFp32Namesakes) {
     EXPECT_LE(normErr(gw, want.host()), 1e-2)
         << "matmulBf16ToBf16 " << str(c.out);
     EXPECT_LE(normErr(gw, tw), 2e-2) << "matmulBf16ToBf16 twin " << str(c.out);
+    // accumulate: bf16(a·b + out) with out's bf16 values (the sums of the
+    // input gradients of q, k and v): within bf16's precision of the fp32
+    // sum, and of the CPU twin.
+    std::vector<uint16_t> c16(size_t(c.out.numel()));
+    Tensor cIn = uniform(c.out, -4.0f, 4.0f);
+    for (size_t i = 0; i < c16.size(); ++i)
+      c16[i] = roundBits(cIn.data[i]);
+    Dev16 acc(c16, c.out);
+    cu::matmulBf16ToBf16(da.cv(), db.cv(), acc.v(), c.transA, c.transB, true);
+    std::vector<uint16_t> accTwin = c16;
+    cpu::matmulBf16ToBf16(CBView{a16.data(), c.a}, CBView{b16.data(), c.b},
+                          BView{accTwin.data(), c.out}, c.transA, c.transB,
+                          true);
+    std::vector<uint16_t> ga = acc.host();
+    std::vector<float> gaw(ga.size()), taw(ga.size()), sum(ga.size());
+    std::vector<float> product = want.host();
+    for (size_t i = 0; i < ga.size(); ++i) {
+      gaw[i] = widen(ga[i]);
+      taw[i] = widen(accTwin[i]);
+      sum[i] = product[i] + widen(c16[i]);
+    }
+    EXPECT_LE(normErr(gaw, sum), 1e-2)
+        << "matmulBf16ToBf16 accumulate " << str(c.out);
+    EXPECT_LE(normErr(gaw, taw), 2e-2)
+        << "matmulBf16ToBf16 accumulate twin " << str(c.out);
   }
 }
 
@@ -770,5 +798,46 @@ TEST_F(CudaBf16Storage, ResidualNormFusionsAreTheCallsTheyReplace) {
         << "rmsNormBackwardAdd CPU " << what;
     EXPECT_LE(normErr(fusedW.host(), cw), 1e-5)
         << "rmsNormBackwardAdd dW CPU " << what;
+    // dY stored in bf16 by its products (the summed input gradients of the
+    // projections that read the norm): the bits of the fp32 kernels given
+    // the widened values.
+    std::vector<uint16_t> dy16(size_t(xs.numel()));
+    Tensor dyw(xs);
+    for (size_t i = 0; i < dy16.size(); ++i) {
+      dy16[i] = roundBits(dy[i]);
+      dyw[i] = widen(dy16[i]);
+    }
+    Dev16 ddy16(dy16, xs);
+    Dev ddyw(dyw);
+    Out32 wDx(xs), wDw(ws), wSumB(xs), wSumW(ws), bDx(xs), bDw(ws), bSum(xs),
+        bSumW(ws), bSum2(xs), bSumW2(ws);
+    cu::rmsNormBackward(da.cv(), dw.cv(), 1e-6f, ddyw.cv(), wDx.v(), wDw.v());
+    cu::rmsNormBackwardBf16(da.cv(), dw.cv(), 1e-6f, ddy16.cv(), bDx.v(),
+                            bDw.v());
+    EXPECT_EQ(bDx.host(), wDx.host()) << "rmsNormBackwardBf16 dX " << what;
+    EXPECT_EQ(bDw.host(), wDw.host()) << "rmsNormBackwardBf16 dW " << what;
+    cu::rmsNormBackwardAdd(da.cv(), dw.cv(), 1e-6f, ddyw.cv(), dr.cv(),
+                           wSumB.v(), wSumW.v());
+    cu::rmsNormBackwardBf16Add(da.cv(), dw.cv(), 1e-6f, ddy16.cv(), dr.cv(),
+                               bSum.v(), bSumW.v());
+    EXPECT_EQ(bSum.host(), wSumB.host()) << "rmsNormBackwardBf16Add " << what;
+    EXPECT_EQ(bSumW.host(), wSumW.host())
+        << "rmsNormBackwardBf16Add dW " << what;
+    Dev16 wCopy(xs), bCopy(xs);
+    cu::toBf16(CFView{wSumB.d.p, xs}, wCopy.v());
+    cu::rmsNormBackwardBf16AddWithBf16(da.cv(), dw.cv(), 1e-6f, ddy16.cv(),
+                                       dr.cv(), bSum2.v(), bCopy.v(),
+                                       bSumW2.v());
+    EXPECT_EQ(bSum2.host(), wSumB.host()) << "Bf16AddWithBf16 sum " << what;
+    EXPECT_EQ(bCopy.host(), wCopy.host()) << "Bf16AddWithBf16 copy " << what;
+    EXPECT_EQ(bSumW2.host(), wSumW.host()) << "Bf16AddWithBf16 dW " << what;
+    std::vector<float> tb(size_t(xs.numel())), tbw(static_cast<size_t>(D));
+    cpu::rmsNormBackwardBf16Add(a.cv(), w.cv(), 1e-6f, CBView{dy16.data(), xs},
+                                r.cv(), FView{tb.data(), xs},
+                                FView{tbw.data(), ws});
+    EXPECT_LE(normErr(bSum.host(), tb), 1e-5)
+        << "rmsNormBackwardBf16Add CPU " << what;
+    EXPECT_LE(normErr(bSumW.host(), tbw), 1e-5)
+        << "rmsNormBackwardBf16Add dW CPU " << what;
   }
 }

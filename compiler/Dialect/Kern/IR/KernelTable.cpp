@@ -309,9 +309,8 @@ bool rondo::kern::isBinaryOf(CallOp call, llvm::StringRef kind) {
   return k && k.getValue() == kind;
 }
 
-bool rondo::kern::isPlainBf16Product(CallOp call) {
-  if (!call || call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
-      call->getNumResults() != 1 ||
+bool rondo::kern::isStorableBf16Product(CallOp call) {
+  if (!call || call.getKernel() != "matmulBf16" || call->getNumResults() != 1 ||
       !cast<RankedTensorType>(call.getResult(0).getType())
            .getElementType()
            .isF32() ||
@@ -319,14 +318,21 @@ bool rondo::kern::isPlainBf16Product(CallOp call) {
     return false;
   auto accumulate =
       dyn_cast_or_null<BoolAttr>(call.getArgsAttr().get("accumulate"));
-  return accumulate && !accumulate.getValue();
+  if (!accumulate)
+    return false;
+  if (!accumulate.getValue())
+    return call.getInits().empty();
+  if (call.getInits().size() != 1 || !call.getInits()[0].hasOneUse())
+    return false;
+  return isStorableBf16Product(call.getInits()[0].getDefiningOp<CallOp>());
 }
 
 CallOp rondo::kern::storeProductInBf16(CallOp product) {
-  SmallVector<NamedAttribute> args;
-  for (NamedAttribute a : product.getArgsAttr())
-    if (a.getName() != "accumulate")
-      args.push_back(a);
+  SmallVector<Value> inits;
+  if (!product.getInits().empty())
+    inits.push_back(
+        storeProductInBf16(product.getInits()[0].getDefiningOp<CallOp>())
+            .getResult(0));
   auto type = cast<RankedTensorType>(product.getResult(0).getType());
   OpBuilder b(product);
   return CallOp::create(
@@ -334,5 +340,15 @@ CallOp rondo::kern::storeProductInBf16(CallOp product) {
       TypeRange{RankedTensorType::get(type.getShape(),
                                       BFloat16Type::get(b.getContext()))},
       FlatSymbolRefAttr::get(b.getContext(), "matmulBf16ToBf16"),
-      product.getInputs(), ValueRange{}, b.getDictionaryAttr(args), nullptr);
+      product.getInputs(), inits, product.getArgsAttr(), nullptr);
+}
+
+void rondo::kern::eraseProductChain(CallOp product) {
+  while (product) {
+    CallOp init = product.getInits().empty()
+                      ? CallOp()
+                      : product.getInits()[0].getDefiningOp<CallOp>();
+    product.erase();
+    product = init;
+  }
 }

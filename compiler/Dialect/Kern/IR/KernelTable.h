@@ -90,14 +90,22 @@ mlir::FailureOr<llvm::SmallVector<BoundParam>> bindParams(CallOp call,
 bool isBinaryOf(CallOp call, llvm::StringRef kind);
 
 /// Whether `call` is a product of bf16 operands that may store its result in
-/// bf16 instead: `matmulBf16` with one fp32 result, nothing to accumulate
-/// into (kern-bf16-storage, kern-fuse-residual-norm).
-bool isPlainBf16Product(CallOp call);
+/// bf16 instead (kern-bf16-storage): `matmulBf16` with one fp32 result and
+/// either nothing to accumulate into or, accumulating, an init that is
+/// itself such a product read by nothing else (the chains of summed input
+/// gradients that kern-accumulate-products makes).
+bool isStorableBf16Product(CallOp call);
 
 /// `matmulBf16ToBf16` of `product`'s operands and arguments, built in front
-/// of it (cuBLAS rounds the fp32 accumulators as it stores them); the caller
-/// redirects the readers and erases `product`.
+/// of it (cuBLAS rounds the fp32 accumulators as it stores them); an
+/// accumulating product's chain is stored first, each product adding into
+/// its predecessor's bf16 result. The caller redirects the readers and
+/// erases the old chain (eraseProductChain).
 CallOp storeProductInBf16(CallOp product);
+
+/// Erases `product` and the products it accumulated into, which nothing
+/// else reads.
+void eraseProductChain(CallOp product);
 
 } // namespace rondo::kern
 

@@ -88,14 +88,17 @@ void fuseForward(CallOp add) {
 
 /// Add(r, rmsNormBackward(x, w, dY)#0) (either order) ->
 /// rmsNormBackwardAdd(x, w, dY, r), or rmsNormBackwardAddWithBf16 taking the
-/// place of the sum's first toBf16 copy too.
+/// place of the sum's first toBf16 copy too; from rmsNormBackwardBf16 (dY in
+/// bf16), rmsNormBackwardBf16Add[WithBf16].
 void fuseBackward(CallOp add) {
   CallOp grad;
   Value residual;
   for (auto [d, r] : {std::pair(add.getInputs()[1], add.getInputs()[0]),
                       std::pair(add.getInputs()[0], add.getInputs()[1])}) {
     auto call = d.getDefiningOp<CallOp>();
-    if (call && call.getKernel() == "rmsNormBackward" &&
+    if (call &&
+        (call.getKernel() == "rmsNormBackward" ||
+         call.getKernel() == "rmsNormBackwardBf16") &&
         d == call.getResult(0) && d.hasOneUse() &&
         call.getInputs().size() == 3 && call.getInits().empty() && d != r) {
       grad = call;
@@ -126,11 +129,16 @@ void fuseBackward(CallOp add) {
   if (copy)
     types.push_back(copy.getResult(0).getType());
   types.push_back(grad.getResult(1).getType());
-  auto fused = CallOp::create(
-      b, add.getLoc(), types,
-      FlatSymbolRefAttr::get(ctx, copy ? "rmsNormBackwardAddWithBf16"
-                                       : "rmsNormBackwardAdd"),
-      inputs, ValueRange{}, grad.getArgsAttr(), skip);
+  // rmsNormBackwardBf16 reads its dY in bf16 (kern-bf16-storage): so does
+  // the fused kernel.
+  bool bf16Dy = grad.getKernel() == "rmsNormBackwardBf16";
+  StringRef kernel =
+      bf16Dy
+          ? (copy ? "rmsNormBackwardBf16AddWithBf16" : "rmsNormBackwardBf16Add")
+          : (copy ? "rmsNormBackwardAddWithBf16" : "rmsNormBackwardAdd");
+  auto fused = CallOp::create(b, add.getLoc(), types,
+                              FlatSymbolRefAttr::get(ctx, kernel), inputs,
+                              ValueRange{}, grad.getArgsAttr(), skip);
   grad.getResult(1).replaceAllUsesWith(fused.getResults().back());
   sum.replaceAllUsesWith(fused.getResult(0));
   if (copy) {
@@ -158,8 +166,11 @@ struct KernFuseResidualNormPass
         auto call = v.getDefiningOp<CallOp>();
         return call && call.getKernel() == kernel;
       };
-      if (add.getKernel() == "binary" && (producedBy(lhs, "rmsNormBackward") ||
-                                          producedBy(rhs, "rmsNormBackward")))
+      auto normGrad = [&](Value v) {
+        return producedBy(v, "rmsNormBackward") ||
+               producedBy(v, "rmsNormBackwardBf16");
+      };
+      if (add.getKernel() == "binary" && (normGrad(lhs) || normGrad(rhs)))
         fuseBackward(add);
       else
         fuseForward(add);

@@ -52,14 +52,20 @@ def KernBf16StoragePass : Pass<"kern-bf16-storage", "mlir::func::FuncOp"> {
     operand in bf16 (`gatedActToBf16` -> `gatedActBf16`,
     `gatedActBackwardToBf16` -> `gatedActBackwardBf16`, `transposeToBf16`
     -> `transposeBf16`, a same-shape `binary` Add -> `addBf16` with the
-    product moved to its second operand), each of whose bf16 operands is
-    such a product,
+    product moved to its second operand, `rmsNormBackward` ->
+    `rmsNormBackwardBf16`), each of whose bf16 operands is such a product,
     stores its result in bf16 (`matmulBf16ToBf16`, rounded once in
     cuBLAS's epilogue) and those readers read it as it is: the gate and up
     projections and the down projection's input gradient of a gated MLP,
     the value projection and the output projection's input gradient in
     front of attention's transposes, the output and down projections in
-    front of their residual Adds, as PyTorch's autocast stores them. The
+    front of their residual Adds, as PyTorch's autocast stores them. A
+    chain of products accumulating into one another
+    (kern-accumulate-products: the input gradients of q, k and v, or of
+    gate and up, read by the norm's backward) is stored whole, each adding
+    into its predecessor's bf16 result (`matmulBf16ToBf16 {accumulate =
+    true}`) and rounding the sum, as autocast's bf16 gradients are summed.
+    The
     decision depends on the stage function alone, not on which kernels
     later fuse, so every plan of a model rounds the same values.
     Where the reader rounded the product's fp32 result, the bits are those
