@@ -291,4 +291,18 @@ void rmsNormBackwardBf16AddWithBf16(CFView x, CFView w, float eps, CBView dY,
                              sumBf16, dW);
 }
 
+void rmsNormRotaryBf16ToBf16(CBView x, CFView w, float eps, CFView cos,
+                             CFView sin, BView y) {
+  std::vector<float> wx = widen(x);
+  rmsNormRotaryToBf16(CFView{wx.data(), x.shape}, w, eps, cos, sin, y);
+}
+
+void rmsNormRotaryBf16BackwardBf16ToBf16(CBView x, CFView w, float eps,
+                                         CFView cos, CFView sin, CBView dY,
+                                         BView dX, FView dW) {
+  std::vector<float> wx = widen(x);
+  rmsNormRotaryBackwardBf16ToBf16(CFView{wx.data(), x.shape}, w, eps, cos, sin,
+                                  dY, dX, dW);
+}
+
 } // namespace rondo::cpu

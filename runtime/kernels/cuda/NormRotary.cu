@@ -146,17 +146,29 @@ bool fusedRows(int64_t width, std::initializer_list<const void *> ptrs,
 
 namespace {
 
-/// rmsNormRotary into y (fp32, or bf16 rounded as it is stored).
-template <typename OutT>
-void rmsNormRotaryImpl(CFView x, CFView w, float eps, CFView cos, CFView sin,
-                       OutT *y, const Shape &yShape, const char *name) {
-  HeadRows hr = headRows(x.shape, yShape, cos.shape, name);
+/// rmsNormRotary of x (fp32, or bf16 where its product stored it so) into y
+/// (fp32, or bf16 rounded as it is stored).
+template <typename XT, typename OutT>
+void rmsNormRotaryImpl(const XT *xData, const Shape &xShape, CFView w,
+                       float eps, CFView cos, CFView sin, OutT *y,
+                       const Shape &yShape, const char *name) {
+  HeadRows hr = headRows(xShape, yShape, cos.shape, name);
   int64_t rows, width;
-  rowsOf(x.shape, rows, width);
+  rowsOf(xShape, rows, width);
   if (rows == 0)
     return;
   RowConfig rc;
-  if (!fusedRows(width, {x.data, w.data, cos.data, sin.data, y}, rc)) {
+  bool fused = fusedRows(width, {xData, w.data, cos.data, sin.data, y}, rc);
+  if constexpr (!std::is_same_v<XT, float>) {
+    if (!fused) {
+      // The general kernels read fp32: x widened first.
+      WidenedBf16 wide(xData, rows * width, name);
+      rmsNormRotaryImpl(wide.data(), xShape, w, eps, cos, sin, y, yShape,
+                        name);
+      return;
+    }
+  } else if (!fused) {
+    CFView x{xData, xShape};
     Temp normed(size_t(rows * width) * sizeof(float), name),
         moved(size_t(rows * width) * sizeof(float), name),
         rotated(std::is_same_v<OutT, float>
@@ -181,7 +193,7 @@ void rmsNormRotaryImpl(CFView x, CFView w, float eps, CFView cos, CFView sin,
   }
   rmsNormVecKernel<1, true>
       <<<gridFor(rows, rc.threads / 32), rc.threads, 0, currentStream()>>>(
-          PlainRowLoad{x.data}, w.data, eps,
+          RowLoadOf<XT>{xData}, w.data, eps,
           RotaryRowStore<OutT>{y, cos.data, sin.data, hr}, rows, width);
   checkLaunch(name);
 }
@@ -191,7 +203,8 @@ void rmsNormRotaryImpl(CFView x, CFView w, float eps, CFView cos, CFView sin,
 void rmsNormRotary(CFView x, CFView w, float eps, CFView cos, CFView sin,
                    FView y) {
   ProfileScope profileScope("rmsNormRotary");
-  rmsNormRotaryImpl(x, w, eps, cos, sin, y.data, y.shape, "rmsNormRotary");
+  rmsNormRotaryImpl(x.data, x.shape, w, eps, cos, sin, y.data, y.shape,
+                    "rmsNormRotary");
 }
 
 void rmsNormRotaryToBf16(CFView x, CFView w, float eps, CFView cos, CFView sin,
@@ -199,8 +212,17 @@ void rmsNormRotaryToBf16(CFView x, CFView w, float eps, CFView cos, CFView sin,
   // The query and key heads attention reads in bf16 (kern-bf16-storage):
   // stored rounded, where attention used to round an fp32 copy of them.
   ProfileScope profileScope("rmsNormRotaryToBf16");
-  rmsNormRotaryImpl(x, w, eps, cos, sin, bf16Data(y), y.shape,
+  rmsNormRotaryImpl(x.data, x.shape, w, eps, cos, sin, bf16Data(y), y.shape,
                     "rmsNormRotaryToBf16");
+}
+
+void rmsNormRotaryBf16ToBf16(CBView x, CFView w, float eps, CFView cos,
+                             CFView sin, BView y) {
+  // The query or key projection stored in bf16 by its product (kern-bf16-
+  // storage), widened as it is loaded.
+  ProfileScope profileScope("rmsNormRotaryToBf16");
+  rmsNormRotaryImpl(bf16Data(x), x.shape, w, eps, cos, sin, bf16Data(y),
+                    y.shape, "rmsNormRotaryBf16ToBf16");
 }
 
 namespace {
@@ -212,23 +234,36 @@ template <> struct DxStoreOf<__nv_bfloat16> { using type = Bf16DxStore; };
 
 /// rmsNormRotaryBackward from dY [B, H, T, D] in fp32 or bf16 (InT), dX
 /// into fp32 or bf16 (OutT; null when skipped).
-template <typename InT, typename OutT>
-void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
-                               CFView sin, const InT *dYData,
-                               const Shape &dYShape, OutT *dXData, FView dW,
-                               const char *name) {
-  HeadRows hr = headRows(x.shape, dYShape, cos.shape, name);
+/// x in fp32, or in bf16 where its product stored it so (XT).
+template <typename InT, typename OutT, typename XT = float>
+void rmsNormRotaryBackwardImpl(const XT *xData, const Shape &xShape, CFView w,
+                               float eps, CFView cos, CFView sin,
+                               const InT *dYData, const Shape &dYShape,
+                               OutT *dXData, FView dW, const char *name) {
+  HeadRows hr = headRows(xShape, dYShape, cos.shape, name);
   int64_t rows, width;
-  rowsOf(x.shape, rows, width);
+  rowsOf(xShape, rows, width);
   RowConfig rc;
-  if (rows == 0 || (!dXData && !dW.data) ||
-      !fusedRows(width, {x.data, w.data, cos.data, sin.data, dYData, dXData},
-                 rc)) {
+  bool fused =
+      rows > 0 && (dXData || dW.data) &&
+      fusedRows(width, {xData, w.data, cos.data, sin.data, dYData, dXData}, rc);
+  if constexpr (!std::is_same_v<XT, float>) {
+    if (!fused) {
+      // The general kernels read fp32: x widened first.
+      WidenedBf16 wide(xData, rows * width, name);
+      rmsNormRotaryBackwardImpl(wide.data(), xShape, w, eps, cos, sin, dYData,
+                                dYShape, dXData, dW, name);
+      return;
+    }
+  }
+  if (!fused) {
+    CFView x{reinterpret_cast<const float *>(xData), xShape};
     if constexpr (!std::is_same_v<OutT, float>) {
       // fp32 dX from the fp32-result path, rounded as it is stored.
       Temp gx(dXData ? size_t(rows * width) * sizeof(float) : 0, name);
-      rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dYData, dYShape,
-                                dXData ? gx.as<float>() : nullptr, dW, name);
+      rmsNormRotaryBackwardImpl(x.data, x.shape, w, eps, cos, sin, dYData,
+                                dYShape, dXData ? gx.as<float>() : nullptr, dW,
+                                name);
       if (dXData)
         roundToBf16Copy(gx.as<float>(), dXData, rows * width, name);
       gx.release();
@@ -267,7 +302,7 @@ void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
   float *direct = dW.data && !staged ? dW.data : nullptr;
   rmsNormBwdVecKernel<1, true>
       <<<unsigned(tiles), rc.threads, 0, currentStream()>>>(
-          x.data, w.data, eps,
+          xData, w.data, eps,
           RotaryRowLoad<InT>{dYData, cos.data, sin.data, hr},
           typename DxStoreOf<OutT>::type{dXData}, rows, width, tileRows, part,
           direct);
@@ -282,25 +317,37 @@ void rmsNormRotaryBackwardImpl(CFView x, CFView w, float eps, CFView cos,
 void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
                            CFView sin, CFView dY, FView dX, FView dW) {
   ProfileScope profileScope("rmsNormRotaryBackward");
-  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dY.data, dY.shape, dX.data, dW,
-                            "rmsNormRotaryBackward");
+  rmsNormRotaryBackwardImpl(x.data, x.shape, w, eps, cos, sin, dY.data,
+                            dY.shape, dX.data, dW, "rmsNormRotaryBackward");
 }
 
 void rmsNormRotaryBackwardToBf16(CFView x, CFView w, float eps, CFView cos,
                                  CFView sin, CFView dY, BView dX, FView dW) {
   // dX read only by the projections' products (kern-bf16-storage).
   ProfileScope profileScope("rmsNormRotaryBackward");
-  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, dY.data, dY.shape,
-                            bf16Data(dX), dW, "rmsNormRotaryBackwardToBf16");
+  rmsNormRotaryBackwardImpl(x.data, x.shape, w, eps, cos, sin, dY.data,
+                            dY.shape, bf16Data(dX), dW,
+                            "rmsNormRotaryBackwardToBf16");
 }
 
 void rmsNormRotaryBackwardBf16ToBf16(CFView x, CFView w, float eps, CFView cos,
                                      CFView sin, CBView dY, BView dX,
                                      FView dW) {
   ProfileScope profileScope("rmsNormRotaryBackward");
-  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, bf16Data(dY), dY.shape,
-                            bf16Data(dX), dW,
+  rmsNormRotaryBackwardImpl(x.data, x.shape, w, eps, cos, sin, bf16Data(dY),
+                            dY.shape, bf16Data(dX), dW,
                             "rmsNormRotaryBackwardBf16ToBf16");
+}
+
+void rmsNormRotaryBf16BackwardBf16ToBf16(CBView x, CFView w, float eps,
+                                         CFView cos, CFView sin, CBView dY,
+                                         BView dX, FView dW) {
+  // The projection's result as its product stored it, in bf16 (the forward
+  // read it so too: rmsNormRotaryBf16ToBf16).
+  ProfileScope profileScope("rmsNormRotaryBackward");
+  rmsNormRotaryBackwardImpl(bf16Data(x), x.shape, w, eps, cos, sin,
+                            bf16Data(dY), dY.shape, bf16Data(dX), dW,
+                            "rmsNormRotaryBf16BackwardBf16ToBf16");
 }
 
 void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
@@ -308,8 +355,8 @@ void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
   // Attention's query and key gradients as cuDNN stores them (kern-bf16-
   // storage): the same values rmsNormRotaryBackward read widened.
   ProfileScope profileScope("rmsNormRotaryBackward");
-  rmsNormRotaryBackwardImpl(x, w, eps, cos, sin, bf16Data(dY), dY.shape,
-                            dX.data, dW, "rmsNormRotaryBackwardBf16");
+  rmsNormRotaryBackwardImpl(x.data, x.shape, w, eps, cos, sin, bf16Data(dY),
+                            dY.shape, dX.data, dW, "rmsNormRotaryBackwardBf16");
 }
 
 } // namespace rondo::cuda

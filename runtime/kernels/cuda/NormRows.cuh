@@ -272,9 +272,10 @@ __device__ inline void writeTileSums(const double (&acc)[V][4],
 /// Fused rmsNorm backward over one tile of rows per block: dX (if dx) and,
 /// if partial (or direct, with a single tile), the dW column sums of the
 /// tile: partial[blockIdx.x * width + c] (double) or direct[c] (float).
-template <int V, bool WarpRows, typename Load, typename DxStore>
+template <int V, bool WarpRows, typename Load, typename DxStore,
+          typename XT = float>
 __global__ void __launch_bounds__(512)
-    rmsNormBwdVecKernel(const float *x, const float *w, float eps, Load dy,
+    rmsNormBwdVecKernel(const XT *x, const float *w, float eps, Load dy,
                         DxStore dx, int64_t rows, int64_t width,
                         int64_t tileRows, double *partial, float *direct) {
   __shared__ double scratch[32];

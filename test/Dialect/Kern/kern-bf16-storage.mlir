@@ -361,3 +361,22 @@ func.func @gradient_sum(%x: tensor<8x64xf32>, %w: tensor<64xf32>, %dq: tensor<8x
   %h:2 = kern.call @rmsNormBackward(%x, %w, %s) args {eps = 1.0e-06 : f32} {skip = array<i64: 1>} : (tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>) -> (tensor<8x64xf32>, tensor<64xf32>)
   return %g#0, %g#1, %h#0, %s : tensor<8x64xf32>, tensor<64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
 }
+
+// -----
+
+// A query or key projection read only by its heads' norm-and-rotary, forward
+// and backward (attention's bf16 interface in place): the product stores
+// bf16 and both read it as it is.
+// CHECK-LABEL: func.func @head_projection
+// CHECK: %[[P:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[R:.*]] = tg.reshape %[[P]] : (tensor<8x64xbf16>) -> tensor<1x8x4x16xbf16>
+// CHECK: %[[Q:.*]] = kern.call @rmsNormRotaryBf16ToBf16(%[[R]], %arg2, %arg3, %arg4) args {eps = 9.99999997E-7 : f32} : (tensor<1x8x4x16xbf16>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xbf16>
+// CHECK: %[[G:.*]]:2 = kern.call @rmsNormRotaryBf16BackwardBf16ToBf16(%{{.*}}, %arg2, %arg3, %arg4, %arg5) args {eps = 9.99999997E-7 : f32} : (tensor<1x8x4x16xbf16>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x8x4x16xbf16>, tensor<16xf32>)
+// CHECK: return %[[Q]], %[[G]]#0, %[[G]]#1
+func.func @head_projection(%h: tensor<8x64xf32>, %wq: tensor<64x64xf32>, %w: tensor<16xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>, %dy: tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x8x4x16xbf16>, tensor<16xf32>) attributes {exec.stage} {
+  %p = kern.call @matmul(%h, %wq) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %x = tg.reshape %p : (tensor<8x64xf32>) -> tensor<1x8x4x16xf32>
+  %q = kern.call @rmsNormRotaryToBf16(%x, %w, %cos, %sin) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xbf16>
+  %g:2 = kern.call @rmsNormRotaryBackwardBf16ToBf16(%x, %w, %cos, %sin, %dy) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x8x4x16xbf16>, tensor<16xf32>)
+  return %q, %g#0, %g#1 : tensor<1x4x8x16xbf16>, tensor<1x8x4x16xbf16>, tensor<16xf32>
+}

@@ -697,6 +697,68 @@ TEST_F(CudaBf16Storage, Bf16GradientReaders) {
   }
 }
 
+// The query and key projections stored in bf16 by their products: the
+// norm-and-rotary forward and backward read them widened, with the bits of
+// the fp32-x kernels given the widened values (fused at head widths 128 and
+// 64, the general kernels at 12).
+TEST_F(CudaBf16Storage, NormRotaryOfBf16Projections) {
+  for (int64_t D : {128, 64, 12}) {
+    Shape xs{2, 9, 3, D}, ys{2, 3, 9, D}, table{9, D};
+    std::vector<uint16_t> xBits, dyBits;
+    Tensor x = roundedUniform(xs, xBits), dy = roundedUniform(ys, dyBits);
+    Tensor w = uniform(Shape{D}, 0.5f, 1.5f), cos = uniform(table),
+           sin = uniform(table);
+    Dev dx(x), dw(w), dc(cos), ds(sin);
+    Dev16 x16(xBits, xs), dy16(dyBits, ys);
+    std::string what = "D=" + std::to_string(D);
+    Dev16 want(ys), got(ys);
+    cu::rmsNormRotaryToBf16(dx.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(),
+                            want.v());
+    cu::rmsNormRotaryBf16ToBf16(x16.cv(), dw.cv(), 1e-6f, dc.cv(), ds.cv(),
+                                got.v());
+    EXPECT_EQ(got.host(), want.host()) << "rmsNormRotaryBf16ToBf16 " << what;
+    std::vector<uint16_t> twin = cpuBf16(ys, [&](BView o) {
+      cpu::rmsNormRotaryBf16ToBf16(CBView{xBits.data(), xs}, w.cv(), 1e-6f,
+                                   cos.cv(), sin.cv(), o);
+    });
+    std::vector<float> g(twin.size()), t(twin.size());
+    std::vector<uint16_t> gotBits = got.host();
+    for (size_t i = 0; i < twin.size(); ++i) {
+      g[i] = widen(gotBits[i]);
+      t[i] = widen(twin[i]);
+    }
+    EXPECT_LE(normErr(g, t), 2e-2) << "rmsNormRotaryBf16ToBf16 CPU " << what;
+    Dev16 wantDx(xs), gotDx(xs);
+    Out32 wantDw(Shape{D}), gotDw(Shape{D});
+    cu::rmsNormRotaryBackwardBf16ToBf16(dx.cv(), dw.cv(), 1e-6f, dc.cv(),
+                                        ds.cv(), dy16.cv(), wantDx.v(),
+                                        wantDw.v());
+    cu::rmsNormRotaryBf16BackwardBf16ToBf16(x16.cv(), dw.cv(), 1e-6f, dc.cv(),
+                                            ds.cv(), dy16.cv(), gotDx.v(),
+                                            gotDw.v());
+    EXPECT_EQ(gotDx.host(), wantDx.host())
+        << "rmsNormRotaryBf16BackwardBf16ToBf16 dX " << what;
+    EXPECT_EQ(gotDw.host(), wantDw.host())
+        << "rmsNormRotaryBf16BackwardBf16ToBf16 dW " << what;
+    std::vector<uint16_t> twinDx(size_t(xs.numel()));
+    std::vector<float> twinDw(static_cast<size_t>(D));
+    cpu::rmsNormRotaryBf16BackwardBf16ToBf16(
+        CBView{xBits.data(), xs}, w.cv(), 1e-6f, cos.cv(), sin.cv(),
+        CBView{dyBits.data(), ys}, BView{twinDx.data(), xs},
+        FView{twinDw.data(), Shape{D}});
+    EXPECT_LE(normErr(gotDw.host(), twinDw), 1e-5)
+        << "rmsNormRotaryBf16BackwardBf16ToBf16 dW CPU " << what;
+    std::vector<uint16_t> gd = gotDx.host();
+    std::vector<float> gdw(gd.size()), tdw(gd.size());
+    for (size_t i = 0; i < gd.size(); ++i) {
+      gdw[i] = widen(gd[i]);
+      tdw[i] = widen(twinDx[i]);
+    }
+    EXPECT_LE(normErr(gdw, tdw), 2e-2)
+        << "rmsNormRotaryBf16BackwardBf16ToBf16 dX CPU " << what;
+  }
+}
+
 // kern-fuse-residual-norm's kernels are the calls they replace, bit for bit:
 // addRmsNorm[ToBf16] = binary Add then rmsNorm[ToBf16] of the sum, and
 // addBf16 / addRmsNormBf16[ToBf16] = binary Add / addRmsNorm[ToBf16] of the

@@ -201,9 +201,11 @@ LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource,
 
 /// The kernel that reads some of `call`'s operands in bf16 in place of its
 /// fp32 kernel (KernelList.def's `<kernel>Bf16`), or "": gatedAct's, the
-/// transposes in front of attention, a residual Add (same shapes), and a
+/// transposes in front of attention, a residual Add (same shapes), a
 /// norm's backward, whose dY is the sum of the input gradients of the
-/// projections that read the norm (q, k and v; gate and up).
+/// projections that read the norm (q, k and v; gate and up), and the query
+/// and key heads' norm-and-rotary, forward and backward, which read the
+/// projection's result.
 StringRef bf16OperandTwin(CallOp call) {
   if (isBinaryOf(call, "Add") && call->getNumResults() == 1 &&
       isF32(call.getResult(0)) && llvm::all_of(call.getInputs(), [&](Value v) {
@@ -215,20 +217,26 @@ StringRef bf16OperandTwin(CallOp call) {
       .Case("gatedActBackwardToBf16", "gatedActBackwardBf16")
       .Case("transposeToBf16", "transposeBf16")
       .Case("rmsNormBackward", "rmsNormBackwardBf16")
+      .Case("rmsNormRotaryToBf16", "rmsNormRotaryBf16ToBf16")
+      .Case("rmsNormRotaryBackwardBf16ToBf16",
+            "rmsNormRotaryBf16BackwardBf16ToBf16")
       .Default("");
 }
 
 /// The positions among `call`'s inputs that kernel `twin` reads in bf16
-/// (its CBView parameters where `call`'s kernel has CFView ones): the
-/// operands in parameter order, a float parameter counting as one only when
-/// the call's `args` does not name it.
+/// where `call` reads fp32 (its CBView parameters whose operand is fp32
+/// now; one already bf16 stays as it is): the operands in parameter order,
+/// a float parameter counting as one only when the call's `args` does not
+/// name it.
 SmallVector<unsigned> bf16InputPositions(CallOp call, StringRef twin) {
   SmallVector<unsigned> positions;
   unsigned input = 0;
   for (const KernelParam &p : lookupKernel(twin)->params) {
     switch (p.kind) {
     case ParamKind::Bf16Input:
-      positions.push_back(input++);
+      if (isF32(call.getInputs()[input]))
+        positions.push_back(input);
+      ++input;
       break;
     case ParamKind::Input:
     case ParamKind::IntInput:
