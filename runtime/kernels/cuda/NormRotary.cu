@@ -163,8 +163,7 @@ void rmsNormRotaryImpl(const XT *xData, const Shape &xShape, CFView w,
     if (!fused) {
       // The general kernels read fp32: x widened first.
       WidenedBf16 wide(xData, rows * width, name);
-      rmsNormRotaryImpl(wide.data(), xShape, w, eps, cos, sin, y, yShape,
-                        name);
+      rmsNormRotaryImpl(wide.data(), xShape, w, eps, cos, sin, y, yShape, name);
       return;
     }
   } else if (!fused) {
