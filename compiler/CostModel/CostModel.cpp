@@ -127,7 +127,7 @@ static bool isParameter(Value v) {
 }
 
 /// What a bf16 plan keeps of parameter `p` on a worker that holds it: its
-/// fp32 master weights, and a bf16 copy when products are all that read it
+/// fp32 master weights, and a bf16 copy when products read it in bf16
 /// (convert-pipe-to-exec's `param_bf16` arguments); the copy alone for a
 /// frozen weight held in bf16 (`frozenBf16`).
 static double residentBytesOf(func::FuncOp func, BlockArgument p,
@@ -135,7 +135,7 @@ static double residentBytesOf(func::FuncOp func, BlockArgument p,
   double bytes = deviceBytes(p.getType(), /*bf16=*/false);
   if (frozenBf16 && tg::isFrozenProductWeight(func, p.getArgNumber()))
     return 0.5 * bytes;
-  return tg::readOnlyByProducts(p) ? 1.5 * bytes : bytes;
+  return tg::readByBf16Products(p) ? 1.5 * bytes : bytes;
 }
 
 /// Ops whose FLOPs run on tensor cores (GEMM-shaped work; the grouped

@@ -79,9 +79,10 @@ struct StageInfo {
 };
 
 /// Gives each stage function of a bf16 plan a `param_bf16` argument for
-/// every weight it reads only through matrix products and that has a bf16
-/// form: the bf16 copy the trainer keeps beside a device-resident weight
-/// on the worker, and a frozen weight the plan holds in bf16 alone
+/// every weight that has a bf16 form: the bf16 copy the trainer keeps
+/// beside a device-resident weight that products read in bf16 (matrix
+/// products, the fused LM head; tg::readByBf16Products) on the worker,
+/// and a frozen weight the plan holds in bf16 alone
 /// (`frozen_bf16`), which its stage image (or, resident, the worker's
 /// `@resident`) carries. The products then read it (kern-bf16-storage)
 /// instead of rounding fp32 weights at every microbatch. The fp32 argument
@@ -112,7 +113,7 @@ LogicalResult addBf16Arguments(ModuleOp module, pipe::PlanOp plan,
       bool isResident = resident.contains(name);
       bool isFrozen = frozen.contains(name);
       if (!isFrozen &&
-          !(isResident && tg::readOnlyByProducts(fn.getArgument(i))))
+          !(isResident && tg::readByBf16Products(fn.getArgument(i))))
         continue;
       // The plan chose bf16 storage from @main's uses; a stage reads a
       // subset of them.

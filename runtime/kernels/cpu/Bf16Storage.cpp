@@ -305,4 +305,32 @@ void rmsNormRotaryBf16BackwardBf16ToBf16(CBView x, CFView w, float eps,
                                   dY, dX, dW);
 }
 
+void linearCrossEntropyBf16W(CFView h, CBView w, bool transW, IView labels,
+                             int64_t ignoreIndex, int64_t chunkRows,
+                             float *lossSum, int *badLabel) {
+  std::vector<float> ww = widen(w);
+  linearCrossEntropy(h, CFView{ww.data(), w.shape}, transW, labels,
+                     ignoreIndex, chunkRows, lossSum, badLabel);
+}
+
+void linearCrossEntropyBackwardBf16W(CFView h, CBView w, bool transW,
+                                     IView labels, int64_t ignoreIndex,
+                                     int64_t chunkRows, float gradScale,
+                                     FView dH, FView dW) {
+  std::vector<float> ww = widen(w);
+  linearCrossEntropyBackward(h, CFView{ww.data(), w.shape}, transW, labels,
+                             ignoreIndex, chunkRows, gradScale, dH, dW);
+}
+
+void linearCrossEntropyWithGradBf16W(CFView h, CBView w, bool transW,
+                                     IView labels, int64_t ignoreIndex,
+                                     int64_t chunkRows, float gradScale,
+                                     float *lossSum, int *badLabel, FView dH,
+                                     FView dW) {
+  std::vector<float> ww = widen(w);
+  linearCrossEntropyWithGrad(h, CFView{ww.data(), w.shape}, transW, labels,
+                             ignoreIndex, chunkRows, gradScale, lossSum,
+                             badLabel, dH, dW);
+}
+
 } // namespace rondo::cpu

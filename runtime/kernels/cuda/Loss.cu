@@ -32,6 +32,7 @@
 #include "Profile.cuh"
 
 #include <memory>
+#include <optional>
 
 #include <algorithm>
 
@@ -301,15 +302,21 @@ LinearDims linearDims(const Shape &h, const Shape &w, bool transW,
 /// rounded to bf16 once per call rather than once per product: for a
 /// 151936 x 2048 LM head and 1024-row chunks that was a third of the
 /// backward's time. Null in fp32.
+/// A weight already stored in bf16 (`rounded`: a resident weight's bf16
+/// copy, the *Bf16W kernels) is read as it is.
 class RoundedWeight {
 public:
-  RoundedWeight(CFView w, const char *name) {
+  RoundedWeight(CFView w, const void *rounded, const char *name) {
     if (precision() != Precision::Bf16)
       return;
+    if (rounded) {
+      given_ = rounded;
+      return;
+    }
     temp_ = std::make_unique<Temp>(size_t(w.shape.numel()) * 2, name);
     roundToBf16Copy(w.data, temp_->as<void>(), w.shape.numel(), name);
   }
-  const void *get() const { return temp_ ? temp_->as<void>() : nullptr; }
+  const void *get() const { return temp_ ? temp_->as<void>() : given_; }
   void release() {
     if (temp_)
       temp_->release();
@@ -317,6 +324,7 @@ public:
 
 private:
   std::unique_ptr<Temp> temp_;
+  const void *given_ = nullptr;
 };
 
 /// The fp32 LM head's logits of rows [r0, r0 + n): h rows . op(W).
@@ -382,16 +390,19 @@ void crossEntropyBackward(CFView logits, IView labels, int64_t ignoreIndex,
   checkLaunch(name);
 }
 
-void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
-                        int64_t ignoreIndex, int64_t chunkRows, float *lossSum,
-                        int *badLabel) {
-  ProfileScope profileScope("linearCrossEntropy");
-  const char *name = "linearCrossEntropy";
+namespace {
+
+/// linearCrossEntropy of an fp32 weight, or (w16 non-null, under bf16) of
+/// its bf16 form.
+void linearCrossEntropyImpl(CFView h, CFView w, const void *w16Given,
+                            bool transW, IView labels, int64_t ignoreIndex,
+                            int64_t chunkRows, float *lossSum, int *badLabel,
+                            const char *name) {
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   Temp losses(size_t(std::max<int64_t>(d.N, 1)) * sizeof(double), name);
   if (d.N > 0 && d.V > 0) {
     int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
-    RoundedWeight w16(w, name);
+    RoundedWeight w16(w, w16Given, name);
     // bf16 logits under Precision::Bf16, as the backward's (bf16Chunks).
     Temp logits(size_t(chunk * d.V) * (w16.get() ? 2 : sizeof(float)), name);
     for (int64_t r0 = 0; r0 < d.N; r0 += chunk) {
@@ -424,8 +435,6 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
              badLabel, name);
   losses.release();
 }
-
-namespace {
 
 /// Chunks whose bf16 logits gradients are kept together for one dW
 /// product (Precision::Bf16): dW, an fp32 [V, D] read and written by every
@@ -469,11 +478,11 @@ void fp32Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
 /// by their product (as autocast stores them) into the group's buffer and
 /// replaced there by their gradient (the rounding both products read), dH
 /// per chunk, dW per group (the first group writes it, beta = 0).
-void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
-                IView labels, int64_t ignoreIndex, float gradScale,
-                int64_t chunk, double *losses, FView dH, FView dW,
-                const char *name) {
-  RoundedWeight w16(w, name);
+void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
+                const LinearDims &d, IView labels, int64_t ignoreIndex,
+                float gradScale, int64_t chunk, double *losses, FView dH,
+                FView dW, const char *name) {
+  RoundedWeight w16(w, w16Given, name);
   int64_t groupRows = std::min(d.N, chunk * kDwGroupChunks);
   int64_t ldw = transW ? d.D : d.V;
   Temp g16(size_t(groupRows * d.V) * 2, name),
@@ -516,10 +525,10 @@ void bf16Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
 
 /// The gradient of (gradScale * lossSum) chunk by chunk, and with `losses`
 /// each row's loss on the way.
-void linearBackwardChunks(CFView h, CFView w, bool transW, IView labels,
-                          int64_t ignoreIndex, int64_t chunkRows,
-                          float gradScale, double *losses, FView dH, FView dW,
-                          const char *name) {
+void linearBackwardChunks(CFView h, CFView w, const void *w16Given,
+                          bool transW, IView labels, int64_t ignoreIndex,
+                          int64_t chunkRows, float gradScale, double *losses,
+                          FView dH, FView dW, const char *name) {
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   if (d.N == 0 || d.V == 0) {
     if (dW.data)
@@ -534,21 +543,84 @@ void linearBackwardChunks(CFView h, CFView w, bool transW, IView labels,
   }
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
   if (precision() == Precision::Bf16)
-    bf16Chunks(h, w, transW, d, labels, ignoreIndex, gradScale, chunk, losses,
-               dH, dW, name);
+    bf16Chunks(h, w, w16Given, transW, d, labels, ignoreIndex, gradScale,
+               chunk, losses, dH, dW, name);
   else
     fp32Chunks(h, w, transW, d, labels, ignoreIndex, gradScale, chunk, losses,
                dH, dW, name);
 }
 
+void linearCrossEntropyWithGradImpl(CFView h, CFView w, const void *w16Given,
+                                    bool transW, IView labels,
+                                    int64_t ignoreIndex, int64_t chunkRows,
+                                    float gradScale, float *lossSum,
+                                    int *badLabel, FView dH, FView dW,
+                                    const char *name) {
+  int64_t N, D;
+  rowsOf(h.shape, N, D);
+  Temp losses(size_t(std::max<int64_t>(N, 1)) * sizeof(double), name);
+  linearBackwardChunks(h, w, w16Given, transW, labels, ignoreIndex, chunkRows,
+                       gradScale, losses.as<double>(), dH, dW, name);
+  int64_t V = transW ? w.shape.dims[0] : w.shape.dims[1];
+  finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum, badLabel,
+             name);
+  losses.release();
+}
+
+/// The weight of a *Bf16W kernel: under bf16 the stored values as they are
+/// (fp32 view without data, for its shape), under fp32 widened.
+struct Bf16Weight {
+  std::optional<WidenedBf16> wide;
+  CFView w;
+  const void *w16 = nullptr;
+  Bf16Weight(CBView stored, const char *name) : w{nullptr, stored.shape} {
+    if (precision() == Precision::Bf16) {
+      w16 = stored.data;
+      return;
+    }
+    wide.emplace(stored.data, stored.shape.numel(), name);
+    w.data = wide->data();
+  }
+};
+
 } // namespace
+
+void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
+                        int64_t ignoreIndex, int64_t chunkRows, float *lossSum,
+                        int *badLabel) {
+  ProfileScope profileScope("linearCrossEntropy");
+  linearCrossEntropyImpl(h, w, nullptr, transW, labels, ignoreIndex, chunkRows,
+                         lossSum, badLabel, "linearCrossEntropy");
+}
+
+void linearCrossEntropyBf16W(CFView h, CBView w, bool transW, IView labels,
+                             int64_t ignoreIndex, int64_t chunkRows,
+                             float *lossSum, int *badLabel) {
+  ProfileScope profileScope("linearCrossEntropy");
+  const char *name = "linearCrossEntropyBf16W";
+  Bf16Weight weight(w, name);
+  linearCrossEntropyImpl(h, weight.w, weight.w16, transW, labels, ignoreIndex,
+                         chunkRows, lossSum, badLabel, name);
+}
 
 void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
                                 int64_t ignoreIndex, int64_t chunkRows,
                                 float gradScale, FView dH, FView dW) {
   ProfileScope profileScope("linearCrossEntropyBackward");
-  linearBackwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
-                       nullptr, dH, dW, "linearCrossEntropyBackward");
+  linearBackwardChunks(h, w, nullptr, transW, labels, ignoreIndex, chunkRows,
+                       gradScale, nullptr, dH, dW,
+                       "linearCrossEntropyBackward");
+}
+
+void linearCrossEntropyBackwardBf16W(CFView h, CBView w, bool transW,
+                                     IView labels, int64_t ignoreIndex,
+                                     int64_t chunkRows, float gradScale,
+                                     FView dH, FView dW) {
+  ProfileScope profileScope("linearCrossEntropyBackward");
+  const char *name = "linearCrossEntropyBackwardBf16W";
+  Bf16Weight weight(w, name);
+  linearBackwardChunks(h, weight.w, weight.w16, transW, labels, ignoreIndex,
+                       chunkRows, gradScale, nullptr, dH, dW, name);
 }
 
 void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
@@ -556,16 +628,22 @@ void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
                                 float gradScale, float *lossSum, int *badLabel,
                                 FView dH, FView dW) {
   ProfileScope profileScope("linearCrossEntropyWithGrad");
-  const char *name = "linearCrossEntropyWithGrad";
-  int64_t N, D;
-  rowsOf(h.shape, N, D);
-  Temp losses(size_t(std::max<int64_t>(N, 1)) * sizeof(double), name);
-  linearBackwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
-                       losses.as<double>(), dH, dW, name);
-  int64_t V = transW ? w.shape.dims[0] : w.shape.dims[1];
-  finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum, badLabel,
-             name);
-  losses.release();
+  linearCrossEntropyWithGradImpl(h, w, nullptr, transW, labels, ignoreIndex,
+                                 chunkRows, gradScale, lossSum, badLabel, dH,
+                                 dW, "linearCrossEntropyWithGrad");
+}
+
+void linearCrossEntropyWithGradBf16W(CFView h, CBView w, bool transW,
+                                     IView labels, int64_t ignoreIndex,
+                                     int64_t chunkRows, float gradScale,
+                                     float *lossSum, int *badLabel, FView dH,
+                                     FView dW) {
+  ProfileScope profileScope("linearCrossEntropyWithGrad");
+  const char *name = "linearCrossEntropyWithGradBf16W";
+  Bf16Weight weight(w, name);
+  linearCrossEntropyWithGradImpl(h, weight.w, weight.w16, transW, labels,
+                                 ignoreIndex, chunkRows, gradScale, lossSum,
+                                 badLabel, dH, dW, name);
 }
 
 } // namespace rondo::cuda

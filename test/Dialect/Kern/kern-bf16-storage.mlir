@@ -380,3 +380,17 @@ func.func @head_projection(%h: tensor<8x64xf32>, %wq: tensor<64x64xf32>, %w: ten
   %g:2 = kern.call @rmsNormRotaryBackwardBf16ToBf16(%x, %w, %cos, %sin, %dy) args {eps = 1.0e-06 : f32} : (tensor<1x8x4x16xf32>, tensor<16xf32>, tensor<8x16xf32>, tensor<8x16xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x8x4x16xbf16>, tensor<16xf32>)
   return %q, %g#0, %g#1 : tensor<1x4x8x16xbf16>, tensor<1x8x4x16xbf16>, tensor<16xf32>
 }
+
+// -----
+
+// The fused LM head reads a resident weight's bf16 copy
+// (linearCrossEntropyWithGradBf16W); the tied embedding's gather keeps the
+// fp32 weights.
+// CHECK-LABEL: func.func @lm_head_copy
+// CHECK: kern.call @gatherRows(%arg1, %arg0)
+// CHECK: kern.call @linearCrossEntropyWithGradBf16W(%arg3, %arg2, %arg4, %arg5) args {chunkRows = 4 : i64, ignoreIndex = -100 : i64, transW = true} : (tensor<8x16xf32>, tensor<32x16xbf16>, tensor<8xi64>, tensor<f32>) -> (tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>)
+func.func @lm_head_copy(%ids: tensor<8xi64> {exec.role = "input_ids"}, %w: tensor<32x16xf32> {exec.role = "param", tg.param = "w"}, %wb: tensor<32x16xbf16> {exec.role = "param_bf16", tg.param = "w"}, %h: tensor<8x16xf32> {exec.role = "activation"}, %labels: tensor<8xi64> {exec.role = "labels"}, %scale: tensor<f32> {exec.role = "loss_scale"}) -> (tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>) attributes {exec.stage} {
+  %e = kern.call @gatherRows(%w, %ids) : (tensor<32x16xf32>, tensor<8xi64>) -> tensor<8x16xf32>
+  %l:3 = kern.call @linearCrossEntropyWithGrad(%h, %w, %labels, %scale) args {chunkRows = 4 : i64, ignoreIndex = -100 : i64, transW = true} : (tensor<8x16xf32>, tensor<32x16xf32>, tensor<8xi64>, tensor<f32>) -> (tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>)
+  return %e, %l#0, %l#1, %l#2 : tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>
+}

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CudaKernelsTestUtil.h"
+#include "ScalarOps.h"
 
 #include <cstdlib>
 #include <iterator>
@@ -173,6 +174,69 @@ void CudaKernels::checkLinearCrossEntropy(const char *label, double tol) {
         EXPECT_EQ(0, std::memcmp(got[1].data(), fused[1].data(),
                                  got[1].size() * sizeof(float)))
             << what << " fused dW";
+        // The weight stored in bf16 (a resident weight's copy): the bits of
+        // the fp32-weight kernels given its widened values, which they
+        // round back to the same bf16 under bf16.
+        std::vector<uint16_t> w16(w.data.size());
+        Tensor wWide(ws);
+        for (size_t i = 0; i < w16.size(); ++i) {
+          w16[i] = rondo::kernels::floatToBf16Bits(w.data[i]);
+          wWide.data[i] = rondo::kernels::bf16BitsToFloat(w16[i]);
+        }
+        Dev dWide(wWide);
+        uint16_t *dw16 = nullptr;
+        ck(cudaMalloc(&dw16, w16.size() * 2), "cudaMalloc");
+        ck(cudaMemcpy(dw16, w16.data(), w16.size() * 2, cudaMemcpyHostToDevice),
+           "upload");
+        cpu::CBView cw16{dw16, ws};
+        auto wide = runTwice(
+            {{hs, {}}, {ws, {}}},
+            [&](const std::vector<FView> &o) {
+              cu::linearCrossEntropyWithGrad(dH.cv(), dWide.cv(), transW != 0,
+                                             dlab.v(), -1, chunk, 0.05f, ld.sum,
+                                             ld.bad, o[0], o[1]);
+            },
+            what + " widened weight");
+        float wideSum = 0;
+        ld.read(wideSum, bad);
+        auto stored = runTwice(
+            {{hs, {}}, {ws, {}}},
+            [&](const std::vector<FView> &o) {
+              cu::linearCrossEntropyWithGradBf16W(dH.cv(), cw16, transW != 0,
+                                                  dlab.v(), -1, chunk, 0.05f,
+                                                  ld.sum, ld.bad, o[0], o[1]);
+            },
+            what + " Bf16W");
+        float storedSum = 0;
+        ld.read(storedSum, bad);
+        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(0, std::memcmp(&wideSum, &storedSum, sizeof(float)))
+            << what << " Bf16W loss";
+        EXPECT_EQ(0, std::memcmp(wide[0].data(), stored[0].data(),
+                                 wide[0].size() * sizeof(float)))
+            << what << " Bf16W dH";
+        EXPECT_EQ(0, std::memcmp(wide[1].data(), stored[1].data(),
+                                 wide[1].size() * sizeof(float)))
+            << what << " Bf16W dW";
+        auto storedBwd = runTwice(
+            {{hs, {}}, {ws, {}}},
+            [&](const std::vector<FView> &o) {
+              cu::linearCrossEntropyBackwardBf16W(dH.cv(), cw16, transW != 0,
+                                                  dlab.v(), -1, chunk, 0.05f,
+                                                  o[0], o[1]);
+            },
+            what + " backward Bf16W");
+        EXPECT_EQ(0, std::memcmp(wide[0].data(), storedBwd[0].data(),
+                                 wide[0].size() * sizeof(float)))
+            << what << " backward Bf16W dH";
+        cu::linearCrossEntropyBf16W(dH.cv(), cw16, transW != 0, dlab.v(), -1,
+                                    chunk, ld.sum, ld.bad);
+        ck(cudaStreamSynchronize(stream_), "sync");
+        float fwdSum = 0;
+        ld.read(fwdSum, bad);
+        EXPECT_EQ(0, std::memcmp(&wideSum, &fwdSum, sizeof(float)))
+            << what << " forward Bf16W loss";
+        cudaFree(dw16);
       }
 }
 

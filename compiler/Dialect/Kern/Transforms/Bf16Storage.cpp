@@ -82,6 +82,16 @@ StringRef bf16ProductTwin(StringRef kernel) {
       .Default("");
 }
 
+/// The fused LM head's kernels that read its weight (operand 1) in bf16,
+/// by the kernel they replace ("" for any other kernel).
+StringRef lmHeadBf16WeightTwin(StringRef kernel) {
+  return llvm::StringSwitch<StringRef>(kernel)
+      .Case("linearCrossEntropy", "linearCrossEntropyBf16W")
+      .Case("linearCrossEntropyBackward", "linearCrossEntropyBackwardBf16W")
+      .Case("linearCrossEntropyWithGrad", "linearCrossEntropyWithGradBf16W")
+      .Default("");
+}
+
 /// How many leading operands of a product its bf16 twin reads in bf16.
 unsigned bf16Operands(Operation *product) {
   StringRef kernel = cast<CallOp>(product).getKernel();
@@ -609,6 +619,19 @@ struct KernBf16StoragePass
       }
       eraseDeadReshapes(value);
     }
+
+    // The fused LM head reads its weight's resident bf16 copy where there
+    // is one (its kernels round the fp32 weight once per call otherwise:
+    // the same bits).
+    SmallVector<CallOp> heads;
+    fn.walk([&](CallOp call) {
+      if (!lmHeadBf16WeightTwin(call.getKernel()).empty() &&
+          copyOf(call.getInputs()[1]))
+        heads.push_back(call);
+    });
+    for (CallOp head : heads)
+      recall(head, lmHeadBf16WeightTwin(head.getKernel()), 1,
+             copyOf(head.getInputs()[1]));
 
     for (CallOp product : products)
       if (llvm::none_of(product.getInputs().take_front(bf16Operands(product)),

@@ -59,6 +59,27 @@ bool rondo::tg::readOnlyByProducts(Value v) {
   return readOnlyByProductsImpl(v, used) && used;
 }
 
+bool rondo::tg::readByBf16Products(Value v) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *user = use.getOwner();
+    if (auto reshape = dyn_cast<rondo::tg::ReshapeOp>(user)) {
+      if (readByBf16Products(reshape.getResult()))
+        return true;
+      continue;
+    }
+    if (isa<rondo::tg::MatmulOp, rondo::tg::ExpertMatmulOp,
+            rondo::tg::ExpertMatmulWGradOp>(user))
+      return true;
+    // The fused LM head's weight (operand 1): its kernels round it once per
+    // call, or read a bf16 copy (kern-bf16-storage).
+    if (isa<rondo::tg::LinearCrossEntropyOp,
+            rondo::tg::LinearCrossEntropyGradOp>(user) &&
+        use.getOperandNumber() == 1)
+      return true;
+  }
+  return false;
+}
+
 bool rondo::tg::isFrozenProductWeight(func::FuncOp fn, unsigned i) {
   return fn.getArgAttr(i, kParamAttr) && !fn.getArgAttr(i, kTrainableAttr) &&
          cast<ShapedType>(fn.getArgumentTypes()[i]).getElementType().isF32() &&

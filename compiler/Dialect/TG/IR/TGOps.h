@@ -52,6 +52,13 @@ bool broadcastsTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
 /// products (and at least once): the weights whose bf16 rounding is all a
 /// bf16 trainer computes with, so a bf16 copy can stand in for them.
 bool readOnlyByProducts(mlir::Value v);
+/// Whether a reader that computes with `v` rounded to bf16 under bf16
+/// precision reads it, directly: a matrix product (through reshapes) or
+/// the fused LM head's weight operand. A device-resident weight so read
+/// keeps a bf16 copy beside its fp32 master weights, which those readers
+/// read instead of rounding it at every microbatch; its other readers (the
+/// tied embedding's gather) keep the fp32 weights.
+bool readByBf16Products(mlir::Value v);
 /// Whether argument `i` of `fn` is a frozen parameter (no `tg.trainable`)
 /// that only matrix products read: what a bf16 plan may hold in bf16 alone,
 /// on the host and in its stage's parameter image, since every use rounds
