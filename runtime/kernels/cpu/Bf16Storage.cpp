@@ -309,8 +309,8 @@ void linearCrossEntropyBf16W(CFView h, CBView w, bool transW, IView labels,
                              int64_t ignoreIndex, int64_t chunkRows,
                              float *lossSum, int *badLabel) {
   std::vector<float> ww = widen(w);
-  linearCrossEntropy(h, CFView{ww.data(), w.shape}, transW, labels,
-                     ignoreIndex, chunkRows, lossSum, badLabel);
+  linearCrossEntropy(h, CFView{ww.data(), w.shape}, transW, labels, ignoreIndex,
+                     chunkRows, lossSum, badLabel);
 }
 
 void linearCrossEntropyBackwardBf16W(CFView h, CBView w, bool transW,

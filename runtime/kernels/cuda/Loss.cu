@@ -525,10 +525,10 @@ void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
 
 /// The gradient of (gradScale * lossSum) chunk by chunk, and with `losses`
 /// each row's loss on the way.
-void linearBackwardChunks(CFView h, CFView w, const void *w16Given,
-                          bool transW, IView labels, int64_t ignoreIndex,
-                          int64_t chunkRows, float gradScale, double *losses,
-                          FView dH, FView dW, const char *name) {
+void linearBackwardChunks(CFView h, CFView w, const void *w16Given, bool transW,
+                          IView labels, int64_t ignoreIndex, int64_t chunkRows,
+                          float gradScale, double *losses, FView dH, FView dW,
+                          const char *name) {
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   if (d.N == 0 || d.V == 0) {
     if (dW.data)
@@ -543,8 +543,8 @@ void linearBackwardChunks(CFView h, CFView w, const void *w16Given,
   }
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
   if (precision() == Precision::Bf16)
-    bf16Chunks(h, w, w16Given, transW, d, labels, ignoreIndex, gradScale,
-               chunk, losses, dH, dW, name);
+    bf16Chunks(h, w, w16Given, transW, d, labels, ignoreIndex, gradScale, chunk,
+               losses, dH, dW, name);
   else
     fp32Chunks(h, w, transW, d, labels, ignoreIndex, gradScale, chunk, losses,
                dH, dW, name);
