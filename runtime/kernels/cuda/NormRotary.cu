@@ -254,9 +254,8 @@ void rmsNormRotaryBackwardImpl(const XT *xData, const Shape &xShape, CFView w,
                                 dYShape, dXData, dW, name);
       return;
     }
-  }
-  if (!fused) {
-    CFView x{reinterpret_cast<const float *>(xData), xShape};
+  } else if (!fused) {
+    CFView x{xData, xShape};
     if constexpr (!std::is_same_v<OutT, float>) {
       // fp32 dX from the fp32-result path, rounded as it is stored.
       Temp gx(dXData ? size_t(rows * width) * sizeof(float) : 0, name);

@@ -495,42 +495,13 @@ void rmsNormToBf16(CFView x, CFView w, float eps, BView y) {
 
 namespace {
 
-/// The row kernels' rmsNormBackward of a bf16 dY, when its shape and
-/// pointers qualify; false otherwise (the caller widens dY).
-bool rmsNormBackwardBf16Rows(CFView x, CFView w, float eps, CBView dY, FView dX,
-                             FView dW, const char *name) {
-  int64_t rows, width;
-  rowsOf(x.shape, rows, width);
-  RowConfig rc;
-  if (rows == 0 || !rowConfig(width, rc) ||
-      !rowsAligned({x.data, w.data, dY.data, dX.data}))
-    return false;
-  if (dX.data || dW.data)
-    rmsNormBackwardRows(rc, x.data, w.data, eps,
-                        RowLoadOf<__nv_bfloat16>{bf16Data(dY)},
-                        PlainDxStore{dX.data}, rows, width, dW.data, name);
-  return true;
-}
-
-} // namespace
-
-void rmsNormBackwardBf16(CFView x, CFView w, float eps, CBView dY, FView dX,
-                         FView dW) {
-  ProfileScope profileScope("rmsNormBackwardBf16");
-  const char *name = "rmsNormBackwardBf16";
-  if (dY.shape.numel() != x.shape.numel())
-    contract(name, "dY differs in size from x");
-  if (rmsNormBackwardBf16Rows(x, w, eps, dY, dX, dW, name))
-    return;
-  WidenedBf16 wide(dY.data, dY.shape.numel(), name);
-  ::rondo::cuda::rmsNormBackward(x, w, eps, CFView{wide.data(), dY.shape}, dX,
-                                 dW);
-}
-
-void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
-                     FView dW) {
-  ProfileScope profileScope("rmsNormBackward");
-  const char *name = "rmsNormBackward";
+/// rmsNormBackward of an fp32 dY or (rmsNormBackwardBf16) a bf16 one: the
+/// row kernels read either; the general kernels read fp32, so a bf16 dY is
+/// widened for them.
+template <typename DyT>
+void rmsNormBackwardImpl(CFView x, CFView w, float eps, const DyT *dY,
+                         int64_t dYNumel, FView dX, FView dW,
+                         const char *name) {
   int64_t rows, width;
   rowsOf(x.shape, rows, width);
   if (rows == 0) {
@@ -541,19 +512,42 @@ void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
   if (!dX.data && !dW.data)
     return;
   RowConfig rc;
-  if (rowConfig(width, rc) && rowsAligned({x.data, w.data, dY.data, dX.data})) {
-    rmsNormBackwardRows(rc, x.data, w.data, eps, PlainRowLoad{dY.data},
+  if (rowConfig(width, rc) && rowsAligned({x.data, w.data, dY, dX.data})) {
+    rmsNormBackwardRows(rc, x.data, w.data, eps, RowLoadOf<DyT>{dY},
                         PlainDxStore{dX.data}, rows, width, dW.data, name);
     return;
   }
-  Temp inv(dW.data ? size_t(rows) * sizeof(float) : 0, name);
-  rmsNormBwdKernel<<<rowGrid(rows), rowThreads(width), 0, currentStream()>>>(
-      x.data, w.data, eps, dY.data, dX.data, inv.as<float>(), rows, width);
-  checkLaunch(name);
-  if (dW.data)
-    tiledColumnSums(rows, width, dW.data,
-                    RmsDwTerm{dY.data, x.data, inv.as<float>(), width}, name);
-  inv.release();
+  if constexpr (!std::is_same_v<DyT, float>) {
+    WidenedBf16 wide(dY, dYNumel, name);
+    rmsNormBackwardImpl(x, w, eps, wide.data(), dYNumel, dX, dW, name);
+  } else {
+    Temp inv(dW.data ? size_t(rows) * sizeof(float) : 0, name);
+    rmsNormBwdKernel<<<rowGrid(rows), rowThreads(width), 0, currentStream()>>>(
+        x.data, w.data, eps, dY, dX.data, inv.as<float>(), rows, width);
+    checkLaunch(name);
+    if (dW.data)
+      tiledColumnSums(rows, width, dW.data,
+                      RmsDwTerm{dY, x.data, inv.as<float>(), width}, name);
+    inv.release();
+  }
+}
+
+} // namespace
+
+void rmsNormBackwardBf16(CFView x, CFView w, float eps, CBView dY, FView dX,
+                         FView dW) {
+  ProfileScope profileScope("rmsNormBackwardBf16");
+  if (dY.shape.numel() != x.shape.numel())
+    contract("rmsNormBackwardBf16", "dY differs in size from x");
+  rmsNormBackwardImpl(x, w, eps, bf16Data(dY), dY.shape.numel(), dX, dW,
+                      "rmsNormBackwardBf16");
+}
+
+void rmsNormBackward(CFView x, CFView w, float eps, CFView dY, FView dX,
+                     FView dW) {
+  ProfileScope profileScope("rmsNormBackward");
+  rmsNormBackwardImpl(x, w, eps, dY.data, dY.shape.numel(), dX, dW,
+                      "rmsNormBackward");
 }
 
 namespace {

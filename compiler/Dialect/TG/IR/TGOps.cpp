@@ -36,6 +36,14 @@ double rondo::tg::detail::sumTensorBytes(ValueRange values) {
   return bytes;
 }
 
+/// The matrix products: they round both float operands to bf16 under bf16
+/// precision (the experts' grouped products as matmul does; their ids,
+/// operand 2, are never a float value).
+static bool isMatrixProduct(Operation *op) {
+  return isa<rondo::tg::MatmulOp, rondo::tg::ExpertMatmulOp,
+             rondo::tg::ExpertMatmulWGradOp>(op);
+}
+
 static bool readOnlyByProductsImpl(Value v, bool &used) {
   for (OpOperand &use : v.getUses()) {
     Operation *user = use.getOwner();
@@ -44,10 +52,7 @@ static bool readOnlyByProductsImpl(Value v, bool &used) {
         return false;
       continue;
     }
-    // The experts' grouped products round both operands under bf16 as
-    // matmul does (their ids, operand 2, are never a float value).
-    if (!isa<rondo::tg::MatmulOp, rondo::tg::ExpertMatmulOp,
-             rondo::tg::ExpertMatmulWGradOp>(user))
+    if (!isMatrixProduct(user))
       return false;
     used = true;
   }
@@ -67,8 +72,7 @@ bool rondo::tg::readByBf16Products(Value v) {
         return true;
       continue;
     }
-    if (isa<rondo::tg::MatmulOp, rondo::tg::ExpertMatmulOp,
-            rondo::tg::ExpertMatmulWGradOp>(user))
+    if (isMatrixProduct(user))
       return true;
     // The fused LM head's weight (operand 1): its kernels round it once per
     // call, or read a bf16 copy (kern-bf16-storage).
