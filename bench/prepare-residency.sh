@@ -19,8 +19,16 @@
 #                           budget (RoundPipe's consumer-GPU regime)
 #
 #   bash bench/prepare-residency.sh [h100|h200] [QWEN3_8B.onnx]
-# On the GPU machine: MACHINE=h100x1 bash test/GPU/run-residency.sh (W1)
-# and bash test/GPU/run-residency-lora.sh (the 8B LoRA runs).
+# With LLAMA=LLAMA3.2_1B.onnx and/or QWEN25=QWEN2.5_1.5B.onnx (graphs of
+# scripts/export-hf-onnx.py --preset llama3.2-1b / qwen2.5-1.5b --graph-only,
+# exported on the GPU machine): the other two dense shapes, as W1 (16 x 4096
+# tokens, one worker, the planner's own residency):
+#   llama3.2-1b.trainer   Llama-3.2-1B's shape
+#   qwen2.5-1.5b.trainer  Qwen2.5-1.5B's shape
+#   LLAMA=llama3.2-1b.onnx QWEN25=qwen2.5-1.5b.onnx bash bench/prepare-residency.sh h100
+# On the GPU machine: MACHINE=h100x1 bash test/GPU/run-residency.sh (W1;
+# SHAPE=llama3.2-1b or SHAPE=qwen2.5-1.5b for the others) and bash
+# test/GPU/run-residency-lora.sh (the 8B LoRA runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-pack.sh
@@ -35,6 +43,14 @@ compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 --residenc
 for n in ${LOSS_CHUNKS:-}; do
   compile $models/qwen3-1.7b.onnx --batch 16 --seq-len 4096 --workers 1 \
     --loss-chunk-rows $n -o build-gpu/w1-chunk$n.trainer
+done
+# LLAMA=..., QWEN25=...: the dense shapes bench/w1.py --shape llama3.2-1b
+# and qwen2.5-1.5b measure, compiled as W1.
+for shape in llama3.2-1b qwen2.5-1.5b; do
+  if [ $shape = llama3.2-1b ]; then graph=${LLAMA:-}; else graph=${QWEN25:-}; fi
+  [ -n "$graph" ] || continue
+  compile "$graph" --batch 16 --seq-len 4096 --workers 1 \
+    --explain=build-gpu/plans/$shape -o build-gpu/$shape.trainer
 done
 for m in qwen3-tiny qwen3-tiny-tied llama-tiny qwen3-deep-tiny; do
   compile $models/$m.onnx --batch 2 --seq-len 32 --microbatches 2 --workers 1 \

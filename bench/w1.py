@@ -8,6 +8,13 @@ export-hf-onnx.py --preset qwen3-8b: hidden 4096, 36 layers, 32 heads, 8 KV
 heads, untied LM head) at 8 x 4096 tokens per step; everything below with 8
 rows for 16, MFU from its N = 6.95e9 and L = 36, H = 32, and files named
 qwen3-8b-* for w1-*. Its full fine-tune does not fit one GPU: fsdp2-offload.
+--shape llama3.2-1b / qwen2.5-1.5b: the other two dense shapes, scripts/
+export-hf-onnx.py's FAMILY_PRESETS of those names (Llama-3.2-1B: hidden
+2048, 16 layers, 32 heads of 64, 8 KV heads, Llama 3's rotary scaling, a
+128256-token vocabulary; Qwen2.5-1.5B: hidden 1536, 28 layers, 12 heads of
+128, 2 KV heads, biases on q, k and v; both tied and without query/key norm)
+at W1's 16 x 4096 tokens per step, MFU from their configurations' N, L, H
+and Q, files named after the shape.
 
 Rondo: a trainer compiled for the GPUs (see bench/README.md for the compile
 line), run for --steps steps; tokens/s over the steps after the first two,
@@ -19,7 +26,10 @@ same 16 x 4096 tokens per step (the rows of the same token file as Rondo)
 reached by gradient accumulation over --torch-rows rows at a time (no
 recompute):
   eager           Hugging Face Qwen3ForCausalLM built from the same
-                  configuration, random weights, SDPA attention;
+                  configuration (the Llama and Qwen2.5 shapes:
+                  AutoModelForCausalLM of their FAMILY_PRESETS fields,
+                  LlamaForCausalLM / Qwen2ForCausalLM), random weights, SDPA
+                  attention;
   hf-compile      the same model under torch.compile(model) (default mode);
   module-compile  a plain PyTorch module of the same configuration
                   (build_w1_module in w1_torch.py: SDPA with is_causal and native GQA), each
@@ -92,27 +102,64 @@ QWEN3_8B = dict(QWEN3_17B, hidden_size=4096, intermediate_size=12288,
                 num_hidden_layers=36, num_attention_heads=32,
                 num_key_value_heads=8, head_dim=128, tie_word_embeddings=False)
 
+
+def family_presets():
+    """scripts/export-hf-onnx.py's FAMILY_PRESETS (the configurations its
+    --preset exports, fields for transformers' AutoConfig.for_model), loaded
+    as bench/families.py loads them; {} where that script is not here."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
+                        "export-hf-onnx.py")
+    if not os.path.exists(path):
+        return {}
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("export_hf_onnx", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FAMILY_PRESETS
+
+
+def head_dim(config):
+    """A configuration's head dimension: head_dim where it has one, else
+    hidden_size / num_attention_heads (Qwen2's, as Hugging Face derives it)."""
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def decoder_matmul_params(config):
+    """The decoder blocks' matmul weights of a QWEN3_17B-style dict (or a
+    FAMILY_PRESETS one): q, k, v, o and the three MLP projections of every
+    layer (no biases)."""
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    q = config["num_attention_heads"] * head_dim(config)
+    kv = config["num_key_value_heads"] * head_dim(config)
+    per_layer = hidden * (2 * q + 2 * kv) + 3 * hidden * inner
+    return config["num_hidden_layers"] * per_layer
+
+
 # --shape: the model and the global batch of a step (rows x seq tokens).
 # matmul_params is anchors.md's N, the decoder blocks' matmul weights (no
-# embedding, no LM head, no norms): 1.41e9 as anchors.md rounds W1's
-# (1.409e9), 6.95e9 for Qwen3-8B (6.946e9, its model card's 6.95B
-# non-embedding parameters). prefix names the files a run writes.
+# embedding, no LM head, no norms, no biases): 1.41e9 as anchors.md rounds
+# W1's (1.409e9), 6.95e9 for Qwen3-8B (6.946e9, its model card's 6.95B
+# non-embedding parameters), decoder_matmul_params of the configuration for
+# the other dense shapes (Llama-3.2-1B 0.973e9; Qwen2.5-1.5B 1.310e9, its
+# model card's 1.31B non-embedding parameters). prefix
+# names the files a run writes. The Llama and Qwen2.5 configurations are
+# scripts/export-hf-onnx.py's FAMILY_PRESETS, the graphs their trainers are
+# compiled from (model_type tells w1_torch.py which Hugging Face model and
+# which attention details: no query/key norm, Llama 3's rotary scaling,
+# Qwen2's q/k/v biases).
 SHAPES = {
     "w1": dict(title="W1", config=QWEN3_17B, rows=16, seq=4096,
                matmul_params=1.41e9, prefix="w1"),
     "qwen3-8b": dict(title="Qwen3-8B", config=QWEN3_8B, rows=8, seq=4096,
                      matmul_params=6.95e9, prefix="qwen3-8b"),
 }
-
-
-def decoder_matmul_params(config):
-    """The decoder blocks' matmul weights of a QWEN3_17B-style dict:
-    q, k, v, o and the three MLP projections of every layer."""
-    hidden, inner = config["hidden_size"], config["intermediate_size"]
-    q = config["num_attention_heads"] * config["head_dim"]
-    kv = config["num_key_value_heads"] * config["head_dim"]
-    per_layer = hidden * (2 * q + 2 * kv) + 3 * hidden * inner
-    return config["num_hidden_layers"] * per_layer
+# 16 x 4096 tokens per step, as W1.
+_FAMILIES = family_presets()
+for _name, _title in (("llama3.2-1b", "Llama-3.2-1B"), ("qwen2.5-1.5b", "Qwen2.5-1.5B")):
+    if _name in _FAMILIES:
+        SHAPES[_name] = dict(title=_title, config=_FAMILIES[_name], rows=16, seq=4096,
+                             matmul_params=decoder_matmul_params(_FAMILIES[_name]),
+                             prefix=_name)
 
 
 def flop_per_token(shape):
@@ -121,7 +168,7 @@ def flop_per_token(shape):
     s = SHAPES[shape]
     c = s["config"]
     return (6 * s["matmul_params"] + 12 * c["num_hidden_layers"]
-            * c["num_attention_heads"] * c["head_dim"] * s["seq"])
+            * c["num_attention_heads"] * head_dim(c) * s["seq"])
 
 
 class GpuMemoryPoller:
@@ -661,9 +708,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="w1",
                    help="the model and global batch: w1 (Qwen3-1.7B, 16 x 4096 "
-                   "tokens per step) or qwen3-8b (Qwen3-8B, untied LM head, "
-                   "8 x 4096); the trainers must be compiled for it")
-    p.add_argument("--trainer", help="the compiled W1 trainer")
+                   "tokens per step), qwen3-8b (Qwen3-8B, untied LM head, "
+                   "8 x 4096), llama3.2-1b (Llama-3.2-1B, 16 x 4096) or "
+                   "qwen2.5-1.5b (Qwen2.5-1.5B, 16 x 4096), the last two "
+                   "scripts/export-hf-onnx.py's presets; the trainers must be "
+                   "compiled for it")
+    p.add_argument("--trainer", help="the compiled trainer (W1's, or --shape's)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--gpus", default="", help="--gpus of the trainer (PyTorch "
                    "runs on the first of them, unless --pytorch-gpus)")

@@ -87,7 +87,11 @@ def check_shapes():
         if abs(n - s["matmul_params"]) > 0.005 * n:
             bad.append("%s: N %g, its configuration's %d" % (name, s["matmul_params"], n))
     tokens = {name: s["rows"] * s["seq"] for name, s in SHAPES.items()}
-    if tokens != {"w1": 65536, "qwen3-8b": 32768}:
+    # The Llama and Qwen2.5 shapes where scripts/export-hf-onnx.py is here
+    # (w1.family_presets): W1's 16 x 4096.
+    want = {"w1": 65536, "qwen3-8b": 32768}
+    want.update({name: 65536 for name in ("llama3.2-1b", "qwen2.5-1.5b") if name in SHAPES})
+    if tokens != want:
         bad.append("tokens per step %s" % tokens)
     c = QWEN3_8B
     if (c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"],
@@ -99,6 +103,19 @@ def check_shapes():
     # 6 x 6.95e9 + 12 x 36 x 32 x 128 x 4096 = 48.95 GFLOP per token.
     if abs(flop_per_token("qwen3-8b") - 48.948e9) > 0.01e9:
         bad.append("qwen3-8b: %g FLOP per token" % flop_per_token("qwen3-8b"))
+    # Llama-3.2-1B: N = 16 x (2048 x 5120 + 3 x 2048 x 8192) = 0.973e9 (its
+    # 1.24B parameters less the 0.263e9 of the tied embedding), head_dim 64;
+    # 6 N + 12 x 16 x 32 x 64 x 4096 = 7.449 GFLOP per token. Qwen2.5-1.5B:
+    # head_dim 1536 / 12 = 128, N = 28 x (1536 x 3584 + 3 x 1536 x 8960) =
+    # 1.310e9 (its model card's 1.31B non-embedding parameters); 6 N + 12 x
+    # 28 x 12 x 128 x 4096 = 9.975 GFLOP per token.
+    for name, n, flop in (("llama3.2-1b", 973078528, 7.449e9),
+                          ("qwen2.5-1.5b", 1310195712, 9.975e9)):
+        if name not in SHAPES:
+            continue
+        if SHAPES[name]["matmul_params"] != n or abs(flop_per_token(name) - flop) > 0.001e9:
+            bad.append("%s: N %g, %g FLOP per token" % (
+                name, SHAPES[name]["matmul_params"], flop_per_token(name)))
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                           "scripts", "export-hf-onnx.py")
     compared = ""
@@ -112,6 +129,9 @@ def check_shapes():
             fields.pop("model_type", None)
             if fields != SHAPES[name]["config"]:
                 bad.append("%s: not export-hf-onnx.py's %s: %s" % (name, preset, fields))
+        for name in ("llama3.2-1b", "qwen2.5-1.5b"):
+            if SHAPES.get(name, {}).get("config") != module.FAMILY_PRESETS.get(name):
+                bad.append("%s: not export-hf-onnx.py's preset of that name" % name)
         compared = ", scripts/export-hf-onnx.py's presets"
     print("shapes (N, FLOP per token, tokens per step%s): %s" % (
         compared, "ok" if not bad else "FAIL: " + "; ".join(bad)))

@@ -1,8 +1,10 @@
 """What runs inside bench/w1.py's PyTorch child processes: the plain
-PyTorch Qwen3 module the compiled variants train (build_w1_module), one GPU's
-child (torch_child), one rank of a data-parallel variant
-(torch_data_parallel_child), and the module checks of --self-check that need
-torch. bench/w1.py starts the children and reads what they print."""
+PyTorch Qwen3 (or Llama, Qwen2) module the compiled variants train
+(build_w1_module), the Hugging Face model eager and hf-compile train
+(hf_causal_lm), one GPU's child (torch_child), one rank of a data-parallel
+variant (torch_data_parallel_child), and the module checks of --self-check
+that need torch. bench/w1.py starts the children and reads what they
+print."""
 import contextlib
 import json
 import math
@@ -11,16 +13,33 @@ import re
 import sys
 import time
 
-from w1 import QWEN3_17B, SHAPES, rank_rows
+from w1 import QWEN3_17B, SHAPES, head_dim as config_head_dim, rank_rows
+
+# The model types build_w1_module knows (Hugging Face's model_type; a
+# configuration without one is Qwen3's): whether the attention has
+# RMSNorms on each head's query and key (Qwen3's q_norm, k_norm).
+QK_NORM = {"qwen3": True, "llama": False, "qwen2": False}
 
 
 def build_w1_module(config, compile_parts=False, wrap_blocks=False):
     """module-compile's model: Qwen3 as a plain PyTorch module (no Hugging
-    Face) from a QWEN3_17B-style dict (or QWEN3_8B). Needs torch, not CUDA:
-    build it under `with torch.device(...)`. Parameter names are those of
-    Hugging Face's Qwen3Model, so that its state_dict loads here (see
-    self_check). The LM head is the embedding where tie_word_embeddings
-    (W1), else a Linear of its own, lm_head (Qwen3-8B; the name
+    Face) from a QWEN3_17B-style dict (or QWEN3_8B), or Llama or Qwen2 from
+    a dict with that model_type ("llama", "qwen2": scripts/export-hf-onnx.py's
+    FAMILY_PRESETS, Hugging Face's fields). Needs torch, not CUDA: build it
+    under `with torch.device(...)`. Parameter names are those of Hugging
+    Face's Qwen3Model (LlamaModel, Qwen2Model), so that its state_dict loads
+    here (see module_check). What differs between the three:
+      q_norm, k_norm   RMSNorm of each head's query and key before the
+                       rotation: Qwen3 only;
+      biases           Qwen2: on q, k and v (not o); Llama: on q, k, v and o
+                       where attention_bias, on the MLP where mlp_bias;
+                       Qwen3: on q, k, v and o where attention_bias;
+      head_dim         the config's, else hidden_size / num_attention_heads;
+      rotary           theta = rope_theta, Hugging Face's default
+                       frequencies, or Llama 3's rescaled ones where
+                       rope_scaling's rope_type is "llama3".
+    The LM head is the embedding where tie_word_embeddings (W1, Llama-3.2-1B,
+    Qwen2.5-1.5B), else a Linear of its own, lm_head (Qwen3-8B; the name
     Qwen3ForCausalLM gives it). model(ids) returns the causal-LM loss, the
     mean over the tokens of ids[:, 1:] (Hugging Face's, with labels=ids).
 
@@ -34,13 +53,32 @@ def build_w1_module(config, compile_parts=False, wrap_blocks=False):
     import torch.nn.functional as F
     from torch import nn
 
+    model_type = config.get("model_type", "qwen3")
+    if model_type not in QK_NORM:
+        raise ValueError("build_w1_module: model_type %r is none of %s"
+                         % (model_type, ", ".join(sorted(QK_NORM))))
+    qk_norm = QK_NORM[model_type]
+    # Hugging Face's: Qwen2Attention's q, k, v always with biases and o
+    # without; LlamaAttention's and Qwen3Attention's all four with
+    # attention_bias, LlamaMLP's with mlp_bias.
+    if model_type == "qwen2":
+        qkv_bias, o_bias = True, False
+    else:
+        qkv_bias = o_bias = bool(config.get("attention_bias", False))
+    mlp_bias = model_type == "llama" and bool(config.get("mlp_bias", False))
     eps = config["rms_norm_eps"]
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    kv_heads, head_dim = config["num_key_value_heads"], config["head_dim"]
+    kv_heads, head_dim = config["num_key_value_heads"], config_head_dim(config)
+    scaling = config.get("rope_scaling") or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type not in ("default", "llama3"):
+        raise ValueError("build_w1_module: rope_scaling %r: only llama3's is "
+                         "implemented" % (scaling,))
 
     def rms_norm(x, weight):
-        # Hugging Face's Qwen3RMSNorm: in fp32, the weight times the result
-        # cast back to the input's dtype.
+        # Hugging Face's Qwen3RMSNorm (LlamaRMSNorm and Qwen2RMSNorm are the
+        # same): in fp32, the weight times the result cast back to the
+        # input's dtype.
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -61,17 +99,21 @@ def build_w1_module(config, compile_parts=False, wrap_blocks=False):
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
-            self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-            self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-            self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
-            self.q_norm = RMSNorm(head_dim)
-            self.k_norm = RMSNorm(head_dim)
+            self.q_proj = nn.Linear(hidden, heads * head_dim, bias=qkv_bias)
+            self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
+            self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=qkv_bias)
+            self.o_proj = nn.Linear(heads * head_dim, hidden, bias=o_bias)
+            if qk_norm:
+                self.q_norm = RMSNorm(head_dim)
+                self.k_norm = RMSNorm(head_dim)
 
         def forward(self, x, cos, sin):
             b, t, _ = x.shape
-            q = self.q_norm(self.q_proj(x).view(b, t, heads, head_dim)).transpose(1, 2)
-            k = self.k_norm(self.k_proj(x).view(b, t, kv_heads, head_dim)).transpose(1, 2)
+            q = self.q_proj(x).view(b, t, heads, head_dim)
+            k = self.k_proj(x).view(b, t, kv_heads, head_dim)
+            if qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = self.v_proj(x).view(b, t, kv_heads, head_dim).transpose(1, 2)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             # Native GQA: no materialised mask, K/V not repeated to all heads.
@@ -83,9 +125,9 @@ def build_w1_module(config, compile_parts=False, wrap_blocks=False):
         def __init__(self):
             super().__init__()
             inner = config["intermediate_size"]
-            self.gate_proj = nn.Linear(hidden, inner, bias=False)
-            self.up_proj = nn.Linear(hidden, inner, bias=False)
-            self.down_proj = nn.Linear(inner, hidden, bias=False)
+            self.gate_proj = nn.Linear(hidden, inner, bias=mlp_bias)
+            self.up_proj = nn.Linear(hidden, inner, bias=mlp_bias)
+            self.down_proj = nn.Linear(inner, hidden, bias=mlp_bias)
 
         def forward(self, x):
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -119,24 +161,50 @@ def build_w1_module(config, compile_parts=False, wrap_blocks=False):
             self.head_loss = torch.compile(head_loss) if compile_parts else head_loss
             self.rope = {}
             # Hugging Face's _init_weights: normal(0, initializer_range) for
-            # linear and embedding weights, ones for the norms.
+            # linear and embedding weights, zeros for the biases, ones for
+            # the norms.
             for m in self.modules():
                 if isinstance(m, (nn.Linear, nn.Embedding)):
                     nn.init.normal_(m.weight, mean=0.0, std=0.02)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    nn.init.zeros_(m.bias)
 
         def rotary(self, t, device):
-            """cos, sin [1, 1, t, head_dim] in fp32, as Hugging Face's default
-            rotary embedding (theta = rope_theta, no scaling)."""
+            """cos, sin [1, 1, t, head_dim] in fp32, as Hugging Face's rotary
+            embedding: theta = rope_theta, its default frequencies, or Llama
+            3's rescaled ones (inverse_frequencies)."""
             key = (t, str(device))
             if key not in self.rope:
                 with torch.autocast(device.type, enabled=False):
                     self.rope[key] = self.rotary_tables(t, device)
             return self.rope[key]
 
-        def rotary_tables(self, t, device):
+        def inverse_frequencies(self, device):
+            """Hugging Face's _compute_default_rope_parameters and, where
+            rope_scaling's rope_type is llama3, _compute_llama3_parameters:
+            the wavelengths longer than original_max_position_embeddings /
+            low_freq_factor divided by factor, those shorter than
+            original / high_freq_factor kept, the ones between interpolated
+            (both leave the attention scaling at 1)."""
             exponent = torch.arange(0, head_dim, 2, dtype=torch.int64,
                                     device=device).float() / head_dim
             inv = 1.0 / (config["rope_theta"] ** exponent)
+            if rope_type != "llama3":
+                return inv
+            factor = scaling["factor"]
+            low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+            original = scaling["original_max_position_embeddings"]
+            low_freq_wavelen = original / low
+            high_freq_wavelen = original / high
+            wavelen = 2 * math.pi / inv
+            inv_llama = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
+            smooth = (original / wavelen - low) / (high - low)
+            smoothed = (1 - smooth) * inv_llama / factor + smooth * inv_llama
+            medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+            return torch.where(medium, smoothed, inv_llama)
+
+        def rotary_tables(self, t, device):
+            inv = self.inverse_frequencies(device)
             freqs = torch.outer(torch.arange(t, device=device).float(), inv)
             emb = torch.cat((freqs, freqs), dim=-1)
             return emb.cos()[None, None], emb.sin()[None, None]
@@ -205,6 +273,30 @@ def kernel_ms_by_category(run):
     return categories
 
 
+def hf_causal_lm(fields, init_from=None):
+    """The Hugging Face causal LM of a configuration dict, SDPA attention,
+    fp32, on the CPU, random weights (or init_from's, a directory that
+    from_pretrained reads): Qwen3ForCausalLM of a QWEN3_17B-style dict (no
+    model_type), else AutoModelForCausalLM of AutoConfig.for_model(**fields)
+    (the FAMILY_PRESETS shapes: LlamaForCausalLM, Qwen2ForCausalLM)."""
+    import torch
+    if "model_type" not in fields:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        config = Qwen3Config(**fields)
+        config._attn_implementation = "sdpa"
+        if init_from:
+            return Qwen3ForCausalLM.from_pretrained(
+                init_from, config=config, torch_dtype=torch.float32)
+        return Qwen3ForCausalLM(config)
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.for_model(**fields)
+    if init_from:
+        return AutoModelForCausalLM.from_pretrained(
+            init_from, config=config, torch_dtype=torch.float32,
+            attn_implementation="sdpa")
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
 def torch_child(a):
     """PyTorch variant a.torch_child of --shape (W1) on GPU 0; prints one
     JSON line."""
@@ -215,16 +307,9 @@ def torch_child(a):
     step_rows, seq = shape["rows"], shape["seq"]
     torch.manual_seed(0)
     if variant in ("eager", "hf-compile"):
-        from transformers import Qwen3Config, Qwen3ForCausalLM
-        config = Qwen3Config(**shape["config"])
-        config._attn_implementation = "sdpa"
-        if a.torch_init_from:
-            # The initial weights of a Rondo trainer (--steps 0
-            # --export-safetensors), for bench/loss_parity.py.
-            model = Qwen3ForCausalLM.from_pretrained(
-                a.torch_init_from, config=config, torch_dtype=torch.float32).cuda()
-        else:
-            model = Qwen3ForCausalLM(config).cuda()
+        # a.torch_init_from: the initial weights of a Rondo trainer (--steps
+        # 0 --export-safetensors), for bench/loss_parity.py.
+        model = hf_causal_lm(shape["config"], a.torch_init_from).cuda()
         run = torch.compile(model) if variant == "hf-compile" else model
 
         def loss_of(x):
@@ -281,7 +366,8 @@ def torch_child(a):
 def offload_materialized(model, shard, device="cuda"):
     """fsdp2-offload's model, built on the meta device (no memory): each part
     given GPU memory and its initial weights (as build_w1_module's: normal(0,
-    0.02) for the linear and embedding weights, ones for the norms) just
+    0.02) for the linear and embedding weights, zeros for the biases (Qwen2's
+    q, k, v), ones for the norms) just
     before shard(part) (fully_shard with CPUOffloadPolicy) keeps its shard in
     pinned host memory and frees the rest: the blocks one at a time, then
     the root (embedding, final norm, LM head). The whole fp32 model, 33 GB at
@@ -297,6 +383,8 @@ def offload_materialized(model, shard, device="cuda"):
                 # The RMSNorms' weights: input_layernorm, q_norm, ..., norm.
                 if name.endswith("norm.weight"):
                     p.fill_(1.0)
+                elif name.endswith(".bias"):
+                    p.zero_()
                 else:
                     p.normal_(mean=0.0, std=0.02)
 
@@ -478,18 +566,33 @@ def timing_result(variant, times, skip, losses, tokens_per_step, categories,
 
 
 def module_check():
-    """build_w1_module against Hugging Face's Qwen3ForCausalLM on a tiny
-    configuration, with W1's tied LM head and with an untied one (as
-    Qwen3-8B's): loss and every gradient on the CPU in fp32, and, where
-    there is a GPU, the compiled module under autocast bf16; and
-    fsdp2-offload's initialisation from the meta device (on the CPU, without
-    FSDP). Needs torch (and transformers for the comparison), not CUDA."""
-    tiny = dict(QWEN3_17B, vocab_size=512, hidden_size=64, intermediate_size=96,
-                num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+    """build_w1_module against Hugging Face's causal LM on tiny
+    configurations: Qwen3ForCausalLM with W1's tied LM head and with an
+    untied one (as Qwen3-8B's), and, where SHAPES has the llama3.2-1b and
+    qwen2.5-1.5b shapes, their configurations cut to the same tiny sizes
+    (LlamaForCausalLM with Llama 3's rotary scaling, Qwen2ForCausalLM with
+    its q, k, v biases and head_dim derived): loss and every gradient on the
+    CPU in fp32, the rotary tables, and, where there is a GPU, the compiled
+    module under autocast bf16; and fsdp2-offload's initialisation from the
+    meta device (on the CPU, without FSDP; Qwen3 untied, and Qwen2 for its
+    biases). Needs torch (and transformers for the comparison), not CUDA."""
+    sizes = dict(vocab_size=512, hidden_size=64, intermediate_size=96,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    tiny = dict(QWEN3_17B, head_dim=16, max_position_embeddings=256, **sizes)
+    configs = [dict(tiny, tie_word_embeddings=tied) for tied in (True, False)]
     ok = check_meta_init(dict(tiny, tie_word_embeddings=False))
-    for tied in (True, False):
-        status = module_check_config(dict(tiny, tie_word_embeddings=tied))
+    if "llama3.2-1b" in SHAPES:
+        # head_dim 16 and rope_theta 500000: of the 8 frequencies, four
+        # kept, one between Llama 3's two wavelength bounds (interpolated)
+        # and three beyond (divided by its factor).
+        configs.append(dict(SHAPES["llama3.2-1b"]["config"], head_dim=16, **sizes))
+    if "qwen2.5-1.5b" in SHAPES:
+        # No head_dim: 64 / 4 heads.
+        qwen2 = dict(SHAPES["qwen2.5-1.5b"]["config"], **sizes)
+        ok = check_meta_init(qwen2) and ok
+        configs.append(qwen2)
+    for config in configs:
+        status = module_check_config(config)
         if status is None:  # no transformers
             break
         ok = ok and status
@@ -498,25 +601,34 @@ def module_check():
 
 def check_meta_init(config):
     """offload_materialized on the CPU, each part's shard step a no-op: no
-    parameter left on the meta device, the norms ones, the other weights
-    normal(0, 0.02), and a finite loss."""
+    parameter left on the meta device, the norms ones (two a block, four
+    with Qwen3's q_norm and k_norm, and the final one), the biases zeros
+    (Qwen2's three a block), the other weights normal(0, 0.02), and a finite
+    loss."""
     import torch
+    model_type = config.get("model_type", "qwen3")
     torch.manual_seed(0)
     with torch.device("meta"):
         model = build_w1_module(config)
     offload_materialized(model, lambda m: None, device="cpu")
     norms = [p for n, p in model.named_parameters() if n.endswith("norm.weight")]
-    others = [p for n, p in model.named_parameters() if not n.endswith("norm.weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith(".bias")]
+    others = [p for n, p in model.named_parameters()
+              if not n.endswith("norm.weight") and not n.endswith(".bias")]
+    layers = config["num_hidden_layers"]
     ids = torch.randint(0, config["vocab_size"], (2, 64))
     loss = model(ids)
     ok = (not any(p.is_meta for p in model.parameters())
-          and len(norms) == 4 * config["num_hidden_layers"] + 1
+          and len(norms) == (4 if QK_NORM[model_type] else 2) * layers + 1
           and all(bool((p == 1).all()) for p in norms)
+          and len(biases) == (3 * layers if model_type == "qwen2" else 0)
+          and all(bool((p == 0).all()) for p in biases)
           and all(abs(float(p.std()) - 0.02) < 0.002 for p in others)
           and hasattr(model, "lm_head") != config["tie_word_embeddings"]
           and bool(torch.isfinite(loss)))
-    print("meta-device initialisation (fsdp2-offload's), loss %.4f: %s" % (
-        loss.item(), "ok" if ok else "FAIL"))
+    print("%smeta-device initialisation (fsdp2-offload's), loss %.4f: %s" % (
+        "" if model_type == "qwen3" else model_type + ": ", loss.item(),
+        "ok" if ok else "FAIL"))
     return ok
 
 
@@ -525,7 +637,8 @@ def module_check_config(tiny):
     where transformers is missing."""
     import torch
     tied = tiny["tie_word_embeddings"]
-    label = "" if tied else "untied LM head: "
+    label = ("%s: " % tiny["model_type"] if "model_type" in tiny else "") + (
+        "" if tied else "untied LM head: ")
     torch.manual_seed(0)
     ids = torch.randint(0, tiny["vocab_size"], (2, 64))
     ours = build_w1_module(tiny)
@@ -535,13 +648,17 @@ def module_check_config(tiny):
         label, sum(p.numel() for p in ours.parameters()), loss.item(),
         math.log(tiny["vocab_size"])))
     try:
-        from transformers import Qwen3Config, Qwen3ForCausalLM
+        import transformers  # noqa: F401
     except ImportError:
         print("transformers not available: no comparison")
         return None
-    config = Qwen3Config(**tiny)
-    config._attn_implementation = "sdpa"
-    hf = Qwen3ForCausalLM(config)
+    hf = hf_causal_lm(tiny)
+    with torch.no_grad():
+        # Hugging Face starts the biases (Qwen2's q, k, v) at zero: random
+        # ones, so that the forward pass shows where they are added.
+        for name, p in hf.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(mean=0.0, std=0.5)
     if (hf.lm_head.weight is hf.model.embed_tokens.weight) != tied:
         print("FAIL: Hugging Face's LM head is %s" % ("not tied" if tied else "tied"))
         return False
@@ -556,6 +673,7 @@ def module_check_config(tiny):
     if sum(p.numel() for p in ours.parameters()) != sum(p.numel() for p in hf.parameters()):
         print("FAIL: parameter counts differ")
         return False
+    rotary_ok = check_rotary(ours, hf, ids.shape[1], label)
     ours.zero_grad()
     ref = hf(input_ids=ids, labels=ids).loss
     ref.backward()
@@ -569,6 +687,7 @@ def module_check_config(tiny):
     print("%scpu fp32: loss %.6f, Hugging Face %.6f; worst gradient error %.2e "
           "(relative to the tensor's largest): %s" % (
               label, mine.item(), ref.item(), worst, "ok" if ok else "FAIL"))
+    ok = ok and rotary_ok
     if torch.cuda.is_available():
         with torch.device("cuda"):
             compiled = build_w1_module(tiny, compile_parts=True)
@@ -587,4 +706,25 @@ def module_check_config(tiny):
                                     "finite" if grads else "missing or not finite",
                                     "ok" if good and grads else "FAIL"))
         ok = ok and good and grads
+    return ok
+
+
+def check_rotary(ours, hf, t, label):
+    """build_w1_module's cos and sin tables for t positions against those of
+    Hugging Face's rotary embedding (hf.model.rotary_emb, fp32): True where
+    they agree, or where that embedding's call is not the one known here
+    (x, position_ids), which is said."""
+    import torch
+    cos, sin = ours.rotary_tables(t, torch.device("cpu"))
+    try:
+        x = torch.zeros(1, t, cos.shape[-1])
+        ref_cos, ref_sin = hf.model.rotary_emb(x, torch.arange(t)[None])
+    except (AttributeError, TypeError) as e:
+        print("%srotary tables: not compared (%s: %s)" % (label, type(e).__name__, e))
+        return True
+    worst = max(float((cos[0, 0] - ref_cos[0].float()).abs().max()),
+                float((sin[0, 0] - ref_sin[0].float()).abs().max()))
+    ok = worst < 1e-5
+    print("%srotary tables (%d positions): worst difference %.2e from Hugging "
+          "Face's: %s" % (label, t, worst, "ok" if ok else "FAIL"))
     return ok

@@ -11,7 +11,8 @@ Where the model comes from:
                        weights unless --graph-only)
   --config FILE.json   a config alone: random weights
   --preset NAME        a built-in config: qwen3-0.6b, qwen3-1.7b, qwen3-8b,
-                       gemma3-1b, qwen3-30b-a3b, gpt-oss-20b
+                       gemma3-1b, qwen3-30b-a3b, gpt-oss-20b, llama3.2-1b,
+                       qwen2.5-1.5b
   --layers N           keep only the first N decoder layers (any source)
 
 --graph-only writes the graph without weights, for models too large to hold
@@ -72,6 +73,24 @@ FAMILY_PRESETS = {
                                      "full_attention" for i in range(24)],
                         max_position_embeddings=131072, rms_norm_eps=1e-5,
                         tie_word_embeddings=False),
+    # Issue 21's other two dense shapes: no query/key norm; Llama 3's rotary
+    # frequencies rescaled (a constant table in the graph), Qwen2.5's query,
+    # key and value projections with biases.
+    "llama3.2-1b": dict(model_type="llama", vocab_size=128256, hidden_size=2048,
+                        intermediate_size=8192, num_hidden_layers=16,
+                        num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                        max_position_embeddings=131072, rms_norm_eps=1e-5,
+                        rope_theta=500000.0,
+                        rope_scaling=dict(rope_type="llama3", factor=32.0,
+                                          low_freq_factor=1.0, high_freq_factor=4.0,
+                                          original_max_position_embeddings=8192),
+                        attention_bias=False, mlp_bias=False, tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(model_type="qwen2", vocab_size=151936, hidden_size=1536,
+                         intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2,
+                         max_position_embeddings=32768, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0, use_sliding_window=False,
+                         tie_word_embeddings=True),
 }
 
 

@@ -149,15 +149,19 @@ static bool isMatmulLike(Operation *op) {
 /// The fused attention's efficiency at the keys its rows see (the spec's
 /// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
 /// The workspace of cuDNN's deterministic attention backward for one
-/// microbatch: dP in bf16, 2 B Hq T S bytes.
+/// microbatch: dP in bf16 and dQ accumulated in fp32, 2 B Hq T S + 4 B Hq T
+/// D bytes (cuDNN 9.19 asked for 4,224 MiB at B 4 x Hq 32 x T = S = 4096,
+/// D 64: 4,096 + 128; priced without the second term, that plan was taken
+/// for cuDNN's and ran on Rondo's kernels, 2.3x slower).
 static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
   auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = cast<RankedTensorType>(op->getOperand(1).getType());
   double rows = std::max(1.0, static_cast<double>(q.getDimSize(0)) /
                                   static_cast<double>(options.microbatches));
-  return 2 * rows * static_cast<double>(q.getDimSize(1)) *
-         static_cast<double>(q.getDimSize(2)) *
-         static_cast<double>(k.getDimSize(2));
+  double queryRows =
+      rows * static_cast<double>(q.getDimSize(1) * q.getDimSize(2));
+  return queryRows * (2 * static_cast<double>(k.getDimSize(2)) +
+                      4 * static_cast<double>(q.getDimSize(3)));
 }
 
 /// Whether a GPU runs this attention on cuDNN's fused graph rather than
@@ -369,7 +373,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       for (Value r : op.getResults())
         outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
       // cuDNN's deterministic attention backward keeps dP, in bf16, in its
-      // workspace while it runs (2 B Hq T S bytes a microbatch: 2.2 GB at
+      // workspace while it runs (2 B Hq T S bytes a microbatch, and dQ in
+      // fp32: 2.2 GB at
       // the Qwen3-30B-A3B shape's 32 heads and 2 rows of 4K tokens).
       if (isa<tg::AttentionGradOp>(op) && onCudnn(&op, spec, options))
         outputs += cudnnWorkspaceBytes(&op, options);

@@ -66,8 +66,8 @@ struct DeviceSpec {
   /// Hopper's attention on cuDNN's fused graph (runtime/kernels/cuda/
   /// CudnnAttention.cu), which bf16 plans take at head dimensions 64 and
   /// 128 unless a forward has sinks, a causal one has fewer keys than
-  /// queries, or a backward's deterministic workspace (dP in bf16, 2 B Hq T
-  /// S bytes a microbatch) exceeds cudnnAttentionWorkspaceBytes (the
+  /// queries, or a backward's deterministic workspace (dP in bf16 and dQ in
+  /// fp32, 2 B Hq T S + 4 B Hq T D bytes a microbatch) exceeds cudnnAttentionWorkspaceBytes (the
   /// runtime's RONDO_CUDNN_WORKSPACE_MB): forward and backward efficiencies
   /// at attentionFitTokens keys and their own half-efficiency length, as
   /// above. 0: no cuDNN path (the flash kernels' rates apply).

@@ -241,6 +241,21 @@ RONDO_HOST_DEVICE inline float gatedBwdGate(UnaryKind k, float gate, float up,
 RONDO_HOST_DEVICE inline float gatedBwdUp(UnaryKind k, float gate, float dy) {
   return binaryFwd(BinaryKind::Mul, dy, unaryFwd(k, gate));
 }
+/// Both: gatedBwdGate and gatedBwdUp, the same bits, with SiLU's sigmoid
+/// computed once (a memory-bound kernel's arithmetic halved; the two calls
+/// each evaluate it, and a runtime kind keeps the compiler from sharing it).
+RONDO_HOST_DEVICE inline void gatedBwdBoth(UnaryKind k, float gate, float up,
+                                           float dy, float &dGate, float &dUp) {
+  if (k == UnaryKind::Silu) {
+    float s = sigmoid(gate);
+    float g = binaryFwd(BinaryKind::Mul, dy, up);
+    dGate = g * s * (1.0f + gate * (1.0f - s));     // unaryBwd's Silu
+    dUp = binaryFwd(BinaryKind::Mul, dy, gate * s); // unaryFwd's Silu
+    return;
+  }
+  dGate = gatedBwdGate(k, gate, up, dy);
+  dUp = gatedBwdUp(k, gate, dy);
+}
 
 //===----------------------------------------------------------------------===//
 // bf16 storage (host only: the device rounds with cuda_bf16.h's _rn

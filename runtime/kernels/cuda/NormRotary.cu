@@ -31,9 +31,17 @@ namespace {
 constexpr int64_t kTransposeHeads[4] = {0, 2, 1, 3};
 
 /// Where row r = (b, t, h) of [B, T, H, D] goes in [B, H, T, D], and its t.
+/// In 32 bits where r fits (every real shape): a 64-bit division is a long
+/// software sequence, and these kernels divide for every row.
 struct HeadRows {
   int64_t T, H;
   __device__ int64_t transposed(int64_t r, int64_t &t) const {
+    if (r <= int64_t(UINT32_MAX)) {
+      uint32_t r32 = uint32_t(r), h32 = uint32_t(H), t32 = uint32_t(T);
+      uint32_t h = r32 % h32, bt = r32 / h32;
+      t = bt % t32;
+      return (int64_t(bt / t32) * H + h) * T + t;
+    }
     int64_t h = r % H, bt = r / H;
     t = bt % T;
     return (bt / T * H + h) * T + t;

@@ -11,6 +11,13 @@
 // their gradient row is loaded as parameters, so a fused kernel changes only
 // where rows come from and go to, never the arithmetic.
 //
+// The backward kernels are bound by memory latency more than by bandwidth:
+// what storing a row's dX reads (the residual gradient of AddDxStore) is
+// loaded with the row, through the store's `prepare`, not after its two
+// reductions. (The same for the rotary tables of the query/key forward made
+// it 8% slower on W1, and several rows per warp at once, 1.7x slower: the
+// registers cost more occupancy than the loads in flight gained.)
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef RONDO_RUNTIME_KERNELS_CUDA_NORMROWS_CUH
@@ -137,17 +144,29 @@ template <typename BT = float> struct AddRowLoad {
 };
 
 /// Where the norm backward's dX goes: dx[r * width + ...] (none when null).
+/// A dX store's `prepare` loads, with the row, what storing row r will read
+/// (one float4 per chunk); this one reads nothing.
 struct PlainDxStore {
   float *dx;
   __device__ bool wanted() const { return dx != nullptr; }
-  __device__ void operator()(int64_t at, float4 o) const { store4(dx + at, o); }
+  template <int V, bool WarpRows>
+  __device__ void prepare(int64_t, int64_t, const RowGroup<WarpRows> &,
+                          float4 (&)[V]) const {}
+  __device__ void operator()(int64_t at, float4 o, float4) const {
+    store4(dx + at, o);
+  }
 };
 
 /// dX rounded to bf16 as it is stored (rmsNormRotaryBackwardToBf16).
 struct Bf16DxStore {
   __nv_bfloat16 *dx;
   __device__ bool wanted() const { return dx != nullptr; }
-  __device__ void operator()(int64_t at, float4 o) const { store4(dx + at, o); }
+  template <int V, bool WarpRows>
+  __device__ void prepare(int64_t, int64_t, const RowGroup<WarpRows> &,
+                          float4 (&)[V]) const {}
+  __device__ void operator()(int64_t at, float4 o, float4) const {
+    store4(dx + at, o);
+  }
 };
 
 /// dX added to the residual gradient as it is stored (binary Add's sums),
@@ -158,8 +177,13 @@ struct AddDxStore {
   float *sum;
   __nv_bfloat16 *copy;
   __device__ bool wanted() const { return true; }
-  __device__ void operator()(int64_t at, float4 o) const {
-    float4 r = load4(residual + at);
+  /// The residual gradient of row r, loaded beside the row itself.
+  template <int V, bool WarpRows>
+  __device__ void prepare(int64_t r, int64_t width, const RowGroup<WarpRows> &g,
+                          float4 (&pre)[V]) const {
+    loadRow<V>(residual + r * width, width / 4, g.lane, g.size, pre);
+  }
+  __device__ void operator()(int64_t at, float4 o, float4 r) const {
     float4 s = make_float4(__fadd_rn(r.x, o.x), __fadd_rn(r.y, o.y),
                            __fadd_rn(r.z, o.z), __fadd_rn(r.w, o.w));
     store4(sum + at, s);
@@ -288,10 +312,15 @@ __global__ void __launch_bounds__(512)
 #pragma unroll
   for (int k = 0; k < V; ++k)
     acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0;
+  float4 wv[V];
+  if (w && dx.wanted())
+    loadRow<V>(w, nq, g.lane, g.size, wv);
   for (int64_t r = r0 + g.index; r < r1; r += g.count) {
-    float4 xv[V], gv[V];
+    float4 xv[V], gv[V], pre[V];
     loadRow<V>(x + r * width, nq, g.lane, g.size, xv);
     dy(r, width, g, gv);
+    if (dx.wanted())
+      dx.prepare(r, width, g, pre);
     double ss = 0.0;
 #pragma unroll
     for (int k = 0; k < V; ++k)
@@ -300,9 +329,6 @@ __global__ void __launch_bounds__(512)
     double rinv = 1.0 / sqrt(ss / double(width) + double(eps));
     float inv = float(rinv);
     if (dx.wanted()) {
-      float4 wv[V];
-      if (w)
-        loadRow<V>(w, nq, g.lane, g.size, wv);
       double dot = 0.0;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -335,7 +361,7 @@ __global__ void __launch_bounds__(512)
           o = make_float4(ac * gk.x - bcoef * xk.x, ac * gk.y - bcoef * xk.y,
                           ac * gk.z - bcoef * xk.z, ac * gk.w - bcoef * xk.w);
         }
-        dx(r * width + q * 4, o);
+        dx(r * width + q * 4, o, pre[k]);
       }
     }
     if (wantW) {
