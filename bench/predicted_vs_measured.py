@@ -46,7 +46,8 @@ from results_index import (BAND, RESULTS, ROOT, Runs, config_label, device_of,
 
 def model_path(key, a):
     return {"8b": a.model_8b, "gemma3-1b": a.gemma3_1b, "moe4l": a.moe4l,
-            "moefull": a.moe_full, "gptoss": a.gpt_oss_20b}.get(key, key)
+            "moefull": a.moe_full, "gptoss": a.gpt_oss_20b, "llama3.2-1b": a.llama,
+            "qwen2.5-1.5b": a.qwen25}.get(key, key)
 
 
 def repredict(run, a, tmp):
@@ -128,6 +129,10 @@ def main():
     p.add_argument("--moe-full", default="/tmp/fam/qwen3-30b-a3b.onnx",
                    help="the whole Qwen3-30B-A3B shape")
     p.add_argument("--gpt-oss-20b", default="/tmp/fam/gpt-oss-20b.onnx")
+    p.add_argument("--llama", default="/tmp/models/llama3.2-1b.onnx",
+                   help="Llama-3.2-1B's shape (--preset llama3.2-1b --graph-only)")
+    p.add_argument("--qwen25", default="/tmp/models/qwen2.5-1.5b.onnx",
+                   help="Qwen2.5-1.5B's shape (--preset qwen2.5-1.5b --graph-only)")
     p.add_argument("--results", default=RESULTS, help="the results tree (default: bench/results)")
     p.add_argument("--tables-only", action="store_true",
                    help="leave out the list of files not read (docs/CostModel.md's section)")

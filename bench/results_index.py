@@ -267,8 +267,12 @@ def w1_run_rows(runs, path, data):
     format of 2026-11-22 where "rondo" is the one row itself."""
     folder = os.path.dirname(path)
     shape = data.get("shape", "w1")
-    model = "W1 (Qwen3-1.7B, 16x4096)" if shape == "w1" else \
-        "Qwen3-8B full fine-tune, %dx4096" % data.get("rows_per_step", 8)
+    rows_per_step = data.get("rows_per_step", 8 if shape == "qwen3-8b" else 16)
+    model = {"w1": "W1 (Qwen3-1.7B, 16x4096)",
+             "qwen3-8b": "Qwen3-8B full fine-tune, %dx4096" % rows_per_step,
+             "llama3.2-1b": "Llama-3.2-1B full fine-tune, %dx4096" % rows_per_step,
+             "qwen2.5-1.5b": "Qwen2.5-1.5B full fine-tune, %dx4096" % rows_per_step,
+             }.get(shape, "%s, %dx4096" % (shape, rows_per_step))
     prefix = "w1" if shape == "w1" else shape
     tokens = data.get("tokens_per_step")
     date = data.get("date") or folder_date(path) or git_date(path)
@@ -317,7 +321,12 @@ def w1_run_rows(runs, path, data):
             predicted = None
         elif predicted is None:
             note = "not recorded"
-        model_file = W1_MODEL if shape == "w1" else "8b"
+        # The Llama and Qwen2.5 graphs come from the GPU machine
+        # (scripts/export-hf-onnx.py --preset NAME --graph-only): model keys
+        # as the families' (--model-<key> below).
+        model_file = {"w1": W1_MODEL, "qwen3-8b": "8b"}.get(shape, shape)
+        if shape in ("llama3.2-1b", "qwen2.5-1.5b"):
+            compile_args = ["--batch", "16", "--seq-len", "4096", "--workers", "1"]
         runs.add(machine=machine_of(path), folder=rel(folder),
                  source=os.path.basename(path) + ("" if tag == "rondo" else " (%s)" % tag),
                  model=model, layout=layout_label(replicas, workers, gpus), variant=variant,
