@@ -66,8 +66,10 @@ std::string rondo::cost::opTimingKey(Operation *op) {
 /// rotary's). W1's normed inputs of the projections, the attention output on
 /// its way to the output projection, the gate and up products, the gated
 /// activation, and the queries, keys and values are such values: fp32 for them
-/// had put 7.5 GB too much into its 74 GB prediction. Attention without sinks,
-/// whose kernels read q, k and v in bf16 (the sink kernels read fp32).
+/// had put 7.5 GB too much into its 74 GB prediction.
+///
+/// Attention without sinks, whose kernels read q, k and v in bf16 (the sink
+/// kernels read fp32).
 static bool readsQkvInBf16(Operation *op) {
   if (auto attention = dyn_cast<tg::AttentionOp>(op))
     return !attention.getSinks();
