@@ -79,10 +79,10 @@ static bool readsQkvInBf16(Operation *op) {
 }
 
 /// The gated activation and its gradient, whose bf16 twins
-/// (gatedActBf16, gatedActBackwardBf16) read gate and up in bf16 where both
-/// are products (kern-bf16-storage's fixed point, in its common case: the
-/// MLP's gate and up projections). Counted in fp32 they had put W1's
-/// prediction at 1.13x what it allocated, Llama-3.2-1B's at 1.24x.
+/// (gatedActBf16, gatedActBackwardBf16) read gate and up in bf16 where all
+/// their operands are products (kern-bf16-storage's fixed point, in its
+/// common case: the MLP's gate and up projections). Counted in fp32 they had
+/// put W1's prediction at 1.13x what it allocated, Llama-3.2-1B's at 1.24x.
 static bool readsGateAndUpInBf16(Operation *reader, unsigned operand) {
   if (!isa<tg::GatedActOp, tg::GatedActGradOp>(reader) || operand >= 2)
     return false;
@@ -91,7 +91,10 @@ static bool readsGateAndUpInBf16(Operation *reader, unsigned operand) {
       v = reshape.getX();
     return isa_and_nonnull<tg::MatmulOp>(v.getDefiningOp());
   };
-  return isProduct(reader->getOperand(0)) && isProduct(reader->getOperand(1));
+  // The gradient's twin reads dOut in bf16 too (the down projection's
+  // input gradient): it takes the twin only where that is a product as well.
+  return isProduct(reader->getOperand(0)) && isProduct(reader->getOperand(1)) &&
+         (!isa<tg::GatedActGradOp>(reader) || isProduct(reader->getOperand(2)));
 }
 
 static bool savedInBf16(Value v, const CostOptions &options) {
