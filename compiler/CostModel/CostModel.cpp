@@ -185,23 +185,53 @@ static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
                       4 * static_cast<double>(q.getDimSize(3)));
 }
 
-/// Whether a GPU runs this attention on cuDNN's fused graph rather than
-/// Rondo's flash kernels: the runtime's rules (shapeRefusal and
-/// workspaceLimit in runtime/kernels/cuda/CudnnAttention.cu).
-static bool onCudnn(Operation *op, const DeviceSpec &spec,
-                    const CostOptions &options) {
-  if (!spec.isGpu || spec.cudnnAttentionEfficiency <= 0 || !options.bf16)
-    return false;
+/// Why a GPU runs this attention on Rondo's flash kernels rather than
+/// cuDNN's fused graph, or "" when cuDNN takes it: the runtime's rules
+/// (shapeRefusal and workspaceLimit in
+/// runtime/kernels/cuda/CudnnAttention.cu).
+static std::string cudnnRefusal(Operation *op, const DeviceSpec &spec,
+                                const CostOptions &options) {
+  if (!spec.isGpu || spec.cudnnAttentionEfficiency <= 0)
+    return "the device has no cuDNN attention";
+  if (!options.bf16)
+    return "an fp32 plan";
   auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = cast<RankedTensorType>(op->getOperand(1).getType());
   int64_t headDim = q.getDimSize(3), queries = q.getDimSize(2),
           keys = k.getDimSize(2);
-  if ((headDim != 64 && headDim != 128) ||
-      (op->hasAttr("causal") && keys < queries))
-    return false;
+  if (headDim != 64 && headDim != 128)
+    return llvm::formatv("head dimension {0}, where cuDNN's graph takes 64 "
+                         "and 128",
+                         headDim);
+  if (op->hasAttr("causal") && keys < queries)
+    return "causal with fewer keys than queries";
   if (auto forward = dyn_cast<tg::AttentionOp>(op))
-    return !forward.getSinks();
-  return cudnnWorkspaceBytes(op, options) <= spec.cudnnAttentionWorkspaceBytes;
+    return forward.getSinks() ? "attention sinks" : "";
+  double workspace = cudnnWorkspaceBytes(op, options);
+  if (workspace > spec.cudnnAttentionWorkspaceBytes)
+    return llvm::formatv("cuDNN's deterministic workspace, {0:f2} GB a "
+                         "microbatch, exceeds the runtime's {1:f2} GB "
+                         "(RONDO_CUDNN_WORKSPACE_MB); fewer rows a "
+                         "microbatch fit it",
+                         workspace / 1e9,
+                         spec.cudnnAttentionWorkspaceBytes / 1e9);
+  return "";
+}
+
+static bool onCudnn(Operation *op, const DeviceSpec &spec,
+                    const CostOptions &options) {
+  return cudnnRefusal(op, spec, options).empty();
+}
+
+std::optional<std::string>
+rondo::cost::attentionImplementation(Operation *op, const DeviceSpec &spec,
+                                     const CostOptions &options) {
+  if (!spec.isGpu || !isa<tg::AttentionOp, tg::AttentionGradOp>(op))
+    return std::nullopt;
+  std::string why = cudnnRefusal(op, spec, options);
+  if (why.empty())
+    return std::string("cuDNN's fused graph");
+  return "Rondo's flash kernels: " + why;
 }
 
 static double attentionEfficiency(Operation *op, const DeviceSpec &spec,

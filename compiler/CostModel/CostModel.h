@@ -67,10 +67,11 @@ struct DeviceSpec {
   /// CudnnAttention.cu), which bf16 plans take at head dimensions 64 and
   /// 128 unless a forward has sinks, a causal one has fewer keys than
   /// queries, or a backward's deterministic workspace (dP in bf16 and dQ in
-  /// fp32, 2 B Hq T S + 4 B Hq T D bytes a microbatch) exceeds cudnnAttentionWorkspaceBytes (the
-  /// runtime's RONDO_CUDNN_WORKSPACE_MB): forward and backward efficiencies
-  /// at attentionFitTokens keys and their own half-efficiency length, as
-  /// above. 0: no cuDNN path (the flash kernels' rates apply).
+  /// fp32, 2 B Hq T S + 4 B Hq T D bytes a microbatch) exceeds
+  /// cudnnAttentionWorkspaceBytes (the runtime's RONDO_CUDNN_WORKSPACE_MB):
+  /// forward and backward efficiencies at attentionFitTokens keys and their own
+  /// half-efficiency length, as above. 0: no cuDNN path (the flash kernels'
+  /// rates apply).
   double cudnnAttentionEfficiency = 0;
   double cudnnAttentionBackwardEfficiency = 0;
   double cudnnAttentionTokensForHalfEfficiency = 0;
@@ -180,6 +181,15 @@ std::optional<double> measuredHostOpSecondsInStep(mlir::Operation *op,
 /// Predicted seconds of one microbatch's share of `op`.
 double opSeconds(mlir::Operation *op, const DeviceSpec &spec,
                  const CostOptions &options);
+
+/// Where a GPU runs tg.attention or tg.attention_grad `op` in a plan of
+/// these options, as the cost model prices it: "cuDNN's fused graph", or
+/// "Rondo's flash kernels: why"; nullopt for another op or a host spec.
+/// (A backward whose deterministic workspace exceeds the runtime's limit
+/// ran 2.3x slower on the flash kernels: --explain says so.)
+std::optional<std::string> attentionImplementation(mlir::Operation *op,
+                                                   const DeviceSpec &spec,
+                                                   const CostOptions &options);
 
 /// The layer table of the training function @main (tagged by
 /// pipe-layerize) for one microbatch, plus what the plan needs besides.

@@ -11,12 +11,14 @@
 
 #include "Explain/Explain.h"
 
+#include "CostModel/CostModel.h"
 #include "Dialect/Pipe/IR/PipeOps.h"
 #include "Dialect/TG/IR/TGDialect.h"
+#include "Dialect/TG/IR/TGOps.h"
+#include "Target/Target.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
-
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -172,6 +174,51 @@ static void explainSearch(PlanOp plan, llvm::raw_ostream &os) {
   os << ".";
 }
 
+/// Where the plan's attention runs on a GPU, as the cost model priced it:
+/// cuDNN's fused graph, or Rondo's flash kernels and why (a backward whose
+/// deterministic workspace exceeds the runtime's limit runs 2.3x slower
+/// there: Llama-3.2-1B's shape at 4 rows a microbatch).
+static void explainAttention(PlanOp plan, llvm::raw_ostream &os) {
+  auto module = plan->getParentOfType<ModuleOp>();
+  if (!module)
+    return;
+  FailureOr<std::optional<TargetConfig>> target = getModuleTarget(module);
+  if (failed(target) || !*target || (*target)->backend != "cuda")
+    return;
+  auto func = module.lookupSymbol<func::FuncOp>(plan.getFunction());
+  if (!func)
+    return;
+  llvm::Expected<cost::DeviceSpec> spec =
+      cost::lookupDeviceSpec((*target)->device);
+  if (!spec) {
+    // The planner has reported a bad spec already.
+    llvm::consumeError(spec.takeError());
+    return;
+  }
+  cost::CostOptions options;
+  options.microbatches = plan.getMicrobatches();
+  options.workers = plan.getWorkers();
+  options.bf16 = (*target)->isBf16();
+  // One line per direction and implementation, in the function's order.
+  SmallVector<std::string> lines;
+  func.walk([&](Operation *op) {
+    std::optional<std::string> impl =
+        cost::attentionImplementation(op, *spec, options);
+    if (!impl)
+      return;
+    std::string line =
+        (isa<tg::AttentionOp>(op) ? "forward on " : "backward on ") + *impl;
+    if (!llvm::is_contained(lines, line))
+      lines.push_back(line);
+  });
+  if (lines.empty())
+    return;
+  os << "\nAttention (as priced):";
+  for (const std::string &line : lines)
+    os << "\n  " << line;
+  os << "\n";
+}
+
 static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
   planner::PlanProblem problem = plan.buildProblem();
   planner::Plan partition = plan.buildPlan();
@@ -287,6 +334,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
        << " per row, one row per microbatch, one layer per stage (each "
           "backward stage recomputes one layer from its checkpoint; "
           "activations grow linearly with the sequence)\n";
+
+  explainAttention(plan, os);
 
   if (plan.getResidentParams() || plan.getResidencyAlternatives()) {
     // The residencies the planner weighed for this plan, fastest first.
