@@ -83,13 +83,18 @@ static bool readsQkvInBf16(Operation *op) {
 /// their operands are products (kern-bf16-storage's fixed point, in its
 /// common case: the MLP's gate and up projections). Counted in fp32 they had
 /// put W1's prediction at 1.13x what it allocated, Llama-3.2-1B's at 1.24x.
+/// The value `v` reshapes (itself when no tg.reshape produces it).
+static Value throughReshapes(Value v) {
+  while (auto reshape = v.getDefiningOp<tg::ReshapeOp>())
+    v = reshape.getX();
+  return v;
+}
+
 static bool readsGateAndUpInBf16(Operation *reader, unsigned operand) {
   if (!isa<tg::GatedActOp, tg::GatedActGradOp>(reader) || operand >= 2)
     return false;
   auto isProduct = [](Value v) {
-    while (auto reshape = v.getDefiningOp<tg::ReshapeOp>())
-      v = reshape.getX();
-    return isa_and_nonnull<tg::MatmulOp>(v.getDefiningOp());
+    return isa_and_nonnull<tg::MatmulOp>(throughReshapes(v).getDefiningOp());
   };
   // The gradient's twin reads dOut in bf16 too (the down projection's
   // input gradient): it takes the twin only where that is a product as well.
@@ -100,9 +105,7 @@ static bool readsGateAndUpInBf16(Operation *reader, unsigned operand) {
 static bool savedInBf16(Value v, const CostOptions &options) {
   if (!options.bf16)
     return false;
-  Value stored = v;
-  while (auto reshape = stored.getDefiningOp<tg::ReshapeOp>())
-    stored = reshape.getX();
+  Value stored = throughReshapes(v);
   Operation *producer = stored.getDefiningOp();
   // Attention's output, when the transpose in front of the output
   // projection and the backward are its readers (attentionBf16ToBf16).

@@ -550,15 +550,19 @@ TEST_F(CudaBf16Storage, AttentionBf16IsAttentionOfRoundedOperands) {
 namespace {
 
 /// Uniform values on the bf16 grid, with their bits.
-Tensor roundedUniform(Shape s, std::vector<uint16_t> &bits, float lo = -2.0f,
-                      float hi = 2.0f) {
-  Tensor t = uniform(s, lo, hi);
+/// t rounded to bf16: the bits into `bits`, the widened values returned.
+Tensor roundedCopy(Tensor t, std::vector<uint16_t> &bits) {
   bits.resize(t.data.size());
   for (size_t i = 0; i < bits.size(); ++i) {
     bits[i] = roundBits(t.data[i]);
     t.data[i] = widen(bits[i]);
   }
   return t;
+}
+
+Tensor roundedUniform(Shape s, std::vector<uint16_t> &bits, float lo = -2.0f,
+                      float hi = 2.0f) {
+  return roundedCopy(uniform(s, lo, hi), bits);
 }
 
 } // namespace
@@ -792,12 +796,8 @@ TEST_F(CudaBf16Storage, ResidualNormFusionsAreTheCallsTheyReplace) {
     EXPECT_LE(normErr(fusedY.host(), cy), 1e-5) << "addRmsNorm CPU " << what;
     // b stored in bf16 by its product: the fused kernels widen it as they
     // add, the bits of the fp32 kernels given the widened values.
-    std::vector<uint16_t> b16(size_t(xs.numel()));
-    Tensor bw(xs);
-    for (size_t i = 0; i < b16.size(); ++i) {
-      b16[i] = roundBits(b[i]);
-      bw[i] = widen(b16[i]);
-    }
+    std::vector<uint16_t> b16;
+    Tensor bw = roundedCopy(b, b16);
     Dev16 db16(b16, xs);
     Dev dbw(bw);
     Out32 wSum(xs), wY(xs), bfSum(xs), bfY(xs), bfSum16(xs), added(xs),
@@ -863,12 +863,8 @@ TEST_F(CudaBf16Storage, ResidualNormFusionsAreTheCallsTheyReplace) {
     // dY stored in bf16 by its products (the summed input gradients of the
     // projections that read the norm): the bits of the fp32 kernels given
     // the widened values.
-    std::vector<uint16_t> dy16(size_t(xs.numel()));
-    Tensor dyw(xs);
-    for (size_t i = 0; i < dy16.size(); ++i) {
-      dy16[i] = roundBits(dy[i]);
-      dyw[i] = widen(dy16[i]);
-    }
+    std::vector<uint16_t> dy16;
+    Tensor dyw = roundedCopy(dy, dy16);
     Dev16 ddy16(dy16, xs);
     Dev ddyw(dyw);
     Out32 wDx(xs), wDw(ws), wSumB(xs), wSumW(ws), bDx(xs), bDw(ws), bSum(xs),
