@@ -62,11 +62,11 @@ std::string rondo::cost::opTimingKey(Operation *op) {
 /// attention's q, k and v) with its kernel's bf16 twin, where the kernel has
 /// one (KernelList.def's `<kernel>ToBf16`: the norm's, the element-wise
 /// binaries', the gated activation's and its gradient's, the unary
-/// gradients', transposes', the products' own, and the fused QK-norm and
-/// rotary's). W1's normed inputs of the projections, the attention output on
-/// its way to the output projection, the gate and up products, the gated
-/// activation, and the queries, keys and values are such values: fp32 for them
-/// had put 7.5 GB too much into its 74 GB prediction.
+/// gradients', transposes', the products' own, and the fused rotary's, with
+/// or without a QK norm). W1's normed inputs of the projections, the attention
+/// output on its way to the output projection, the gate and up products, the
+/// gated activation, and the queries, keys and values are such values: fp32 for
+/// them had put 7.5 GB too much into its 74 GB prediction.
 ///
 /// Attention without sinks, whose kernels read q, k and v in bf16 (the sink
 /// kernels read fp32).
@@ -117,16 +117,17 @@ static bool savedInBf16(Value v, const CostOptions &options) {
               use.getOperandNumber() == 3);
     });
   // A rotary has a twin when kern-fuse-norm-rotary makes it one kernel
-  // with the head norm and transpose in front of it (Qwen3's, OLMo-2's).
-  auto fusedNormRotary = [](tg::RotaryOp rotary) {
+  // with the transpose in front of it (transposeRotary) and the head norm
+  // in front of that where there is one (rmsNormRotary: Qwen3's, OLMo-2's).
+  auto fusedRotary = [](tg::RotaryOp rotary) {
     auto transpose = rotary.getX().getDefiningOp<tg::TransposeOp>();
-    return transpose && transpose.getX().getDefiningOp<tg::RmsNormOp>();
+    return transpose && transpose.getPerm() == ArrayRef<int64_t>{0, 2, 1, 3};
   };
   if (!producer ||
       !(isa<tg::RmsNormOp, tg::BinaryOp, tg::GatedActOp, tg::GatedActGradOp,
             tg::UnaryGradOp, tg::TransposeOp, tg::MatmulOp>(producer) ||
         (isa<tg::RotaryOp>(producer) &&
-         fusedNormRotary(cast<tg::RotaryOp>(producer)))))
+         fusedRotary(cast<tg::RotaryOp>(producer)))))
     return false;
   SmallVector<Value> views{stored};
   while (!views.empty())

@@ -305,6 +305,31 @@ void rmsNormRotaryBf16BackwardBf16ToBf16(CBView x, CFView w, float eps,
                                   dY, dX, dW);
 }
 
+void transposeRotaryToBf16(CFView x, CFView cos, CFView sin, BView y) {
+  viaFp32(y, [&](FView t) { transposeRotary(x, cos, sin, t); });
+}
+
+void transposeRotaryBf16ToBf16(CBView x, CFView cos, CFView sin, BView y) {
+  std::vector<float> wx = widen(x);
+  transposeRotaryToBf16(CFView{wx.data(), x.shape}, cos, sin, y);
+}
+
+void transposeRotaryBackwardBf16(CBView dY, CFView cos, CFView sin, FView dX) {
+  std::vector<float> wy = widen(dY);
+  transposeRotaryBackward(CFView{wy.data(), dY.shape}, cos, sin, dX);
+}
+
+void transposeRotaryBackwardToBf16(CFView dY, CFView cos, CFView sin,
+                                   BView dX) {
+  viaFp32(dX, [&](FView t) { transposeRotaryBackward(dY, cos, sin, t); });
+}
+
+void transposeRotaryBackwardBf16ToBf16(CBView dY, CFView cos, CFView sin,
+                                       BView dX) {
+  std::vector<float> wy = widen(dY);
+  transposeRotaryBackwardToBf16(CFView{wy.data(), dY.shape}, cos, sin, dX);
+}
+
 void linearCrossEntropyBf16W(CFView h, CBView w, bool transW, IView labels,
                              int64_t ignoreIndex, int64_t chunkRows,
                              float *lossSum, int *badLabel) {

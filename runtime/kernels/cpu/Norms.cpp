@@ -352,6 +352,18 @@ void rmsNormRotaryBackward(CFView x, CFView w, float eps, CFView cos,
   rmsNormBackward(x, w, eps, CFView{moved.data(), x.shape}, dX, dW);
 }
 
+void transposeRotary(CFView x, CFView cos, CFView sin, FView y) {
+  std::vector<float> moved(size_t(y.shape.numel()));
+  transpose(x, kTransposeHeads, FView{moved.data(), y.shape});
+  rotary(CFView{moved.data(), y.shape}, cos, sin, y);
+}
+
+void transposeRotaryBackward(CFView dY, CFView cos, CFView sin, FView dX) {
+  std::vector<float> rotated(size_t(dY.shape.numel()));
+  rotaryBackward(dY, cos, sin, FView{rotated.data(), dY.shape});
+  transpose(CFView{rotated.data(), dY.shape}, kTransposeHeads, dX);
+}
+
 void addRmsNorm(CFView a, CFView b, CFView w, float eps, FView sum, FView y) {
   binary(BinaryKind::Add, a, b, sum);
   rmsNorm(CFView{sum.data, sum.shape}, w, eps, y);

@@ -15,6 +15,9 @@
 // separate kernels', in their order. Rows wider than 128 or not a multiple
 // of 8, and unaligned pointers, run the three kernels instead.
 //
+// Heads without a norm (Llama's, Qwen2's) take the transpose and rotary
+// alone in one pass, forward and backward (transposeRotary*).
+//
 //===----------------------------------------------------------------------===//
 
 #include "NormRows.cuh"
@@ -363,6 +366,141 @@ void rmsNormRotaryBackwardBf16(CFView x, CFView w, float eps, CFView cos,
   ProfileScope profileScope("rmsNormRotaryBackward");
   rmsNormRotaryBackwardImpl(x.data, x.shape, w, eps, cos, sin, bf16Data(dY),
                             dY.shape, dX.data, dW, "rmsNormRotaryBackwardBf16");
+}
+
+//===----------------------------------------------------------------------===//
+// Heads without a norm (Llama, Qwen2): head transpose and rotary
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// One thread per four pairs (j..j+3, j+D/2..j+D/2+3) of one row: forward
+/// reads row r of x [B, T, H, D] and writes its transposed row of y
+/// [B, H, T, D]; backward reads the transposed row of dY and writes row r
+/// of dX. The arithmetic is rotaryVecKernel's (rotatePair), so the fused
+/// kernel gives the bits of transpose then rotary, and of rotaryBackward then
+/// transpose. D % 8 == 0 and every pointer 16-byte aligned.
+template <bool Backward, typename InT, typename OutT>
+__global__ void transposeRotaryVecKernel(const InT *in, const float *cosT,
+                                         const float *sinT, OutT *out,
+                                         int64_t rows, int64_t D, HeadRows hr) {
+  int64_t h = D / 2, hv = h / 4;
+  RONDO_GRID_STRIDE(v, rows * hv) {
+    int64_t r, q, t;
+    divMod(v, hv, r, q);
+    int64_t moved = hr.transposed(r, t);
+    int64_t from = Backward ? moved : r, to = Backward ? r : moved;
+    int64_t j = q * 4;
+    const InT *xr = in + from * D;
+    const float *c = cosT + t * D, *s = sinT + t * D;
+    float4 a = load4(xr + j), b = load4(xr + j + h);
+    float4 ca = load4(c + j), cb = load4(c + j + h);
+    float4 sa = load4(s + j), sb = load4(s + j + h);
+    float4 ya, yb;
+    rotatePair(a.x, b.x, ca.x, cb.x, sa.x, sb.x, Backward, ya.x, yb.x);
+    rotatePair(a.y, b.y, ca.y, cb.y, sa.y, sb.y, Backward, ya.y, yb.y);
+    rotatePair(a.z, b.z, ca.z, cb.z, sa.z, sb.z, Backward, ya.z, yb.z);
+    rotatePair(a.w, b.w, ca.w, cb.w, sa.w, sb.w, Backward, ya.w, yb.w);
+    store4(out + to * D + j, ya);
+    store4(out + to * D + j + h, yb);
+  }
+}
+
+/// The same, one thread per pair, for any even D and any alignment.
+template <bool Backward, typename InT, typename OutT>
+__global__ void
+transposeRotaryPairKernel(const InT *in, const float *cosT, const float *sinT,
+                          OutT *out, int64_t rows, int64_t D, HeadRows hr) {
+  int64_t h = D / 2;
+  RONDO_GRID_STRIDE(v, rows * h) {
+    int64_t r, j, t;
+    divMod(v, h, r, j);
+    int64_t moved = hr.transposed(r, t);
+    int64_t from = Backward ? moved : r, to = Backward ? r : moved;
+    const InT *xr = in + from * D;
+    const float *c = cosT + t * D, *s = sinT + t * D;
+    float ya, yb;
+    rotatePair(loadIn(xr + j), loadIn(xr + j + h), c[j], c[j + h], s[j],
+               s[j + h], Backward, ya, yb);
+    storeOut(out + to * D + j, ya);
+    storeOut(out + to * D + j + h, yb);
+  }
+}
+
+/// transposeRotary (forward: x [B, T, H, D] to y [B, H, T, D]) or its
+/// backward (dY [B, H, T, D] to dX [B, T, H, D]), each side fp32 or bf16.
+template <bool Backward, typename InT, typename OutT>
+void transposeRotaryImpl(const InT *in, const Shape &inShape, CFView cos,
+                         CFView sin, OutT *out, const Shape &outShape,
+                         const char *name) {
+  const Shape &rowsShape = Backward ? outShape : inShape;
+  HeadRows hr =
+      headRows(rowsShape, Backward ? inShape : outShape, cos.shape, name);
+  int64_t D = rowsShape.dims[3],
+          rows = rowsShape.numel() / std::max<int64_t>(D, 1);
+  if (rows == 0 || D == 0)
+    return;
+  if (D % 8 == 0 && rowsAligned({in, cos.data, sin.data, out})) {
+    transposeRotaryVecKernel<Backward>
+        <<<gridFor(rows * (D / 8)), kThreads, 0, currentStream()>>>(
+            in, cos.data, sin.data, out, rows, D, hr);
+  } else {
+    transposeRotaryPairKernel<Backward>
+        <<<gridFor(rows * (D / 2)), kThreads, 0, currentStream()>>>(
+            in, cos.data, sin.data, out, rows, D, hr);
+  }
+  checkLaunch(name);
+}
+
+} // namespace
+
+void transposeRotary(CFView x, CFView cos, CFView sin, FView y) {
+  ProfileScope profileScope("transposeRotary");
+  transposeRotaryImpl<false>(x.data, x.shape, cos, sin, y.data, y.shape,
+                             "transposeRotary");
+}
+
+void transposeRotaryToBf16(CFView x, CFView cos, CFView sin, BView y) {
+  // The heads attention reads in bf16 (kern-bf16-storage), rounded as they
+  // are stored.
+  ProfileScope profileScope("transposeRotary");
+  transposeRotaryImpl<false>(x.data, x.shape, cos, sin, bf16Data(y), y.shape,
+                             "transposeRotaryToBf16");
+}
+
+void transposeRotaryBf16ToBf16(CBView x, CFView cos, CFView sin, BView y) {
+  // The projection as its product stored it, widened as it is loaded.
+  ProfileScope profileScope("transposeRotary");
+  transposeRotaryImpl<false>(bf16Data(x), x.shape, cos, sin, bf16Data(y),
+                             y.shape, "transposeRotaryBf16ToBf16");
+}
+
+void transposeRotaryBackward(CFView dY, CFView cos, CFView sin, FView dX) {
+  ProfileScope profileScope("transposeRotaryBackward");
+  transposeRotaryImpl<true>(dY.data, dY.shape, cos, sin, dX.data, dX.shape,
+                            "transposeRotaryBackward");
+}
+
+void transposeRotaryBackwardBf16(CBView dY, CFView cos, CFView sin, FView dX) {
+  // Attention's query and key gradients as it stores them in bf16.
+  ProfileScope profileScope("transposeRotaryBackward");
+  transposeRotaryImpl<true>(bf16Data(dY), dY.shape, cos, sin, dX.data, dX.shape,
+                            "transposeRotaryBackwardBf16");
+}
+
+void transposeRotaryBackwardToBf16(CFView dY, CFView cos, CFView sin,
+                                   BView dX) {
+  // dX read only by the projections' products (kern-bf16-storage).
+  ProfileScope profileScope("transposeRotaryBackward");
+  transposeRotaryImpl<true>(dY.data, dY.shape, cos, sin, bf16Data(dX), dX.shape,
+                            "transposeRotaryBackwardToBf16");
+}
+
+void transposeRotaryBackwardBf16ToBf16(CBView dY, CFView cos, CFView sin,
+                                       BView dX) {
+  ProfileScope profileScope("transposeRotaryBackward");
+  transposeRotaryImpl<true>(bf16Data(dY), dY.shape, cos, sin, bf16Data(dX),
+                            dX.shape, "transposeRotaryBackwardBf16ToBf16");
 }
 
 } // namespace rondo::cuda

@@ -394,3 +394,41 @@ func.func @lm_head_copy(%ids: tensor<8xi64> {exec.role = "input_ids"}, %w: tenso
   %l:3 = kern.call @linearCrossEntropyWithGrad(%h, %w, %labels, %scale) args {chunkRows = 4 : i64, ignoreIndex = -100 : i64, transW = true} : (tensor<8x16xf32>, tensor<32x16xf32>, tensor<8xi64>, tensor<f32>) -> (tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>)
   return %e, %l#0, %l#1, %l#2 : tensor<8x16xf32>, tensor<f32>, tensor<8x16xf32>, tensor<32x16xf32>
 }
+
+// -----
+
+// Heads without a norm (Llama's, Qwen2's): the projections are read only by
+// their transpose-and-rotary, which attention reads in bf16, so each product
+// stores bf16 (matmulBf16ToBf16) and the fused kernel reads and writes bf16
+// (transposeRotaryBf16ToBf16); backward, attention's bf16 query gradient
+// goes through transposeRotaryBackwardBf16ToBf16 straight to the products.
+// CHECK-LABEL: func.func @plain_heads
+// CHECK: %[[P:.*]] = kern.call @matmulBf16ToBf16(%{{.*}}, %{{.*}}) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xbf16>, tensor<64x64xbf16>) -> tensor<8x64xbf16>
+// CHECK: %[[R:.*]] = tg.reshape %[[P]] : (tensor<8x64xbf16>) -> tensor<1x8x4x16xbf16>
+// CHECK: %[[Q:.*]] = kern.call @transposeRotaryBf16ToBf16(%[[R]], %arg4, %arg5) : (tensor<1x8x4x16xbf16>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xbf16>
+// CHECK: %[[K:.*]] = kern.call @transposeRotaryBf16ToBf16(
+// CHECK: %[[O:.*]]:2 = kern.call @attentionBf16ToBf16(%[[Q]], %[[K]],
+// CHECK: %[[G:.*]]:3 = kern.call @attentionBackwardBf16ToBf16(%[[Q]], %[[K]],
+// CHECK: %[[GQ:.*]] = kern.call @transposeRotaryBackwardBf16ToBf16(%[[G]]#0, %arg4, %arg5) : (tensor<1x4x8x16xbf16>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x8x4x16xbf16>
+// CHECK: %[[GR:.*]] = tg.reshape %[[GQ]] : (tensor<1x8x4x16xbf16>) -> tensor<8x64xbf16>
+// CHECK: kern.call @matmulBf16(%[[GR]], %{{.*}}) args {accumulate = false, transA = false, transB = true}
+// CHECK-NOT: @transposeRotary(
+// CHECK-NOT: @transposeRotaryBackward(
+func.func @plain_heads(%h: tensor<8x64xf32>, %wq: tensor<64x64xf32>, %wk: tensor<64x64xf32>, %wo: tensor<64x64xf32>, %cos: tensor<8x16xf32>, %sin: tensor<8x16xf32>, %v: tensor<1x4x8x16xf32>, %do: tensor<1x4x8x16xf32>) -> (tensor<8x64xf32>, tensor<8x64xf32>, tensor<64x64xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) attributes {exec.stage} {
+  %pq = kern.call @matmul(%h, %wq) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %xq = tg.reshape %pq : (tensor<8x64xf32>) -> tensor<1x8x4x16xf32>
+  %q = kern.call @transposeRotary(%xq, %cos, %sin) : (tensor<1x8x4x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %pk = kern.call @matmul(%h, %wk) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %xk = tg.reshape %pk : (tensor<8x64xf32>) -> tensor<1x8x4x16xf32>
+  %k = kern.call @transposeRotary(%xk, %cos, %sin) : (tensor<1x8x4x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x4x8x16xf32>
+  %o:2 = kern.call @attention(%q, %k, %v) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8xf32>)
+  %ot = kern.call @transpose(%o#0) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xf32>) -> tensor<1x8x4x16xf32>
+  %or = tg.reshape %ot : (tensor<1x8x4x16xf32>) -> tensor<8x64xf32>
+  %y = kern.call @matmul(%or, %wo) args {accumulate = false, transA = false, transB = false} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %g:3 = kern.call @attentionBackward(%q, %k, %v, %o#0, %o#1, %do) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8xf32>, tensor<1x4x8x16xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>)
+  %gq = kern.call @transposeRotaryBackward(%g#0, %cos, %sin) : (tensor<1x4x8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<1x8x4x16xf32>
+  %gqr = tg.reshape %gq : (tensor<1x8x4x16xf32>) -> tensor<8x64xf32>
+  %dh = kern.call @matmul(%gqr, %wq) args {accumulate = false, transA = false, transB = true} : (tensor<8x64xf32>, tensor<64x64xf32>) -> tensor<8x64xf32>
+  %dwq = kern.call @matmul(%h, %gqr) args {accumulate = false, transA = true, transB = false} : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<64x64xf32>
+  return %y, %dh, %dwq, %g#1, %g#2 : tensor<8x64xf32>, tensor<8x64xf32>, tensor<64x64xf32>, tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>
+}

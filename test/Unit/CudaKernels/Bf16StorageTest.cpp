@@ -763,6 +763,73 @@ TEST_F(CudaBf16Storage, NormRotaryOfBf16Projections) {
   }
 }
 
+// kern-fuse-norm-rotary's heads without a norm: transposeRotary is transpose
+// then rotary, and transposeRotaryBackward rotaryBackward then transpose,
+// bit for bit (four pairs a thread at head widths 128 and 64, one at 12),
+// with tables longer than the sequence as a shorter row's are; the bf16
+// forms are the roundings of those results, from fp32 operands and from
+// their bf16 forms; the CPU twins to 1e-5 (fp32) and 2e-2 (bf16).
+TEST_F(CudaBf16Storage, TransposeRotaryIsTransposeThenRotary) {
+  const int64_t perm[] = {0, 2, 1, 3};
+  for (int64_t D : {128, 64, 12}) {
+    Shape xs{2, 9, 3, D}, ys{2, 3, 9, D}, table{11, D};
+    std::string what = "D=" + std::to_string(D);
+    std::vector<uint16_t> xBits, dyBits;
+    Tensor x = roundedUniform(xs, xBits), dy = roundedUniform(ys, dyBits);
+    Tensor cos = uniform(table), sin = uniform(table);
+    Dev dx(x), ddy(dy), dc(cos), ds(sin);
+    Dev16 x16(xBits, xs), dy16(dyBits, ys);
+
+    Out32 moved(ys), want(ys), got(ys);
+    cu::transpose(dx.cv(), perm, moved.v());
+    cu::rotary(CFView{moved.d.p, ys}, dc.cv(), ds.cv(), want.v());
+    cu::transposeRotary(dx.cv(), dc.cv(), ds.cv(), got.v());
+    EXPECT_EQ(got.host(), want.host()) << "transposeRotary " << what;
+    std::vector<float> twin(size_t(ys.numel()));
+    cpu::transposeRotary(x.cv(), cos.cv(), sin.cv(), FView{twin.data(), ys});
+    EXPECT_LE(normErr(got.host(), twin), 1e-5)
+        << "transposeRotary CPU " << what;
+    Dev16 y16(ys), yb16(ys);
+    cu::transposeRotaryToBf16(dx.cv(), dc.cv(), ds.cv(), y16.v());
+    cu::transposeRotaryBf16ToBf16(x16.cv(), dc.cv(), ds.cv(), yb16.v());
+    std::vector<uint16_t> twin16 = cpuBf16(ys, [&](BView o) {
+      cpu::transposeRotaryBf16ToBf16(CBView{xBits.data(), xs}, cos.cv(),
+                                     sin.cv(), o);
+    });
+    expectRoundingOf(y16.host(), want.host(), twin16,
+                     "transposeRotaryToBf16 " + what);
+    expectRoundingOf(yb16.host(), want.host(), twin16,
+                     "transposeRotaryBf16ToBf16 " + what);
+
+    Out32 rotated(ys), wantDx(xs), gotDx(xs), gotDxWide(xs);
+    cu::rotaryBackward(ddy.cv(), dc.cv(), ds.cv(), rotated.v());
+    cu::transpose(CFView{rotated.d.p, ys}, perm, wantDx.v());
+    cu::transposeRotaryBackward(ddy.cv(), dc.cv(), ds.cv(), gotDx.v());
+    cu::transposeRotaryBackwardBf16(dy16.cv(), dc.cv(), ds.cv(), gotDxWide.v());
+    EXPECT_EQ(gotDx.host(), wantDx.host())
+        << "transposeRotaryBackward " << what;
+    EXPECT_EQ(gotDxWide.host(), wantDx.host())
+        << "transposeRotaryBackwardBf16 " << what;
+    std::vector<float> twinDx(size_t(xs.numel()));
+    cpu::transposeRotaryBackward(dy.cv(), cos.cv(), sin.cv(),
+                                 FView{twinDx.data(), xs});
+    EXPECT_LE(normErr(gotDx.host(), twinDx), 1e-5)
+        << "transposeRotaryBackward CPU " << what;
+    Dev16 dx16(xs), dxb16(xs);
+    cu::transposeRotaryBackwardToBf16(ddy.cv(), dc.cv(), ds.cv(), dx16.v());
+    cu::transposeRotaryBackwardBf16ToBf16(dy16.cv(), dc.cv(), ds.cv(),
+                                          dxb16.v());
+    std::vector<uint16_t> twinDx16 = cpuBf16(xs, [&](BView o) {
+      cpu::transposeRotaryBackwardBf16ToBf16(CBView{dyBits.data(), ys},
+                                             cos.cv(), sin.cv(), o);
+    });
+    expectRoundingOf(dx16.host(), wantDx.host(), twinDx16,
+                     "transposeRotaryBackwardToBf16 " + what);
+    expectRoundingOf(dxb16.host(), wantDx.host(), twinDx16,
+                     "transposeRotaryBackwardBf16ToBf16 " + what);
+  }
+}
+
 // kern-fuse-residual-norm's kernels are the calls they replace, bit for bit:
 // addRmsNorm[ToBf16] = binary Add then rmsNorm[ToBf16] of the sum, and
 // addBf16 / addRmsNormBf16[ToBf16] = binary Add / addRmsNorm[ToBf16] of the

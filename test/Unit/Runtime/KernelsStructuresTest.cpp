@@ -251,6 +251,37 @@ TEST(KernelRotary, NormRotaryForwardAndGradients) {
   checkGradient("rmsNormRotaryBackward dW", w, dW.data, objective);
 }
 
+/// transposeRotary: each (token, head) row of a head without a norm moved
+/// to [B, H, T, D] and rotated, against the formula in double; its gradient
+/// against finite differences of the forward.
+TEST(KernelRotary, TransposeRotaryForwardAndGradient) {
+  int64_t B = 2, T = 5, H = 3, D = 8;
+  Tensor x = uniform(Shape{B, T, H, D}, -2.0f, 2.0f), cosT, sinT;
+  rotaryTables(T, D, cosT, sinT);
+  Tensor y(Shape{B, H, T, D}, std::nanf(""));
+  transposeRotary(x.cv(), cosT.cv(), sinT.cv(), y.v());
+  std::vector<double> want(size_t(y.shape.numel()));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const float *row = x.data.data() + ((b * T + t) * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) {
+          double rot =
+              d < D / 2 ? -double(row[d + D / 2]) : double(row[d - D / 2]);
+          want[size_t(((b * H + h) * T + t) * D + d)] =
+              double(row[d]) * cosT[t * D + d] + rot * sinT[t * D + d];
+        }
+      }
+  expectNear("transposeRotary", y.data, want, 1e-5, 1e-5);
+
+  Tensor dY = uniform(y.shape), dX(x.shape, std::nanf(""));
+  transposeRotaryBackward(dY.cv(), cosT.cv(), sinT.cv(), dX.v());
+  checkGradient("transposeRotaryBackward", x, dX.data, [&] {
+    transposeRotary(x.cv(), cosT.cv(), sinT.cv(), y.v());
+    return dotObjective(dY, y);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//

@@ -214,7 +214,8 @@ LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource,
 /// transposes in front of attention, a residual Add (same shapes), a
 /// norm's backward, whose dY is the sum of the input gradients of the
 /// projections that read the norm (q, k and v; gate and up), and the query
-/// and key heads' norm-and-rotary, forward and backward, which read the
+/// and key heads' norm-and-rotary, forward and backward, and their
+/// transpose-and-rotary where they have no norm, which read the
 /// projection's result.
 StringRef bf16OperandTwin(CallOp call) {
   if (isBinaryOf(call, "Add") && call->getNumResults() == 1 &&
@@ -230,6 +231,7 @@ StringRef bf16OperandTwin(CallOp call) {
       .Case("rmsNormRotaryToBf16", "rmsNormRotaryBf16ToBf16")
       .Case("rmsNormRotaryBackwardBf16ToBf16",
             "rmsNormRotaryBf16BackwardBf16ToBf16")
+      .Case("transposeRotaryToBf16", "transposeRotaryBf16ToBf16")
       .Default("");
 }
 
@@ -401,8 +403,9 @@ CallOp recall(CallOp call, StringRef kernel, unsigned operand, Value value) {
 /// attentionBackwardBf16 `grad` reading the bf16 output `out` of its
 /// forward, its dOut in bf16 (the transpose in front of it stores bf16, or
 /// a toBf16 copy), and storing its gradients in bf16: the query and key
-/// gradients' norm-and-rotary backward and the values' transpose read them
-/// as they are, any other reader through one fromBf16.
+/// gradients' norm-and-rotary or transpose-and-rotary backward and the
+/// values' transpose read them as they are, any other reader through one
+/// fromBf16.
 void storeAttentionBackwardInBf16(CallOp grad, Value out) {
   MLIRContext *ctx = grad.getContext();
   OpBuilder b(grad);
@@ -443,6 +446,12 @@ void storeAttentionBackwardInBf16(CallOp grad, Value out) {
       } else if (isOperandOf(use, "rmsNormRotaryBackwardToBf16", 4)) {
         recall(cast<CallOp>(use.getOwner()), "rmsNormRotaryBackwardBf16ToBf16",
                4, r16);
+      } else if (isOperandOf(use, "transposeRotaryBackward", 0)) {
+        recall(cast<CallOp>(use.getOwner()), "transposeRotaryBackwardBf16", 0,
+               r16);
+      } else if (isOperandOf(use, "transposeRotaryBackwardToBf16", 0)) {
+        recall(cast<CallOp>(use.getOwner()),
+               "transposeRotaryBackwardBf16ToBf16", 0, r16);
       } else if (isOperandOf(use, "transposeToBf16", 0)) {
         recall(cast<CallOp>(use.getOwner()), "transposeBf16", 0, r16);
       } else {

@@ -8,7 +8,9 @@
 // rmsNorm, a [B, T, H, D] -> [B, H, T, D] transpose and rotary: three kernels
 // and two intermediate tensors forward, the same backward. The chains become
 // rmsNormRotary and rmsNormRotaryBackward when the intermediates have no
-// other reader.
+// other reader. Heads without a norm (Llama, Qwen2) reach attention through
+// the transpose and rotary alone: transposeRotary and
+// transposeRotaryBackward, one pass each instead of two.
 //
 //===----------------------------------------------------------------------===//
 
@@ -90,6 +92,41 @@ void fuseBackward(CallOp normGrad) {
   rotaryGrad.erase();
 }
 
+/// rotary(transpose(x)) -> transposeRotary(x, cos, sin).
+void fuseTransposeRotary(CallOp rotary) {
+  CallOp transpose = soleUseProducer(rotary.getInputs()[0], "transpose");
+  if (!transpose || !isHeadTranspose(transpose))
+    return;
+  OpBuilder b(rotary);
+  auto fused = CallOp::create(
+      b, rotary.getLoc(), rotary->getResultTypes(), "transposeRotary",
+      ValueRange{transpose.getInputs()[0], rotary.getInputs()[1],
+                 rotary.getInputs()[2]},
+      ValueRange{}, nullptr, nullptr);
+  rotary.getResult(0).replaceAllUsesWith(fused.getResult(0));
+  rotary.erase();
+  transpose.erase();
+}
+
+/// transpose(rotaryBackward(dy)) -> transposeRotaryBackward(dy, cos, sin).
+void fuseTransposeRotaryBackward(CallOp rotaryGrad) {
+  Value rotated = rotaryGrad.getResult(0);
+  if (!rotated.hasOneUse() || !rotaryGrad.getInits().empty())
+    return;
+  auto transpose = dyn_cast<CallOp>(*rotated.getUsers().begin());
+  if (!transpose || transpose.getKernel() != "transpose" ||
+      !isHeadTranspose(transpose) || !transpose.getInits().empty())
+    return;
+  OpBuilder b(transpose);
+  auto fused =
+      CallOp::create(b, transpose.getLoc(), transpose->getResultTypes(),
+                     "transposeRotaryBackward", rotaryGrad.getInputs(),
+                     ValueRange{}, nullptr, nullptr);
+  transpose.getResult(0).replaceAllUsesWith(fused.getResult(0));
+  transpose.erase();
+  rotaryGrad.erase();
+}
+
 struct KernFuseNormRotaryPass
     : kern::impl::KernFuseNormRotaryPassBase<KernFuseNormRotaryPass> {
   void runOnOperation() override {
@@ -107,6 +144,18 @@ struct KernFuseNormRotaryPass
       fuseForward(call);
     for (CallOp call : normGrads)
       fuseBackward(call);
+    // What the norms did not take: heads without a norm.
+    SmallVector<CallOp> plainRotaries, rotaryGrads;
+    fn.walk([&](CallOp call) {
+      if (call.getKernel() == "rotary")
+        plainRotaries.push_back(call);
+      else if (call.getKernel() == "rotaryBackward")
+        rotaryGrads.push_back(call);
+    });
+    for (CallOp call : plainRotaries)
+      fuseTransposeRotary(call);
+    for (CallOp call : rotaryGrads)
+      fuseTransposeRotaryBackward(call);
   }
 };
 

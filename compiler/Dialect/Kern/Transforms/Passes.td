@@ -174,7 +174,7 @@ def KernFuseLinearCrossEntropyPass
 
 def KernFuseNormRotaryPass
     : Pass<"kern-fuse-norm-rotary", "mlir::func::FuncOp"> {
-  let summary = "Norm, transpose and rotate query and key heads in one kernel";
+  let summary = "Norm (if any), transpose and rotate query and key heads in one kernel";
   let description = [{
     In each stage function (`exec.stage`), the per-head query and key norm
     of Qwen3 and OLMo-2 reaches attention as `rmsNorm` over [B, T, H, D],
@@ -182,9 +182,12 @@ def KernFuseNormRotaryPass
     `rotaryBackward`, the transpose back and `rmsNormBackward`. When the
     intermediate tensors have no other reader, each chain becomes one call,
     `rmsNormRotary` or `rmsNormRotaryBackward`: one pass over the heads
-    instead of three, and no intermediate buffers. The fused kernels keep
-    the separate kernels' arithmetic; GPU trainers only (the host keeps the
-    calls its references were taken with).
+    instead of three, and no intermediate buffers. Heads without a norm
+    (Llama, Qwen2) reach attention through the transpose and `rotary`
+    alone: `transposeRotary` and `transposeRotaryBackward`, one pass
+    instead of two. The fused kernels keep the separate kernels'
+    arithmetic; GPU trainers only (the host keeps the calls its references
+    were taken with).
 
     ```mlir
     %n = kern.call @rmsNorm(%q, %w) args {eps = 1.0e-06 : f32}
