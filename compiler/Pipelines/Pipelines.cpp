@@ -161,8 +161,10 @@ void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
   }
   if (bf16Storage)
     pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
-  if (bf16Storage && gpuKernels)
+  if (bf16Storage && gpuKernels) {
     pm.addNestedPass<func::FuncOp>(kern::createKernFuseProductScalePass());
+    pm.addNestedPass<func::FuncOp>(kern::createKernFuseAttentionLayoutPass());
+  }
   if (gpuKernels)
     pm.addNestedPass<func::FuncOp>(kern::createKernFuseResidualNormPass());
 }

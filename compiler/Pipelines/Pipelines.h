@@ -84,7 +84,9 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// trainers): products add into the value they are summed with
 /// (kern-accumulate-products), and the query / key norm, transpose and
 /// rotary run as one kernel (kern-fuse-norm-rotary). `bf16Storage` (bf16
-/// precision): products read bf16 operands (kern-bf16-storage).
+/// precision): products read bf16 operands (kern-bf16-storage); with
+/// `gpuKernels` too, attention reads and writes the projections'
+/// token-major tensors (kern-fuse-attention-layout).
 void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true,
                        bool bf16Storage = false, bool gpuKernels = false);
 

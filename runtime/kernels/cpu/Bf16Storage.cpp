@@ -206,6 +206,54 @@ void attentionBackwardBf16ToBf16(CBView q, CBView k, CBView v, CBView out,
   gv.storeRounded();
 }
 
+namespace {
+constexpr int64_t kSwapHeadsAndTokens[4] = {0, 2, 1, 3};
+
+/// [B, L, H, D] as [B, H, L, D] (or back).
+Shape swappedShape(const Shape &s) {
+  if (s.rank != 4)
+    contract("attention*Tokens", "token-major operands must be rank 4");
+  return Shape{s.dims[0], s.dims[2], s.dims[1], s.dims[3]};
+}
+
+/// x moved to the other layout, as bf16 bits.
+std::vector<uint16_t> swappedHeads(CBView x, Shape &moved) {
+  moved = swappedShape(x.shape);
+  std::vector<uint16_t> out(size_t(x.shape.numel()));
+  transposeBf16(x, kSwapHeadsAndTokens, BView{out.data(), moved});
+  return out;
+}
+} // namespace
+
+// The token-major attention kernels: the heads-major ones between the
+// transposes they replace.
+void attentionBf16ToBf16Tokens(CBView q, CBView k, CBView v, bool causal,
+                               int64_t window, float scale, BView out,
+                               FView lse) {
+  Shape vs, os = swappedShape(out.shape);
+  std::vector<uint16_t> vh = swappedHeads(v, vs);
+  std::vector<uint16_t> oh(size_t(out.shape.numel()));
+  attentionBf16ToBf16(q, k, CBView{vh.data(), vs}, causal, window, scale,
+                      BView{oh.data(), os}, lse);
+  transposeBf16(CBView{oh.data(), os}, kSwapHeadsAndTokens, out);
+}
+
+void attentionBackwardBf16ToBf16Tokens(CBView q, CBView k, CBView v, CBView out,
+                                       CFView lse, CBView dOut, bool causal,
+                                       int64_t window, float scale, BView dQ,
+                                       BView dK, BView dV) {
+  Shape vs, os, gs;
+  std::vector<uint16_t> vh = swappedHeads(v, vs), oh = swappedHeads(out, os),
+                        gh = swappedHeads(dOut, gs);
+  std::vector<uint16_t> dvh(dV.data ? size_t(dV.shape.numel()) : 0);
+  attentionBackwardBf16ToBf16(q, k, CBView{vh.data(), vs},
+                              CBView{oh.data(), os}, lse, CBView{gh.data(), gs},
+                              causal, window, scale, dQ, dK,
+                              BView{dV.data ? dvh.data() : nullptr, vs});
+  if (dV.data)
+    transposeBf16(CBView{dvh.data(), vs}, kSwapHeadsAndTokens, dV);
+}
+
 void transposeBf16(CBView x, const int64_t *perm, BView out) {
   std::vector<float> wx = widen(x);
   transposeToBf16(CFView{wx.data(), x.shape}, perm, out);

@@ -804,6 +804,114 @@ void attentionBackwardBf16ToBf16(CBView q, CBView k, CBView v, CBView out,
   o.temp.release();
 }
 
+namespace {
+
+constexpr int64_t kSwapHeadsAndTokens[4] = {0, 2, 1, 3};
+
+/// [B, L, H, D] as [B, H, L, D] (or back): the shape a token-major operand
+/// has heads-major.
+Shape swappedHeads(const Shape &s, const char *name) {
+  if (s.rank != 4)
+    contract(name, "token-major operands must be rank 4");
+  return Shape{s.dims[0], s.dims[2], s.dims[1], s.dims[3]};
+}
+
+/// A bf16 operand moved to the other layout in a temporary.
+struct MovedBf16 {
+  Temp temp;
+  Shape shape;
+  MovedBf16(CBView x, const char *name)
+      : temp(size_t(x.shape.numel()) * 2, name),
+        shape(swappedHeads(x.shape, name)) {
+    ::rondo::cuda::transposeBf16(x, kSwapHeadsAndTokens, view());
+  }
+  explicit MovedBf16(const Shape &s, const char *name)
+      : temp(size_t(s.numel()) * 2, name), shape(swappedHeads(s, name)) {}
+  BView view() { return BView{temp.as<uint16_t>(), shape}; }
+  CBView cview() { return CBView{temp.as<uint16_t>(), shape}; }
+};
+
+} // namespace
+
+void attentionBf16ToBf16Tokens(CBView q, CBView k, CBView v, bool causal,
+                               int64_t window, float scale, BView out,
+                               FView lse) {
+  // v as its projection wrote it and out as the output projection reads it:
+  // cuDNN takes both through strides, where transposes moved them before.
+  const char *name = "attentionBf16ToBf16Tokens";
+  Shape vHeads = swappedHeads(v.shape, name),
+        outHeads = swappedHeads(out.shape, name);
+  AttnDims d = attnDims(q.shape, k.shape, vHeads, name);
+  if (!(outHeads == q.shape))
+    contract(name, "out is not q's shape token-major");
+  double share = attendedShare(d, causal, window, name);
+  StoredQkv stored{q, k, CBView{v.data, vHeads}};
+  if (stored.cudnnMayRead(d) && aligned16(out.data) && d.B * d.Hq > 0 &&
+      d.T > 0) {
+    ProfileScope profileScope(std::string("attention bf16"),
+                              2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
+    StoredBf16Qkv io = stored.pointers();
+    io.outStore = out.data;
+    io.vTokens = io.outTokens = true;
+    if (cudnnAttentionForward(flashDims(d, window), nullptr, nullptr, nullptr,
+                              causal, scale, nullptr, lse.data, name, io))
+      return;
+    profileScope.discard();
+  }
+  // Rondo's kernels read and write heads-major: v and out moved.
+  MovedBf16 vh(v, name), oh(out.shape, name);
+  ::rondo::cuda::attentionBf16ToBf16(q, k, vh.cview(), causal, window, scale,
+                                     oh.view(), lse);
+  ::rondo::cuda::transposeBf16(oh.cview(), kSwapHeadsAndTokens, out);
+  oh.temp.release();
+  vh.temp.release();
+}
+
+void attentionBackwardBf16ToBf16Tokens(CBView q, CBView k, CBView v,
+                                       CBView out, CFView lse, CBView dOut,
+                                       bool causal, int64_t window, float scale,
+                                       BView dQ, BView dK, BView dV) {
+  const char *name = "attentionBackwardBf16ToBf16Tokens";
+  Shape vHeads = swappedHeads(v.shape, name);
+  AttnDims d = attnDims(q.shape, k.shape, vHeads, name);
+  if (!(swappedHeads(out.shape, name) == q.shape) ||
+      !(swappedHeads(dOut.shape, name) == q.shape) ||
+      !(dV.shape == v.shape))
+    contract(name, "out, dOut or dV is not token-major");
+  double share = attendedShare(d, causal, window, name);
+  StoredQkv stored{q, k, CBView{v.data, vHeads}};
+  if (stored.cudnnMayRead(d) && aligned16(out.data) && aligned16(dOut.data) &&
+      aligned16(dQ.data) && aligned16(dK.data) && aligned16(dV.data) &&
+      d.B * d.Hkv > 0 && d.T > 0 && d.S > 0 && lse.data &&
+      (dQ.data || dK.data || dV.data)) {
+    ProfileScope profileScope(std::string("attentionBackward bf16"),
+                              2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D *
+                                  share);
+    StoredBf16Qkv io = stored.pointers();
+    io.out = out.data;
+    io.dOut = dOut.data;
+    io.dQStore = dQ.data;
+    io.dKStore = dK.data;
+    io.dVStore = dV.data;
+    io.vTokens = io.outTokens = true;
+    if (cudnnAttentionBackward(flashDims(d, window), nullptr, nullptr, nullptr,
+                               nullptr, lse.data, nullptr, causal, scale,
+                               nullptr, nullptr, nullptr, name, io))
+      return;
+    profileScope.discard();
+  }
+  MovedBf16 vh(v, name), oh(out, name), gh(dOut, name), dvh(dV.shape, name);
+  ::rondo::cuda::attentionBackwardBf16ToBf16(
+      q, k, vh.cview(), oh.cview(), lse, gh.cview(), causal, window, scale, dQ,
+      dK, dV.data ? dvh.view() : BView{nullptr, dvh.shape});
+  if (dV.data)
+    ::rondo::cuda::transposeBf16(dvh.cview(), kSwapHeadsAndTokens, dV);
+  dvh.temp.release();
+  gh.temp.release();
+  oh.temp.release();
+  vh.temp.release();
+}
+
 void attentionSinksBackward(CFView q, CFView k, CFView v, CFView sinks,
                             CFView out, CFView lse, CFView dOut, bool causal,
                             int64_t window, float scale, FView dQ, FView dK,

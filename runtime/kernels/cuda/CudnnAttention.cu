@@ -265,7 +265,9 @@ std::string shapeText(const Key &k) {
          " Hkv=" + std::to_string(k.Hkv) + " T=" + std::to_string(k.T) +
          " S=" + std::to_string(k.S) + " D=" + std::to_string(k.D) +
          (k.causal ? " causal" : "") +
-         (k.window ? " window=" + std::to_string(k.window) : "");
+         (k.window ? " window=" + std::to_string(k.window) : "") +
+         (k.vTokens ? " v token-major" : "") +
+         (k.outTokens ? " out token-major" : "");
 }
 
 struct DeviceState {
@@ -403,7 +405,8 @@ bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
   return true;
 }
 
-Key makeKey(const FlashDims &d, bool causal, bool backward) {
+Key makeKey(const FlashDims &d, bool causal, bool backward,
+            const StoredBf16Qkv &stored) {
   Key k{};
   int dev = 0;
   cudaGetDevice(&dev);
@@ -419,6 +422,8 @@ Key makeKey(const FlashDims &d, bool causal, bool backward) {
   k.D = d.D;
   k.causal = causal;
   k.window = d.window > 0 && d.window < d.S ? d.window : 0;
+  k.vTokens = stored.vTokens;
+  k.outTokens = stored.outTokens;
   return k;
 }
 
@@ -471,7 +476,7 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;
-  if (!cudnnServes(d, causal, makeKey(d, causal, /*backward=*/false), st,
+  if (!cudnnServes(d, causal, makeKey(d, causal, /*backward=*/false, stored), st,
                    plan, lock))
     return false;
   const int64_t nq = d.B * d.Hq * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
@@ -518,7 +523,7 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   // Sinks only change the forward: lse carries them, P = exp(s - lse).
   FlashDims dims = d;
   dims.sinks = nullptr;
-  const Key key = makeKey(dims, causal, /*backward=*/true);
+  const Key key = makeKey(dims, causal, /*backward=*/true, stored);
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;

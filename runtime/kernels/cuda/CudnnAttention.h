@@ -110,10 +110,13 @@ struct Key {
   int64_t B, Hq, Hkv, T, S, D;
   bool causal;
   int64_t window;
+  /// v and dV, and out and dOut, stored token-major (StoredBf16Qkv).
+  bool vTokens, outTokens;
   bool operator<(const Key &o) const {
     auto tie = [](const Key &k) {
       return std::make_tuple(k.device, k.backward, k.deterministic, k.B, k.Hq,
-                             k.Hkv, k.T, k.S, k.D, k.causal, k.window);
+                             k.Hkv, k.T, k.S, k.D, k.causal, k.window,
+                             k.vTokens, k.outTokens);
     };
     return tie(*this) < tie(o);
   }

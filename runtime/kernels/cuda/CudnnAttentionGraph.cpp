@@ -106,6 +106,22 @@ Dims4 contiguous(const Dims4 &dims) {
   return s;
 }
 
+/// The strides of a [B, H, L, D] operand stored heads-major (contiguous) or
+/// token-major ([B, L, H, D] in memory: the layout the projections around
+/// attention write and read, Key::vTokens / outTokens).
+Dims4 headStrides(const Dims4 &dims, bool tokens) {
+  if (!tokens)
+    return contiguous(dims);
+  const int64_t H = dims.d[1], L = dims.d[2], D = dims.d[3];
+  return {{L * H * D, D, H * D, 1}};
+}
+
+/// The strides of the same operand viewed as its transpose [B, H, D, L].
+Dims4 transposedHeadStrides(const Dims4 &dims, bool tokens) {
+  Dims4 s = headStrides(dims, tokens);
+  return {{s.d[0], s.d[1], s.d[3], s.d[2]}};
+}
+
 /// One graph under construction: owns every descriptor, hands out virtual
 /// uids and keeps the by-value constants (their host addresses go into the
 /// variant pack at each execution).
@@ -325,12 +341,11 @@ Inputs commonInputs(Builder &g, const Key &k) {
 
 void buildForward(Builder &g, const Key &k) {
   Inputs in = commonInputs(g, k);
-  cudnnBackendDescriptor_t v = g.tensor(kV, {{k.B, k.Hkv, k.S, k.D}},
-                                        contiguous({{k.B, k.Hkv, k.S, k.D}}),
+  const Dims4 vd{{k.B, k.Hkv, k.S, k.D}}, qd{{k.B, k.Hq, k.T, k.D}};
+  cudnnBackendDescriptor_t v =
+      g.tensor(kV, vd, headStrides(vd, k.vTokens), CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t o = g.tensor(kO, qd, headStrides(qd, k.outTokens),
                                         CUDNN_DATA_BFLOAT16, false);
-  cudnnBackendDescriptor_t o =
-      g.tensor(kO, {{k.B, k.Hq, k.T, k.D}}, contiguous({{k.B, k.Hq, k.T, k.D}}),
-               CUDNN_DATA_BFLOAT16, false);
   const Dims4 sd{{k.B, k.Hq, k.T, k.S}};
   const Dims4 rd{{k.B, k.Hq, k.T, 1}}, rs{{k.Hq * k.T, k.T, 1, 1}};
   cudnnBackendDescriptor_t s = g.virt(sd, CUDNN_DATA_FLOAT);
@@ -361,7 +376,8 @@ void perKvHead(Builder &g, const Key &k, cudnnBackendDescriptor_t a,
                cudnnBackendDescriptor_t b, int64_t uid) {
   const Dims4 kd{{k.B, k.Hkv, k.S, k.D}};
   cudnnBackendDescriptor_t out =
-      g.tensor(uid, kd, contiguous(kd), CUDNN_DATA_BFLOAT16, false);
+      g.tensor(uid, kd, headStrides(kd, uid == kDV && k.vTokens),
+               CUDNN_DATA_BFLOAT16, false);
   if (k.Hq == k.Hkv) {
     g.matmul(a, b, out);
     return;
@@ -374,14 +390,14 @@ void perKvHead(Builder &g, const Key &k, cudnnBackendDescriptor_t a,
 
 void buildBackward(Builder &g, const Key &k) {
   Inputs in = commonInputs(g, k);
-  const Dims4 qd{{k.B, k.Hq, k.T, k.D}};
-  cudnnBackendDescriptor_t vT = g.tensor(
-      kV, {{k.B, k.Hkv, k.D, k.S}}, {{k.Hkv * k.S * k.D, k.S * k.D, 1, k.D}},
-      CUDNN_DATA_BFLOAT16, false);
-  cudnnBackendDescriptor_t o =
-      g.tensor(kO, qd, contiguous(qd), CUDNN_DATA_BFLOAT16, false);
-  cudnnBackendDescriptor_t dO =
-      g.tensor(kDO, qd, contiguous(qd), CUDNN_DATA_BFLOAT16, false);
+  const Dims4 qd{{k.B, k.Hq, k.T, k.D}}, vd{{k.B, k.Hkv, k.S, k.D}};
+  cudnnBackendDescriptor_t vT = g.tensor(kV, {{k.B, k.Hkv, k.D, k.S}},
+                                         transposedHeadStrides(vd, k.vTokens),
+                                         CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t o = g.tensor(kO, qd, headStrides(qd, k.outTokens),
+                                        CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t dO = g.tensor(kDO, qd, headStrides(qd, k.outTokens),
+                                         CUDNN_DATA_BFLOAT16, false);
   const Dims4 sd{{k.B, k.Hq, k.T, k.S}};
   const Dims4 rd{{k.B, k.Hq, k.T, 1}}, rs{{k.Hq * k.T, k.T, 1, 1}};
   // softmax_sum = rowsum(dO * O) (the strides of the product as

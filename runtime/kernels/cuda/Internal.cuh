@@ -346,6 +346,10 @@ struct StoredBf16Qkv {
   const void *out = nullptr, *dOut = nullptr;
   void *outStore = nullptr, *dQStore = nullptr, *dKStore = nullptr,
        *dVStore = nullptr;
+  /// v and dV ([B, S, Hkv, D]), and out and dOut ([B, T, Hq, D]), stored
+  /// token-major, as the projections around attention write and read them
+  /// (attention*Tokens); q, k and dQ, dK stay heads-major.
+  bool vTokens = false, outTokens = false;
 };
 bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
                            const float *v, bool causal, float scale, float *out,

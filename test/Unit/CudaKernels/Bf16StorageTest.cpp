@@ -639,6 +639,89 @@ TEST_F(CudaBf16Storage, AttentionResultsInBf16AreTheRoundedResults) {
   }
 }
 
+// kern-fuse-attention-layout's kernels: v, out, dOut and dV token-major
+// ([B, T, H, D]). They give the bits of the heads-major kernels between
+// the transposes they replace (cuDNN through strides at head widths 128
+// and 64, Rondo's kernels moving the tensors at D = 256 and under
+// RONDO_ATTENTION=flash); the CPU twins within bf16's precision.
+TEST_F(CudaBf16Storage, TokenMajorAttentionIsAttentionBetweenTransposes) {
+  const int64_t perm[] = {0, 2, 1, 3};
+  for (const AttentionCase &c : kAttentionCases) {
+    AttentionSwitch path(c.path);
+    cu::setPrecision(cu::Precision::Bf16);
+    Shape qs{c.B, c.Hq, c.T, c.D}, ks{c.B, c.Hkv, c.T, c.D}, ls{c.B, c.Hq, c.T};
+    Shape qt{c.B, c.T, c.Hq, c.D}, kt{c.B, c.T, c.Hkv, c.D};
+    std::string what = std::string(c.path) + " D=" + std::to_string(c.D);
+    std::vector<uint16_t> qb, kb, vb, gb;
+    roundedUniform(qs, qb);
+    roundedUniform(ks, kb);
+    roundedUniform(kt, vb);
+    roundedUniform(qt, gb);
+    Dev16 q16(qb, qs), k16(kb, ks), vTok(vb, kt), gTok(gb, qt);
+    const float scale = 1.0f / std::sqrt(float(c.D));
+    // The heads-major reference: v and dOut moved, out and dV moved back.
+    Dev16 vHeads(ks), gHeads(qs), oHeads(qs), oWant(qt);
+    cu::transposeBf16(vTok.cv(), perm, vHeads.v());
+    cu::transposeBf16(gTok.cv(), perm, gHeads.v());
+    Out32 lWant(ls), lGot(ls);
+    cu::attentionBf16ToBf16(q16.cv(), k16.cv(), vHeads.cv(), true, 0, scale,
+                            oHeads.v(), lWant.v());
+    cu::transposeBf16(oHeads.cv(), perm, oWant.v());
+    Dev16 oGot(qt);
+    cu::attentionBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(), true, 0, scale,
+                                  oGot.v(), lGot.v());
+    std::vector<uint16_t> outBits = oGot.host();
+    EXPECT_EQ(outBits, oWant.host()) << what << " out";
+    EXPECT_EQ(lGot.host(), lWant.host()) << what << " lse";
+    std::vector<float> lse = lWant.host();
+    std::vector<uint16_t> cpuOut = cpuBf16(qt, [&](BView o) {
+      std::vector<float> l(lse.size());
+      cpu::attentionBf16ToBf16Tokens(
+          CBView{qb.data(), qs}, CBView{kb.data(), ks}, CBView{vb.data(), kt},
+          true, 0, scale, o, FView{l.data(), ls});
+    });
+    std::vector<float> g(outBits.size()), t(outBits.size());
+    for (size_t i = 0; i < outBits.size(); ++i) {
+      g[i] = widen(outBits[i]);
+      t[i] = widen(cpuOut[i]);
+    }
+    EXPECT_LE(normErr(g, t), 2e-2) << what << " out against the CPU twin";
+
+    CFView lView{lWant.d.p, ls};
+    Dev16 hq(qs), hk(ks), hvHeads(ks), hvWant(kt);
+    cu::attentionBackwardBf16ToBf16(q16.cv(), k16.cv(), vHeads.cv(),
+                                    oHeads.cv(), lView, gHeads.cv(), true, 0,
+                                    scale, hq.v(), hk.v(), hvHeads.v());
+    cu::transposeBf16(hvHeads.cv(), perm, hvWant.v());
+    Dev16 tq(qs), tk(ks), tv(kt);
+    cu::attentionBackwardBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(),
+                                          oGot.cv(), lView, gTok.cv(), true, 0,
+                                          scale, tq.v(), tk.v(), tv.v());
+    EXPECT_EQ(tq.host(), hq.host()) << what << " dQ";
+    EXPECT_EQ(tk.host(), hk.host()) << what << " dK";
+    EXPECT_EQ(tv.host(), hvWant.host()) << what << " dV";
+    std::vector<uint16_t> cpuQ(qb.size()), cpuK(kb.size()), cpuV(vb.size());
+    cpu::attentionBackwardBf16ToBf16Tokens(
+        CBView{qb.data(), qs}, CBView{kb.data(), ks}, CBView{vb.data(), kt},
+        CBView{outBits.data(), qt}, CFView{lse.data(), ls},
+        CBView{gb.data(), qt}, true, 0, scale, BView{cpuQ.data(), qs},
+        BView{cpuK.data(), ks}, BView{cpuV.data(), kt});
+    auto near = [&](const std::vector<uint16_t> &a,
+                    const std::vector<uint16_t> &b, const char *name) {
+      std::vector<float> x(a.size()), y(b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        x[i] = widen(a[i]);
+        y[i] = widen(b[i]);
+      }
+      EXPECT_LE(normErr(x, y), 2e-2) << what << " " << name << " CPU twin";
+    };
+    near(tq.host(), cpuQ, "dQ");
+    near(tk.host(), cpuK, "dK");
+    near(tv.host(), cpuV, "dV");
+    cu::setPrecision(cu::Precision::Fp32);
+  }
+}
+
 // transposeBf16 moves bf16 values exactly (the vectorised path and the
 // gather), fromBf16 widens them exactly, and rmsNormRotaryBackwardBf16 is
 // rmsNormRotaryBackward of the widened gradient, bit for bit (fused at head

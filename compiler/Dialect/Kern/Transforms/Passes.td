@@ -273,4 +273,38 @@ def KernFuseProductScalePass
   let dependentDialects = ["::rondo::kern::KernDialect"];
 }
 
+def KernFuseAttentionLayoutPass
+    : Pass<"kern-fuse-attention-layout", "mlir::func::FuncOp"> {
+  let summary = "Read v and dO, write the output and dV token-major";
+  let description = [{
+    In each stage function (`exec.stage`) of a bf16 plan, attention works on
+    [B, H, T, D] heads-major tensors while the projections around it write
+    and read [B, T, H, D]: v, the output, dO and dV each pass through a
+    `transposeBf16` (four full passes over those tensors a layer). Where
+    those transposes are the tensors' only movers (v read by the forward and
+    its backwards alone, the output by one transpose and the backwards, dO
+    by its backward alone, dV by transposes alone), the calls become
+    `attentionBf16ToBf16Tokens` and `attentionBackwardBf16ToBf16Tokens`,
+    which take v, out, dO and dV token-major (cuDNN reads and writes them
+    through strides; elsewhere the kernel moves them itself). q and k stay
+    heads-major: their norm-and-rotary kernels write them so. Runs after
+    kern-bf16-storage (GPU trainers); the bits are the transposes' and
+    attention's.
+
+    ```mlir
+    %vt = kern.call @transposeBf16(%v) args {perm = array<i64: 0, 2, 1, 3>}
+        : (tensor<1x8x2x16xbf16>) -> tensor<1x2x8x16xbf16>
+    %o:2 = kern.call @attentionBf16ToBf16(%q, %k, %vt) args {causal = true,
+        scale = 2.500000e-01 : f32, window = 0 : i64} : (...)
+        -> (tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>)
+    %ot = kern.call @transposeBf16(%o#0) args {perm = array<i64: 0, 2, 1, 3>}
+        : (tensor<1x4x8x16xbf16>) -> tensor<1x8x4x16xbf16>
+    // becomes
+    %o:2 = kern.call @attentionBf16ToBf16Tokens(%q, %k, %v) args {...}
+        : (...) -> (tensor<1x8x4x16xbf16>, tensor<1x4x8xf32>)
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
 #endif // RONDO_KERN_TRANSFORMS_PASSES
