@@ -284,6 +284,32 @@ static double tokensPerStep(func::FuncOp func) {
   return 1;
 }
 
+/// A head transpose ([B, T, H, D] <-> [B, H, T, D]) that a bf16 GPU plan's
+/// kernel layer folds into its neighbour, so that it moves no bytes of its
+/// own: the query and key heads' into their rotary (kern-fuse-norm-rotary:
+/// rmsNormRotary, transposeRotary and their gradients), v's, the output's,
+/// dO's and dV's into attention without sinks (kern-fuse-attention-layout;
+/// attention with sinks keeps fp32 operands and its transposes).
+static bool isFusedHeadTranspose(Operation *op) {
+  auto transpose = dyn_cast<tg::TransposeOp>(op);
+  if (!transpose || transpose.getPerm() != ArrayRef<int64_t>{0, 2, 1, 3})
+    return false;
+  auto foldsInto = [](Operation *neighbour) {
+    if (!neighbour)
+      return false;
+    if (isa<tg::RotaryOp, tg::RotaryGradOp>(neighbour))
+      return true;
+    if (auto attention = dyn_cast<tg::AttentionOp>(neighbour))
+      return !attention.getSinks();
+    if (auto grad = dyn_cast<tg::AttentionGradOp>(neighbour))
+      return !grad.getSinks();
+    return false;
+  };
+  Value result = transpose.getResult();
+  return foldsInto(transpose.getX().getDefiningOp()) ||
+         (!result.use_empty() && llvm::all_of(result.getUsers(), foldsInto));
+}
+
 double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
                               const CostOptions &options) {
   double m = static_cast<double>(options.microbatches);
@@ -347,7 +373,8 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   double bandwidth = spec.memoryBandwidth * spec.memoryEfficiency;
   if (isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(op))
     return 0; // materialised once, or never
-  bool layoutOnly = isa<tg::ReshapeOp>(op);
+  bool layoutOnly =
+      isa<tg::ReshapeOp>(op) || (options.bf16 && isFusedHeadTranspose(op));
   double seconds = std::max(flops / rate, layoutOnly ? 0 : bytes / bandwidth);
   return (seconds + spec.kernelLaunchSeconds) * share;
 }

@@ -77,8 +77,14 @@ static DeviceSpec h100() {
   // row (bench/results/h100x1/attention-cudnn-2026-11-27), which
   // S / (S + 5100) gives. Longer rows whose backward workspace exceeds 4
   // GiB run on the flash kernels, at the rates above.
-  s.cudnnAttentionEfficiency = 0.340;
-  s.cudnnAttentionBackwardEfficiency = 0.317;
+  // Recalibrated on 2026-11-28 from CUPTI's kernel times, which a per-call
+  // profile scope overstated for the short forward: at W1's shape the
+  // forward kernel takes 63.8 ms a step (483 TFLOP/s, PyTorch's SDPA 60.4
+  // in the same run) and the deterministic backward's kernels 234.6 ms
+  // (329 TFLOP/s), bench/results/h100x1/attention-token-major-w1-2026-11-28
+  // (the rates above had priced them at 91.6 and 245.6 ms).
+  s.cudnnAttentionEfficiency = 0.488;
+  s.cudnnAttentionBackwardEfficiency = 0.332;
   s.cudnnAttentionTokensForHalfEfficiency = 5100;
   // The experts' grouped GEMMs (GroupedGemmSm90.cu) on Qwen3-30B-A3B's
   // expert shapes, forward, input and weight gradient: 204-244 TFLOP/s
