@@ -66,3 +66,25 @@ func.func @output_read_elsewhere(%q: tensor<1x4x8x16xbf16>, %k: tensor<1x2x8x16x
   %d:3 = kern.call @attentionBackwardBf16ToBf16(%q, %k, %vt, %o#0, %o#1, %gt) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>)
   return %ot, %d#0, %o#0 : tensor<1x8x4x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8x16xbf16>
 }
+
+// -----
+
+// A backward that reads v but another output than this forward's (%o2, say
+// a recomputed forward's kept elsewhere): the layouts would disagree, so
+// nothing changes.
+// CHECK-LABEL: func.func @backward_of_another_output
+// CHECK-NOT: Tokens
+// CHECK: kern.call @attentionBf16ToBf16(
+// CHECK-NOT: Tokens
+// CHECK: kern.call @attentionBackwardBf16ToBf16(
+// CHECK-NOT: Tokens
+// CHECK: return
+func.func @backward_of_another_output(%q: tensor<1x4x8x16xbf16>, %k: tensor<1x2x8x16xbf16>, %v: tensor<1x8x2x16xbf16>, %g: tensor<1x8x4x16xbf16>, %o2: tensor<1x4x8x16xbf16>) -> (tensor<1x8x4x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x8x2x16xbf16>) attributes {exec.stage} {
+  %vt = kern.call @transposeBf16(%v) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x2x16xbf16>) -> tensor<1x2x8x16xbf16>
+  %o:2 = kern.call @attentionBf16ToBf16(%q, %k, %vt) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>)
+  %ot = kern.call @transposeBf16(%o#0) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x8x16xbf16>) -> tensor<1x8x4x16xbf16>
+  %gt = kern.call @transposeBf16(%g) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x8x4x16xbf16>) -> tensor<1x4x8x16xbf16>
+  %d:3 = kern.call @attentionBackwardBf16ToBf16(%q, %k, %vt, %o2, %o#1, %gt) args {causal = true, scale = 2.500000e-01 : f32, window = 0 : i64} : (tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x4x8xf32>, tensor<1x4x8x16xbf16>) -> (tensor<1x4x8x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1x2x8x16xbf16>)
+  %dv = kern.call @transposeBf16(%d#2) args {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x8x16xbf16>) -> tensor<1x8x2x16xbf16>
+  return %ot, %d#0, %dv : tensor<1x8x4x16xbf16>, tensor<1x4x8x16xbf16>, tensor<1x8x2x16xbf16>
+}

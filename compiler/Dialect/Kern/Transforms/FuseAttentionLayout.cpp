@@ -99,11 +99,13 @@ void fuse(CallOp forward) {
   }
   if (!outSwap)
     return;
-  // Each backward: dOut a head swap it alone reads, dV read by head swaps
-  // alone.
+  // Each backward: this forward's out and lse (a recomputed forward's
+  // backward reads its own), dOut a head swap it alone reads, dV read by
+  // head swaps alone.
   for (CallOp backward : backwards) {
     Value dOut = backward.getInputs()[5];
-    if (backward.getInputs()[4] != forward.getResult(1) || !dOut.hasOneUse() ||
+    if (backward.getInputs()[3] != out ||
+        backward.getInputs()[4] != forward.getResult(1) || !dOut.hasOneUse() ||
         !isHeadSwap(dOut.getDefiningOp()))
       return;
     if (!llvm::all_of(backward.getResult(2).getUsers(), isGradientSwap))
