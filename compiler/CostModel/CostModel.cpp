@@ -78,11 +78,6 @@ static bool readsQkvInBf16(Operation *op) {
   return false;
 }
 
-/// The gated activation and its gradient, whose bf16 twins
-/// (gatedActBf16, gatedActBackwardBf16) read gate and up in bf16 where all
-/// their operands are products (kern-bf16-storage's fixed point, in its
-/// common case: the MLP's gate and up projections). Counted in fp32 they had
-/// put W1's prediction at 1.13x what it allocated, Llama-3.2-1B's at 1.24x.
 /// The value `v` reshapes (itself when no tg.reshape produces it).
 static Value throughReshapes(Value v) {
   while (auto reshape = v.getDefiningOp<tg::ReshapeOp>())
@@ -90,6 +85,20 @@ static Value throughReshapes(Value v) {
   return v;
 }
 
+/// A transpose between [B, T, H, D] and [B, H, T, D] (the heads axis next
+/// to the batch, or back), or null.
+static tg::TransposeOp headTranspose(Operation *op) {
+  auto transpose = dyn_cast_or_null<tg::TransposeOp>(op);
+  return transpose && transpose.getPerm() == ArrayRef<int64_t>{0, 2, 1, 3}
+             ? transpose
+             : tg::TransposeOp();
+}
+
+/// The gated activation and its gradient, whose bf16 twins
+/// (gatedActBf16, gatedActBackwardBf16) read gate and up in bf16 where all
+/// their operands are products (kern-bf16-storage's fixed point, in its
+/// common case: the MLP's gate and up projections). Counted in fp32 they had
+/// put W1's prediction at 1.13x what it allocated, Llama-3.2-1B's at 1.24x.
 static bool readsGateAndUpInBf16(Operation *reader, unsigned operand) {
   if (!isa<tg::GatedActOp, tg::GatedActGradOp>(reader) || operand >= 2)
     return false;
@@ -120,8 +129,7 @@ static bool savedInBf16(Value v, const CostOptions &options) {
   // with the transpose in front of it (transposeRotary) and the head norm
   // in front of that where there is one (rmsNormRotary: Qwen3's, OLMo-2's).
   auto fusedRotary = [](tg::RotaryOp rotary) {
-    auto transpose = rotary.getX().getDefiningOp<tg::TransposeOp>();
-    return transpose && transpose.getPerm() == ArrayRef<int64_t>{0, 2, 1, 3};
+    return static_cast<bool>(headTranspose(rotary.getX().getDefiningOp()));
   };
   if (!producer ||
       !(isa<tg::RmsNormOp, tg::BinaryOp, tg::GatedActOp, tg::GatedActGradOp,
@@ -291,8 +299,8 @@ static double tokensPerStep(func::FuncOp func) {
 /// dO's and dV's into attention without sinks (kern-fuse-attention-layout;
 /// attention with sinks keeps fp32 operands and its transposes).
 static bool isFusedHeadTranspose(Operation *op) {
-  auto transpose = dyn_cast<tg::TransposeOp>(op);
-  if (!transpose || transpose.getPerm() != ArrayRef<int64_t>{0, 2, 1, 3})
+  tg::TransposeOp transpose = headTranspose(op);
+  if (!transpose)
     return false;
   auto foldsInto = [](Operation *neighbour) {
     if (!neighbour)

@@ -309,6 +309,15 @@ bool rondo::kern::isBinaryOf(CallOp call, llvm::StringRef kind) {
   return k && k.getValue() == kind;
 }
 
+bool rondo::kern::isHeadTransposeOf(CallOp call, llvm::StringRef kernel) {
+  if (!call || call.getKernel() != kernel || !call.getArgs() ||
+      !call.getInits().empty())
+    return false;
+  auto perm =
+      dyn_cast_or_null<DenseI64ArrayAttr>(call.getArgsAttr().get("perm"));
+  return perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1, 3};
+}
+
 bool rondo::kern::isStorableBf16Product(CallOp call) {
   if (!call || call.getKernel() != "matmulBf16" || call->getNumResults() != 1 ||
       !cast<RankedTensorType>(call.getResult(0).getType())

@@ -89,6 +89,13 @@ mlir::FailureOr<llvm::SmallVector<BoundParam>> bindParams(CallOp call,
 /// `inits`: the element-wise calls the fusion passes rewrite.
 bool isBinaryOf(CallOp call, llvm::StringRef kind);
 
+/// Whether `call` is a call of `kernel` (a transpose's: transpose,
+/// transposeBf16, transposeToBf16) that moves the heads axis of a rank-4
+/// tensor next to the batch or back ([B, T, H, D] <-> [B, H, T, D]: perm
+/// [0, 2, 1, 3]), with no inits: the moves the rotary and attention fusions
+/// absorb.
+bool isHeadTransposeOf(CallOp call, llvm::StringRef kernel);
+
 /// Whether `call` is a product of bf16 operands that may store its result in
 /// bf16 instead (kern-bf16-storage): `matmulBf16` with one fp32 result and
 /// either nothing to accumulate into or, accumulating, an init that is

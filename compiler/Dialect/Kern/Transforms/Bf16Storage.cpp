@@ -400,6 +400,28 @@ CallOp recall(CallOp call, StringRef kernel, unsigned operand, Value value) {
   return twin;
 }
 
+/// The kernel that reads attention's gradient at `use` as attention stores
+/// it in bf16, or "": the query and key gradients' norm-and-rotary or
+/// transpose-and-rotary backward, and the values' transpose.
+StringRef bf16GradientReaderTwin(OpOperand &use) {
+  struct Twin {
+    StringRef kernel;
+    unsigned operand;
+    StringRef twin;
+  };
+  static const Twin twins[] = {
+      {"rmsNormRotaryBackward", 4, "rmsNormRotaryBackwardBf16"},
+      {"rmsNormRotaryBackwardToBf16", 4, "rmsNormRotaryBackwardBf16ToBf16"},
+      {"transposeRotaryBackward", 0, "transposeRotaryBackwardBf16"},
+      {"transposeRotaryBackwardToBf16", 0, "transposeRotaryBackwardBf16ToBf16"},
+      {"transposeToBf16", 0, "transposeBf16"},
+  };
+  for (const Twin &t : twins)
+    if (isOperandOf(use, t.kernel, t.operand))
+      return t.twin;
+  return "";
+}
+
 /// attentionBackwardBf16 `grad` reading the bf16 output `out` of its
 /// forward, its dOut in bf16 (the transpose in front of it stores bf16, or
 /// a toBf16 copy), and storing its gradients in bf16: the query and key
@@ -440,20 +462,8 @@ void storeAttentionBackwardInBf16(CallOp grad, Value out) {
     Value r16 = stored.getResult(k);
     Value widened;
     for (OpOperand &use : llvm::make_early_inc_range(r.getUses())) {
-      if (isOperandOf(use, "rmsNormRotaryBackward", 4)) {
-        recall(cast<CallOp>(use.getOwner()), "rmsNormRotaryBackwardBf16", 4,
-               r16);
-      } else if (isOperandOf(use, "rmsNormRotaryBackwardToBf16", 4)) {
-        recall(cast<CallOp>(use.getOwner()), "rmsNormRotaryBackwardBf16ToBf16",
-               4, r16);
-      } else if (isOperandOf(use, "transposeRotaryBackward", 0)) {
-        recall(cast<CallOp>(use.getOwner()), "transposeRotaryBackwardBf16", 0,
-               r16);
-      } else if (isOperandOf(use, "transposeRotaryBackwardToBf16", 0)) {
-        recall(cast<CallOp>(use.getOwner()),
-               "transposeRotaryBackwardBf16ToBf16", 0, r16);
-      } else if (isOperandOf(use, "transposeToBf16", 0)) {
-        recall(cast<CallOp>(use.getOwner()), "transposeBf16", 0, r16);
+      if (StringRef twin = bf16GradientReaderTwin(use); !twin.empty()) {
+        recall(cast<CallOp>(use.getOwner()), twin, use.getOperandNumber(), r16);
       } else {
         if (!widened) {
           OpBuilder wb(ctx);

@@ -33,13 +33,7 @@ namespace {
 
 /// A transpose of `kernel` between [B, T, H, D] and [B, H, T, D].
 bool isHeadSwapOf(Operation *op, StringRef kernel) {
-  auto call = dyn_cast_or_null<CallOp>(op);
-  if (!call || call.getKernel() != kernel || !call.getArgs() ||
-      !call.getInits().empty())
-    return false;
-  auto perm =
-      dyn_cast_or_null<DenseI64ArrayAttr>(call.getArgsAttr().get("perm"));
-  return perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1, 3};
+  return isHeadTransposeOf(dyn_cast_or_null<CallOp>(op), kernel);
 }
 
 /// A bf16 transpose between the layouts.

@@ -41,11 +41,7 @@ CallOp soleUseProducer(Value v, StringRef kernel) {
 
 /// A transpose moving the heads axis of a rank-4 tensor next to the batch.
 bool isHeadTranspose(CallOp call) {
-  auto perm =
-      call.getArgs()
-          ? dyn_cast_or_null<DenseI64ArrayAttr>(call.getArgsAttr().get("perm"))
-          : DenseI64ArrayAttr();
-  return perm && perm.asArrayRef() == ArrayRef<int64_t>{0, 2, 1, 3};
+  return isHeadTransposeOf(call, "transpose");
 }
 
 /// rotary(transpose(rmsNorm(x, w))) -> rmsNormRotary(x, w, cos, sin).
@@ -114,8 +110,7 @@ void fuseTransposeRotaryBackward(CallOp rotaryGrad) {
   if (!rotated.hasOneUse() || !rotaryGrad.getInits().empty())
     return;
   auto transpose = dyn_cast<CallOp>(*rotated.getUsers().begin());
-  if (!transpose || transpose.getKernel() != "transpose" ||
-      !isHeadTranspose(transpose) || !transpose.getInits().empty())
+  if (!isHeadTranspose(transpose))
     return;
   OpBuilder b(transpose);
   auto fused =
