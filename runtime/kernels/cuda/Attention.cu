@@ -725,23 +725,70 @@ void attentionBackwardBf16(CBView q, CBView k, CBView v, CFView out, CFView lse,
   widened.release();
 }
 
+namespace {
+
+/// cuDNN's forward of the bf16 q, k and v into the bf16 out (v and out
+/// token-major with `tokens`, else heads-major); false where Rondo's
+/// kernels must run instead.
+bool cudnnForwardStored(const AttnDims &d, const StoredQkv &stored, bool causal,
+                        int64_t window, float scale, BView out, FView lse,
+                        bool tokens, const char *name) {
+  double share = attendedShare(d, causal, window, name);
+  if (!stored.cudnnMayRead(d) || !aligned16(out.data) || d.B * d.Hq == 0 ||
+      d.T == 0)
+    return false;
+  ProfileScope profileScope(std::string("attention bf16"),
+                            2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
+  StoredBf16Qkv io = stored.pointers();
+  io.outStore = out.data;
+  io.vTokens = io.outTokens = tokens;
+  if (cudnnAttentionForward(flashDims(d, window), nullptr, nullptr, nullptr,
+                            causal, scale, nullptr, lse.data, name, io))
+    return true;
+  profileScope.discard();
+  return false;
+}
+
+/// cuDNN's backward from the bf16 out and dOut into the bf16 gradients (v,
+/// out, dOut and dV token-major with `tokens`); false where Rondo's kernels
+/// must run instead.
+bool cudnnBackwardStored(const AttnDims &d, const StoredQkv &stored, CBView out,
+                         CFView lse, CBView dOut, bool causal, int64_t window,
+                         float scale, BView dQ, BView dK, BView dV, bool tokens,
+                         const char *name) {
+  double share = attendedShare(d, causal, window, name);
+  if (!stored.cudnnMayRead(d) || !aligned16(out.data) ||
+      !aligned16(dOut.data) || !aligned16(dQ.data) || !aligned16(dK.data) ||
+      !aligned16(dV.data) || d.B * d.Hkv == 0 || d.T == 0 || d.S == 0 ||
+      !lse.data || !(dQ.data || dK.data || dV.data))
+    return false;
+  ProfileScope profileScope(std::string("attentionBackward bf16"),
+                            2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D *
+                                share);
+  StoredBf16Qkv io = stored.pointers();
+  io.out = out.data;
+  io.dOut = dOut.data;
+  io.dQStore = dQ.data;
+  io.dKStore = dK.data;
+  io.dVStore = dV.data;
+  io.vTokens = io.outTokens = tokens;
+  if (cudnnAttentionBackward(flashDims(d, window), nullptr, nullptr, nullptr,
+                             nullptr, lse.data, nullptr, causal, scale, nullptr,
+                             nullptr, nullptr, name, io))
+    return true;
+  profileScope.discard();
+  return false;
+}
+
+} // namespace
+
 void attentionBf16ToBf16(CBView q, CBView k, CBView v, bool causal,
                          int64_t window, float scale, BView out, FView lse) {
   const char *name = "attentionBf16ToBf16";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
-  double share = attendedShare(d, causal, window, name);
-  StoredQkv stored{q, k, v};
-  if (stored.cudnnMayRead(d) && aligned16(out.data) && d.B * d.Hq > 0 &&
-      d.T > 0) {
-    ProfileScope profileScope(std::string("attention bf16"),
-                              2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
-    StoredBf16Qkv io = stored.pointers();
-    io.outStore = out.data;
-    if (cudnnAttentionForward(flashDims(d, window), nullptr, nullptr, nullptr,
-                              causal, scale, nullptr, lse.data, name, io))
-      return;
-    profileScope.discard();
-  }
+  if (cudnnForwardStored(d, StoredQkv{q, k, v}, causal, window, scale, out, lse,
+                         /*tokens=*/false, name))
+    return;
   // Rondo's kernels write fp32: rounded as it is stored.
   Temp o(size_t(out.shape.numel()) * sizeof(float), name);
   ::rondo::cuda::attentionBf16(q, k, v, causal, window, scale,
@@ -756,27 +803,9 @@ void attentionBackwardBf16ToBf16(CBView q, CBView k, CBView v, CBView out,
                                  BView dK, BView dV) {
   const char *name = "attentionBackwardBf16ToBf16";
   AttnDims d = attnDims(q.shape, k.shape, v.shape, name);
-  double share = attendedShare(d, causal, window, name);
-  StoredQkv stored{q, k, v};
-  if (stored.cudnnMayRead(d) && aligned16(out.data) && aligned16(dOut.data) &&
-      aligned16(dQ.data) && aligned16(dK.data) && aligned16(dV.data) &&
-      d.B * d.Hkv > 0 && d.T > 0 && d.S > 0 && lse.data &&
-      (dQ.data || dK.data || dV.data)) {
-    ProfileScope profileScope(std::string("attentionBackward bf16"),
-                              2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D *
-                                  share);
-    StoredBf16Qkv io = stored.pointers();
-    io.out = out.data;
-    io.dOut = dOut.data;
-    io.dQStore = dQ.data;
-    io.dKStore = dK.data;
-    io.dVStore = dV.data;
-    if (cudnnAttentionBackward(flashDims(d, window), nullptr, nullptr, nullptr,
-                               nullptr, lse.data, nullptr, causal, scale,
-                               nullptr, nullptr, nullptr, name, io))
-      return;
-    profileScope.discard();
-  }
+  if (cudnnBackwardStored(d, StoredQkv{q, k, v}, out, lse, dOut, causal, window,
+                          scale, dQ, dK, dV, /*tokens=*/false, name))
+    return;
   // Rondo's kernels read and write fp32: out and dOut widened, the
   // gradients rounded as they are stored.
   WidenedBf16 o(out.data, out.shape.numel(), name),
@@ -844,20 +873,9 @@ void attentionBf16ToBf16Tokens(CBView q, CBView k, CBView v, bool causal,
   AttnDims d = attnDims(q.shape, k.shape, vHeads, name);
   if (!(outHeads == q.shape))
     contract(name, "out is not q's shape token-major");
-  double share = attendedShare(d, causal, window, name);
-  StoredQkv stored{q, k, CBView{v.data, vHeads}};
-  if (stored.cudnnMayRead(d) && aligned16(out.data) && d.B * d.Hq > 0 &&
-      d.T > 0) {
-    ProfileScope profileScope(std::string("attention bf16"),
-                              2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D * share);
-    StoredBf16Qkv io = stored.pointers();
-    io.outStore = out.data;
-    io.vTokens = io.outTokens = true;
-    if (cudnnAttentionForward(flashDims(d, window), nullptr, nullptr, nullptr,
-                              causal, scale, nullptr, lse.data, name, io))
-      return;
-    profileScope.discard();
-  }
+  if (cudnnForwardStored(d, StoredQkv{q, k, CBView{v.data, vHeads}}, causal,
+                         window, scale, out, lse, /*tokens=*/true, name))
+    return;
   // Rondo's kernels read and write heads-major: v and out moved.
   MovedBf16 vh(v, name), oh(out.shape, name);
   ::rondo::cuda::attentionBf16ToBf16(q, k, vh.cview(), causal, window, scale,
@@ -878,28 +896,10 @@ void attentionBackwardBf16ToBf16Tokens(CBView q, CBView k, CBView v,
       !(swappedHeads(dOut.shape, name) == q.shape) ||
       !(dV.shape == v.shape))
     contract(name, "out, dOut or dV is not token-major");
-  double share = attendedShare(d, causal, window, name);
-  StoredQkv stored{q, k, CBView{v.data, vHeads}};
-  if (stored.cudnnMayRead(d) && aligned16(out.data) && aligned16(dOut.data) &&
-      aligned16(dQ.data) && aligned16(dK.data) && aligned16(dV.data) &&
-      d.B * d.Hkv > 0 && d.T > 0 && d.S > 0 && lse.data &&
-      (dQ.data || dK.data || dV.data)) {
-    ProfileScope profileScope(std::string("attentionBackward bf16"),
-                              2.5 * 2.0 * 2.0 * d.B * d.Hq * d.T * d.S * d.D *
-                                  share);
-    StoredBf16Qkv io = stored.pointers();
-    io.out = out.data;
-    io.dOut = dOut.data;
-    io.dQStore = dQ.data;
-    io.dKStore = dK.data;
-    io.dVStore = dV.data;
-    io.vTokens = io.outTokens = true;
-    if (cudnnAttentionBackward(flashDims(d, window), nullptr, nullptr, nullptr,
-                               nullptr, lse.data, nullptr, causal, scale,
-                               nullptr, nullptr, nullptr, name, io))
-      return;
-    profileScope.discard();
-  }
+  if (cudnnBackwardStored(d, StoredQkv{q, k, CBView{v.data, vHeads}}, out, lse,
+                          dOut, causal, window, scale, dQ, dK, dV,
+                          /*tokens=*/true, name))
+    return;
   MovedBf16 vh(v, name), oh(out, name), gh(dOut, name), dvh(dV.shape, name);
   ::rondo::cuda::attentionBackwardBf16ToBf16(
       q, k, vh.cview(), oh.cview(), lse, gh.cview(), causal, window, scale, dQ,

@@ -377,7 +377,7 @@ namespace {
 /// One thread per four pairs (j..j+3, j+D/2..j+D/2+3) of one row: forward
 /// reads row r of x [B, T, H, D] and writes its transposed row of y
 /// [B, H, T, D]; backward reads the transposed row of dY and writes row r
-/// of dX. The arithmetic is rotaryVecKernel's (rotatePair), so the fused
+/// of dX. The arithmetic is rotaryVecKernel's (rotateFourPairs), so the fused
 /// kernel gives the bits of transpose then rotary, and of rotaryBackward then
 /// transpose. D % 8 == 0 and every pointer 16-byte aligned.
 template <bool Backward, typename InT, typename OutT>
@@ -390,19 +390,8 @@ __global__ void transposeRotaryVecKernel(const InT *in, const float *cosT,
     divMod(v, hv, r, q);
     int64_t moved = hr.transposed(r, t);
     int64_t from = Backward ? moved : r, to = Backward ? r : moved;
-    int64_t j = q * 4;
-    const InT *xr = in + from * D;
-    const float *c = cosT + t * D, *s = sinT + t * D;
-    float4 a = load4(xr + j), b = load4(xr + j + h);
-    float4 ca = load4(c + j), cb = load4(c + j + h);
-    float4 sa = load4(s + j), sb = load4(s + j + h);
-    float4 ya, yb;
-    rotatePair(a.x, b.x, ca.x, cb.x, sa.x, sb.x, Backward, ya.x, yb.x);
-    rotatePair(a.y, b.y, ca.y, cb.y, sa.y, sb.y, Backward, ya.y, yb.y);
-    rotatePair(a.z, b.z, ca.z, cb.z, sa.z, sb.z, Backward, ya.z, yb.z);
-    rotatePair(a.w, b.w, ca.w, cb.w, sa.w, sb.w, Backward, ya.w, yb.w);
-    store4(out + to * D + j, ya);
-    store4(out + to * D + j + h, yb);
+    rotateFourPairs(in + from * D, cosT + t * D, sinT + t * D, out + to * D,
+                    q * 4, h, Backward);
   }
 }
 

@@ -451,6 +451,26 @@ __device__ inline void rotatePair(float a, float b, float ca, float cb,
   }
 }
 
+/// Four pairs (j..j+3, j+h..j+h+3) of the row `x` (fp32 or bf16, widened)
+/// rotated with the tables `c` and `s` of its position, stored into `y`'s row
+/// (fp32, or bf16 rounded as it is stored): the vectorised rotary and its
+/// head-transposing forms. x, c, s and y 16-byte aligned rows, j % 4 == 0.
+template <typename InT, typename OutT>
+__device__ inline void rotateFourPairs(const InT *x, const float *c,
+                                       const float *s, OutT *y, int64_t j,
+                                       int64_t h, bool backward) {
+  float4 a = load4(x + j), b = load4(x + j + h);
+  float4 ca = load4(c + j), cb = load4(c + j + h);
+  float4 sa = load4(s + j), sb = load4(s + j + h);
+  float4 ya, yb;
+  rotatePair(a.x, b.x, ca.x, cb.x, sa.x, sb.x, backward, ya.x, yb.x);
+  rotatePair(a.y, b.y, ca.y, cb.y, sa.y, sb.y, backward, ya.y, yb.y);
+  rotatePair(a.z, b.z, ca.z, cb.z, sa.z, sb.z, backward, ya.z, yb.z);
+  rotatePair(a.w, b.w, ca.w, cb.w, sa.w, sb.w, backward, ya.w, yb.w);
+  store4(y + j, ya);
+  store4(y + j + h, yb);
+}
+
 } // namespace rondo::cuda::detail
 
 #endif // RONDO_RUNTIME_KERNELS_CUDA_NORMROWS_CUH

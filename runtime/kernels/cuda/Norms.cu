@@ -363,18 +363,8 @@ __global__ void rotaryVecKernel(const float *x, const float *cosT,
     int64_t r, q, tq, t;
     divMod(v, hv, r, q);
     divMod(r, T, tq, t);
-    int64_t j = q * 4;
-    const float *xr = x + r * D, *c = cosT + t * D, *s = sinT + t * D;
-    float4 a = load4(xr + j), b = load4(xr + j + h);
-    float4 ca = load4(c + j), cb = load4(c + j + h);
-    float4 sa = load4(s + j), sb = load4(s + j + h);
-    float4 ya, yb;
-    rotatePair(a.x, b.x, ca.x, cb.x, sa.x, sb.x, backward, ya.x, yb.x);
-    rotatePair(a.y, b.y, ca.y, cb.y, sa.y, sb.y, backward, ya.y, yb.y);
-    rotatePair(a.z, b.z, ca.z, cb.z, sa.z, sb.z, backward, ya.z, yb.z);
-    rotatePair(a.w, b.w, ca.w, cb.w, sa.w, sb.w, backward, ya.w, yb.w);
-    store4(y + r * D + j, ya);
-    store4(y + r * D + j + h, yb);
+    rotateFourPairs(x + r * D, cosT + t * D, sinT + t * D, y + r * D, q * 4, h,
+                    backward);
   }
 }
 
