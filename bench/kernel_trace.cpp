@@ -22,7 +22,11 @@
 //     KERNEL_TRACE_LAST_MS=5000 ./w1.trainer ...
 //
 // "%p" in KERNEL_TRACE_OUT becomes the process id (PyTorch starts helper
-// processes that touch CUDA too). A bench tool, not part of the product.
+// processes that touch CUDA too). KERNEL_TRACE_SEQUENCE=N appends the
+// window's first N kernels in start order (offset, duration, name): one
+// layer's kernels side by side with another program's, where the per-name
+// sums cannot tell which call a shared cuBLAS kernel served. A bench tool,
+// not part of the product.
 //
 //===----------------------------------------------------------------------===//
 
@@ -83,13 +87,12 @@ void CUPTIAPI bufferCompleted(CUcontext, uint32_t, uint8_t *buffer, size_t,
     auto [it, added] = t.nameIds.emplace(name, uint32_t(t.names.size()));
     if (added)
       t.names.push_back(name);
-    t.records.push_back({it->second,
-                         k->start,
-                         k->end,
-                         {uint32_t(k->gridX), uint32_t(k->gridY),
-                          uint32_t(k->gridZ)},
-                         {uint32_t(k->blockX), uint32_t(k->blockY),
-                          uint32_t(k->blockZ)}});
+    t.records.push_back(
+        {it->second,
+         k->start,
+         k->end,
+         {uint32_t(k->gridX), uint32_t(k->gridY), uint32_t(k->gridZ)},
+         {uint32_t(k->blockX), uint32_t(k->blockY), uint32_t(k->blockZ)}});
   }
   free(buffer);
 }
@@ -178,11 +181,12 @@ void report() {
   FILE *f = std::fopen(outputPath().c_str(), "w");
   if (!f)
     return;
-  std::fprintf(f,
-               "# window %.1f ms (last %s ms of GPU activity), kernels %.1f ms, "
-               "busy %.1f ms\n",
-               double(last - first) / 1e6, lastMs ? lastMs : "all", all / 1e6,
-               busy / 1e6);
+  std::fprintf(
+      f,
+      "# window %.1f ms (last %s ms of GPU activity), kernels %.1f ms, "
+      "busy %.1f ms\n",
+      double(last - first) / 1e6, lastMs ? lastMs : "all", all / 1e6,
+      busy / 1e6);
   std::fprintf(f, "%10s %8s %10s  %-16s %-12s %s\n", "ms", "calls", "mean_us",
                "grid", "block", "kernel");
   double idle = 0;
@@ -202,6 +206,17 @@ void report() {
     std::fprintf(f, "%10.2f %8lld %10.1f  %-16s %-12s %.200s\n", row.ns / 1e6,
                  row.calls, row.ns / 1e3 / double(row.calls), grid, block,
                  t.names[name].c_str());
+  }
+  if (const char *sequence = std::getenv("KERNEL_TRACE_SEQUENCE")) {
+    size_t count =
+        std::min<size_t>(std::strtoull(sequence, nullptr, 10), spans.size());
+    std::fprintf(f, "# sequence: the window's first %zu kernels\n", count);
+    std::fprintf(f, "%12s %10s  %s\n", "start_us", "dur_us", "kernel");
+    for (size_t k = 0; k < count; ++k)
+      std::fprintf(f, "%12.1f %10.1f  %.160s\n",
+                   double(spans[k].start - first) / 1e3,
+                   double(spans[k].end - spans[k].start) / 1e3,
+                   t.names[spans[k].name].c_str());
   }
   std::fclose(f);
 }

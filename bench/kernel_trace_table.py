@@ -32,6 +32,8 @@ def load(path):
     for line in open(path):
         if line.startswith("# window"):
             span = float(line.split()[2])
+        if line.startswith("# sequence"):
+            break  # KERNEL_TRACE_SEQUENCE's launch-order listing follows
         if line.startswith("#") or line.split()[:1] == ["ms"]:
             continue
         ms, calls, _, _, _, name = line.split(None, 5)

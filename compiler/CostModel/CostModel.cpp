@@ -460,8 +460,15 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       flops = cost.getFlops() / m;
     if (isBackward) {
       double outputs = 0;
-      for (Value r : op.getResults())
+      for (Value r : op.getResults()) {
+        // A bf16 GPU plan's fused LM head adds its weight gradient into the
+        // gradient buffer (linearCrossEntropyWithGrad*Add), which the
+        // optimizer state counts: no [V, D] temporary.
+        auto head = dyn_cast<tg::LinearCrossEntropyGradOp>(op);
+        if (head && options.bf16Storage && r == head.getDw())
+          continue;
         outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
+      }
       // cuDNN's deterministic attention backward keeps dP, in bf16, in its
       // workspace while it runs (2 B Hq T S bytes a microbatch, and dQ in
       // fp32: 2.2 GB at
@@ -477,7 +484,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       layer.forwardSeconds += seconds;
       layer.forwardFlops += flops;
       // The fused LM head's logits exist a chunk at a time in fp32, or in
-      // bf16 plans for a group of four chunks in bf16, each chunk's logits
+      // bf16 plans for a group of eight chunks in bf16, each chunk's logits
       // replaced in place by their gradient (the kDwGroupChunks of
       // runtime/kernels/cuda/Loss.cu), neither more rows than a microbatch
       // has: transient, but beside everything saved.
@@ -493,7 +500,7 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
                            ? static_cast<double>(head.getChunkRows())
                            : rows;
         layer.workspaceBytes +=
-            (options.bf16Storage ? 2 * std::min(4 * chunk, rows)
+            (options.bf16Storage ? 2 * std::min(8 * chunk, rows)
                                  : 4 * std::min(chunk, rows)) *
             vocab;
       }

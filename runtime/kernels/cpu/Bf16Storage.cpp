@@ -406,4 +406,15 @@ void linearCrossEntropyWithGradBf16W(CFView h, CBView w, bool transW,
                              badLabel, dH, dW);
 }
 
+void linearCrossEntropyWithGradBf16WAdd(CFView h, CBView w, bool transW,
+                                        IView labels, int64_t ignoreIndex,
+                                        int64_t chunkRows, float gradScale,
+                                        float *lossSum, int *badLabel, FView dH,
+                                        FView dW) {
+  std::vector<float> ww = widen(w);
+  linearCrossEntropyWithGradAdd(h, CFView{ww.data(), w.shape}, transW, labels,
+                                ignoreIndex, chunkRows, gradScale, lossSum,
+                                badLabel, dH, dW);
+}
+
 } // namespace rondo::cpu

@@ -267,12 +267,13 @@ void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
 
 namespace {
 /// The backward's chunk loop; with `losses`, each row's loss as well, from
-/// the chunk's logits before they become its gradient.
+/// the chunk's logits before they become its gradient. dW is overwritten,
+/// or added to with addToDW.
 void backwardChunks(CFView h, CFView w, bool transW, IView labels,
                     int64_t ignoreIndex, int64_t chunkRows, float gradScale,
-                    double *losses, FView dH, FView dW) {
+                    double *losses, FView dH, FView dW, bool addToDW = false) {
   LinearDims d = linearDims(h.shape, w.shape, transW);
-  if (dW.data)
+  if (dW.data && !addToDW)
     fill(dW, 0.0f);
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
   std::vector<float> grads(size_t(chunk * d.V));
@@ -299,10 +300,10 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
                  nullptr, dH, dW);
 }
 
-void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
-                                int64_t ignoreIndex, int64_t chunkRows,
-                                float gradScale, float *lossSum, int *badLabel,
-                                FView dH, FView dW) {
+namespace {
+void withGrad(CFView h, CFView w, bool transW, IView labels,
+              int64_t ignoreIndex, int64_t chunkRows, float gradScale,
+              float *lossSum, int *badLabel, FView dH, FView dW, bool addToDW) {
   int64_t N, D;
   rowsOf(h.shape, N, D);
   int64_t V = transW ? w.shape.dims[0] : w.shape.dims[1];
@@ -310,12 +311,30 @@ void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
   bool valid = checkLabels(labels, N, ignoreIndex, V);
   std::vector<double> losses(size_t(N), 0.0);
   backwardChunks(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
-                 valid ? losses.data() : nullptr, dH, dW);
+                 valid ? losses.data() : nullptr, dH, dW, addToDW);
   double sum = 0;
   int64_t count = 0;
   if (valid)
     sumLosses(losses.data(), labels, N, ignoreIndex, &sum, &count);
   storeLoss(valid, sum, lossSum, badLabel);
+}
+} // namespace
+
+void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
+                                int64_t ignoreIndex, int64_t chunkRows,
+                                float gradScale, float *lossSum, int *badLabel,
+                                FView dH, FView dW) {
+  withGrad(h, w, transW, labels, ignoreIndex, chunkRows, gradScale, lossSum,
+           badLabel, dH, dW, /*addToDW=*/false);
+}
+
+void linearCrossEntropyWithGradAdd(CFView h, CFView w, bool transW,
+                                   IView labels, int64_t ignoreIndex,
+                                   int64_t chunkRows, float gradScale,
+                                   float *lossSum, int *badLabel, FView dH,
+                                   FView dW) {
+  withGrad(h, w, transW, labels, ignoreIndex, chunkRows, gradScale, lossSum,
+           badLabel, dH, dW, /*addToDW=*/true);
 }
 
 } // namespace rondo::cpu

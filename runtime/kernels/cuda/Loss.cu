@@ -18,7 +18,10 @@
 // logits themselves are stored in bf16 by their product, as autocast's
 // lm_head output is, and the loss and its gradient read them so; the
 // backward replaces them in place by dLogits in bf16 and accumulates dW per
-// group of chunks (bf16Chunks).
+// group of chunks (bf16Chunks). The *Add kernels add dW to what the
+// buffer holds (the first product's beta is 1 too): a GPU trainer's stage
+// function passes its gradient slot, as its weight-gradient products do,
+// instead of a temporary and an accumulate pass over the [V, D] table.
 // Unlike the CPU it
 // cannot skip chunks whose rows are all ignored (that needs the labels on the
 // host); those chunks contribute exact zeros. linearCrossEntropyWithGrad is
@@ -73,9 +76,8 @@ __device__ inline void rowMaxSum(const InT *x, int64_t V, float *fscratch,
   sum = blockSum(s, dscratch);
 }
 
-/// Eight bf16 logits (16 bytes) widened.
-__device__ inline void load8(const __nv_bfloat16 *p, float (&v)[8]) {
-  uint4 bits = *reinterpret_cast<const uint4 *>(p);
+/// Widens eight bf16 logits already loaded (16 bytes).
+__device__ inline void widen8(uint4 bits, float (&v)[8]) {
   const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&bits);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -83,6 +85,30 @@ __device__ inline void load8(const __nv_bfloat16 *p, float (&v)[8]) {
     v[2 * k] = f.x;
     v[2 * k + 1] = f.y;
   }
+}
+
+/// Calls body(c, bits) for each eight-value group c = 8 t, 8 (t + blockDim),
+/// ... < V of this thread, in that order, with the loads of kRowUnroll
+/// groups issued before any is used: a row kernel runs one block per SM
+/// (rowGrid8), and one 16-byte load in flight per thread does not cover
+/// the memory's latency.
+constexpr int kRowUnroll = 4;
+template <typename Body>
+__device__ inline void forEachEight(const __nv_bfloat16 *x, int64_t V,
+                                    Body body) {
+  int64_t stride = 8 * int64_t(blockDim.x);
+  int64_t c = 8 * int64_t(threadIdx.x);
+  for (; c + (kRowUnroll - 1) * stride < V; c += kRowUnroll * stride) {
+    uint4 bits[kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      bits[u] = *reinterpret_cast<const uint4 *>(x + c + u * stride);
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      body(c + u * stride, bits[u]);
+  }
+  for (; c < V; c += stride)
+    body(c, *reinterpret_cast<const uint4 *>(x + c));
 }
 
 /// rowMaxSum of a row of bf16 logits whose length is a multiple of eight
@@ -97,15 +123,15 @@ __device__ inline void rowMaxSumBf16x8(const __nv_bfloat16 *x, int64_t V,
                                        float &m, double &sum) {
   float mt = -INFINITY;
   double st = 0.0;
-  for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
+  forEachEight(x, V, [&](int64_t, uint4 bits) {
     float v[8];
-    load8(x + c, v);
+    widen8(bits, v);
     float vm = v[0];
 #pragma unroll
     for (int k = 1; k < 8; ++k)
       vm = fmaxf(vm, v[k]);
     if (vm == -INFINITY)
-      continue; // eight -inf logits add nothing
+      return; // eight -inf logits add nothing
     if (vm > mt) {
       st = st == 0.0 ? 0.0 : st * double(expf(mt - vm));
       mt = vm;
@@ -115,7 +141,7 @@ __device__ inline void rowMaxSumBf16x8(const __nv_bfloat16 *x, int64_t V,
     for (int k = 0; k < 8; ++k)
       part += expf(v[k] - mt);
     st += double(part);
-  }
+  });
   m = blockMax(mt, fscratch);
   double s = st == 0.0 ? 0.0 : st * double(expf(mt - m));
   sum = blockSum(s, dscratch);
@@ -230,9 +256,9 @@ __global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
                    dscratch, m, sum);
     float inv = float(double(scale) / sum);
     __syncthreads(); // the row and its label's logit are read before rewriting
-    for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
+    forEachEight(x, V, [&](int64_t c, uint4 in) {
       float v[8];
-      load8(x + c, v);
+      widen8(in, v);
       uint4 bits;
       __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&bits);
 #pragma unroll
@@ -245,7 +271,7 @@ __global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
         h[k] = __floats2bfloat162_rn(a, b);
       }
       *reinterpret_cast<uint4 *>(y + c) = bits;
-    }
+    });
   }
 }
 
@@ -277,6 +303,23 @@ __global__ void lossSumKernel(const double *losses, const int64_t *labels,
 
 unsigned rowGrid(int64_t rows) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20)));
+}
+
+/// The bf16 row kernels' grid: one block per SM, each walking its rows.
+/// The gradient reads its row twice (statistics, then the values again);
+/// with one row per SM in flight the rows being read (132 x 297 KB at
+/// W1's vocabulary on an H100) stay in L2 for the second read, where a
+/// block per row (four resident per SM) streamed 157 MB through it and
+/// read every row from memory twice. Which block takes which row does not
+/// change a row's arithmetic (same bits).
+unsigned rowGrid8(int64_t rows) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return std::max(count, 1);
+  }();
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, sms)));
 }
 
 struct LinearDims {
@@ -439,17 +482,20 @@ void linearCrossEntropyImpl(CFView h, CFView w, const void *w16Given,
 /// Chunks whose bf16 logits gradients are kept together for one dW
 /// product (Precision::Bf16): dW, an fp32 [V, D] read and written by every
 /// accumulating product, then moves once per group instead of once per
-/// chunk, and the product's K is the group's rows. The cost model's
+/// chunk, and the product's K is the group's rows. Eight 1024-row chunks
+/// are W1's microbatch of 8192 tokens (one dW product per microbatch on
+/// the H100 plan; a group of four moved 2.5 GB more a microbatch, 0.5 ms
+/// on the H200, where its products ran 3.76 ms). The cost model's
 /// workspace of the fused LM head counts the group (compiler/CostModel).
-constexpr int64_t kDwGroupChunks = 4;
+constexpr int64_t kDwGroupChunks = 8;
 
 /// The fp32 backward: per chunk, the logits gradient in place, its dH rows
 /// and its dW part.
 void fp32Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
                 IView labels, int64_t ignoreIndex, float gradScale,
-                int64_t chunk, double *losses, FView dH, FView dW,
+                int64_t chunk, double *losses, FView dH, FView dW, bool addToDW,
                 const char *name) {
-  if (dW.data)
+  if (dW.data && !addToDW)
     fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
   Temp grads(size_t(chunk * d.V) * sizeof(float), name);
   float *g = grads.as<float>();
@@ -477,11 +523,12 @@ void fp32Chunks(CFView h, CFView w, bool transW, const LinearDims &d,
 /// once for its logits and dW products, each chunk's logits stored in bf16
 /// by their product (as autocast stores them) into the group's buffer and
 /// replaced there by their gradient (the rounding both products read), dH
-/// per chunk, dW per group (the first group writes it, beta = 0).
+/// per chunk, dW per group (the first group writes it, beta = 0, unless
+/// addToDW).
 void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
                 const LinearDims &d, IView labels, int64_t ignoreIndex,
                 float gradScale, int64_t chunk, double *losses, FView dH,
-                FView dW, const char *name) {
+                FView dW, bool addToDW, const char *name) {
   RoundedWeight w16(w, w16Given, name);
   int64_t groupRows = std::min(d.N, chunk * kDwGroupChunks);
   int64_t ldw = transW ? d.D : d.V;
@@ -499,7 +546,7 @@ void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
                          hb + (r0 - q0) * d.D, d.D, 0, w16.get(), ldw, 0, 0.0f,
                          gc, d.V, 0, 1, name);
       if (rowsOf8(gc, gc, d.V))
-        rowGradBf16x8Kernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
+        rowGradBf16x8Kernel<<<rowGrid8(n), kLossThreads, 0, currentStream()>>>(
             gc, gc, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
       else
         rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
@@ -510,7 +557,7 @@ void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
                          w16.get(), ldw, 0, 0.0f, dH.data + r0 * d.D, d.D, 0, 1,
                          name);
     }
-    float beta = q0 == 0 ? 0.0f : 1.0f;
+    float beta = q0 == 0 && !addToDW ? 0.0f : 1.0f;
     if (dW.data && transW) // dW[V, D] += dLogits^T . h over the group
       gemmRowMajorBf16(true, false, d.V, d.D, m, 1.0f, gb, d.V, 0, hb, d.D, 0,
                        beta, dW.data, d.D, 0, 1, name);
@@ -528,10 +575,10 @@ void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
 void linearBackwardChunks(CFView h, CFView w, const void *w16Given, bool transW,
                           IView labels, int64_t ignoreIndex, int64_t chunkRows,
                           float gradScale, double *losses, FView dH, FView dW,
-                          const char *name) {
+                          bool addToDW, const char *name) {
   LinearDims d = linearDims(h.shape, w.shape, transW, name);
   if (d.N == 0 || d.V == 0) {
-    if (dW.data)
+    if (dW.data && !addToDW)
       fillDevice(dW.data, dW.shape.numel(), 0.0f, name);
     if (dH.data && d.N > 0)
       fillDevice(dH.data, d.N * d.D, 0.0f, name);
@@ -544,10 +591,10 @@ void linearBackwardChunks(CFView h, CFView w, const void *w16Given, bool transW,
   int64_t chunk = chunkRows <= 0 ? d.N : std::min(chunkRows, d.N);
   if (precision() == Precision::Bf16)
     bf16Chunks(h, w, w16Given, transW, d, labels, ignoreIndex, gradScale, chunk,
-               losses, dH, dW, name);
+               losses, dH, dW, addToDW, name);
   else
     fp32Chunks(h, w, transW, d, labels, ignoreIndex, gradScale, chunk, losses,
-               dH, dW, name);
+               dH, dW, addToDW, name);
 }
 
 void linearCrossEntropyWithGradImpl(CFView h, CFView w, const void *w16Given,
@@ -555,12 +602,12 @@ void linearCrossEntropyWithGradImpl(CFView h, CFView w, const void *w16Given,
                                     int64_t ignoreIndex, int64_t chunkRows,
                                     float gradScale, float *lossSum,
                                     int *badLabel, FView dH, FView dW,
-                                    const char *name) {
+                                    bool addToDW, const char *name) {
   int64_t N, D;
   rowsOf(h.shape, N, D);
   Temp losses(size_t(std::max<int64_t>(N, 1)) * sizeof(double), name);
   linearBackwardChunks(h, w, w16Given, transW, labels, ignoreIndex, chunkRows,
-                       gradScale, losses.as<double>(), dH, dW, name);
+                       gradScale, losses.as<double>(), dH, dW, addToDW, name);
   int64_t V = transW ? w.shape.dims[0] : w.shape.dims[1];
   finishLoss(losses.as<double>(), labels, N, V, ignoreIndex, lossSum, badLabel,
              name);
@@ -608,7 +655,7 @@ void linearCrossEntropyBackward(CFView h, CFView w, bool transW, IView labels,
                                 float gradScale, FView dH, FView dW) {
   ProfileScope profileScope("linearCrossEntropyBackward");
   linearBackwardChunks(h, w, nullptr, transW, labels, ignoreIndex, chunkRows,
-                       gradScale, nullptr, dH, dW,
+                       gradScale, nullptr, dH, dW, /*addToDW=*/false,
                        "linearCrossEntropyBackward");
 }
 
@@ -620,7 +667,8 @@ void linearCrossEntropyBackwardBf16W(CFView h, CBView w, bool transW,
   const char *name = "linearCrossEntropyBackwardBf16W";
   Bf16Weight weight(w, name);
   linearBackwardChunks(h, weight.w, weight.w16, transW, labels, ignoreIndex,
-                       chunkRows, gradScale, nullptr, dH, dW, name);
+                       chunkRows, gradScale, nullptr, dH, dW, /*addToDW=*/false,
+                       name);
 }
 
 void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
@@ -628,9 +676,20 @@ void linearCrossEntropyWithGrad(CFView h, CFView w, bool transW, IView labels,
                                 float gradScale, float *lossSum, int *badLabel,
                                 FView dH, FView dW) {
   ProfileScope profileScope("linearCrossEntropyWithGrad");
-  linearCrossEntropyWithGradImpl(h, w, nullptr, transW, labels, ignoreIndex,
-                                 chunkRows, gradScale, lossSum, badLabel, dH,
-                                 dW, "linearCrossEntropyWithGrad");
+  linearCrossEntropyWithGradImpl(
+      h, w, nullptr, transW, labels, ignoreIndex, chunkRows, gradScale, lossSum,
+      badLabel, dH, dW, /*addToDW=*/false, "linearCrossEntropyWithGrad");
+}
+
+void linearCrossEntropyWithGradAdd(CFView h, CFView w, bool transW,
+                                   IView labels, int64_t ignoreIndex,
+                                   int64_t chunkRows, float gradScale,
+                                   float *lossSum, int *badLabel, FView dH,
+                                   FView dW) {
+  ProfileScope profileScope("linearCrossEntropyWithGrad");
+  linearCrossEntropyWithGradImpl(
+      h, w, nullptr, transW, labels, ignoreIndex, chunkRows, gradScale, lossSum,
+      badLabel, dH, dW, /*addToDW=*/true, "linearCrossEntropyWithGradAdd");
 }
 
 void linearCrossEntropyWithGradBf16W(CFView h, CBView w, bool transW,
@@ -643,7 +702,20 @@ void linearCrossEntropyWithGradBf16W(CFView h, CBView w, bool transW,
   Bf16Weight weight(w, name);
   linearCrossEntropyWithGradImpl(h, weight.w, weight.w16, transW, labels,
                                  ignoreIndex, chunkRows, gradScale, lossSum,
-                                 badLabel, dH, dW, name);
+                                 badLabel, dH, dW, /*addToDW=*/false, name);
+}
+
+void linearCrossEntropyWithGradBf16WAdd(CFView h, CBView w, bool transW,
+                                        IView labels, int64_t ignoreIndex,
+                                        int64_t chunkRows, float gradScale,
+                                        float *lossSum, int *badLabel, FView dH,
+                                        FView dW) {
+  ProfileScope profileScope("linearCrossEntropyWithGrad");
+  const char *name = "linearCrossEntropyWithGradBf16WAdd";
+  Bf16Weight weight(w, name);
+  linearCrossEntropyWithGradImpl(h, weight.w, weight.w16, transW, labels,
+                                 ignoreIndex, chunkRows, gradScale, lossSum,
+                                 badLabel, dH, dW, /*addToDW=*/true, name);
 }
 
 } // namespace rondo::cuda

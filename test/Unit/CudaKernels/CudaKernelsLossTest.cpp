@@ -218,6 +218,56 @@ void CudaKernels::checkLinearCrossEntropy(const char *label, double tol) {
         EXPECT_EQ(0, std::memcmp(wide[1].data(), stored[1].data(),
                                  wide[1].size() * sizeof(float)))
             << what << " Bf16W dW";
+        // The adding twins (a GPU trainer's head gradient added into its
+        // slot): dW += what the overwriting call writes, the loss and dH
+        // the same bits; on the CPU as well.
+        Tensor prior = uniform(ws);
+        for (int bf16Weight = 0; bf16Weight < 2; ++bf16Weight) {
+          auto added = runTwice(
+              {{hs, {}}, {ws, prior.data}},
+              [&](const std::vector<FView> &o) {
+                if (bf16Weight)
+                  cu::linearCrossEntropyWithGradBf16WAdd(
+                      dH.cv(), cw16, transW != 0, dlab.v(), -1, chunk, 0.05f,
+                      ld.sum, ld.bad, o[0], o[1]);
+                else
+                  cu::linearCrossEntropyWithGradAdd(
+                      dH.cv(), dWide.cv(), transW != 0, dlab.v(), -1, chunk,
+                      0.05f, ld.sum, ld.bad, o[0], o[1]);
+              },
+              what + (bf16Weight ? " Bf16WAdd" : " WithGradAdd"));
+          float addedSum = 0;
+          ld.read(addedSum, bad);
+          EXPECT_EQ(bad, 0);
+          EXPECT_EQ(0, std::memcmp(&wideSum, &addedSum, sizeof(float)))
+              << what << " Add loss";
+          EXPECT_EQ(0, std::memcmp(wide[0].data(), added[0].data(),
+                                   wide[0].size() * sizeof(float)))
+              << what << " Add dH";
+          Tensor sum(ws);
+          for (size_t i = 0; i < sum.data.size(); ++i)
+            sum.data[i] = prior.data[i] + wide[1][i];
+          expectClose(added[1], sum, what + " Add dW", tol);
+        }
+        {
+          Tensor cpuDh(hs), cpuDw(ws), cpuAdded(ws);
+          cpuAdded.data = prior.data;
+          float cpuSum = 0, cpuAddedSum = 0;
+          int cpuBad = -1;
+          cpu::linearCrossEntropyWithGrad(h.cv(), wWide.cv(), transW != 0, lv,
+                                          -1, chunk, 0.05f, &cpuSum, &cpuBad,
+                                          cpuDh.v(), cpuDw.v());
+          Tensor cpuDh2(hs);
+          cpu::linearCrossEntropyWithGradAdd(h.cv(), wWide.cv(), transW != 0,
+                                             lv, -1, chunk, 0.05f, &cpuAddedSum,
+                                             &cpuBad, cpuDh2.v(), cpuAdded.v());
+          EXPECT_EQ(cpuSum, cpuAddedSum) << what << " CPU Add loss";
+          EXPECT_EQ(cpuDh.data, cpuDh2.data) << what << " CPU Add dH";
+          Tensor sum(ws);
+          for (size_t i = 0; i < sum.data.size(); ++i)
+            sum.data[i] = prior.data[i] + cpuDw.data[i];
+          expectClose(cpuAdded.data, sum, what + " CPU Add dW", kTol);
+        }
         auto storedBwd = runTwice(
             {{hs, {}}, {ws, {}}},
             [&](const std::vector<FView> &o) {
