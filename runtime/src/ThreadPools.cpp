@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cblas.h>
+#include <cstdlib>
 #include <thread>
 
 #ifdef _OPENMP
@@ -24,6 +25,17 @@ int threadsPerWorker(int workers) {
 #endif
   return std::max(1, cores / std::max(1, workers));
 }
+
+int localProcesses() {
+  for (const char *name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                           "SLURM_NTASKS_PER_NODE"})
+    if (const char *v = std::getenv(name); v && *v)
+      if (int n = std::atoi(v); n > 0)
+        return n;
+  return 1;
+}
+
+int hostTaskThreadsBesideGpus() { return threadsPerWorker(localProcesses()); }
 
 void runGemmsOnCallingThread() { openblas_set_num_threads(1); }
 

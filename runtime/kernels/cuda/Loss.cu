@@ -76,8 +76,9 @@ __device__ inline void rowMaxSum(const InT *x, int64_t V, float *fscratch,
   sum = blockSum(s, dscratch);
 }
 
-/// Widens eight bf16 logits already loaded (16 bytes).
-__device__ inline void widen8(uint4 bits, float (&v)[8]) {
+/// Eight bf16 logits (16 bytes) widened.
+__device__ inline void load8(const __nv_bfloat16 *p, float (&v)[8]) {
+  uint4 bits = *reinterpret_cast<const uint4 *>(p);
   const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&bits);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -85,30 +86,6 @@ __device__ inline void widen8(uint4 bits, float (&v)[8]) {
     v[2 * k] = f.x;
     v[2 * k + 1] = f.y;
   }
-}
-
-/// Calls body(c, bits) for each eight-value group c = 8 t, 8 (t + blockDim),
-/// ... < V of this thread, in that order, with the loads of kRowUnroll
-/// groups issued before any is used: a row kernel runs one block per SM
-/// (rowGrid8), and one 16-byte load in flight per thread does not cover
-/// the memory's latency.
-constexpr int kRowUnroll = 4;
-template <typename Body>
-__device__ inline void forEachEight(const __nv_bfloat16 *x, int64_t V,
-                                    Body body) {
-  int64_t stride = 8 * int64_t(blockDim.x);
-  int64_t c = 8 * int64_t(threadIdx.x);
-  for (; c + (kRowUnroll - 1) * stride < V; c += kRowUnroll * stride) {
-    uint4 bits[kRowUnroll];
-#pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u)
-      bits[u] = *reinterpret_cast<const uint4 *>(x + c + u * stride);
-#pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u)
-      body(c + u * stride, bits[u]);
-  }
-  for (; c < V; c += stride)
-    body(c, *reinterpret_cast<const uint4 *>(x + c));
 }
 
 /// rowMaxSum of a row of bf16 logits whose length is a multiple of eight
@@ -123,15 +100,15 @@ __device__ inline void rowMaxSumBf16x8(const __nv_bfloat16 *x, int64_t V,
                                        float &m, double &sum) {
   float mt = -INFINITY;
   double st = 0.0;
-  forEachEight(x, V, [&](int64_t, uint4 bits) {
+  for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
     float v[8];
-    widen8(bits, v);
+    load8(x + c, v);
     float vm = v[0];
 #pragma unroll
     for (int k = 1; k < 8; ++k)
       vm = fmaxf(vm, v[k]);
     if (vm == -INFINITY)
-      return; // eight -inf logits add nothing
+      continue; // eight -inf logits add nothing
     if (vm > mt) {
       st = st == 0.0 ? 0.0 : st * double(expf(mt - vm));
       mt = vm;
@@ -141,7 +118,7 @@ __device__ inline void rowMaxSumBf16x8(const __nv_bfloat16 *x, int64_t V,
     for (int k = 0; k < 8; ++k)
       part += expf(v[k] - mt);
     st += double(part);
-  });
+  }
   m = blockMax(mt, fscratch);
   double s = st == 0.0 ? 0.0 : st * double(expf(mt - m));
   sum = blockSum(s, dscratch);
@@ -256,9 +233,9 @@ __global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
                    dscratch, m, sum);
     float inv = float(double(scale) / sum);
     __syncthreads(); // the row and its label's logit are read before rewriting
-    forEachEight(x, V, [&](int64_t c, uint4 in) {
+    for (int64_t c = 8 * int64_t(threadIdx.x); c < V; c += 8 * blockDim.x) {
       float v[8];
-      widen8(in, v);
+      load8(x + c, v);
       uint4 bits;
       __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&bits);
 #pragma unroll
@@ -271,7 +248,7 @@ __global__ void rowGradBf16x8Kernel(const __nv_bfloat16 *logits,
         h[k] = __floats2bfloat162_rn(a, b);
       }
       *reinterpret_cast<uint4 *>(y + c) = bits;
-    });
+    }
   }
 }
 
@@ -303,23 +280,6 @@ __global__ void lossSumKernel(const double *losses, const int64_t *labels,
 
 unsigned rowGrid(int64_t rows) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, 1 << 20)));
-}
-
-/// The bf16 row kernels' grid: one block per SM, each walking its rows.
-/// The gradient reads its row twice (statistics, then the values again);
-/// with one row per SM in flight the rows being read (132 x 297 KB at
-/// W1's vocabulary on an H100) stay in L2 for the second read, where a
-/// block per row (four resident per SM) streamed 157 MB through it and
-/// read every row from memory twice. Which block takes which row does not
-/// change a row's arithmetic (same bits).
-unsigned rowGrid8(int64_t rows) {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-    return std::max(count, 1);
-  }();
-  return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, sms)));
 }
 
 struct LinearDims {
@@ -546,7 +506,7 @@ void bf16Chunks(CFView h, CFView w, const void *w16Given, bool transW,
                          hb + (r0 - q0) * d.D, d.D, 0, w16.get(), ldw, 0, 0.0f,
                          gc, d.V, 0, 1, name);
       if (rowsOf8(gc, gc, d.V))
-        rowGradBf16x8Kernel<<<rowGrid8(n), kLossThreads, 0, currentStream()>>>(
+        rowGradBf16x8Kernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(
             gc, gc, n, d.V, labels.data, r0, ignoreIndex, gradScale, losses);
       else
         rowGradKernel<<<rowGrid(n), kLossThreads, 0, currentStream()>>>(

@@ -531,9 +531,12 @@ void HostExec::run(Server &server) {
   Stream &first = *server.streams.front();
 #ifdef _OPENMP
   // Workers share the cores; kernels give the same bits for any count.
-  // The trainer sized BLAS's pool to the same share (ThreadPools.h).
+  // The trainer sized BLAS's pool to the same share (ThreadPools.h). GPU
+  // workers compute off the host: the host's tasks take its cores.
   omp_set_num_threads(first.worker >= 0 && first.role != RONDO_STREAM_COMPUTE
                           ? 1
+                      : first.worker < 0 && !device->streamsShareCores()
+                          ? hostTaskThreadsBesideGpus()
                           : threadsPerWorker(program.workers));
 #endif
   try {

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -297,6 +298,14 @@ void Trainer::describeRun() const {
                 "the worker's thread: the same bits for any worker count)",
                 computeThreads(), blasThreads());
   say(buffer);
+  if (exec && std::strcmp(exec->backendName(), "host") != 0) {
+    std::snprintf(buffer, sizeof(buffer),
+                  "rondo: host tasks (AdamW of streamed state, gradient "
+                  "stashes): %d OpenMP threads (this process's share of the "
+                  "cores: %d on this machine)",
+                  hostTaskThreadsBesideGpus(), localProcesses());
+    say(buffer);
+  }
   if (model.lora) {
     int adapters = 0;
     for (int i = 0; i < model.numParams; ++i)
