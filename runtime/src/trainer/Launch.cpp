@@ -84,6 +84,9 @@ int launchLocalReplicas(int argc, char **argv, int replicas,
       ::setenv("RANK", std::to_string(r).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(replicas).c_str(), 1);
+      // All on this machine: each takes its share of the cores for the
+      // host's tasks (ThreadPools.h, hostTaskThreadsBesideGpus).
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(replicas).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", port.c_str(), 1);
       ::setenv("NCCL_NVLS_ENABLE", "0", 0);
