@@ -117,6 +117,13 @@ struct PlanProblem {
   /// 2 (R-1)/R of the bytes over each replica's link).
   int replicas = 1;
   double replicaBytesPerSecond = 25e9;
+  /// GPU trainers sum host-held (streamed) gradients over NCCL on the
+  /// GPUs: each replica copies its gradients up and its reduced shard down,
+  /// then its updated shard up and the broadcast weights down, over its
+  /// host link (runtime/src/replicas/NcclReplicas.cpp), at this rate; 0:
+  /// summed where they are (MPI in host memory, or resident state in GPU
+  /// memory).
+  double replicaHostCrossingBytesPerSecond = 0;
   /// The trainer's --shard-optimizer (its default): gradients are
   /// reduce-scattered and the weights all-gathered (the bytes of one
   /// all-reduce) and each replica's optimizer does 1/R of the work.
@@ -311,8 +318,10 @@ struct SimResult {
 };
 
 /// Seconds to sum `params` fp32 gradients across problem.replicas replicas
-/// (ring all-reduce); 0 for one replica.
-double replicaSumSeconds(const PlanProblem &problem, double params);
+/// (ring all-reduce), with the trips through the host link when the
+/// gradients are host-held and the sum runs on the GPUs; 0 for one replica.
+double replicaSumSeconds(const PlanProblem &problem, double params,
+                         bool hostHeld);
 /// How many ways the optimizer's work is split: R when the replicas shard
 /// it, else 1.
 double optimizerShards(const PlanProblem &problem);

@@ -45,11 +45,25 @@
 
 namespace rondo::planner {
 
-double replicaSumSeconds(const PlanProblem &problem, double params) {
+double replicaSumSeconds(const PlanProblem &problem, double params,
+                         bool hostHeld) {
   if (problem.replicas <= 1 || problem.replicaBytesPerSecond <= 0)
     return 0;
   const double r = problem.replicas;
-  return 2.0 * (r - 1.0) / r * params * 4.0 / problem.replicaBytesPerSecond;
+  double seconds =
+      2.0 * (r - 1.0) / r * params * 4.0 / problem.replicaBytesPerSecond;
+  // Host-held gradients go to the GPU and back for the sum (fp32): all of
+  // them up and the replica's shard down, its updated shard up and every
+  // weight down (sharded); or all up and all down (each replica updates
+  // everything). Two processes of W1 streamed over 2 + 2 H200s moved
+  // 20.6 GB a step each this way; unpriced, their step was 1.82x the plan's.
+  if (hostHeld && problem.replicaHostCrossingBytesPerSecond > 0) {
+    const double crossings =
+        problem.shardOptimizer ? 2.0 * (1.0 + 1.0 / r) : 2.0;
+    seconds +=
+        crossings * params * 4.0 / problem.replicaHostCrossingBytesPerSecond;
+  }
+  return seconds;
 }
 
 double optimizerShards(const PlanProblem &problem) {
@@ -102,12 +116,14 @@ SimResult simulate(const PlanProblem &problem, const Plan &plan,
                                   ? resident / optimizerShards(problem) /
                                         problem.deviceOptimizerParamsPerSecond
                                   : std::numeric_limits<double>::infinity()) +
-                             replicaSumSeconds(problem, resident);
+                             replicaSumSeconds(problem, resident,
+                                               /*hostHeld=*/false);
     optimizerSeconds[n] +=
         params / optimizerShards(problem) /
         (problem.optimizerParamsPerSecond /
          std::clamp(problem.replicasPerHost, 1, std::max(problem.replicas, 1)));
-    optimizerSeconds[n] += replicaSumSeconds(problem, params);
+    optimizerSeconds[n] +=
+        replicaSumSeconds(problem, params, /*hostHeld=*/true);
   }
 
   struct Worker {

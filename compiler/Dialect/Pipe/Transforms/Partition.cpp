@@ -576,6 +576,8 @@ struct PipePartitionPass
       if (spec.peerBandwidth > 0)
         p.replicaBytesPerSecond = spec.peerBandwidth;
     }
+    if (spec.isGpu)
+      p.replicaHostCrossingBytesPerSecond = p.linkBytesPerSecond;
     return p;
   }
 
