@@ -590,6 +590,17 @@ struct Bf16Weight {
   }
 };
 
+/// The fused head on a weight stored in bf16, dW overwritten or added to.
+void withGradStoredWeight(CFView h, CBView w, bool transW, IView labels,
+                          int64_t ignoreIndex, int64_t chunkRows,
+                          float gradScale, float *lossSum, int *badLabel,
+                          FView dH, FView dW, bool addToDW, const char *name) {
+  Bf16Weight weight(w, name);
+  linearCrossEntropyWithGradImpl(h, weight.w, weight.w16, transW, labels,
+                                 ignoreIndex, chunkRows, gradScale, lossSum,
+                                 badLabel, dH, dW, addToDW, name);
+}
+
 } // namespace
 
 void linearCrossEntropy(CFView h, CFView w, bool transW, IView labels,
@@ -658,11 +669,9 @@ void linearCrossEntropyWithGradBf16W(CFView h, CBView w, bool transW,
                                      float *lossSum, int *badLabel, FView dH,
                                      FView dW) {
   ProfileScope profileScope("linearCrossEntropyWithGrad");
-  const char *name = "linearCrossEntropyWithGradBf16W";
-  Bf16Weight weight(w, name);
-  linearCrossEntropyWithGradImpl(h, weight.w, weight.w16, transW, labels,
-                                 ignoreIndex, chunkRows, gradScale, lossSum,
-                                 badLabel, dH, dW, /*addToDW=*/false, name);
+  withGradStoredWeight(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
+                       lossSum, badLabel, dH, dW, /*addToDW=*/false,
+                       "linearCrossEntropyWithGradBf16W");
 }
 
 void linearCrossEntropyWithGradBf16WAdd(CFView h, CBView w, bool transW,
@@ -671,11 +680,9 @@ void linearCrossEntropyWithGradBf16WAdd(CFView h, CBView w, bool transW,
                                         float *lossSum, int *badLabel, FView dH,
                                         FView dW) {
   ProfileScope profileScope("linearCrossEntropyWithGrad");
-  const char *name = "linearCrossEntropyWithGradBf16WAdd";
-  Bf16Weight weight(w, name);
-  linearCrossEntropyWithGradImpl(h, weight.w, weight.w16, transW, labels,
-                                 ignoreIndex, chunkRows, gradScale, lossSum,
-                                 badLabel, dH, dW, /*addToDW=*/true, name);
+  withGradStoredWeight(h, w, transW, labels, ignoreIndex, chunkRows, gradScale,
+                       lossSum, badLabel, dH, dW, /*addToDW=*/true,
+                       "linearCrossEntropyWithGradBf16WAdd");
 }
 
 } // namespace rondo::cuda
