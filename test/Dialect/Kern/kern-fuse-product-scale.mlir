@@ -40,3 +40,53 @@ func.func @kept(%xa: tensor<64x4xbf16>, %b: tensor<4x32xbf16>, %s: tensor<f32>, 
   %g = kern.call @binary(%r, %c) args {kind = "Add"} : (tensor<64x32xf32>, tensor<f32>) -> tensor<64x32xf32>
   return %p, %d, %e, %f, %g : tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>, tensor<64x32xf32>
 }
+
+// -----
+
+// The backward: the delta's gradient scaled into a bf16 copy that only the
+// A and B gradients' products read (one through a reshape), beside the
+// plain bf16 copy the base product reads. With a power-of-two scale the
+// products read the plain copy, made where the scaled one was, and scale in
+// their epilogue.
+// CHECK-LABEL: func.func @lora_delta_grad
+// CHECK-NOT: @binaryToBf16
+// CHECK: %[[R:.*]] = kern.call @toBf16(%arg0) : (tensor<2x8x32xf32>) -> tensor<2x8x32xbf16>
+// CHECK-NEXT: %[[DA:.*]] = kern.call @matmulBf16Scaled(%[[R]], %arg1) args {alpha = 2.000000e+00 : f32, transA = false, transB = true}
+// CHECK-NEXT: %[[RS:.*]] = tg.reshape %[[R]] : (tensor<2x8x32xbf16>) -> tensor<16x32xbf16>
+// CHECK-NEXT: %[[DB:.*]] = kern.call @matmulBf16Scaled(%arg2, %[[RS]]) args {alpha = 2.000000e+00 : f32, transA = true, transB = false}
+// CHECK-NEXT: %[[DX:.*]] = kern.call @matmulBf16(%[[R]], %arg3)
+// CHECK-NEXT: return %[[DA]], %[[DB]], %[[DX]]
+func.func @lora_delta_grad(%dy: tensor<2x8x32xf32>, %b: tensor<4x32xbf16>, %xa: tensor<16x4xbf16>, %w: tensor<16x32xbf16>) -> (tensor<2x8x4xf32>, tensor<4x32xf32>, tensor<2x8x16xf32>) attributes {exec.stage} {
+  %c = tg.constant dense<2.000000e+00> : tensor<f32>
+  %s = kern.call @binaryToBf16(%dy, %c) args {kind = "Mul"} : (tensor<2x8x32xf32>, tensor<f32>) -> tensor<2x8x32xbf16>
+  %da = kern.call @matmulBf16(%s, %b) args {accumulate = false, transA = false, transB = true} : (tensor<2x8x32xbf16>, tensor<4x32xbf16>) -> tensor<2x8x4xf32>
+  %sr = tg.reshape %s : (tensor<2x8x32xbf16>) -> tensor<16x32xbf16>
+  %db = kern.call @matmulBf16(%xa, %sr) args {accumulate = false, transA = true, transB = false} : (tensor<16x4xbf16>, tensor<16x32xbf16>) -> tensor<4x32xf32>
+  %r = kern.call @toBf16(%dy) : (tensor<2x8x32xf32>) -> tensor<2x8x32xbf16>
+  %dx = kern.call @matmulBf16(%r, %w) args {accumulate = false, transA = false, transB = true} : (tensor<2x8x32xbf16>, tensor<16x32xbf16>) -> tensor<2x8x16xf32>
+  return %da, %db, %dx : tensor<2x8x4xf32>, tensor<4x32xf32>, tensor<2x8x16xf32>
+}
+
+// -----
+
+// Kept: a scale that is not a power of two (bf16(x c) is not bf16(x) c),
+// no plain bf16 copy of x to read, a reader that is not a product, and a
+// product that accumulates.
+// CHECK-LABEL: func.func @grad_kept
+// CHECK-NOT: matmulBf16Scaled
+// CHECK-COUNT-4: kern.call @binaryToBf16
+func.func @grad_kept(%dy: tensor<2x8x32xf32>, %b: tensor<4x32xbf16>, %i: tensor<2x8x4xf32>, %j: tensor<2x8x4xf32>) -> (tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x32xbf16>, tensor<2x8x4xf32>, tensor<2x8x32xbf16>) attributes {exec.stage} {
+  %c3 = tg.constant dense<3.000000e+00> : tensor<f32>
+  %c = tg.constant dense<2.000000e+00> : tensor<f32>
+  %r = kern.call @toBf16(%dy) : (tensor<2x8x32xf32>) -> tensor<2x8x32xbf16>
+  %s3 = kern.call @binaryToBf16(%dy, %c3) args {kind = "Mul"} : (tensor<2x8x32xf32>, tensor<f32>) -> tensor<2x8x32xbf16>
+  %p3 = kern.call @matmulBf16(%s3, %b) args {accumulate = false, transA = false, transB = true} : (tensor<2x8x32xbf16>, tensor<4x32xbf16>) -> tensor<2x8x4xf32>
+  %o = kern.call @binaryToBf16(%i, %c) args {kind = "Mul"} : (tensor<2x8x4xf32>, tensor<f32>) -> tensor<2x8x4xbf16>
+  %po = kern.call @matmulBf16(%o, %b) args {accumulate = false, transA = false, transB = false} : (tensor<2x8x4xbf16>, tensor<4x32xbf16>) -> tensor<2x8x32xf32>
+  %sr = kern.call @binaryToBf16(%dy, %c) args {kind = "Mul"} : (tensor<2x8x32xf32>, tensor<f32>) -> tensor<2x8x32xbf16>
+  %pr = kern.call @matmulBf16(%sr, %b) args {accumulate = false, transA = false, transB = true} : (tensor<2x8x32xbf16>, tensor<4x32xbf16>) -> tensor<2x8x4xf32>
+  %sa = kern.call @binaryToBf16(%dy, %c) args {kind = "Mul"} : (tensor<2x8x32xf32>, tensor<f32>) -> tensor<2x8x32xbf16>
+  %pa = kern.call @matmulBf16(%sa, %b) inits(%j) args {accumulate = true, transA = false, transB = true} : (tensor<2x8x32xbf16>, tensor<4x32xbf16>, tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+  %use = kern.call @toBf16(%po) : (tensor<2x8x32xf32>) -> tensor<2x8x32xbf16>
+  return %p3, %pr, %sr, %pa, %r : tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x32xbf16>, tensor<2x8x4xf32>, tensor<2x8x32xbf16>
+}

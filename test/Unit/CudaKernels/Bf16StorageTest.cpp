@@ -350,6 +350,34 @@ TEST_F(CudaBf16Storage, MatmulBf16ScaledIsTheProductTimesAlpha) {
     }
 }
 
+/// kern-fuse-product-scale's backward rewrite on cuBLAS: the product of
+/// bf16(x) with alpha = 2 is the product of bf16(2 x), bit for bit, in the
+/// input-gradient and weight-gradient forms of LoRA's A and B gradients.
+TEST_F(CudaBf16Storage,
+       ScaledProductOfTheRoundedOperandIsTheProductOfTheScaledOne) {
+  for (bool transA : {false, true}) {
+    Shape xs = transA ? Shape{96, 64} : Shape{64, 96}, bs{96, 48}, os{64, 48};
+    Tensor x = uniform(xs), b = uniform(bs);
+    std::vector<uint16_t> x16(x.data.size()), x2_16(x.data.size()),
+        b16(b.data.size());
+    for (size_t i = 0; i < x16.size(); ++i) {
+      x16[i] = roundBits(x.data[i]);
+      x2_16[i] = roundBits(x.data[i] * 2.0f);
+    }
+    for (size_t i = 0; i < b16.size(); ++i)
+      b16[i] = roundBits(b.data[i]);
+    Dev16 dx16(x16, xs), dx2(x2_16, xs), db16(b16, bs);
+    Out32 scaledOperand(os), scaledProduct(os);
+    cu::matmulBf16(dx2.cv(), db16.cv(), scaledOperand.v(), transA, false,
+                   false);
+    cu::matmulBf16Scaled(dx16.cv(), db16.cv(), 2.0f, scaledProduct.v(), transA,
+                         false);
+    std::vector<float> want = scaledOperand.host(), got = scaledProduct.host();
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
+        << "transA " << transA;
+  }
+}
+
 /// bf16 activations: the gated activation and its gradient of bf16
 /// operands are the fp32 kernels' on the widened operands, rounded (bit for
 /// bit), and the product stored in bf16 is the rounding of the fp32

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "KernelsTestUtil.h"
+#include "ScalarOps.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -703,3 +704,32 @@ TEST(KernelMatmul, EmptyContraction) {
 }
 
 } // namespace
+
+// kern-fuse-product-scale's backward rewrite: a product reading bf16(x c)
+// becomes one reading bf16(x) with alpha = c. For a power of two the bits
+// are the same (rounding commutes with the scaling, and so does every fp32
+// partial sum), in both product forms LoRA's gradients use.
+TEST(KernelMisc, ScaledProductOfTheRoundedOperandIsTheProductOfTheScaledOne) {
+  for (bool transA : {false, true}) {
+    Shape xs = transA ? Shape{96, 64} : Shape{64, 96}, bs{96, 48},
+          os{64, 48};
+    Tensor x = uniform(xs), b = uniform(bs);
+    std::vector<uint16_t> x16(x.data.size()), x2_16(x.data.size()),
+        b16(b.data.size());
+    for (size_t i = 0; i < x16.size(); ++i) {
+      x16[i] = rondo::kernels::floatToBf16Bits(x.data[i]);
+      x2_16[i] = rondo::kernels::floatToBf16Bits(x.data[i] * 2.0f);
+    }
+    for (size_t i = 0; i < b16.size(); ++i)
+      b16[i] = rondo::kernels::floatToBf16Bits(b.data[i]);
+    Tensor scaledOperand(os), scaledProduct(os);
+    matmulBf16(CBView{x2_16.data(), xs}, CBView{b16.data(), bs},
+               scaledOperand.v(), transA, false, false);
+    matmulBf16Scaled(CBView{x16.data(), xs}, CBView{b16.data(), bs}, 2.0f,
+                     scaledProduct.v(), transA, false);
+    EXPECT_EQ(0, std::memcmp(scaledOperand.data.data(),
+                             scaledProduct.data.data(),
+                             scaledOperand.data.size() * sizeof(float)))
+        << "transA " << transA;
+  }
+}

@@ -11,12 +11,21 @@
 // product whose only reader multiplies it by a constant scalar becomes
 // matmulBf16Scaled.
 //
+// The backward scales the delta's gradient the same way before the A and B
+// gradients' products read it, into a bf16 copy (binaryToBf16) of a
+// [tokens, out] gradient whose plain bf16 copy (toBf16) the base weight's
+// product reads anyway. With a power-of-two scale the products read that
+// copy and scale in their epilogue: bf16(x c) = bf16(x) c exactly, and
+// every fp32 partial sum scales exactly, so the bits are the Mul's.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Dialect/Kern/Transforms/Passes.h"
 
 #include "Dialect/Exec/IR/ExecOps.h"
 #include "Dialect/TG/IR/TGOps.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace rondo;
@@ -77,19 +86,105 @@ void fuse(CallOp mul) {
   }
 }
 
+/// Whether c is 2^k (a finite, positive power of two).
+bool isPowerOfTwo(float c) {
+  if (!std::isfinite(c) || c <= 0.0f)
+    return false;
+  int exponent = 0;
+  return std::frexp(c, &exponent) == 0.5f;
+}
+
+/// Collects the products that read `v`, through reshapes (and those
+/// reshapes); false when a reader is anything but a plain matmulBf16 (no
+/// accumulation) or a reshape leading only to such products.
+bool onlyPlainProducts(Value v, SmallVectorImpl<CallOp> &products) {
+  for (Operation *user : v.getUsers()) {
+    if (auto reshape = dyn_cast<tg::ReshapeOp>(user)) {
+      if (!onlyPlainProducts(reshape.getResult(), products))
+        return false;
+      continue;
+    }
+    auto call = dyn_cast<CallOp>(user);
+    if (!call || call.getKernel() != "matmulBf16" ||
+        !call.getInits().empty() || flag(call, "accumulate") ||
+        call->getNumResults() != 1)
+      return false;
+    products.push_back(call);
+  }
+  return true;
+}
+
+/// binaryToBf16 Mul(x, c) (or Mul(c, x)), c a power-of-two constant, that
+/// only plain matmulBf16 products read (through reshapes), where the
+/// function also rounds x itself (toBf16(x)): the products read that copy,
+/// moved up to the Mul's place, as matmulBf16Scaled {alpha = c}.
+void fuseScaledOperand(CallOp mul) {
+  auto kind = mul.getArgs() ? dyn_cast_or_null<StringAttr>(
+                                  mul.getArgsAttr().get("kind"))
+                            : StringAttr();
+  if (mul.getKernel() != "binaryToBf16" || !kind || kind.getValue() != "Mul" ||
+      mul.getInputs().size() != 2 || !mul.getInits().empty() ||
+      mul->getNumResults() != 1)
+    return;
+  for (unsigned k : {0u, 1u}) {
+    Value x = mul.getInputs()[k];
+    std::optional<float> alpha = scalarConstant(mul.getInputs()[1 - k]);
+    if (!alpha || !isPowerOfTwo(*alpha) ||
+        cast<RankedTensorType>(x.getType()).getShape() !=
+            cast<RankedTensorType>(mul.getResult(0).getType()).getShape())
+      continue;
+    CallOp rounded;
+    for (Operation *user : x.getUsers())
+      if (auto call = dyn_cast<CallOp>(user);
+          call && call.getKernel() == "toBf16" &&
+          call.getInputs().size() == 1 && call->getNumResults() == 1 &&
+          call.getResult(0).getType() == mul.getResult(0).getType() &&
+          call->getBlock() == mul->getBlock())
+        rounded = call;
+    SmallVector<CallOp> products;
+    if (!rounded || !onlyPlainProducts(mul.getResult(0), products) ||
+        products.empty())
+      continue;
+    // The copy is made where the scaled one was: x is defined before the
+    // Mul.
+    if (!rounded->isBeforeInBlock(mul))
+      rounded->moveBefore(mul);
+    mul.getResult(0).replaceAllUsesWith(rounded.getResult(0));
+    for (CallOp product : products) {
+      OpBuilder b(product);
+      NamedAttribute args[] = {
+          b.getNamedAttr("alpha", b.getF32FloatAttr(*alpha)),
+          b.getNamedAttr("transA", b.getBoolAttr(flag(product, "transA"))),
+          b.getNamedAttr("transB", b.getBoolAttr(flag(product, "transB")))};
+      auto scaled = CallOp::create(
+          b, product.getLoc(), product->getResultTypes(), "matmulBf16Scaled",
+          product.getInputs(), ValueRange{}, b.getDictionaryAttr(args),
+          nullptr);
+      product.getResult(0).replaceAllUsesWith(scaled.getResult(0));
+      product.erase();
+    }
+    mul.erase();
+    return;
+  }
+}
+
 struct KernFuseProductScalePass
     : kern::impl::KernFuseProductScalePassBase<KernFuseProductScalePass> {
   void runOnOperation() override {
     func::FuncOp fn = getOperation();
     if (!fn->hasAttr(exec::kStageAttr))
       return;
-    SmallVector<CallOp> muls;
+    SmallVector<CallOp> muls, scaledOperands;
     fn.walk([&](CallOp call) {
       if (call.getKernel() == "binary")
         muls.push_back(call);
+      else if (call.getKernel() == "binaryToBf16")
+        scaledOperands.push_back(call);
     });
     for (CallOp call : muls)
       fuse(call);
+    for (CallOp call : scaledOperands)
+      fuseScaledOperand(call);
   }
 };
 

@@ -257,6 +257,14 @@ def KernFuseProductScalePass
     kern-bf16-storage (GPU trainers); the bits are the Mul's (one fp32
     product per element).
 
+    The backward's scaled gradient, a `binaryToBf16` Mul of `x` by a
+    power-of-two constant that only plain `matmulBf16` products read
+    (through reshapes), is dropped when the function rounds `x` itself
+    (`toBf16(x)`, which moves up to the Mul's place): the products read
+    that copy as `matmulBf16Scaled` with the constant as `alpha`. For a
+    power of two bf16(x c) is bf16(x) c and every fp32 partial sum scales
+    exactly, so the bits are the Mul's; another scale is left alone.
+
     ```mlir
     %c = tg.constant dense<2.000000e+00> : tensor<f32>
     %p = kern.call @matmulBf16(%xa, %b) args {accumulate = false,
