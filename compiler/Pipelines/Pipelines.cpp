@@ -162,8 +162,10 @@ void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
   if (bf16Storage)
     pm.addNestedPass<func::FuncOp>(kern::createKernBf16StoragePass());
   if (bf16Storage && gpuKernels) {
-    pm.addNestedPass<func::FuncOp>(kern::createKernFuseProductScalePass());
     pm.addNestedPass<func::FuncOp>(kern::createKernFuseAttentionLayoutPass());
+    // After the attention layout: LoRA's scaled dV then reads attention's
+    // bf16 dV (kern-fuse-product-scale's backward rewrite).
+    pm.addNestedPass<func::FuncOp>(kern::createKernFuseProductScalePass());
   }
   if (gpuKernels)
     pm.addNestedPass<func::FuncOp>(kern::createKernFuseResidualNormPass());

@@ -90,3 +90,32 @@ func.func @grad_kept(%dy: tensor<2x8x32xf32>, %b: tensor<4x32xbf16>, %i: tensor<
   %use = kern.call @toBf16(%po) : (tensor<2x8x32xf32>) -> tensor<2x8x32xbf16>
   return %p3, %pr, %sr, %pa, %r : tensor<2x8x4xf32>, tensor<2x8x4xf32>, tensor<2x8x32xbf16>, tensor<2x8x4xf32>, tensor<2x8x32xbf16>
 }
+
+// -----
+
+// The rounded copy found where the gradient comes from: a toBf16 of the
+// value the scaled operand reshapes (the query gradient out of its norm's
+// backward, rounded for the base product), and attention's bf16 dV that
+// was widened only for the Mul (the widening goes with it).
+// CHECK-LABEL: func.func @rounded_elsewhere
+// CHECK-NOT: @binaryToBf16
+// CHECK-NOT: @fromBf16
+// CHECK: %[[Q:.*]] = kern.call @toBf16(%arg0) : (tensor<1x8x2x16xf32>) -> tensor<1x8x2x16xbf16>
+// CHECK-NEXT: %[[QR:.*]] = tg.reshape %[[Q]] : (tensor<1x8x2x16xbf16>) -> tensor<1x8x32xbf16>
+// CHECK-NEXT: kern.call @matmulBf16Scaled(%[[QR]], %arg2) args {alpha = 5.000000e-01 : f32
+// CHECK: %[[VR:.*]] = tg.reshape %arg1 : (tensor<1x8x2x16xbf16>) -> tensor<1x8x32xbf16>
+// CHECK-NEXT: kern.call @matmulBf16Scaled(%[[VR]], %arg2) args {alpha = 5.000000e-01 : f32
+func.func @rounded_elsewhere(%dq: tensor<1x8x2x16xf32>, %dv16: tensor<1x8x2x16xbf16>, %b: tensor<4x32xbf16>, %w: tensor<16x32xbf16>) -> (tensor<1x8x4xf32>, tensor<1x8x4xf32>, tensor<1x8x16xf32>) attributes {exec.stage} {
+  %c = tg.constant dense<5.000000e-01> : tensor<f32>
+  %q = tg.reshape %dq : (tensor<1x8x2x16xf32>) -> tensor<1x8x32xf32>
+  %qs = kern.call @binaryToBf16(%q, %c) args {kind = "Mul"} : (tensor<1x8x32xf32>, tensor<f32>) -> tensor<1x8x32xbf16>
+  %pq = kern.call @matmulBf16(%qs, %b) args {accumulate = false, transA = false, transB = true} : (tensor<1x8x32xbf16>, tensor<4x32xbf16>) -> tensor<1x8x4xf32>
+  %dv = kern.call @fromBf16(%dv16) : (tensor<1x8x2x16xbf16>) -> tensor<1x8x2x16xf32>
+  %v = tg.reshape %dv : (tensor<1x8x2x16xf32>) -> tensor<1x8x32xf32>
+  %vs = kern.call @binaryToBf16(%v, %c) args {kind = "Mul"} : (tensor<1x8x32xf32>, tensor<f32>) -> tensor<1x8x32xbf16>
+  %pv = kern.call @matmulBf16(%vs, %b) args {accumulate = false, transA = false, transB = true} : (tensor<1x8x32xbf16>, tensor<4x32xbf16>) -> tensor<1x8x4xf32>
+  %r = kern.call @toBf16(%dq) : (tensor<1x8x2x16xf32>) -> tensor<1x8x2x16xbf16>
+  %rr = tg.reshape %r : (tensor<1x8x2x16xbf16>) -> tensor<1x8x32xbf16>
+  %dx = kern.call @matmulBf16(%rr, %w) args {accumulate = false, transA = false, transB = true} : (tensor<1x8x32xbf16>, tensor<16x32xbf16>) -> tensor<1x8x16xf32>
+  return %pq, %pv, %dx : tensor<1x8x4xf32>, tensor<1x8x4xf32>, tensor<1x8x16xf32>
+}

@@ -711,8 +711,7 @@ TEST(KernelMatmul, EmptyContraction) {
 // partial sum), in both product forms LoRA's gradients use.
 TEST(KernelMisc, ScaledProductOfTheRoundedOperandIsTheProductOfTheScaledOne) {
   for (bool transA : {false, true}) {
-    Shape xs = transA ? Shape{96, 64} : Shape{64, 96}, bs{96, 48},
-          os{64, 48};
+    Shape xs = transA ? Shape{96, 64} : Shape{64, 96}, bs{96, 48}, os{64, 48};
     Tensor x = uniform(xs), b = uniform(bs);
     std::vector<uint16_t> x16(x.data.size()), x2_16(x.data.size()),
         b16(b.data.size());
@@ -727,9 +726,9 @@ TEST(KernelMisc, ScaledProductOfTheRoundedOperandIsTheProductOfTheScaledOne) {
                scaledOperand.v(), transA, false, false);
     matmulBf16Scaled(CBView{x16.data(), xs}, CBView{b16.data(), bs}, 2.0f,
                      scaledProduct.v(), transA, false);
-    EXPECT_EQ(0, std::memcmp(scaledOperand.data.data(),
-                             scaledProduct.data.data(),
-                             scaledOperand.data.size() * sizeof(float)))
+    EXPECT_EQ(0,
+              std::memcmp(scaledOperand.data.data(), scaledProduct.data.data(),
+                          scaledOperand.data.size() * sizeof(float)))
         << "transA " << transA;
   }
 }

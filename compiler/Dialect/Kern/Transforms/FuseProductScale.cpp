@@ -105,23 +105,73 @@ bool onlyPlainProducts(Value v, SmallVectorImpl<CallOp> &products) {
       continue;
     }
     auto call = dyn_cast<CallOp>(user);
-    if (!call || call.getKernel() != "matmulBf16" ||
-        !call.getInits().empty() || flag(call, "accumulate") ||
-        call->getNumResults() != 1)
+    if (!call || call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
+        flag(call, "accumulate") || call->getNumResults() != 1)
       return false;
     products.push_back(call);
   }
   return true;
 }
 
+/// x's bf16 rounding where the function has it already, as a value at the
+/// Mul's place (null otherwise). With s the value x reshapes (x itself if
+/// none): a toBf16(s) in the same block, moved up to the Mul (the base
+/// product's operand, the query and key gradients' rounded after their
+/// norm's backward); or, for s = fromBf16(y) (attention's bf16 dV widened
+/// for the Mul), y itself (bf16(fromBf16(y)) is y); reshaped as x.
+Value roundedCopy(Value x, CallOp mul) {
+  auto type = cast<RankedTensorType>(mul.getResult(0).getType());
+  Value source = x;
+  while (auto reshape = source.getDefiningOp<tg::ReshapeOp>())
+    source = reshape.getOperand();
+  Value bits;
+  for (Operation *user : source.getUsers())
+    if (auto call = dyn_cast<CallOp>(user);
+        call && call.getKernel() == "toBf16" && call.getInputs().size() == 1 &&
+        call->getNumResults() == 1 && call->getBlock() == mul->getBlock()) {
+      if (!call->isBeforeInBlock(mul))
+        call->moveBefore(mul);
+      bits = call.getResult(0);
+      break;
+    }
+  if (!bits)
+    if (auto widen = source.getDefiningOp<CallOp>();
+        widen && widen.getKernel() == "fromBf16" &&
+        widen.getInputs().size() == 1)
+      bits = widen.getInputs()[0];
+  if (!bits || cast<RankedTensorType>(bits.getType()).getNumElements() !=
+                   type.getNumElements())
+    return {};
+  if (bits.getType() == type)
+    return bits;
+  OpBuilder b(mul);
+  return tg::ReshapeOp::create(b, mul.getLoc(), type, bits).getResult();
+}
+
+/// Erases `v`'s producer chain of reshapes and a fromBf16 when nothing reads
+/// it any more.
+void eraseIfDead(Value v) {
+  while (v && v.use_empty()) {
+    Operation *def = v.getDefiningOp();
+    if (!def ||
+        !(isa<tg::ReshapeOp>(def) ||
+          (isa<CallOp>(def) && cast<CallOp>(def).getKernel() == "fromBf16")) ||
+        def->getNumResults() != 1)
+      return;
+    Value next = def->getOperand(0);
+    def->erase();
+    v = next;
+  }
+}
+
 /// binaryToBf16 Mul(x, c) (or Mul(c, x)), c a power-of-two constant, that
 /// only plain matmulBf16 products read (through reshapes), where the
-/// function also rounds x itself (toBf16(x)): the products read that copy,
-/// moved up to the Mul's place, as matmulBf16Scaled {alpha = c}.
+/// function has x's bf16 rounding already (roundedCopy): the products read
+/// that copy as matmulBf16Scaled {alpha = c}.
 void fuseScaledOperand(CallOp mul) {
-  auto kind = mul.getArgs() ? dyn_cast_or_null<StringAttr>(
-                                  mul.getArgsAttr().get("kind"))
-                            : StringAttr();
+  auto kind = mul.getArgs()
+                  ? dyn_cast_or_null<StringAttr>(mul.getArgsAttr().get("kind"))
+                  : StringAttr();
   if (mul.getKernel() != "binaryToBf16" || !kind || kind.getValue() != "Mul" ||
       mul.getInputs().size() != 2 || !mul.getInits().empty() ||
       mul->getNumResults() != 1)
@@ -133,37 +183,28 @@ void fuseScaledOperand(CallOp mul) {
         cast<RankedTensorType>(x.getType()).getShape() !=
             cast<RankedTensorType>(mul.getResult(0).getType()).getShape())
       continue;
-    CallOp rounded;
-    for (Operation *user : x.getUsers())
-      if (auto call = dyn_cast<CallOp>(user);
-          call && call.getKernel() == "toBf16" &&
-          call.getInputs().size() == 1 && call->getNumResults() == 1 &&
-          call.getResult(0).getType() == mul.getResult(0).getType() &&
-          call->getBlock() == mul->getBlock())
-        rounded = call;
     SmallVector<CallOp> products;
-    if (!rounded || !onlyPlainProducts(mul.getResult(0), products) ||
-        products.empty())
+    if (!onlyPlainProducts(mul.getResult(0), products) || products.empty())
       continue;
-    // The copy is made where the scaled one was: x is defined before the
-    // Mul.
-    if (!rounded->isBeforeInBlock(mul))
-      rounded->moveBefore(mul);
-    mul.getResult(0).replaceAllUsesWith(rounded.getResult(0));
+    Value rounded = roundedCopy(x, mul);
+    if (!rounded)
+      continue;
+    mul.getResult(0).replaceAllUsesWith(rounded);
     for (CallOp product : products) {
       OpBuilder b(product);
       NamedAttribute args[] = {
           b.getNamedAttr("alpha", b.getF32FloatAttr(*alpha)),
           b.getNamedAttr("transA", b.getBoolAttr(flag(product, "transA"))),
           b.getNamedAttr("transB", b.getBoolAttr(flag(product, "transB")))};
-      auto scaled = CallOp::create(
-          b, product.getLoc(), product->getResultTypes(), "matmulBf16Scaled",
-          product.getInputs(), ValueRange{}, b.getDictionaryAttr(args),
-          nullptr);
+      auto scaled =
+          CallOp::create(b, product.getLoc(), product->getResultTypes(),
+                         "matmulBf16Scaled", product.getInputs(), ValueRange{},
+                         b.getDictionaryAttr(args), nullptr);
       product.getResult(0).replaceAllUsesWith(scaled.getResult(0));
       product.erase();
     }
     mul.erase();
+    eraseIfDead(x);
     return;
   }
 }

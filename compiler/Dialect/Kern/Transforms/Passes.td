@@ -259,9 +259,12 @@ def KernFuseProductScalePass
 
     The backward's scaled gradient, a `binaryToBf16` Mul of `x` by a
     power-of-two constant that only plain `matmulBf16` products read
-    (through reshapes), is dropped when the function rounds `x` itself
-    (`toBf16(x)`, which moves up to the Mul's place): the products read
-    that copy as `matmulBf16Scaled` with the constant as `alpha`. For a
+    (through reshapes), is dropped when the function has `x` in bf16
+    already: a `toBf16` of `x` or of what `x` reshapes (moved up to the
+    Mul's place), or the bf16 value `x` widens (`fromBf16`, attention's dV
+    after kern-fuse-attention-layout, which therefore runs first): the
+    products read that copy as `matmulBf16Scaled` with the constant as
+    `alpha`. For a
     power of two bf16(x c) is bf16(x) c and every fp32 partial sum scales
     exactly, so the bits are the Mul's; another scale is left alone.
 
