@@ -318,6 +318,69 @@ static bool isFusedHeadTranspose(Operation *op) {
          (!result.use_empty() && llvm::all_of(result.getUsers(), foldsInto));
 }
 
+/// Whether `v`, through reshapes, is read by a matrix product.
+static bool readByProduct(Value v, Operation *except) {
+  for (Operation *user : v.getUsers()) {
+    if (user == except)
+      continue;
+    if (isa<tg::MatmulOp>(user))
+      return true;
+    if (auto reshape = dyn_cast<tg::ReshapeOp>(user);
+        reshape && readByProduct(reshape.getResult(), except))
+      return true;
+  }
+  return false;
+}
+
+/// Whether only matrix products read `v`, through reshapes.
+static bool onlyProductsRead(Value v) {
+  for (Operation *user : v.getUsers()) {
+    if (auto reshape = dyn_cast<tg::ReshapeOp>(user)) {
+      if (!onlyProductsRead(reshape.getResult()))
+        return false;
+    } else if (!isa<tg::MatmulOp>(user)) {
+      return false;
+    }
+  }
+  return !v.use_empty();
+}
+
+/// A Mul by a one-element constant that a bf16 GPU plan's kernel layer
+/// folds into cuBLAS's alpha (kern-fuse-product-scale), so that it moves no
+/// bytes of its own: LoRA's alpha / rank on the B product's result, which
+/// nothing else reads; and in the backward on a gradient that only
+/// products read, by a power of two, when another product reads the
+/// gradient itself (the base weight's input gradient, whose bf16 copy the
+/// scaled products then share).
+static bool isScaleFoldedIntoProduct(Operation *op) {
+  auto mul = dyn_cast<tg::BinaryOp>(op);
+  if (!mul || mul.getKind() != tg::BinaryKind::mul)
+    return false;
+  for (auto [x, c] : {std::pair(mul.getLhs(), mul.getRhs()),
+                      std::pair(mul.getRhs(), mul.getLhs())}) {
+    auto constant = c.getDefiningOp<tg::ConstantOp>();
+    auto value =
+        constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+    if (!value || value.getNumElements() != 1 ||
+        !value.getElementType().isF32())
+      continue;
+    if (x.getDefiningOp<tg::MatmulOp>() && x.hasOneUse())
+      return true;
+    float scale = value.getSplatValue<float>();
+    int exponent = 0;
+    if (!(scale > 0 && std::isfinite(scale) &&
+          std::frexp(scale, &exponent) == 0.5f) ||
+        !onlyProductsRead(mul.getResult()))
+      continue;
+    Value source = x;
+    while (auto reshape = source.getDefiningOp<tg::ReshapeOp>())
+      source = reshape.getOperand();
+    if (readByProduct(source, op))
+      return true;
+  }
+  return false;
+}
+
 double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
                               const CostOptions &options) {
   double m = static_cast<double>(options.microbatches);
@@ -382,7 +445,8 @@ double rondo::cost::opSeconds(Operation *op, const DeviceSpec &spec,
   if (isa<tg::ConstantOp, tg::RotaryTableOp, tg::CausalMaskOp>(op))
     return 0; // materialised once, or never
   bool layoutOnly =
-      isa<tg::ReshapeOp>(op) || (options.bf16 && isFusedHeadTranspose(op));
+      isa<tg::ReshapeOp>(op) || (options.bf16 && isFusedHeadTranspose(op)) ||
+      (options.bf16 && spec.isGpu && isScaleFoldedIntoProduct(op));
   double seconds = std::max(flops / rate, layoutOnly ? 0 : bytes / bandwidth);
   return (seconds + spec.kernelLaunchSeconds) * share;
 }
