@@ -30,6 +30,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include "bench_data.h"
 #include "cuda_check.h"
 
 #include <algorithm>
@@ -93,16 +94,7 @@ int main() {
   CK(cudaMalloc(&b, big * 2));
   CK(cudaMalloc(&c, big * 4));
   {
-    std::vector<__nv_bfloat16> host(big);
-    unsigned x = 1;
-    for (auto &v : host) {
-      float u = 0;
-      for (int k = 0; k < 4; ++k) {
-        x = x * 1664525u + 1013904223u;
-        u += float(x >> 8) / float(1 << 24) - 0.5f;
-      }
-      v = __float2bfloat16(u * 0.05f);
-    }
+    std::vector<__nv_bfloat16> host = normalishBf16(big);
     CK(cudaMemcpy(a, host.data(), big * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(b, host.data(), big * 2, cudaMemcpyHostToDevice));
     CK(cudaMemset(c, 0, big * 4));

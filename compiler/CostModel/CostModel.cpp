@@ -524,15 +524,8 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
       flops = cost.getFlops() / m;
     if (isBackward) {
       double outputs = 0;
-      for (Value r : op.getResults()) {
-        // A bf16 GPU plan's fused LM head adds its weight gradient into the
-        // gradient buffer (linearCrossEntropyWithGrad*Add), which the
-        // optimizer state counts: no [V, D] temporary.
-        auto head = dyn_cast<tg::LinearCrossEntropyGradOp>(op);
-        if (head && options.bf16Storage && r == head.getDw())
-          continue;
+      for (Value r : op.getResults())
         outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
-      }
       // cuDNN's deterministic attention backward keeps dP, in bf16, in its
       // workspace while it runs (2 B Hq T S bytes a microbatch, and dQ in
       // fp32: 2.2 GB at

@@ -301,8 +301,9 @@ FailureOr<SmallVector<BoundParam>> rondo::kern::bindParams(CallOp call,
   return bound;
 }
 
-bool rondo::kern::isBinaryOf(CallOp call, llvm::StringRef kind) {
-  if (!call || call.getKernel() != "binary" || call.getInputs().size() != 2 ||
+bool rondo::kern::isBinaryOf(CallOp call, llvm::StringRef kind,
+                             llvm::StringRef kernel) {
+  if (!call || call.getKernel() != kernel || call.getInputs().size() != 2 ||
       !call.getInits().empty() || !call.getArgs())
     return false;
   auto k = dyn_cast_or_null<StringAttr>(call.getArgsAttr().get("kind"));

@@ -84,10 +84,12 @@ struct BoundParam {
 mlir::FailureOr<llvm::SmallVector<BoundParam>> bindParams(CallOp call,
                                                           std::string &error);
 
-/// Whether `call` is a two-operand `binary` of `kind` (its `args` entry, an
-/// enumerator name of rondo::cpu::BinaryKind: "Add", "Mul", ...) with no
-/// `inits`: the element-wise calls the fusion passes rewrite.
-bool isBinaryOf(CallOp call, llvm::StringRef kind);
+/// Whether `call` is a two-operand `binary` (or another kernel of its
+/// parameters, `binaryToBf16`) of `kind` (its `args` entry, an enumerator
+/// name of rondo::cpu::BinaryKind: "Add", "Mul", ...) with no `inits`: the
+/// element-wise calls the fusion passes rewrite.
+bool isBinaryOf(CallOp call, llvm::StringRef kind,
+                llvm::StringRef kernel = "binary");
 
 /// Whether `call` is a call of `kernel` (a transpose's: transpose,
 /// transposeBf16, transposeToBf16) that moves the heads axis of a rank-4

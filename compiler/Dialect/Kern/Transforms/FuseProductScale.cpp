@@ -56,6 +56,27 @@ bool flag(CallOp call, StringRef name) {
   return value && value.getValue();
 }
 
+/// A matmulBf16 with nothing to accumulate into: its result is the product
+/// alone, which cuBLAS may scale.
+bool isPlainProduct(CallOp call) {
+  return call && call.getKernel() == "matmulBf16" && call.getInits().empty() &&
+         !flag(call, "accumulate") && call->getNumResults() == 1;
+}
+
+/// matmulBf16Scaled of `product`'s operands and layout with `alpha`, made
+/// in front of `at`, producing `types`.
+CallOp scaledProduct(CallOp product, float alpha, Operation *at,
+                     TypeRange types) {
+  OpBuilder b(at);
+  NamedAttribute args[] = {
+      b.getNamedAttr("alpha", b.getF32FloatAttr(alpha)),
+      b.getNamedAttr("transA", b.getBoolAttr(flag(product, "transA"))),
+      b.getNamedAttr("transB", b.getBoolAttr(flag(product, "transB")))};
+  return CallOp::create(b, at->getLoc(), types, "matmulBf16Scaled",
+                        product.getInputs(), ValueRange{},
+                        b.getDictionaryAttr(args), nullptr);
+}
+
 /// binary Mul(product, c) or Mul(c, product) -> matmulBf16Scaled(a, b)
 /// {alpha = c}, when the product is a plain matmulBf16 (nothing to
 /// accumulate into) that nothing else reads.
@@ -66,19 +87,10 @@ void fuse(CallOp mul) {
     Value productValue = mul.getInputs()[k];
     std::optional<float> alpha = scalarConstant(mul.getInputs()[1 - k]);
     auto product = productValue.getDefiningOp<CallOp>();
-    if (!alpha || !product || product.getKernel() != "matmulBf16" ||
-        !product.getInits().empty() || flag(product, "accumulate") ||
-        !productValue.hasOneUse() ||
+    if (!alpha || !isPlainProduct(product) || !productValue.hasOneUse() ||
         productValue.getType() != mul.getResult(0).getType())
       continue;
-    OpBuilder b(mul);
-    NamedAttribute args[] = {
-        b.getNamedAttr("alpha", b.getF32FloatAttr(*alpha)),
-        b.getNamedAttr("transA", b.getBoolAttr(flag(product, "transA"))),
-        b.getNamedAttr("transB", b.getBoolAttr(flag(product, "transB")))};
-    auto scaled = CallOp::create(
-        b, mul.getLoc(), mul->getResultTypes(), "matmulBf16Scaled",
-        product.getInputs(), ValueRange{}, b.getDictionaryAttr(args), nullptr);
+    CallOp scaled = scaledProduct(product, *alpha, mul, mul->getResultTypes());
     mul.getResult(0).replaceAllUsesWith(scaled.getResult(0));
     mul.erase();
     product.erase();
@@ -105,8 +117,7 @@ bool onlyPlainProducts(Value v, SmallVectorImpl<CallOp> &products) {
       continue;
     }
     auto call = dyn_cast<CallOp>(user);
-    if (!call || call.getKernel() != "matmulBf16" || !call.getInits().empty() ||
-        flag(call, "accumulate") || call->getNumResults() != 1)
+    if (!isPlainProduct(call))
       return false;
     products.push_back(call);
   }
@@ -124,6 +135,9 @@ Value roundedCopy(Value x, CallOp mul) {
   Value source = x;
   while (auto reshape = source.getDefiningOp<tg::ReshapeOp>())
     source = reshape.getOperand();
+  if (cast<RankedTensorType>(source.getType()).getNumElements() !=
+      type.getNumElements())
+    return {};
   Value bits;
   for (Operation *user : source.getUsers())
     if (auto call = dyn_cast<CallOp>(user);
@@ -139,8 +153,7 @@ Value roundedCopy(Value x, CallOp mul) {
         widen && widen.getKernel() == "fromBf16" &&
         widen.getInputs().size() == 1)
       bits = widen.getInputs()[0];
-  if (!bits || cast<RankedTensorType>(bits.getType()).getNumElements() !=
-                   type.getNumElements())
+  if (!bits)
     return {};
   if (bits.getType() == type)
     return bits;
@@ -169,12 +182,7 @@ void eraseIfDead(Value v) {
 /// function has x's bf16 rounding already (roundedCopy): the products read
 /// that copy as matmulBf16Scaled {alpha = c}.
 void fuseScaledOperand(CallOp mul) {
-  auto kind = mul.getArgs()
-                  ? dyn_cast_or_null<StringAttr>(mul.getArgsAttr().get("kind"))
-                  : StringAttr();
-  if (mul.getKernel() != "binaryToBf16" || !kind || kind.getValue() != "Mul" ||
-      mul.getInputs().size() != 2 || !mul.getInits().empty() ||
-      mul->getNumResults() != 1)
+  if (!isBinaryOf(mul, "Mul", "binaryToBf16") || mul->getNumResults() != 1)
     return;
   for (unsigned k : {0u, 1u}) {
     Value x = mul.getInputs()[k];
@@ -191,15 +199,8 @@ void fuseScaledOperand(CallOp mul) {
       continue;
     mul.getResult(0).replaceAllUsesWith(rounded);
     for (CallOp product : products) {
-      OpBuilder b(product);
-      NamedAttribute args[] = {
-          b.getNamedAttr("alpha", b.getF32FloatAttr(*alpha)),
-          b.getNamedAttr("transA", b.getBoolAttr(flag(product, "transA"))),
-          b.getNamedAttr("transB", b.getBoolAttr(flag(product, "transB")))};
-      auto scaled =
-          CallOp::create(b, product.getLoc(), product->getResultTypes(),
-                         "matmulBf16Scaled", product.getInputs(), ValueRange{},
-                         b.getDictionaryAttr(args), nullptr);
+      CallOp scaled =
+          scaledProduct(product, *alpha, product, product->getResultTypes());
       product.getResult(0).replaceAllUsesWith(scaled.getResult(0));
       product.erase();
     }
