@@ -50,7 +50,12 @@
 // builds the accumulator graph instead, for timing only: it is not
 // reproducible). Engine configurations whose numerical notes say
 // NONDETERMINISTIC are skipped either way, and the tests compare two runs
-// bit for bit.
+// bit for bit. That workspace grows with T^2 (64 GiB for 32 query heads at
+// T = 32K): over RONDO_CUDNN_WORKSPACE_MB the backward runs in groups of
+// query heads, one call each on slices of the same tensors (the group's
+// plan has the whole tensors' strides), and where a group is part of a kv
+// head's, the parts of that head's dK and dV are summed in a fixed order
+// (headGroupPlan), rather than on Rondo's slower kernels.
 //
 // The contract is unchanged: fp32 views in and out. q, k, v (and O, dO) are
 // rounded to bf16 into stream-ordered temporaries, as for Rondo's kernels;
@@ -267,7 +272,11 @@ std::string shapeText(const Key &k) {
          (k.causal ? " causal" : "") +
          (k.window ? " window=" + std::to_string(k.window) : "") +
          (k.vTokens ? " v token-major" : "") +
-         (k.outTokens ? " out token-major" : "");
+         (k.outTokens ? " out token-major" : "") +
+         (k.qHeadsAll != k.Hq
+              ? " (one group of the " + std::to_string(k.qHeadsAll) +
+                    " query heads)"
+              : "");
 }
 
 struct DeviceState {
@@ -369,10 +378,47 @@ int64_t workspaceLimit() {
   return mb << 20;
 }
 
+/// The head group a deterministic backward runs in when its plan for all
+/// heads needs more workspace than `limit` (its dP is B * Hq * T * S bf16:
+/// 64 GiB for 32 query heads at T = 32K): the most query heads g whose plan
+/// fits, either whole kv heads' groups (g a multiple of Hq / Hkv: each call
+/// writes its kv heads' dK and dV) or a part of one kv head's group (g
+/// dividing Hq / Hkv: each call's share of dK and dV goes to a temporary
+/// and the parts are summed in a fixed order). The shapes and the limit
+/// alone choose the group, so the bits do not depend on what else holds
+/// memory. Null when no group fits (or the stats rows of a group would not
+/// start 16-byte aligned); the device lock must be held.
+Plan *headGroupPlan(DeviceState &st, const Key &full, int64_t limit,
+                    Key &group) {
+  const int64_t ratio = full.Hq / full.Hkv;
+  if (!full.backward || !full.deterministic || full.T % 4 != 0)
+    return nullptr;
+  for (int64_t g = full.Hq - 1; g >= 1; --g) {
+    if (full.Hq % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0)
+      continue;
+    // dP alone over the limit: not worth compiling the plan.
+    if (full.B * g * full.T * full.S * 2 > limit)
+      continue;
+    Key k = full;
+    k.Hq = g;
+    k.Hkv = g >= ratio ? g / ratio : 1;
+    k.kvOutHeads = g >= ratio ? full.Hkv : 1;
+    Plan *p = planFor(st, k);
+    if (p && p->workspace <= limit) {
+      group = k;
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 /// Whether cuDNN serves the call: true with `state` and `plan` set and the
 /// device lock taken into `lock`; false with the log line saying why not.
+/// A deterministic backward over the workspace limit may be served in head
+/// groups: `plan` and `call` are then a group's (`call` is `k` otherwise).
 bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
-             std::unique_lock<std::mutex> &lock, std::string &note) {
+             std::unique_lock<std::mutex> &lock, std::string &note, Key &call) {
+  call = k;
   const Api &a = api();
   std::string why;
   if (!a.failure.empty()) {
@@ -395,6 +441,16 @@ bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
   }
   const int64_t limit = workspaceLimit();
   if (plan->workspace > limit) {
+    if (Plan *group = headGroupPlan(*state, k, limit, call)) {
+      note = "attention backward " + shapeText(k) + ": cuDNN's plan needs " +
+             std::to_string(plan->workspace >> 20) +
+             " MiB of workspace, over RONDO_CUDNN_WORKSPACE_MB=" +
+             std::to_string(limit >> 20) + ": run in groups of " +
+             std::to_string(call.Hq) + " query heads (" +
+             std::to_string(group->workspace >> 20) + " MiB each)";
+      plan = group;
+      return true;
+    }
     note = std::string("attention ") + (k.backward ? "backward " : "forward ") +
            shapeText(k) + " on Rondo's kernels: cuDNN's plan needs " +
            std::to_string(plan->workspace >> 20) + " MiB of workspace, over " +
@@ -424,6 +480,8 @@ Key makeKey(const FlashDims &d, bool causal, bool backward,
   k.window = d.window > 0 && d.window < d.S ? d.window : 0;
   k.vTokens = stored.vTokens;
   k.outTokens = stored.outTokens;
+  k.qHeadsAll = d.Hq;
+  k.kvHeadsAll = k.kvOutHeads = d.Hkv;
   return k;
 }
 
@@ -447,14 +505,36 @@ bool wanted(const FlashDims &d, bool causal, const char *direction) {
 /// lock held, false (the reason noted once) when Rondo's kernels run.
 bool cudnnServes(const FlashDims &d, bool causal, const Key &key,
                  DeviceState *&st, Plan *&plan,
-                 std::unique_lock<std::mutex> &lock) {
+                 std::unique_lock<std::mutex> &lock, Key &call) {
   if (!wanted(d, causal, key.backward ? "backward" : "forward"))
     return false;
   std::string note;
-  if (acquire(key, st, plan, lock, note))
-    return true;
-  noteOnce(note);
-  return false;
+  const bool served = acquire(key, st, plan, lock, note, call);
+  if (!note.empty())
+    noteOnce(note);
+  return served;
+}
+
+/// dK or dV of one kv head from the parts its query heads' groups wrote:
+/// out[b, s, :] = sum over the parts in order, in fp32, rounded once.
+__global__ void sumHeadPartsKernel(const __nv_bfloat16 *parts, int64_t count,
+                                   int64_t partElems, int64_t S, int64_t D,
+                                   __nv_bfloat16 *out, int64_t batchStride,
+                                   int64_t rowStride) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+       i < partElems; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / (S * D), r = i % (S * D);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < count; ++j)
+      sum += __bfloat162float(parts[j * partElems + i]);
+    out[b * batchStride + (r / D) * rowStride + r % D] =
+        __float2bfloat16_rn(sum);
+  }
+}
+
+/// `p` moved by `elements` bf16 elements.
+void *bf16At(const void *p, int64_t elements) {
+  return const_cast<char *>(static_cast<const char *>(p)) + elements * 2;
 }
 
 /// lse as cuDNN's stats tensor: the caller's pointer where it is aligned to
@@ -476,8 +556,9 @@ bool cudnnAttentionForward(const FlashDims &d, const float *q, const float *k,
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;
-  if (!cudnnServes(d, causal, makeKey(d, causal, /*backward=*/false, stored), st,
-                   plan, lock))
+  Key call;
+  if (!cudnnServes(d, causal, makeKey(d, causal, /*backward=*/false, stored),
+                   st, plan, lock, call))
     return false;
   const int64_t nq = d.B * d.Hq * d.T * d.D, nk = d.B * d.Hkv * d.S * d.D;
   Temp qb(stored.q ? 0 : size_t(nq) * 2, name),
@@ -527,7 +608,8 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   DeviceState *st = nullptr;
   Plan *plan = nullptr;
   std::unique_lock<std::mutex> lock;
-  if (!cudnnServes(dims, causal, key, st, plan, lock))
+  Key call;
+  if (!cudnnServes(dims, causal, key, st, plan, lock, call))
     return false;
   const int64_t rows = d.B * d.Hq * d.T;
   const int64_t nq = rows * d.D, nk = d.B * d.Hkv * d.S * d.D;
@@ -581,7 +663,56 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
       {kDV, dv}};
   if (!key.deterministic)
     bindings.push_back({kDQAccum, acc.as<void>()});
-  execute(*st, *plan, bindings, ws.as<void>(), name);
+  if (call.Hq == key.Hq) {
+    execute(*st, *plan, bindings, ws.as<void>(), name);
+  } else {
+    // Head groups (headGroupPlan): the pointers of each group's slice of
+    // every tensor; the strides are the whole tensors' (the group's Key).
+    const int64_t ratio = key.Hq / key.Hkv, groupHeads = call.Hq;
+    const int64_t parts = groupHeads < ratio ? ratio / groupHeads : 1;
+    const int64_t partElems = d.B * d.S * d.D;
+    Temp partsBuf(parts > 1 ? size_t(2 * parts * partElems) * 2 : 0, name);
+    const auto tokensAt = [&](bool tokens, int64_t head, int64_t L) {
+      return tokens ? head * d.D : head * L * d.D;
+    };
+    for (int64_t h = 0; h < key.Hq; h += groupHeads) {
+      const int64_t kv = h / ratio, part = (h % ratio) / groupHeads;
+      void *dkGroup = parts > 1 ? bf16At(partsBuf.as<void>(), part * partElems)
+                                : bf16At(dk, kv * d.S * d.D);
+      void *dvGroup =
+          parts > 1 ? bf16At(partsBuf.as<void>(), (parts + part) * partElems)
+                    : bf16At(dv, tokensAt(key.vTokens, kv, d.S));
+      execute(*st, *plan,
+              {{kQ, bf16At(in.q, h * d.T * d.D)},
+               {kK, bf16At(in.k, kv * d.S * d.D)},
+               {kV, bf16At(in.v, tokensAt(key.vTokens, kv, d.S))},
+               {kO, bf16At(o, tokensAt(key.outTokens, h, d.T))},
+               {kDO, bf16At(g, tokensAt(key.outTokens, h, d.T))},
+               {kStats, const_cast<float *>(statsPtr) + h * d.T},
+               {kScale, &scaleValue},
+               {kSoftmaxSum, softmaxSum.as<void>()},
+               {kDQ, bf16At(dq, h * d.T * d.D)},
+               {kDK, dkGroup},
+               {kDV, dvGroup}},
+              ws.as<void>(), name);
+      if (parts > 1 && part == parts - 1) {
+        const auto *partsPtr = partsBuf.as<__nv_bfloat16>();
+        const unsigned blocks = std::min(gridFor(partElems), 4096u);
+        sumHeadPartsKernel<<<blocks, kThreads, 0, currentStream()>>>(
+            partsPtr, parts, partElems, d.S, d.D,
+            static_cast<__nv_bfloat16 *>(bf16At(dk, kv * d.S * d.D)),
+            key.Hkv * d.S * d.D, d.D);
+        checkLaunch(name);
+        sumHeadPartsKernel<<<blocks, kThreads, 0, currentStream()>>>(
+            partsPtr + parts * partElems, parts, partElems, d.S, d.D,
+            static_cast<__nv_bfloat16 *>(
+                bf16At(dv, tokensAt(key.vTokens, kv, d.S))),
+            d.S * key.Hkv * d.D, key.vTokens ? key.Hkv * d.D : d.D);
+        checkLaunch(name);
+      }
+    }
+    partsBuf.release();
+  }
   lock.unlock();
   convert(false,
           {{dq, stored.dQStore ? nullptr : dQ, nq},

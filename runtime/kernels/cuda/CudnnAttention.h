@@ -112,11 +112,18 @@ struct Key {
   int64_t window;
   /// v and dV, and out and dOut, stored token-major (StoredBf16Qkv).
   bool vTokens, outTokens;
+  /// The heads of the tensors the call's Hq query heads and Hkv kv heads
+  /// are a slice of (the strides step over them): qHeadsAll for q, out, dO,
+  /// dQ and the stats; kvHeadsAll for k and v; kvOutHeads for dK and dV
+  /// (1 where a head group's share of them goes to a temporary). Equal to
+  /// Hq and Hkv but in a head group of a split backward (CudnnAttention.cu).
+  int64_t qHeadsAll, kvHeadsAll, kvOutHeads;
   bool operator<(const Key &o) const {
     auto tie = [](const Key &k) {
       return std::make_tuple(k.device, k.backward, k.deterministic, k.B, k.Hq,
                              k.Hkv, k.T, k.S, k.D, k.causal, k.window,
-                             k.vTokens, k.outTokens);
+                             k.vTokens, k.outTokens, k.qHeadsAll, k.kvHeadsAll,
+                             k.kvOutHeads);
     };
     return tie(*this) < tie(o);
   }

@@ -106,19 +106,20 @@ Dims4 contiguous(const Dims4 &dims) {
   return s;
 }
 
-/// The strides of a [B, H, L, D] operand stored heads-major (contiguous) or
-/// token-major ([B, L, H, D] in memory: the layout the projections around
+/// The strides of a [B, H, L, D] operand, a slice of H of the `allHeads`
+/// heads of a tensor stored heads-major ([B, allHeads, L, D]) or token-major
+/// ([B, L, allHeads, D] in memory: the layout the projections around
 /// attention write and read, Key::vTokens / outTokens).
-Dims4 headStrides(const Dims4 &dims, bool tokens) {
+Dims4 headStrides(const Dims4 &dims, bool tokens, int64_t allHeads) {
+  const int64_t L = dims.d[2], D = dims.d[3];
   if (!tokens)
-    return contiguous(dims);
-  const int64_t H = dims.d[1], L = dims.d[2], D = dims.d[3];
-  return {{L * H * D, D, H * D, 1}};
+    return {{allHeads * L * D, L * D, D, 1}};
+  return {{L * allHeads * D, D, allHeads * D, 1}};
 }
 
 /// The strides of the same operand viewed as its transpose [B, H, D, L].
-Dims4 transposedHeadStrides(const Dims4 &dims, bool tokens) {
-  Dims4 s = headStrides(dims, tokens);
+Dims4 transposedHeadStrides(const Dims4 &dims, bool tokens, int64_t allHeads) {
+  Dims4 s = headStrides(dims, tokens, allHeads);
   return {{s.d[0], s.d[1], s.d[3], s.d[2]}};
 }
 
@@ -326,14 +327,15 @@ struct Inputs {
 
 Inputs commonInputs(Builder &g, const Key &k) {
   Inputs in;
-  in.q =
-      g.tensor(kQ, {{k.B, k.Hq, k.T, k.D}}, contiguous({{k.B, k.Hq, k.T, k.D}}),
-               CUDNN_DATA_BFLOAT16, false);
+  const Dims4 qd{{k.B, k.Hq, k.T, k.D}}, kd{{k.B, k.Hkv, k.S, k.D}};
+  in.q = g.tensor(kQ, qd, headStrides(qd, false, k.qHeadsAll),
+                  CUDNN_DATA_BFLOAT16, false);
   in.kT = g.tensor(kK, {{k.B, k.Hkv, k.D, k.S}},
-                   {{k.Hkv * k.S * k.D, k.S * k.D, 1, k.D}},
+                   transposedHeadStrides(kd, false, k.kvHeadsAll),
                    CUDNN_DATA_BFLOAT16, false);
-  in.stats = g.tensor(kStats, {{k.B, k.Hq, k.T, 1}}, {{k.Hq * k.T, k.T, 1, 1}},
-                      CUDNN_DATA_FLOAT, false);
+  in.stats =
+      g.tensor(kStats, {{k.B, k.Hq, k.T, 1}}, {{k.qHeadsAll * k.T, k.T, 1, 1}},
+               CUDNN_DATA_FLOAT, false);
   in.scale = g.tensor(kScale, {{1, 1, 1, 1}}, {{1, 1, 1, 1}}, CUDNN_DATA_FLOAT,
                       false, true);
   return in;
@@ -343,9 +345,11 @@ void buildForward(Builder &g, const Key &k) {
   Inputs in = commonInputs(g, k);
   const Dims4 vd{{k.B, k.Hkv, k.S, k.D}}, qd{{k.B, k.Hq, k.T, k.D}};
   cudnnBackendDescriptor_t v =
-      g.tensor(kV, vd, headStrides(vd, k.vTokens), CUDNN_DATA_BFLOAT16, false);
-  cudnnBackendDescriptor_t o = g.tensor(kO, qd, headStrides(qd, k.outTokens),
-                                        CUDNN_DATA_BFLOAT16, false);
+      g.tensor(kV, vd, headStrides(vd, k.vTokens, k.kvHeadsAll),
+               CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t o =
+      g.tensor(kO, qd, headStrides(qd, k.outTokens, k.qHeadsAll),
+               CUDNN_DATA_BFLOAT16, false);
   const Dims4 sd{{k.B, k.Hq, k.T, k.S}};
   const Dims4 rd{{k.B, k.Hq, k.T, 1}}, rs{{k.Hq * k.T, k.T, 1, 1}};
   cudnnBackendDescriptor_t s = g.virt(sd, CUDNN_DATA_FLOAT);
@@ -376,7 +380,7 @@ void perKvHead(Builder &g, const Key &k, cudnnBackendDescriptor_t a,
                cudnnBackendDescriptor_t b, int64_t uid) {
   const Dims4 kd{{k.B, k.Hkv, k.S, k.D}};
   cudnnBackendDescriptor_t out =
-      g.tensor(uid, kd, headStrides(kd, uid == kDV && k.vTokens),
+      g.tensor(uid, kd, headStrides(kd, uid == kDV && k.vTokens, k.kvOutHeads),
                CUDNN_DATA_BFLOAT16, false);
   if (k.Hq == k.Hkv) {
     g.matmul(a, b, out);
@@ -391,13 +395,16 @@ void perKvHead(Builder &g, const Key &k, cudnnBackendDescriptor_t a,
 void buildBackward(Builder &g, const Key &k) {
   Inputs in = commonInputs(g, k);
   const Dims4 qd{{k.B, k.Hq, k.T, k.D}}, vd{{k.B, k.Hkv, k.S, k.D}};
-  cudnnBackendDescriptor_t vT = g.tensor(kV, {{k.B, k.Hkv, k.D, k.S}},
-                                         transposedHeadStrides(vd, k.vTokens),
-                                         CUDNN_DATA_BFLOAT16, false);
-  cudnnBackendDescriptor_t o = g.tensor(kO, qd, headStrides(qd, k.outTokens),
-                                        CUDNN_DATA_BFLOAT16, false);
-  cudnnBackendDescriptor_t dO = g.tensor(kDO, qd, headStrides(qd, k.outTokens),
-                                         CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t vT =
+      g.tensor(kV, {{k.B, k.Hkv, k.D, k.S}},
+               transposedHeadStrides(vd, k.vTokens, k.kvHeadsAll),
+               CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t o =
+      g.tensor(kO, qd, headStrides(qd, k.outTokens, k.qHeadsAll),
+               CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t dO =
+      g.tensor(kDO, qd, headStrides(qd, k.outTokens, k.qHeadsAll),
+               CUDNN_DATA_BFLOAT16, false);
   const Dims4 sd{{k.B, k.Hq, k.T, k.S}};
   const Dims4 rd{{k.B, k.Hq, k.T, 1}}, rs{{k.Hq * k.T, k.T, 1, 1}};
   // softmax_sum = rowsum(dO * O) (the strides of the product as
@@ -440,8 +447,8 @@ void buildBackward(Builder &g, const Key &k) {
       g.virt({{k.B, k.Hkv, k.S, k.D}}, contiguous({{k.B, k.Hkv, k.S, k.D}}),
              CUDNN_DATA_FLOAT);
   g.reshape(in.kT, kk);
-  cudnnBackendDescriptor_t dQ =
-      g.tensor(kDQ, qd, contiguous(qd), CUDNN_DATA_BFLOAT16, false);
+  cudnnBackendDescriptor_t dQ = g.tensor(
+      kDQ, qd, headStrides(qd, false, k.qHeadsAll), CUDNN_DATA_BFLOAT16, false);
   if (k.deterministic) {
     g.matmul(dS, kk, dQ);
   } else {

@@ -750,6 +750,117 @@ TEST_F(CudaBf16Storage, TokenMajorAttentionIsAttentionBetweenTransposes) {
   }
 }
 
+// The deterministic cuDNN backward keeps B * Hq * T * S bf16 of dP in its
+// workspace; over RONDO_CUDNN_WORKSPACE_MB it runs in head groups
+// (CudnnAttention.cu's headGroupPlan), still on cuDNN, on token-major v,
+// out, dOut and dV: at 12 MiB (2 x 8 query heads over 4 kv heads, T 1024,
+// dP 32 MiB) groups of 2 query heads, one kv head each; at 6 MiB single
+// query heads, each kv head's dK and dV summed from its heads' parts; and
+// over 2 kv heads at 6 MiB, four parts a kv head. Each split is the same
+// bits twice and within bf16's precision of the single call over all heads.
+TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
+  if (const char *why = cu::cudnnAttentionUnavailable())
+    GTEST_SKIP() << "cuDNN attention unavailable: " << why;
+  AttentionSwitch path("cudnn");
+  cu::setPrecision(cu::Precision::Bf16);
+  for (int64_t Hkv : {4, 2}) {
+    const int64_t B = 2, Hq = 8, T = 1024, D = 128;
+    Shape qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T};
+    Shape qt{B, T, Hq, D}, kt{B, T, Hkv, D};
+    std::vector<uint16_t> qb, kb, vb, gb;
+    roundedUniform(qs, qb);
+    roundedUniform(ks, kb);
+    roundedUniform(kt, vb);
+    roundedUniform(qt, gb);
+    Dev16 q16(qb, qs), k16(kb, ks), vTok(vb, kt), gTok(gb, qt), oTok(qt);
+    Out32 lse(ls);
+    const float scale = 1.0f / std::sqrt(float(D));
+    cu::attentionBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(), true, 0, scale,
+                                  oTok.v(), lse.v());
+    using Grads = std::vector<std::vector<uint16_t>>;
+    auto backward = [&](const char *limitMb) {
+      if (limitMb)
+        setenv("RONDO_CUDNN_WORKSPACE_MB", limitMb, 1);
+      Dev16 dq(qs), dk(ks), dv(kt);
+      cu::attentionBackwardBf16ToBf16Tokens(
+          q16.cv(), k16.cv(), vTok.cv(), oTok.cv(), CFView{lse.d.p, ls},
+          gTok.cv(), true, 0, scale, dq.v(), dk.v(), dv.v());
+      unsetenv("RONDO_CUDNN_WORKSPACE_MB");
+      EXPECT_EQ(std::string(implName(cu::lastAttentionImpl())), "cudnn")
+          << "Hkv " << Hkv << " limit " << (limitMb ? limitMb : "default");
+      return Grads{dq.host(), dk.host(), dv.host()};
+    };
+    const Grads whole = backward(nullptr);
+    for (const char *limitMb : {"12", "6"}) {
+      if (Hkv == 2 && std::string(limitMb) == "12")
+        continue;
+      const Grads split = backward(limitMb), again = backward(limitMb);
+      const char *names[] = {"dQ", "dK", "dV"};
+      for (size_t i = 0; i < 3; ++i) {
+        std::string what = std::string(names[i]) + " Hkv " +
+                           std::to_string(Hkv) + " limit " + limitMb + " MiB";
+        EXPECT_EQ(split[i], again[i]) << what << ": not the same bits twice";
+        std::vector<float> x(split[i].size()), y(whole[i].size());
+        for (size_t j = 0; j < x.size(); ++j) {
+          x[j] = widen(split[i][j]);
+          y[j] = widen(whole[i][j]);
+        }
+        EXPECT_LE(normErr(x, y), 1e-2) << what << " against one call";
+      }
+    }
+  }
+  cu::setPrecision(cu::Precision::Fp32);
+}
+
+// The bf16 attention at the Qwen3-8B shape of the LoRA benchmark (one row,
+// 32 query heads, 8 kv heads, D 128, causal) at T 16K and 32K, token-major
+// as the trainer calls it: the forward, the backward as it runs by default
+// (cuDNN in head groups where its plan for all heads is over the workspace
+// limit) and on Rondo's kernels (RONDO_ATTENTION=flash). Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*LongAttentionTiming'.
+TEST_F(CudaBf16Storage, DISABLED_LongAttentionTiming) {
+  cu::setPrecision(cu::Precision::Bf16);
+  for (int64_t T : {16384, 32768}) {
+    const int64_t B = 1, Hq = 32, Hkv = 8, D = 128;
+    Shape qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T};
+    Shape qt{B, T, Hq, D}, kt{B, T, Hkv, D};
+    std::vector<uint16_t> qb, kb, vb, gb;
+    roundedUniform(qs, qb);
+    roundedUniform(ks, kb);
+    roundedUniform(kt, vb);
+    roundedUniform(qt, gb);
+    Dev16 q16(qb, qs), k16(kb, ks), vTok(vb, kt), gTok(gb, qt), oTok(qt);
+    Dev16 dq(qs), dk(ks), dv(kt);
+    Out32 lse(ls);
+    const float scale = 1.0f / std::sqrt(float(D));
+    const double flops = 2.0 * 2.0 * B * Hq * double(T) * double(T) * D / 2;
+    for (const char *impl : {"cudnn", "flash"}) {
+      AttentionSwitch path(impl);
+      const double fwd = timeMs(
+          [&] {
+            cu::attentionBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(), true,
+                                          0, scale, oTok.v(), lse.v());
+          },
+          3);
+      const std::string fwdImpl = implName(cu::lastAttentionImpl());
+      const double bwd = timeMs(
+          [&] {
+            cu::attentionBackwardBf16ToBf16Tokens(
+                q16.cv(), k16.cv(), vTok.cv(), oTok.cv(), CFView{lse.d.p, ls},
+                gTok.cv(), true, 0, scale, dq.v(), dk.v(), dv.v());
+          },
+          3);
+      std::printf("[ long ] B=1 Hq=32 Hkv=8 T=%lld D=128 causal asked=%s "
+                  "fwd=%s %.2f ms (%.1f TFLOP/s) bwd=%s %.2f ms (%.1f "
+                  "TFLOP/s)\n",
+                  (long long)T, impl, fwdImpl.c_str(), fwd, flops / fwd / 1e9,
+                  implName(cu::lastAttentionImpl()), bwd,
+                  2.5 * flops / bwd / 1e9);
+    }
+  }
+  cu::setPrecision(cu::Precision::Fp32);
+}
+
 // transposeBf16 moves bf16 values exactly (the vectorised path and the
 // gather), fromBf16 widens them exactly, and rmsNormRotaryBackwardBf16 is
 // rmsNormRotaryBackward of the widened gradient, bit for bit (fused at head
