@@ -52,10 +52,10 @@
 // NONDETERMINISTIC are skipped either way, and the tests compare two runs
 // bit for bit. That workspace grows with T^2 (64 GiB for 32 query heads at
 // T = 32K): over RONDO_CUDNN_WORKSPACE_MB the backward runs in groups of
-// query heads, one call each on slices of the same tensors (the group's
-// plan has the whole tensors' strides), and where a group is part of a kv
-// head's, the parts of that head's dK and dV are summed in a fixed order
-// (headGroupPlan), rather than on Rondo's slower kernels.
+// query heads of one row, one call each on slices of the same tensors (the
+// group's plan has the whole tensors' strides), and where a group is part
+// of a kv head's, the parts of that head's dK and dV are summed in a fixed
+// order (headGroupPlan), rather than on Rondo's slower kernels.
 //
 // The contract is unchanged: fp32 views in and out. q, k, v (and O, dO) are
 // rounded to bf16 into stream-ordered temporaries, as for Rondo's kernels;
@@ -397,9 +397,12 @@ Plan *headGroupPlan(DeviceState &st, const Key &full, int64_t limit,
     if (full.Hq % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0)
       continue;
     // dP alone over the limit: not worth compiling the plan.
-    if (full.B * g * full.T * full.S * 2 > limit)
+    if (g * full.T * full.S * 2 > limit)
       continue;
+    // One row a call: cuDNN's deterministic engine writes dQ as if its
+    // batch stride were the group's, not the whole tensor's.
     Key k = full;
+    k.B = 1;
     k.Hq = g;
     k.Hkv = g >= ratio ? g / ratio : 1;
     k.kvOutHeads = g >= ratio ? full.Hkv : 1;
@@ -515,20 +518,18 @@ bool cudnnServes(const FlashDims &d, bool causal, const Key &key,
   return served;
 }
 
-/// dK or dV of one kv head from the parts its query heads' groups wrote:
-/// out[b, s, :] = sum over the parts in order, in fp32, rounded once.
+/// dK or dV of one kv head of one row from the parts its query heads'
+/// groups wrote ([S, D] each): out[s, :] (rows rowStride apart) = the sum
+/// over the parts in order, in fp32, rounded once.
 __global__ void sumHeadPartsKernel(const __nv_bfloat16 *parts, int64_t count,
-                                   int64_t partElems, int64_t S, int64_t D,
-                                   __nv_bfloat16 *out, int64_t batchStride,
-                                   int64_t rowStride) {
+                                   int64_t partElems, int64_t D,
+                                   __nv_bfloat16 *out, int64_t rowStride) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
        i < partElems; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t b = i / (S * D), r = i % (S * D);
     float sum = 0.0f;
     for (int64_t j = 0; j < count; ++j)
       sum += __bfloat162float(parts[j * partElems + i]);
-    out[b * batchStride + (r / D) * rowStride + r % D] =
-        __float2bfloat16_rn(sum);
+    out[(i / D) * rowStride + i % D] = __float2bfloat16_rn(sum);
   }
 }
 
@@ -666,51 +667,51 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   if (call.Hq == key.Hq) {
     execute(*st, *plan, bindings, ws.as<void>(), name);
   } else {
-    // Head groups (headGroupPlan): the pointers of each group's slice of
-    // every tensor; the strides are the whole tensors' (the group's Key).
+    // Head groups of one row each (headGroupPlan): the pointers of each
+    // group's slice of every tensor; the strides are the whole tensors'
+    // (the group's Key). A row's offset is the same in either layout.
     const int64_t ratio = key.Hq / key.Hkv, groupHeads = call.Hq;
     const int64_t parts = groupHeads < ratio ? ratio / groupHeads : 1;
-    const int64_t partElems = d.B * d.S * d.D;
+    const int64_t partElems = d.S * d.D;
+    const int64_t qRow = d.Hq * d.T * d.D, kvRow = d.Hkv * d.S * d.D;
     Temp partsBuf(parts > 1 ? size_t(2 * parts * partElems) * 2 : 0, name);
-    const auto tokensAt = [&](bool tokens, int64_t head, int64_t L) {
+    const auto headAt = [&](bool tokens, int64_t head, int64_t L) {
       return tokens ? head * d.D : head * L * d.D;
     };
-    for (int64_t h = 0; h < key.Hq; h += groupHeads) {
-      const int64_t kv = h / ratio, part = (h % ratio) / groupHeads;
-      void *dkGroup = parts > 1 ? bf16At(partsBuf.as<void>(), part * partElems)
-                                : bf16At(dk, kv * d.S * d.D);
-      void *dvGroup =
-          parts > 1 ? bf16At(partsBuf.as<void>(), (parts + part) * partElems)
-                    : bf16At(dv, tokensAt(key.vTokens, kv, d.S));
-      execute(*st, *plan,
-              {{kQ, bf16At(in.q, h * d.T * d.D)},
-               {kK, bf16At(in.k, kv * d.S * d.D)},
-               {kV, bf16At(in.v, tokensAt(key.vTokens, kv, d.S))},
-               {kO, bf16At(o, tokensAt(key.outTokens, h, d.T))},
-               {kDO, bf16At(g, tokensAt(key.outTokens, h, d.T))},
-               {kStats, const_cast<float *>(statsPtr) + h * d.T},
-               {kScale, &scaleValue},
-               {kSoftmaxSum, softmaxSum.as<void>()},
-               {kDQ, bf16At(dq, h * d.T * d.D)},
-               {kDK, dkGroup},
-               {kDV, dvGroup}},
-              ws.as<void>(), name);
-      if (parts > 1 && part == parts - 1) {
-        const auto *partsPtr = partsBuf.as<__nv_bfloat16>();
-        const unsigned blocks = std::min(gridFor(partElems), 4096u);
-        sumHeadPartsKernel<<<blocks, kThreads, 0, currentStream()>>>(
-            partsPtr, parts, partElems, d.S, d.D,
-            static_cast<__nv_bfloat16 *>(bf16At(dk, kv * d.S * d.D)),
-            key.Hkv * d.S * d.D, d.D);
-        checkLaunch(name);
-        sumHeadPartsKernel<<<blocks, kThreads, 0, currentStream()>>>(
-            partsPtr + parts * partElems, parts, partElems, d.S, d.D,
-            static_cast<__nv_bfloat16 *>(
-                bf16At(dv, tokensAt(key.vTokens, kv, d.S))),
-            d.S * key.Hkv * d.D, key.vTokens ? key.Hkv * d.D : d.D);
-        checkLaunch(name);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < key.Hq; h += groupHeads) {
+        const int64_t kv = h / ratio, part = (h % ratio) / groupHeads;
+        void *dkHead = bf16At(dk, b * kvRow + kv * d.S * d.D);
+        void *dvHead = bf16At(dv, b * kvRow + headAt(key.vTokens, kv, d.S));
+        void *partK = bf16At(partsBuf.as<void>(), part * partElems);
+        void *partV = bf16At(partsBuf.as<void>(), (parts + part) * partElems);
+        execute(*st, *plan,
+                {{kQ, bf16At(in.q, b * qRow + h * d.T * d.D)},
+                 {kK, bf16At(in.k, b * kvRow + kv * d.S * d.D)},
+                 {kV, bf16At(in.v, b * kvRow + headAt(key.vTokens, kv, d.S))},
+                 {kO, bf16At(o, b * qRow + headAt(key.outTokens, h, d.T))},
+                 {kDO, bf16At(g, b * qRow + headAt(key.outTokens, h, d.T))},
+                 {kStats, const_cast<float *>(statsPtr) + (b * d.Hq + h) * d.T},
+                 {kScale, &scaleValue},
+                 {kSoftmaxSum, softmaxSum.as<void>()},
+                 {kDQ, bf16At(dq, b * qRow + h * d.T * d.D)},
+                 {kDK, parts > 1 ? partK : dkHead},
+                 {kDV, parts > 1 ? partV : dvHead}},
+                ws.as<void>(), name);
+        if (parts > 1 && part == parts - 1) {
+          const auto *partsPtr = partsBuf.as<__nv_bfloat16>();
+          const unsigned blocks = std::min(gridFor(partElems), 4096u);
+          sumHeadPartsKernel<<<blocks, kThreads, 0, currentStream()>>>(
+              partsPtr, parts, partElems, d.D,
+              static_cast<__nv_bfloat16 *>(dkHead), d.D);
+          checkLaunch(name);
+          sumHeadPartsKernel<<<blocks, kThreads, 0, currentStream()>>>(
+              partsPtr + parts * partElems, parts, partElems, d.D,
+              static_cast<__nv_bfloat16 *>(dvHead),
+              key.vTokens ? key.Hkv * d.D : d.D);
+          checkLaunch(name);
+        }
       }
-    }
     partsBuf.release();
   }
   lock.unlock();

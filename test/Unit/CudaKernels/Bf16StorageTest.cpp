@@ -753,18 +753,21 @@ TEST_F(CudaBf16Storage, TokenMajorAttentionIsAttentionBetweenTransposes) {
 // The deterministic cuDNN backward keeps B * Hq * T * S bf16 of dP in its
 // workspace; over RONDO_CUDNN_WORKSPACE_MB it runs in head groups
 // (CudnnAttention.cu's headGroupPlan), still on cuDNN, on token-major v,
-// out, dOut and dV: at 12 MiB (2 x 8 query heads over 4 kv heads, T 1024,
-// dP 32 MiB) groups of 2 query heads, one kv head each; at 6 MiB single
-// query heads, each kv head's dK and dV summed from its heads' parts; and
-// over 2 kv heads at 6 MiB, four parts a kv head. Each split is the same
-// bits twice and within bf16's precision of the single call over all heads.
+// out, dOut and dV, one row a call: at 12 MiB (8 query heads over 4 kv
+// heads, T 1024, dP 16 MiB a row) groups of 2 query heads, one kv head
+// each; at 6 MiB single query heads, each kv head's dK and dV summed from
+// its heads' parts; and over 2 kv heads at 6 MiB, four parts a kv head; one
+// and two rows. Each split is the same bits twice and within bf16's
+// precision of the single call over all heads.
 TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
   if (const char *why = cu::cudnnAttentionUnavailable())
     GTEST_SKIP() << "cuDNN attention unavailable: " << why;
   AttentionSwitch path("cudnn");
   cu::setPrecision(cu::Precision::Bf16);
-  for (int64_t Hkv : {4, 2}) {
-    const int64_t B = 2, Hq = 8, T = 1024, D = 128;
+  for (std::pair<int64_t, int64_t> rowsAndKvHeads :
+       {std::pair<int64_t, int64_t>{2, 4}, {1, 4}, {2, 2}}) {
+    const int64_t B = rowsAndKvHeads.first, Hkv = rowsAndKvHeads.second;
+    const int64_t Hq = 8, T = 1024, D = 128;
     Shape qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T};
     Shape qt{B, T, Hq, D}, kt{B, T, Hkv, D};
     std::vector<uint16_t> qb, kb, vb, gb;
@@ -787,7 +790,8 @@ TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
           gTok.cv(), true, 0, scale, dq.v(), dk.v(), dv.v());
       unsetenv("RONDO_CUDNN_WORKSPACE_MB");
       EXPECT_EQ(std::string(implName(cu::lastAttentionImpl())), "cudnn")
-          << "Hkv " << Hkv << " limit " << (limitMb ? limitMb : "default");
+          << "B " << B << " Hkv " << Hkv << " limit "
+          << (limitMb ? limitMb : "default");
       return Grads{dq.host(), dk.host(), dv.host()};
     };
     const Grads whole = backward(nullptr);
@@ -797,8 +801,9 @@ TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
       const Grads split = backward(limitMb), again = backward(limitMb);
       const char *names[] = {"dQ", "dK", "dV"};
       for (size_t i = 0; i < 3; ++i) {
-        std::string what = std::string(names[i]) + " Hkv " +
-                           std::to_string(Hkv) + " limit " + limitMb + " MiB";
+        std::string what = std::string(names[i]) + " B " + std::to_string(B) +
+                           " Hkv " + std::to_string(Hkv) + " limit " + limitMb +
+                           " MiB";
         EXPECT_EQ(split[i], again[i]) << what << ": not the same bits twice";
         std::vector<float> x(split[i].size()), y(whole[i].size());
         for (size_t j = 0; j < x.size(); ++j) {
