@@ -380,8 +380,9 @@ int64_t workspaceLimit() {
 
 /// The head group a deterministic backward runs in when its plan for all
 /// heads needs more workspace than `limit` (its dP is B * Hq * T * S bf16:
-/// 64 GiB for 32 query heads at T = 32K): the most query heads g whose plan
-/// fits, either whole kv heads' groups (g a multiple of Hq / Hkv: each call
+/// 64 GiB for 32 query heads at T = 32K): one row a call, with the most
+/// query heads g whose plan fits (all of them where one row's does), either
+/// whole kv heads' groups (g a multiple of Hq / Hkv: each call
 /// writes its kv heads' dK and dV) or a part of one kv head's group (g
 /// dividing Hq / Hkv: each call's share of dK and dV goes to a temporary
 /// and the parts are summed in a fixed order). The shapes and the limit
@@ -393,8 +394,9 @@ Plan *headGroupPlan(DeviceState &st, const Key &full, int64_t limit,
   const int64_t ratio = full.Hq / full.Hkv;
   if (!full.backward || !full.deterministic || full.T % 4 != 0)
     return nullptr;
-  for (int64_t g = full.Hq - 1; g >= 1; --g) {
-    if (full.Hq % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0)
+  for (int64_t g = full.Hq; g >= 1; --g) {
+    if (full.Hq % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0 ||
+        (g == full.Hq && full.B == 1))
       continue;
     // dP alone over the limit: not worth compiling the plan.
     if (g * full.T * full.S * 2 > limit)
@@ -449,7 +451,7 @@ bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
              std::to_string(plan->workspace >> 20) +
              " MiB of workspace, over RONDO_CUDNN_WORKSPACE_MB=" +
              std::to_string(limit >> 20) + ": run in groups of " +
-             std::to_string(call.Hq) + " query heads (" +
+             std::to_string(call.Hq) + " query heads of one row (" +
              std::to_string(group->workspace >> 20) + " MiB each)";
       plan = group;
       return true;
@@ -664,7 +666,7 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
       {kDV, dv}};
   if (!key.deterministic)
     bindings.push_back({kDQAccum, acc.as<void>()});
-  if (call.Hq == key.Hq) {
+  if (call.Hq == key.Hq && call.B == key.B) {
     execute(*st, *plan, bindings, ws.as<void>(), name);
   } else {
     // Head groups of one row each (headGroupPlan): the pointers of each
