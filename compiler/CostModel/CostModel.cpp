@@ -197,9 +197,37 @@ static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
                       4 * static_cast<double>(q.getDimSize(3)));
 }
 
+/// The query heads a cuDNN backward whose microbatch is over the workspace
+/// limit runs in, one call each (the runtime's headGroupPlan in
+/// runtime/kernels/cuda/CudnnAttention.cu): one row a call, the most heads
+/// g, a multiple or a divisor of the query heads a kv head serves, whose
+/// workspace (cudnnWorkspaceBytes of one row and g heads) fits; 0 where
+/// none fits (a single head of one row at 64K keys: 8.6 GB), and the flash
+/// kernels run.
+static int64_t cudnnHeadGroup(Operation *op, const DeviceSpec &spec) {
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto k = cast<RankedTensorType>(op->getOperand(1).getType());
+  int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1),
+          queries = q.getDimSize(2), keys = k.getDimSize(2),
+          headDim = q.getDimSize(3);
+  if (kvHeads <= 0 || heads % kvHeads != 0 || queries % 4 != 0)
+    return 0;
+  int64_t ratio = heads / kvHeads;
+  for (int64_t g = heads; g >= 1; --g) {
+    if (heads % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0)
+      continue;
+    double bytes =
+        static_cast<double>(g) * static_cast<double>(queries) *
+        (2 * static_cast<double>(keys) + 4 * static_cast<double>(headDim));
+    if (bytes <= spec.cudnnAttentionWorkspaceBytes)
+      return g;
+  }
+  return 0;
+}
+
 /// Why a GPU runs this attention on Rondo's flash kernels rather than
 /// cuDNN's fused graph, or "" when cuDNN takes it: the runtime's rules
-/// (shapeRefusal and workspaceLimit in
+/// (shapeRefusal, workspaceLimit and headGroupPlan in
 /// runtime/kernels/cuda/CudnnAttention.cu).
 static std::string cudnnRefusal(Operation *op, const DeviceSpec &spec,
                                 const CostOptions &options) {
@@ -220,11 +248,12 @@ static std::string cudnnRefusal(Operation *op, const DeviceSpec &spec,
   if (auto forward = dyn_cast<tg::AttentionOp>(op))
     return forward.getSinks() ? "attention sinks" : "";
   double workspace = cudnnWorkspaceBytes(op, options);
-  if (workspace > spec.cudnnAttentionWorkspaceBytes)
+  if (workspace > spec.cudnnAttentionWorkspaceBytes &&
+      cudnnHeadGroup(op, spec) == 0)
     return llvm::formatv("cuDNN's deterministic workspace, {0:f2} GB a "
                          "microbatch, exceeds the runtime's {1:f2} GB "
-                         "(RONDO_CUDNN_WORKSPACE_MB); fewer rows a "
-                         "microbatch fit it",
+                         "(RONDO_CUDNN_WORKSPACE_MB) even for one query "
+                         "head of one row",
                          workspace / 1e9,
                          spec.cudnnAttentionWorkspaceBytes / 1e9);
   return "";
@@ -241,9 +270,20 @@ rondo::cost::attentionImplementation(Operation *op, const DeviceSpec &spec,
   if (!spec.isGpu || !isa<tg::AttentionOp, tg::AttentionGradOp>(op))
     return std::nullopt;
   std::string why = cudnnRefusal(op, spec, options);
-  if (why.empty())
-    return std::string("cuDNN's fused graph");
-  return "Rondo's flash kernels: " + why;
+  if (!why.empty())
+    return "Rondo's flash kernels: " + why;
+  double workspace = cudnnWorkspaceBytes(op, options);
+  if (isa<tg::AttentionGradOp>(op) &&
+      workspace > spec.cudnnAttentionWorkspaceBytes) {
+    int64_t group = cudnnHeadGroup(op, spec);
+    return std::string(llvm::formatv(
+        "cuDNN's fused graph, in groups of {0} query head{1} of one row (its "
+        "deterministic workspace, {2:f2} GB a microbatch, exceeds the "
+        "runtime's {3:f2} GB, RONDO_CUDNN_WORKSPACE_MB)",
+        group, group == 1 ? "" : "s", workspace / 1e9,
+        spec.cudnnAttentionWorkspaceBytes / 1e9));
+  }
+  return std::string("cuDNN's fused graph");
 }
 
 static double attentionEfficiency(Operation *op, const DeviceSpec &spec,
@@ -257,7 +297,9 @@ static double attentionEfficiency(Operation *op, const DeviceSpec &spec,
     efficiency = backward && spec.cudnnAttentionBackwardEfficiency > 0
                      ? spec.cudnnAttentionBackwardEfficiency
                      : spec.cudnnAttentionEfficiency;
-    h = spec.cudnnAttentionTokensForHalfEfficiency;
+    h = backward && spec.cudnnAttentionBackwardTokensForHalfEfficiency > 0
+            ? spec.cudnnAttentionBackwardTokensForHalfEfficiency
+            : spec.cudnnAttentionTokensForHalfEfficiency;
   }
   if (h <= 0)
     return efficiency;

@@ -68,13 +68,16 @@ struct DeviceSpec {
   /// 128 unless a forward has sinks, a causal one has fewer keys than
   /// queries, or a backward's deterministic workspace (dP in bf16 and dQ in
   /// fp32, 2 B Hq T S + 4 B Hq T D bytes a microbatch) exceeds
-  /// cudnnAttentionWorkspaceBytes (the runtime's RONDO_CUDNN_WORKSPACE_MB):
-  /// forward and backward efficiencies at attentionFitTokens keys and their own
-  /// half-efficiency length, as above. 0: no cuDNN path (the flash kernels'
-  /// rates apply).
+  /// cudnnAttentionWorkspaceBytes (the runtime's RONDO_CUDNN_WORKSPACE_MB)
+  /// even for one query head of one row (over it, the runtime calls cuDNN
+  /// for groups of heads of one row, priced alike):
+  /// forward and backward efficiencies at attentionFitTokens keys and their
+  /// own half-efficiency lengths, as above (the backward's, where 0, the
+  /// forward's). 0: no cuDNN path (the flash kernels' rates apply).
   double cudnnAttentionEfficiency = 0;
   double cudnnAttentionBackwardEfficiency = 0;
   double cudnnAttentionTokensForHalfEfficiency = 0;
+  double cudnnAttentionBackwardTokensForHalfEfficiency = 0;
   double cudnnAttentionWorkspaceBytes = 4.0 * (1 << 30);
   double memoryBandwidth = 0;
   double memoryEfficiency = 0.8;

@@ -71,12 +71,7 @@ static DeviceSpec h100() {
   // TFLOP/s forward and 313 backward in the kernel profile of
   // bench/results/h100x1/full-table-2026-11-27, where it reads and writes
   // bf16 q, k, v, out, dO and gradients without conversions (255 and 254
-  // with the fp32 interface's conversions, cudnn-graphs-2026-11-27). Its
-  // rate grows faster with the keys than the flash
-  // kernels': 1.44x forward and 1.37x backward from 4K to 8K keys at one
-  // row (bench/results/h100x1/attention-cudnn-2026-11-27), which
-  // S / (S + 5100) gives. Longer rows whose backward workspace exceeds 4
-  // GiB run on the flash kernels, at the rates above.
+  // with the fp32 interface's conversions, cudnn-graphs-2026-11-27).
   // Recalibrated on 2026-11-28 from CUPTI's kernel times, which a per-call
   // profile scope overstated for the short forward: at W1's shape the
   // forward kernel takes 63.8 ms a step (483 TFLOP/s, PyTorch's SDPA 60.4
@@ -85,7 +80,16 @@ static DeviceSpec h100() {
   // (the rates above had priced them at 91.6 and 245.6 ms).
   s.cudnnAttentionEfficiency = 0.488;
   s.cudnnAttentionBackwardEfficiency = 0.332;
-  s.cudnnAttentionTokensForHalfEfficiency = 5100;
+  // Its rate against the keys per row, at the Qwen3-8B shape (one row, 32
+  // query heads over 8 kv heads, token-major as the trainer calls it) on
+  // an H200 (bench/results/h200x1/long-attention-2026-11-28): forward 634
+  // and 666 TFLOP/s at 16K and 32K keys, 1.31x and 1.38x W1's 483, which
+  // S / (S + 1877) gives; the backward, in head groups there (4 and 1
+  // query heads of the row a call), 374 and 388, 1.14x and 1.18x W1's 329:
+  // S / (S + 860). (The 5,100 of before came from 4K to 8K keys at one row
+  // of 16 heads, whose 4K point is slower than W1's two rows.)
+  s.cudnnAttentionTokensForHalfEfficiency = 1877;
+  s.cudnnAttentionBackwardTokensForHalfEfficiency = 860;
   // The experts' grouped GEMMs (GroupedGemmSm90.cu) on Qwen3-30B-A3B's
   // expert shapes, forward, input and weight gradient: 204-244 TFLOP/s
   // (bench/results/h100x1/grouped-gemm-2026-11-27), against cuBLAS's
@@ -287,6 +291,8 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
        &spec.cudnnAttentionBackwardEfficiency},
       {"cudnn_attention_tokens_for_half_efficiency",
        &spec.cudnnAttentionTokensForHalfEfficiency},
+      {"cudnn_attention_backward_tokens_for_half_efficiency",
+       &spec.cudnnAttentionBackwardTokensForHalfEfficiency},
       {"cudnn_attention_workspace_bytes", &spec.cudnnAttentionWorkspaceBytes},
       {"memory_bandwidth", &spec.memoryBandwidth},
       {"memory_efficiency", &spec.memoryEfficiency},
