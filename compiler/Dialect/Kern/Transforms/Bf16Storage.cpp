@@ -28,6 +28,7 @@
 
 #include "Dialect/Exec/IR/ExecOps.h"
 #include "Dialect/Kern/IR/KernelTable.h"
+#include "Dialect/Kern/Transforms/Bf16Twins.h"
 #include "Dialect/TG/IR/TGOps.h"
 
 #include "mlir/IR/IRMapping.h"
@@ -50,23 +51,6 @@ namespace rondo::kern {
 } // namespace rondo::kern
 
 namespace {
-
-/// The kernel that computes what `kernel` computes and stores it in bf16:
-/// by KernelList.def's naming rule, `<kernel>ToBf16`, when the list has it
-/// ("" otherwise). The call's verifier checks its parameters.
-std::string bf16Twin(StringRef kernel) {
-  std::string twin = (kernel + "ToBf16").str();
-  return lookupKernel(twin) ? twin : std::string();
-}
-
-bool isF32(Value v) {
-  return cast<RankedTensorType>(v.getType()).getElementType().isF32();
-}
-
-RankedTensorType asBf16(Type t) {
-  auto r = cast<RankedTensorType>(t);
-  return RankedTensorType::get(r.getShape(), BFloat16Type::get(t.getContext()));
-}
 
 /// The kernel that computes `kernel`'s result from its leading operands in
 /// bf16 (bf16Operands of them), or "" when `kernel` reads none in bf16: the
@@ -160,17 +144,6 @@ void eraseDeadReshapes(Value v) {
 
 using UsesBySource = llvm::MapVector<Value, SmallVector<ProductUse>>;
 
-/// Which results of kernel `twin` it stores in bf16 (its BView results, in
-/// order): a twin may keep some in fp32, as a norm's backward keeps its
-/// weight gradient.
-SmallVector<bool> bf16Results(StringRef twin) {
-  SmallVector<bool> bf16;
-  for (const KernelParam &p : lookupKernel(twin)->params)
-    if (p.kind == ParamKind::Output || p.kind == ParamKind::Bf16Output)
-      bf16.push_back(p.kind == ParamKind::Bf16Output);
-  return bf16;
-}
-
 /// Replaces `producer` by its bf16 twin when every result the twin stores in
 /// bf16 is read only by products (a skipped or unread result stays unread):
 /// each such result's products then read the twin's result; results the
@@ -178,26 +151,16 @@ SmallVector<bool> bf16Results(StringRef twin) {
 /// success.
 LogicalResult storeResultsInBf16(CallOp producer, UsesBySource &bySource,
                                  const ProductSet &products) {
-  std::string twin = bf16Twin(producer.getKernel());
-  if (twin.empty() || !producer.getInits().empty())
-    return failure();
-  SmallVector<bool> bf16 = bf16Results(twin);
-  if (bf16.size() != producer->getNumResults())
+  std::optional<Bf16ResultTwin> twin = bf16ResultTwin(producer);
+  if (!twin)
     return failure();
   for (auto [k, r] : llvm::enumerate(producer->getResults()))
-    if (bf16[k] && !r.use_empty() &&
+    if (twin->bf16[k] && !r.use_empty() &&
         (!bySource.count(r) || !onlyProducts(r, products)))
       return failure();
-  SmallVector<Type> types;
-  for (auto [k, r] : llvm::enumerate(producer->getResults()))
-    types.push_back(bf16[k] ? asBf16(r.getType()) : r.getType());
-  OpBuilder b(producer);
-  auto stored = CallOp::create(
-      b, producer.getLoc(), types,
-      FlatSymbolRefAttr::get(producer.getContext(), twin), producer.getInputs(),
-      ValueRange{}, producer.getArgsAttr(), producer.getSkipAttr());
+  CallOp stored = createBf16ResultTwin(producer, *twin);
   for (auto [k, r] : llvm::enumerate(producer->getResults())) {
-    if (!bf16[k]) {
+    if (!twin->bf16[k]) {
       r.replaceAllUsesWith(stored.getResult(k));
       continue;
     }
