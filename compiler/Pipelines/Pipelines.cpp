@@ -169,6 +169,12 @@ void rondo::buildExecPipeline(OpPassManager &pm, bool peerHandoff,
   }
   if (gpuKernels)
     pm.addNestedPass<func::FuncOp>(kern::createKernFuseResidualNormPass());
+  // Last: values the scales' fusion left to their toBf16 copies alone are
+  // stored in bf16 by their kernels, once the fusions have matched the fp32
+  // kernels they look for (a residual gradient's Add read only by its copy
+  // still becomes rmsNormBackwardAddWithBf16).
+  if (bf16Storage && gpuKernels)
+    pm.addNestedPass<func::FuncOp>(kern::createKernFoldBf16CopiesPass());
 }
 
 void rondo::registerPipelines() {

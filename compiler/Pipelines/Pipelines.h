@@ -86,7 +86,9 @@ void buildPlanPipeline(mlir::OpPassManager &pm,
 /// rotary run as one kernel (kern-fuse-norm-rotary). `bf16Storage` (bf16
 /// precision): products read bf16 operands (kern-bf16-storage); with
 /// `gpuKernels` too, attention reads and writes the projections'
-/// token-major tensors (kern-fuse-attention-layout).
+/// token-major tensors (kern-fuse-attention-layout), and, last, a value
+/// only toBf16 copies read is stored in bf16 by its kernel
+/// (kern-fold-bf16-copies).
 void buildExecPipeline(mlir::OpPassManager &pm, bool peerHandoff = true,
                        bool bf16Storage = false, bool gpuKernels = false);
 

@@ -284,6 +284,67 @@ def KernFuseProductScalePass
   let dependentDialects = ["::rondo::kern::KernDialect"];
 }
 
+def KernFoldBf16CopiesPass
+    : Pass<"kern-fold-bf16-copies", "mlir::func::FuncOp"> {
+  let summary = "Store a value in bf16 where only its toBf16 copies read it";
+  let description = [{
+    In each stage function (`exec.stage`), a call whose fp32 results are read
+    by nothing but `toBf16` copies becomes its bf16 twin (`<kernel>ToBf16`,
+    KernelList.def's naming rule, as in kern-bf16-storage), and the copies'
+    readers read the twin's result: several copies of one value become the
+    one result. After kern-fuse-product-scale these are LoRA's values: the
+    x·A products (copied for the B product and again for the B gradient's),
+    and the gradients the scale Muls used to read (`gatedActBackward`'s
+    dGate and dUp, the query and key heads' dX from
+    `rmsNormRotaryBackwardBf16`).
+
+    The call is replaced when the twin exists and takes the call's
+    parameters, by name and kind, except fp32 results (FView) that it stores
+    in bf16 (BView); the call has no inits (an accumulating product keeps
+    its fp32 sum); and every reader of each result the twin stores in bf16
+    is a `toBf16` of it (a result with no reader is fine; a function result
+    or any other reader keeps the call as it is). Results the twin keeps in
+    fp32 keep their readers (`rmsNormRotaryBackwardBf16ToBf16`'s dW).
+
+    A twin rounds the fp32 value its kernel computes to bf16 (nearest even)
+    as it stores it, which is what the copy did with the stored value, so
+    the bits are the copies'. On the CPU, whose kernels define the twins,
+    `matmulBf16ToBf16` runs `matmulBf16` into a zeroed fp32 temporary and
+    stores it through `floatToBf16Bits`, `toBf16`'s rounding, and
+    `gatedActBackwardToBf16` and `rmsNormRotaryBackwardBf16ToBf16` run their
+    fp32 kernel into fp32 temporaries and store them the same way. On the
+    GPU the element-wise twins store the rounding of the fp32 kernel's
+    values, bit for bit (Bf16StorageTest's `expectRoundingOf`); cuBLAS rounds
+    `matmulBf16ToBf16`'s fp32 accumulators in its epilogue, but may pick
+    another kernel for a bf16 result, so the sums it rounds may differ from
+    `matmulBf16`'s in their last bits (as for kern-bf16-storage's stored
+    products). The fp32 result is written and read no more; the bf16 one
+    lives from the call to its last reader, where the fp32 one lived to the
+    last copy and each copy to its readers, so no point of the function
+    holds more.
+
+    Runs last on GPU trainers in bf16, after kern-fuse-product-scale has
+    left the copies and after kern-fuse-residual-norm has matched the fp32
+    kernels it fuses: the last layer's residual gradient Add, which only
+    its copy reads, becomes `rmsNormBackwardAddWithBf16` with that copy
+    rather than a `binaryToBf16` behind a separate norm backward.
+
+    ```mlir
+    %p = kern.call @matmulBf16(%x, %a) args {accumulate = false,
+        transA = false, transB = false}
+        : (tensor<64x32xbf16>, tensor<32x4xbf16>) -> tensor<64x4xf32>
+    %c1 = kern.call @toBf16(%p) : (tensor<64x4xf32>) -> tensor<64x4xbf16>
+    ...
+    %c2 = kern.call @toBf16(%p) : (tensor<64x4xf32>) -> tensor<64x4xbf16>
+    // becomes (the readers of %c1 and %c2 read %p)
+    %p = kern.call @matmulBf16ToBf16(%x, %a) args {accumulate = false,
+        transA = false, transB = false}
+        : (tensor<64x32xbf16>, tensor<32x4xbf16>) -> tensor<64x4xbf16>
+    ```
+  }];
+  let dependentDialects = ["::rondo::kern::KernDialect"];
+}
+
 def KernFuseAttentionLayoutPass
     : Pass<"kern-fuse-attention-layout", "mlir::func::FuncOp"> {
   let summary = "Read v and dO, write the output and dV token-major";
