@@ -264,6 +264,23 @@ static bool onCudnn(Operation *op, const DeviceSpec &spec,
   return cudnnRefusal(op, spec, options).empty();
 }
 
+/// The workspace a cuDNN attention backward holds while it runs: the
+/// microbatch's, or where that is over the limit its head group's (one row
+/// of cudnnHeadGroup's heads; the parts of dK and dV summed after the
+/// groups are S D bf16 each, negligible beside it).
+static double cudnnWorkspaceInUse(Operation *op, const DeviceSpec &spec,
+                                  const CostOptions &options) {
+  double whole = cudnnWorkspaceBytes(op, options);
+  if (whole <= spec.cudnnAttentionWorkspaceBytes)
+    return whole;
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto k = cast<RankedTensorType>(op->getOperand(1).getType());
+  return static_cast<double>(cudnnHeadGroup(op, spec)) *
+         static_cast<double>(q.getDimSize(2)) *
+         (2 * static_cast<double>(k.getDimSize(2)) +
+          4 * static_cast<double>(q.getDimSize(3)));
+}
+
 std::optional<std::string>
 rondo::cost::attentionImplementation(Operation *op, const DeviceSpec &spec,
                                      const CostOptions &options) {
@@ -570,10 +587,11 @@ rondo::cost::buildLayerTable(func::FuncOp func, const DeviceSpec &spec,
         outputs += deviceBytes(r.getType(), /*bf16=*/false) / m;
       // cuDNN's deterministic attention backward keeps dP, in bf16, in its
       // workspace while it runs (2 B Hq T S bytes a microbatch, and dQ in
-      // fp32: 2.2 GB at
-      // the Qwen3-30B-A3B shape's 32 heads and 2 rows of 4K tokens).
+      // fp32: 2.2 GB at the Qwen3-30B-A3B shape's 32 heads and 2 rows of
+      // 4K tokens), or a head group's share where the whole is over the
+      // limit (2.2 GB for one head of the 8B shape's 32K-token row).
       if (isa<tg::AttentionGradOp>(op) && onCudnn(&op, spec, options))
-        outputs += cudnnWorkspaceBytes(&op, options);
+        outputs += cudnnWorkspaceInUse(&op, spec, options);
       layer.transientBytes =
           std::max(layer.transientBytes, liveBefore + outputs);
       layer.backwardWork = true;
