@@ -197,32 +197,43 @@ static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
                       4 * static_cast<double>(q.getDimSize(3)));
 }
 
-/// The query heads a cuDNN backward whose microbatch is over the workspace
-/// limit runs in, one call each (the runtime's headGroupPlan in
-/// runtime/kernels/cuda/CudnnAttention.cu): one row a call, the most heads
-/// g, a multiple or a divisor of the query heads a kv head serves, whose
-/// workspace (cudnnWorkspaceBytes of one row and g heads) fits; 0 where
-/// none fits (a single head of one row at 64K keys: 8.6 GB), and the flash
-/// kernels run.
-static int64_t cudnnHeadGroup(Operation *op, const DeviceSpec &spec) {
+/// The rows and query heads of the calls a cuDNN backward whose microbatch
+/// is over the workspace limit runs in (the runtime's headGroupPlan in
+/// runtime/kernels/cuda/CudnnAttention.cu): rows of all heads where some
+/// rows fit (the most rows dividing the microbatch's), else one row with
+/// the most heads g, a multiple or a divisor of the query heads a kv head
+/// serves, whose workspace (cudnnWorkspaceBytes of those rows and heads)
+/// fits. {0, 0} where none fits (a single head of one row at 64K keys: 8.6
+/// GB), and the flash kernels run.
+struct CudnnGroup {
+  int64_t rows = 0, heads = 0;
+};
+static CudnnGroup cudnnGroup(Operation *op, const DeviceSpec &spec,
+                             const CostOptions &options) {
   auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = cast<RankedTensorType>(op->getOperand(1).getType());
   int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1),
           queries = q.getDimSize(2), keys = k.getDimSize(2),
           headDim = q.getDimSize(3);
+  int64_t microbatchRows = std::max<int64_t>(
+      1, q.getDimSize(0) / std::max<int64_t>(1, options.microbatches));
   if (kvHeads <= 0 || heads % kvHeads != 0 || queries % 4 != 0)
-    return 0;
+    return {};
+  auto fits = [&](int64_t rows, int64_t g) {
+    return static_cast<double>(rows * g) * static_cast<double>(queries) *
+               (2 * static_cast<double>(keys) +
+                4 * static_cast<double>(headDim)) <=
+           spec.cudnnAttentionWorkspaceBytes;
+  };
+  for (int64_t rows = microbatchRows - 1; rows >= 1; --rows)
+    if (microbatchRows % rows == 0 && fits(rows, heads))
+      return {rows, heads};
   int64_t ratio = heads / kvHeads;
-  for (int64_t g = heads; g >= 1; --g) {
-    if (heads % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0)
-      continue;
-    double bytes =
-        static_cast<double>(g) * static_cast<double>(queries) *
-        (2 * static_cast<double>(keys) + 4 * static_cast<double>(headDim));
-    if (bytes <= spec.cudnnAttentionWorkspaceBytes)
-      return g;
-  }
-  return 0;
+  for (int64_t g = heads - 1; g >= 1; --g)
+    if (heads % g == 0 && (g >= ratio ? g % ratio : ratio % g) == 0 &&
+        fits(1, g))
+      return {1, g};
+  return {};
 }
 
 /// Why a GPU runs this attention on Rondo's flash kernels rather than
@@ -249,7 +260,7 @@ static std::string cudnnRefusal(Operation *op, const DeviceSpec &spec,
     return forward.getSinks() ? "attention sinks" : "";
   double workspace = cudnnWorkspaceBytes(op, options);
   if (workspace > spec.cudnnAttentionWorkspaceBytes &&
-      cudnnHeadGroup(op, spec) == 0)
+      cudnnGroup(op, spec, options).rows == 0)
     return llvm::formatv("cuDNN's deterministic workspace, {0:f2} GB a "
                          "microbatch, exceeds the runtime's {1:f2} GB "
                          "(RONDO_CUDNN_WORKSPACE_MB) even for one query "
@@ -265,9 +276,9 @@ static bool onCudnn(Operation *op, const DeviceSpec &spec,
 }
 
 /// The workspace a cuDNN attention backward holds while it runs: the
-/// microbatch's, or where that is over the limit its head group's (one row
-/// of cudnnHeadGroup's heads; the parts of dK and dV summed after the
-/// groups are S D bf16 each, negligible beside it).
+/// microbatch's, or where that is over the limit its group's (cudnnGroup's
+/// rows and heads; the parts of dK and dV summed after the groups are S D
+/// bf16 each, negligible beside it).
 static double cudnnWorkspaceInUse(Operation *op, const DeviceSpec &spec,
                                   const CostOptions &options) {
   double whole = cudnnWorkspaceBytes(op, options);
@@ -275,7 +286,8 @@ static double cudnnWorkspaceInUse(Operation *op, const DeviceSpec &spec,
     return whole;
   auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = cast<RankedTensorType>(op->getOperand(1).getType());
-  return static_cast<double>(cudnnHeadGroup(op, spec)) *
+  CudnnGroup group = cudnnGroup(op, spec, options);
+  return static_cast<double>(group.rows * group.heads) *
          static_cast<double>(q.getDimSize(2)) *
          (2 * static_cast<double>(k.getDimSize(2)) +
           4 * static_cast<double>(q.getDimSize(3)));
@@ -292,13 +304,21 @@ rondo::cost::attentionImplementation(Operation *op, const DeviceSpec &spec,
   double workspace = cudnnWorkspaceBytes(op, options);
   if (isa<tg::AttentionGradOp>(op) &&
       workspace > spec.cudnnAttentionWorkspaceBytes) {
-    int64_t group = cudnnHeadGroup(op, spec);
+    CudnnGroup group = cudnnGroup(op, spec, options);
+    auto q = cast<RankedTensorType>(op->getOperand(0).getType());
+    std::string calls =
+        group.heads == q.getDimSize(1)
+            ? llvm::formatv("{0} row{1} of all heads", group.rows,
+                            group.rows == 1 ? "" : "s")
+                  .str()
+            : llvm::formatv("{0} query head{1} of one row", group.heads,
+                            group.heads == 1 ? "" : "s")
+                  .str();
     return std::string(llvm::formatv(
-        "cuDNN's fused graph, in groups of {0} query head{1} of one row (its "
-        "deterministic workspace, {2:f2} GB a microbatch, exceeds the "
-        "runtime's {3:f2} GB, RONDO_CUDNN_WORKSPACE_MB)",
-        group, group == 1 ? "" : "s", workspace / 1e9,
-        spec.cudnnAttentionWorkspaceBytes / 1e9));
+        "cuDNN's fused graph, in groups of {0} (its deterministic workspace, "
+        "{1:f2} GB a microbatch, exceeds the runtime's {2:f2} GB, "
+        "RONDO_CUDNN_WORKSPACE_MB)",
+        calls, workspace / 1e9, spec.cudnnAttentionWorkspaceBytes / 1e9));
   }
   return std::string("cuDNN's fused graph");
 }

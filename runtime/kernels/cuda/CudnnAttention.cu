@@ -52,10 +52,11 @@
 // NONDETERMINISTIC are skipped either way, and the tests compare two runs
 // bit for bit. That workspace grows with T^2 (64 GiB for 32 query heads at
 // T = 32K): over RONDO_CUDNN_WORKSPACE_MB the backward runs in groups of
-// query heads of one row, one call each on slices of the same tensors (the
-// group's plan has the whole tensors' strides), and where a group is part
-// of a kv head's, the parts of that head's dK and dV are summed in a fixed
-// order (headGroupPlan), rather than on Rondo's slower kernels.
+// rows, or of query heads of one row, one call each on slices of the same
+// tensors (the group's plan has the whole tensors' strides), and where a
+// group is part of a kv head's, the parts of that head's dK and dV are
+// summed in a fixed order (headGroupPlan), rather than on Rondo's slower
+// kernels.
 //
 // The contract is unchanged: fp32 views in and out. q, k, v (and O, dO) are
 // rounded to bf16 into stream-ordered temporaries, as for Rondo's kernels;
@@ -378,42 +379,49 @@ int64_t workspaceLimit() {
   return mb << 20;
 }
 
-/// The head group a deterministic backward runs in when its plan for all
-/// heads needs more workspace than `limit` (its dP is B * Hq * T * S bf16:
-/// 64 GiB for 32 query heads at T = 32K): one row a call, with the most
-/// query heads g whose plan fits (all of them where one row's does), either
-/// whole kv heads' groups (g a multiple of Hq / Hkv: each call
-/// writes its kv heads' dK and dV) or a part of one kv head's group (g
-/// dividing Hq / Hkv: each call's share of dK and dV goes to a temporary
-/// and the parts are summed in a fixed order). The shapes and the limit
-/// alone choose the group, so the bits do not depend on what else holds
-/// memory. Null when no group fits (or the stats rows of a group would not
-/// start 16-byte aligned); the device lock must be held.
+/// The group a deterministic backward runs in when its plan for the whole
+/// microbatch needs more workspace than `limit` (its dP is B * Hq * T * S
+/// bf16: 64 GiB for 32 query heads at T = 32K): rows of all heads where
+/// some rows' plan fits (the most rows dividing B: W1's 8-row microbatch
+/// in two calls of 4 rows), else one row a call with the most query heads g
+/// whose plan fits, either whole kv heads' groups (g a multiple of Hq /
+/// Hkv: each call writes its kv heads' dK and dV) or a part of one kv
+/// head's group (g dividing Hq / Hkv: each call's share of dK and dV goes
+/// to a temporary and the parts are summed in a fixed order). A group of
+/// fewer heads takes one row: cuDNN's deterministic engine writes dQ as if
+/// its batch stride were the group's, not the whole tensor's (with all
+/// heads the two are the same). The shapes and the limit alone choose the
+/// group, so the bits do not depend on what else holds memory. Null when
+/// no group fits (or the stats rows of a group would not start 16-byte
+/// aligned); the device lock must be held.
 Plan *headGroupPlan(DeviceState &st, const Key &full, int64_t limit,
                     Key &group) {
   const int64_t ratio = full.Hq / full.Hkv;
   if (!full.backward || !full.deterministic || full.T % 4 != 0)
     return nullptr;
-  for (int64_t g = full.Hq; g >= 1; --g) {
-    if (full.Hq % g != 0 || (g >= ratio ? g % ratio : ratio % g) != 0 ||
-        (g == full.Hq && full.B == 1))
-      continue;
+  auto tryGroup = [&](int64_t rows, int64_t g) -> Plan * {
     // dP alone over the limit: not worth compiling the plan.
-    if (g * full.T * full.S * 2 > limit)
-      continue;
-    // One row a call: cuDNN's deterministic engine writes dQ as if its
-    // batch stride were the group's, not the whole tensor's.
+    if (rows * g * full.T * full.S * 2 > limit)
+      return nullptr;
     Key k = full;
-    k.B = 1;
+    k.B = rows;
     k.Hq = g;
     k.Hkv = g >= ratio ? g / ratio : 1;
     k.kvOutHeads = g >= ratio ? full.Hkv : 1;
     Plan *p = planFor(st, k);
-    if (p && p->workspace <= limit) {
-      group = k;
-      return p;
-    }
-  }
+    if (!p || p->workspace > limit)
+      return nullptr;
+    group = k;
+    return p;
+  };
+  for (int64_t rows = full.B - 1; rows >= 1; --rows)
+    if (full.B % rows == 0)
+      if (Plan *p = tryGroup(rows, full.Hq))
+        return p;
+  for (int64_t g = full.Hq - 1; g >= 1; --g)
+    if (full.Hq % g == 0 && (g >= ratio ? g % ratio : ratio % g) == 0)
+      if (Plan *p = tryGroup(1, g))
+        return p;
   return nullptr;
 }
 
@@ -451,8 +459,9 @@ bool acquire(const Key &k, DeviceState *&state, Plan *&plan,
              std::to_string(plan->workspace >> 20) +
              " MiB of workspace, over RONDO_CUDNN_WORKSPACE_MB=" +
              std::to_string(limit >> 20) + ": run in groups of " +
-             std::to_string(call.Hq) + " query heads of one row (" +
-             std::to_string(group->workspace >> 20) + " MiB each)";
+             std::to_string(call.B) + " row(s) of " + std::to_string(call.Hq) +
+             " query heads (" + std::to_string(group->workspace >> 20) +
+             " MiB each)";
       plan = group;
       return true;
     }
@@ -669,9 +678,10 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
   if (call.Hq == key.Hq && call.B == key.B) {
     execute(*st, *plan, bindings, ws.as<void>(), name);
   } else {
-    // Head groups of one row each (headGroupPlan): the pointers of each
-    // group's slice of every tensor; the strides are the whole tensors'
-    // (the group's Key). A row's offset is the same in either layout.
+    // Groups of rows or heads (headGroupPlan): the pointers of each group's
+    // slice of every tensor; the strides are the whole tensors' (the
+    // group's Key). A row's offset is the same in either layout; the parts
+    // of dK and dV exist only for groups of one row.
     const int64_t ratio = key.Hq / key.Hkv, groupHeads = call.Hq;
     const int64_t parts = groupHeads < ratio ? ratio / groupHeads : 1;
     const int64_t partElems = d.S * d.D;
@@ -680,7 +690,7 @@ bool cudnnAttentionBackward(const FlashDims &d, const float *q, const float *k,
     const auto headAt = [&](bool tokens, int64_t head, int64_t L) {
       return tokens ? head * d.D : head * L * d.D;
     };
-    for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t b = 0; b < d.B; b += call.B)
       for (int64_t h = 0; h < key.Hq; h += groupHeads) {
         const int64_t kv = h / ratio, part = (h % ratio) / groupHeads;
         void *dkHead = bf16At(dk, b * kvRow + kv * d.S * d.D);

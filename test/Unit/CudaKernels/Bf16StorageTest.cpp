@@ -753,21 +753,28 @@ TEST_F(CudaBf16Storage, TokenMajorAttentionIsAttentionBetweenTransposes) {
 // The deterministic cuDNN backward keeps B * Hq * T * S bf16 of dP in its
 // workspace; over RONDO_CUDNN_WORKSPACE_MB it runs in head groups
 // (CudnnAttention.cu's headGroupPlan), still on cuDNN, on token-major v,
-// out, dOut and dV, one row a call (8 query heads, T 1024: dP 16 MiB a
-// row, the plan 20 MiB). Over 4 kv heads: at 24 MiB all heads of a row, at
-// 12 MiB groups of 4 query heads (two kv heads each), at 6 MiB groups of 2
-// (one kv head); over 2 kv heads at 6 MiB, each kv head's dK and dV summed
-// from the parts of its two groups; one and two rows. Each split is the
-// same bits twice and within bf16's precision of the single call over all
-// heads.
+// out, dOut and dV (8 query heads, T 1024: dP 16 MiB a row, the plan 20
+// MiB). Over 4 kv heads: four rows at 48 MiB in two calls of two rows, at
+// 24 MiB all heads of one row a call, at 12 MiB groups of 4 query heads of
+// a row (two kv heads each), at 6 MiB groups of 2 (one kv head); over 2 kv
+// heads at 6 MiB, each kv head's dK and dV summed from the parts of its
+// two groups; one, two and four rows. Each split is the same bits twice
+// and within bf16's precision of the single call over all heads.
 TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
   if (const char *why = cu::cudnnAttentionUnavailable())
     GTEST_SKIP() << "cuDNN attention unavailable: " << why;
   AttentionSwitch path("cudnn");
   cu::setPrecision(cu::Precision::Bf16);
-  for (std::pair<int64_t, int64_t> rowsAndKvHeads :
-       {std::pair<int64_t, int64_t>{2, 4}, {1, 4}, {2, 2}}) {
-    const int64_t B = rowsAndKvHeads.first, Hkv = rowsAndKvHeads.second;
+  struct Case {
+    int64_t B, Hkv;
+    std::vector<const char *> limitsMb;
+  };
+  const Case cases[] = {{2, 4, {"24", "12", "6"}},
+                        {1, 4, {"12", "6"}},
+                        {2, 2, {"6"}},
+                        {4, 4, {"48", "24"}}};
+  for (const Case &c : cases) {
+    const int64_t B = c.B, Hkv = c.Hkv;
     const int64_t Hq = 8, T = 1024, D = 128;
     Shape qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T};
     Shape qt{B, T, Hq, D}, kt{B, T, Hkv, D};
@@ -796,10 +803,7 @@ TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
       return Grads{dq.host(), dk.host(), dv.host()};
     };
     const Grads whole = backward(nullptr);
-    for (const char *limitMb : {"24", "12", "6"}) {
-      if ((Hkv == 2 && std::string(limitMb) != "6") ||
-          (B == 1 && std::string(limitMb) == "24"))
-        continue;
+    for (const char *limitMb : c.limitsMb) {
       const Grads split = backward(limitMb), again = backward(limitMb);
       const char *names[] = {"dQ", "dK", "dV"};
       for (size_t i = 0; i < 3; ++i) {
