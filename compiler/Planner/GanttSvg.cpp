@@ -127,7 +127,10 @@ void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
   double tEnd = 0;
   int numSteps = 0;
   for (const TimelineEvent &ev : result.timeline) {
-    tEnd = std::max(tEnd, ev.end);
+    // An event without a finite end (a rate the problem lacks) would make
+    // the time axis, and its tick loops, endless.
+    if (std::isfinite(ev.end))
+      tEnd = std::max(tEnd, ev.end);
     numSteps = std::max(numSteps, ev.step + 1);
   }
   if (!(tEnd > 0))

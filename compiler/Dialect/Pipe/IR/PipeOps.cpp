@@ -338,6 +338,22 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     problem.trainableParams.push_back(
         layer.getTrainableParams().convertToDouble());
   }
+  // The layers whose state stays on the worker: their stages move and slot
+  // none of it, residentBytes counts it once, and the worker updates it
+  // (without them pipe-verify-plan counted a device-resident plan's
+  // weights as streamed, twice, and refused plans the search had fitted).
+  if (std::optional<ArrayRef<int64_t>> resident = getResidentLayers()) {
+    problem.resident.assign(problem.layers.size(), 0);
+    for (int64_t l : *resident)
+      if (l >= 0 && l < static_cast<int64_t>(problem.resident.size()))
+        problem.resident[l] = 1;
+  }
+  if (std::optional<APFloat> rate = getDeviceOptimizerParamsPerSecond())
+    problem.deviceOptimizerParamsPerSecond = rate->convertToDouble();
+  if (std::optional<bool> shard = getShardOptimizer())
+    problem.shardOptimizer = *shard;
+  if (std::optional<uint64_t> perHost = getReplicasPerHost())
+    problem.replicasPerHost = static_cast<int>(*perHost);
   return problem;
 }
 

@@ -177,7 +177,10 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     downloads them, and the worker updates them. Absent: every parameter
     streams from the host (RoundPipe's regime). `residency_alternatives`
     maps each residency the planner weighed (`streamed`, `device`, `mixed`)
-    to the step it predicted for it, for `--explain`.
+    to the step it predicted for it, for `--explain`;
+    `device_optimizer_params_per_second` is the rate at which the worker
+    updates resident parameters (the fused AdamW), which `pipe-verify-plan`
+    and `--explain` simulate with.
 
     `shared_cores` (calibrated host specs): the cores the host workers and
     the host optimizer share; the predicted step is at least their CPU work
@@ -251,7 +254,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<UnitAttr>:$layout_chosen,
                        OptionalAttr<StrArrayAttr>:$layouts_unfit,
                        OptionalAttr<F64Attr>:$local_copy_bandwidth,
-                       OptionalAttr<StrArrayAttr>:$frozen_bf16);
+                       OptionalAttr<StrArrayAttr>:$frozen_bf16,
+                       OptionalAttr<F64Attr>:$device_optimizer_params_per_second);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

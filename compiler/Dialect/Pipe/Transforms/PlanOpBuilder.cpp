@@ -144,7 +144,8 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
       /*resident_params=*/nullptr, /*residency_alternatives=*/nullptr,
       /*shared_cores=*/nullptr, /*layout_gpus=*/nullptr,
       /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr,
-      /*local_copy_bandwidth=*/nullptr, /*frozen_bf16=*/nullptr);
+      /*local_copy_bandwidth=*/nullptr, /*frozen_bf16=*/nullptr,
+      /*device_optimizer_params_per_second=*/nullptr);
   if (p.localCopyBytesPerSecond > 0)
     plan.setLocalCopyBandwidthAttr(f64(p.localCopyBytesPerSecond));
   if (p.sharedCores > 0)
@@ -171,6 +172,9 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
         names.push_back(name);
     }
     plan.setResidentParamsAttr(b.getArrayAttr(names));
+    if (p.deviceOptimizerParamsPerSecond > 0)
+      plan.setDeviceOptimizerParamsPerSecondAttr(
+          f64(p.deviceOptimizerParamsPerSecond));
   }
   if (!c.residencyAlternatives.empty()) {
     SmallVector<NamedAttribute> alternatives;
