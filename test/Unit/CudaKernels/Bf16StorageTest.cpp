@@ -750,6 +750,35 @@ TEST_F(CudaBf16Storage, TokenMajorAttentionIsAttentionBetweenTransposes) {
   }
 }
 
+/// Rounded random operands of the token-major attention the trainer calls
+/// (attention*Tokens): q and k heads-major, v and dOut token-major, with
+/// room for out and lse, on the device.
+struct TokenMajorAttention {
+  static std::vector<uint16_t> bits(Shape s) {
+    std::vector<uint16_t> b;
+    roundedUniform(s, b);
+    return b;
+  }
+  Shape qs, ks, ls, qt, kt;
+  Dev16 q16, k16, vTok, gTok, oTok;
+  Out32 lse;
+  float scale;
+  TokenMajorAttention(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t D)
+      : qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T}, qt{B, T, Hq, D},
+        kt{B, T, Hkv, D}, q16(bits(qs), qs), k16(bits(ks), ks),
+        vTok(bits(kt), kt), gTok(bits(qt), qt), oTok(qt), lse(ls),
+        scale(1.0f / std::sqrt(float(D))) {}
+  void forward() {
+    cu::attentionBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(), true, 0, scale,
+                                  oTok.v(), lse.v());
+  }
+  void backward(Dev16 &dq, Dev16 &dk, Dev16 &dv) {
+    cu::attentionBackwardBf16ToBf16Tokens(
+        q16.cv(), k16.cv(), vTok.cv(), oTok.cv(), CFView{lse.d.p, ls},
+        gTok.cv(), true, 0, scale, dq.v(), dk.v(), dv.v());
+  }
+};
+
 // The deterministic cuDNN backward keeps B * Hq * T * S bf16 of dP in its
 // workspace; over RONDO_CUDNN_WORKSPACE_MB it runs in head groups
 // (CudnnAttention.cu's headGroupPlan), still on cuDNN, on token-major v,
@@ -775,27 +804,14 @@ TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
                         {4, 4, {"48", "24"}}};
   for (const Case &c : cases) {
     const int64_t B = c.B, Hkv = c.Hkv;
-    const int64_t Hq = 8, T = 1024, D = 128;
-    Shape qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T};
-    Shape qt{B, T, Hq, D}, kt{B, T, Hkv, D};
-    std::vector<uint16_t> qb, kb, vb, gb;
-    roundedUniform(qs, qb);
-    roundedUniform(ks, kb);
-    roundedUniform(kt, vb);
-    roundedUniform(qt, gb);
-    Dev16 q16(qb, qs), k16(kb, ks), vTok(vb, kt), gTok(gb, qt), oTok(qt);
-    Out32 lse(ls);
-    const float scale = 1.0f / std::sqrt(float(D));
-    cu::attentionBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(), true, 0, scale,
-                                  oTok.v(), lse.v());
+    TokenMajorAttention a(B, /*Hq=*/8, Hkv, /*T=*/1024, /*D=*/128);
+    a.forward();
     using Grads = std::vector<std::vector<uint16_t>>;
     auto backward = [&](const char *limitMb) {
       if (limitMb)
         setenv("RONDO_CUDNN_WORKSPACE_MB", limitMb, 1);
-      Dev16 dq(qs), dk(ks), dv(kt);
-      cu::attentionBackwardBf16ToBf16Tokens(
-          q16.cv(), k16.cv(), vTok.cv(), oTok.cv(), CFView{lse.d.p, ls},
-          gTok.cv(), true, 0, scale, dq.v(), dk.v(), dv.v());
+      Dev16 dq(a.qs), dk(a.ks), dv(a.kt);
+      a.backward(dq, dk, dv);
       unsetenv("RONDO_CUDNN_WORKSPACE_MB");
       EXPECT_EQ(std::string(implName(cu::lastAttentionImpl())), "cudnn")
           << "B " << B << " Hkv " << Hkv << " limit "
@@ -832,35 +848,14 @@ TEST_F(CudaBf16Storage, AttentionBackwardInHeadGroups) {
 TEST_F(CudaBf16Storage, DISABLED_LongAttentionTiming) {
   cu::setPrecision(cu::Precision::Bf16);
   for (int64_t T : {16384, 32768}) {
-    const int64_t B = 1, Hq = 32, Hkv = 8, D = 128;
-    Shape qs{B, Hq, T, D}, ks{B, Hkv, T, D}, ls{B, Hq, T};
-    Shape qt{B, T, Hq, D}, kt{B, T, Hkv, D};
-    std::vector<uint16_t> qb, kb, vb, gb;
-    roundedUniform(qs, qb);
-    roundedUniform(ks, kb);
-    roundedUniform(kt, vb);
-    roundedUniform(qt, gb);
-    Dev16 q16(qb, qs), k16(kb, ks), vTok(vb, kt), gTok(gb, qt), oTok(qt);
-    Dev16 dq(qs), dk(ks), dv(kt);
-    Out32 lse(ls);
-    const float scale = 1.0f / std::sqrt(float(D));
-    const double flops = 2.0 * 2.0 * B * Hq * double(T) * double(T) * D / 2;
+    TokenMajorAttention a(/*B=*/1, /*Hq=*/32, /*Hkv=*/8, T, /*D=*/128);
+    Dev16 dq(a.qs), dk(a.ks), dv(a.kt);
+    const double flops = 2.0 * 2.0 * 32 * double(T) * double(T) * 128 / 2;
     for (const char *impl : {"cudnn", "flash"}) {
       AttentionSwitch path(impl);
-      const double fwd = timeMs(
-          [&] {
-            cu::attentionBf16ToBf16Tokens(q16.cv(), k16.cv(), vTok.cv(), true,
-                                          0, scale, oTok.v(), lse.v());
-          },
-          3);
+      const double fwd = timeMs([&] { a.forward(); }, 3);
       const std::string fwdImpl = implName(cu::lastAttentionImpl());
-      const double bwd = timeMs(
-          [&] {
-            cu::attentionBackwardBf16ToBf16Tokens(
-                q16.cv(), k16.cv(), vTok.cv(), oTok.cv(), CFView{lse.d.p, ls},
-                gTok.cv(), true, 0, scale, dq.v(), dk.v(), dv.v());
-          },
-          3);
+      const double bwd = timeMs([&] { a.backward(dq, dk, dv); }, 3);
       std::printf("[ long ] B=1 Hq=32 Hkv=8 T=%lld D=128 causal asked=%s "
                   "fwd=%s %.2f ms (%.1f TFLOP/s) bwd=%s %.2f ms (%.1f "
                   "TFLOP/s)\n",
