@@ -299,6 +299,8 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
     problem.replicas = static_cast<int>(*r);
     if (auto bw = getReplicaLinkBandwidth())
       problem.replicaBytesPerSecond = bw->convertToDouble();
+    if (auto bw = getReplicaHostCrossingBandwidth())
+      problem.replicaHostCrossingBytesPerSecond = bw->convertToDouble();
   }
   if (ArrayAttr shared = getSharedParamsAttr())
     for (auto entry : shared.getAsRange<DictionaryAttr>()) {

@@ -179,8 +179,11 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     maps each residency the planner weighed (`streamed`, `device`, `mixed`)
     to the step it predicted for it, for `--explain`;
     `device_optimizer_params_per_second` is the rate at which the worker
-    updates resident parameters (the fused AdamW), which `pipe-verify-plan`
-    and `--explain` simulate with.
+    updates resident parameters (the fused AdamW), and
+    `replica_host_crossing_bandwidth` the rate at which a GPU trainer's
+    replicas move host-held gradients and weights to their GPUs and back
+    for the replica sum; `pipe-verify-plan` and `--explain` simulate with
+    them.
 
     `shared_cores` (calibrated host specs): the cores the host workers and
     the host optimizer share; the predicted step is at least their CPU work
@@ -255,7 +258,8 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<StrArrayAttr>:$layouts_unfit,
                        OptionalAttr<F64Attr>:$local_copy_bandwidth,
                        OptionalAttr<StrArrayAttr>:$frozen_bf16,
-                       OptionalAttr<F64Attr>:$device_optimizer_params_per_second);
+                       OptionalAttr<F64Attr>:$device_optimizer_params_per_second,
+                       OptionalAttr<F64Attr>:$replica_host_crossing_bandwidth);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -145,7 +145,8 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
       /*shared_cores=*/nullptr, /*layout_gpus=*/nullptr,
       /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr,
       /*local_copy_bandwidth=*/nullptr, /*frozen_bf16=*/nullptr,
-      /*device_optimizer_params_per_second=*/nullptr);
+      /*device_optimizer_params_per_second=*/nullptr,
+      /*replica_host_crossing_bandwidth=*/nullptr);
   if (p.localCopyBytesPerSecond > 0)
     plan.setLocalCopyBandwidthAttr(f64(p.localCopyBytesPerSecond));
   if (p.sharedCores > 0)
@@ -217,6 +218,9 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
         b.getDenseF64ArrayAttr(scaling[!p.shardOptimizer]));
     plan.setShardOptimizerAttr(b.getBoolAttr(p.shardOptimizer));
     plan.setReplicasPerHostAttr(i64(p.replicasPerHost));
+    if (p.replicaHostCrossingBytesPerSecond > 0)
+      plan.setReplicaHostCrossingBandwidthAttr(
+          f64(p.replicaHostCrossingBytesPerSecond));
   }
   if (!p.sharedParams.empty()) {
     SmallVector<Attribute> shared;
