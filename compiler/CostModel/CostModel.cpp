@@ -179,22 +179,28 @@ static bool isMatmulLike(Operation *op) {
              tg::ExpertMatmulOp, tg::ExpertMatmulWGradOp>(op);
 }
 
-/// The fused attention's efficiency at the keys its rows see (the spec's
-/// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
-/// The workspace of cuDNN's deterministic attention backward for one
-/// microbatch: dP in bf16 and dQ accumulated in fp32, 2 B Hq T S + 4 B Hq T
-/// D bytes (cuDNN 9.19 asked for 4,224 MiB at B 4 x Hq 32 x T = S = 4096,
-/// D 64: 4,096 + 128; priced without the second term, that plan was taken
-/// for cuDNN's and ran on Rondo's kernels, 2.3x slower).
-static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
+/// The workspace of a cuDNN deterministic attention backward call over
+/// `rows` rows of `heads` query heads: dP in bf16 and dQ accumulated in
+/// fp32, 2 rows heads T S + 4 rows heads T D bytes (cuDNN 9.19 asked for
+/// 4,224 MiB at 4 rows x 32 heads x T = S = 4096, D 64: 4,096 + 128; priced
+/// without the second term, that plan was taken for cuDNN's and ran on
+/// Rondo's kernels, 2.3x slower).
+static double cudnnCallWorkspaceBytes(Operation *op, double rows,
+                                      double heads) {
   auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = cast<RankedTensorType>(op->getOperand(1).getType());
+  return rows * heads * static_cast<double>(q.getDimSize(2)) *
+         (2 * static_cast<double>(k.getDimSize(2)) +
+          4 * static_cast<double>(q.getDimSize(3)));
+}
+
+/// That workspace for one microbatch over all heads.
+static double cudnnWorkspaceBytes(Operation *op, const CostOptions &options) {
+  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   double rows = std::max(1.0, static_cast<double>(q.getDimSize(0)) /
                                   static_cast<double>(options.microbatches));
-  double queryRows =
-      rows * static_cast<double>(q.getDimSize(1) * q.getDimSize(2));
-  return queryRows * (2 * static_cast<double>(k.getDimSize(2)) +
-                      4 * static_cast<double>(q.getDimSize(3)));
+  return cudnnCallWorkspaceBytes(op, rows,
+                                 static_cast<double>(q.getDimSize(1)));
 }
 
 /// The rows and query heads of the calls a cuDNN backward whose microbatch
@@ -213,16 +219,14 @@ static CudnnGroup cudnnGroup(Operation *op, const DeviceSpec &spec,
   auto q = cast<RankedTensorType>(op->getOperand(0).getType());
   auto k = cast<RankedTensorType>(op->getOperand(1).getType());
   int64_t heads = q.getDimSize(1), kvHeads = k.getDimSize(1),
-          queries = q.getDimSize(2), keys = k.getDimSize(2),
-          headDim = q.getDimSize(3);
+          queries = q.getDimSize(2);
   int64_t microbatchRows = std::max<int64_t>(
       1, q.getDimSize(0) / std::max<int64_t>(1, options.microbatches));
   if (kvHeads <= 0 || heads % kvHeads != 0 || queries % 4 != 0)
     return {};
   auto fits = [&](int64_t rows, int64_t g) {
-    return static_cast<double>(rows * g) * static_cast<double>(queries) *
-               (2 * static_cast<double>(keys) +
-                4 * static_cast<double>(headDim)) <=
+    return cudnnCallWorkspaceBytes(op, static_cast<double>(rows),
+                                   static_cast<double>(g)) <=
            spec.cudnnAttentionWorkspaceBytes;
   };
   for (int64_t rows = microbatchRows - 1; rows >= 1; --rows)
@@ -284,13 +288,9 @@ static double cudnnWorkspaceInUse(Operation *op, const DeviceSpec &spec,
   double whole = cudnnWorkspaceBytes(op, options);
   if (whole <= spec.cudnnAttentionWorkspaceBytes)
     return whole;
-  auto q = cast<RankedTensorType>(op->getOperand(0).getType());
-  auto k = cast<RankedTensorType>(op->getOperand(1).getType());
   CudnnGroup group = cudnnGroup(op, spec, options);
-  return static_cast<double>(group.rows * group.heads) *
-         static_cast<double>(q.getDimSize(2)) *
-         (2 * static_cast<double>(k.getDimSize(2)) +
-          4 * static_cast<double>(q.getDimSize(3)));
+  return cudnnCallWorkspaceBytes(op, static_cast<double>(group.rows),
+                                 static_cast<double>(group.heads));
 }
 
 std::optional<std::string>
@@ -323,6 +323,8 @@ rondo::cost::attentionImplementation(Operation *op, const DeviceSpec &spec,
   return std::string("cuDNN's fused graph");
 }
 
+/// The fused attention's efficiency at the keys its rows see (the spec's
+/// attentionTokensForHalfEfficiency curve, anchored at attentionFitTokens).
 static double attentionEfficiency(Operation *op, const DeviceSpec &spec,
                                   const CostOptions &options) {
   bool backward = isa<tg::AttentionGradOp>(op);
