@@ -13,4 +13,11 @@ res=$(mktemp -d)
 if [ -x build-gpu/rondo-cuda-kernels-tests ]; then
   timeout 300 build-gpu/rondo-cuda-kernels-tests > $res/cuda-kernels-tests.log 2>&1
   echo "cuda kernel tests rc=$?"; grep -E "PASSED|FAILED|worst" $res/cuda-kernels-tests.log | head -20
+  # KERNEL_TIMING=FILTER: the disabled timing tests matching FILTER too
+  # (e.g. '*LmHeadTiming*'), into kernel-timing.log.
+  if [ -n "${KERNEL_TIMING:-}" ]; then
+    timeout 300 build-gpu/rondo-cuda-kernels-tests --gtest_also_run_disabled_tests \
+      --gtest_filter="$KERNEL_TIMING" > $res/kernel-timing.log 2>&1
+    grep -E "timing|FAILED" $res/kernel-timing.log
+  fi
 fi
