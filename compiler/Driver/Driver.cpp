@@ -270,6 +270,18 @@ LogicalResult rondo::lowerPlans(ModuleOp module, StringRef modelPath,
   return success();
 }
 
+/// Whether `path` exists and is neither a regular file nor a directory
+/// (/dev/null, a pipe): an output is copied into it, never renamed over it
+/// (which replaced /dev/null itself with the trainer when run as root).
+static bool isSpecialFile(StringRef path) {
+  namespace fs = llvm::sys::fs;
+  fs::file_status status;
+  if (fs::status(path, status))
+    return false;
+  return fs::exists(status) && !fs::is_regular_file(status) &&
+         !fs::is_directory(status);
+}
+
 /// Why `path` cannot be written, or "" when it can. Checked before the model
 /// is read, so a typo in -o costs no compile and never surfaces as a linker
 /// error: every output is created beside `path` (a temporary file renamed
@@ -279,6 +291,11 @@ static std::string whyNotWritable(StringRef path, bool renamedIntoPlace) {
   namespace fs = llvm::sys::fs;
   if (fs::is_directory(path))
     return std::make_error_code(std::errc::is_a_directory).message();
+  if (isSpecialFile(path)) { // written in place, nothing created beside it
+    if (std::error_code ec = fs::access(path, fs::AccessMode::Write))
+      return ec.message();
+    return "";
+  }
   llvm::SmallString<256> probe(path);
   llvm::sys::path::remove_filename(probe);
   if (probe.empty())
@@ -328,19 +345,34 @@ static int emitExecutable(ModuleOp module, const CompileOptions &options,
     }
   }
   progress.done("emit C++");
+  // Built beside the destination, so that the rename is atomic; built in
+  // the temporary directory and copied for a destination written in place.
+  bool inPlace = isSpecialFile(options.outputFile);
   std::string tmpExe = options.outputFile + ".tmp-rondo";
+  if (inPlace) {
+    llvm::SmallString<256> path;
+    if (llvm::sys::fs::createTemporaryFile("rondo-trainer", "", path)) {
+      llvm::errs() << "error: cannot name a temporary trainer\n";
+      removeTemporaries();
+      return 1;
+    }
+    tmpExe = path.str().str();
+  }
   LogicalResult built = buildExecutable(cppPath, tmpExe, emitOptions.target);
   removeTemporaries();
   if (failed(built)) {
     llvm::sys::fs::remove(tmpExe);
     return 1;
   }
-  if (auto ec = llvm::sys::fs::rename(tmpExe, options.outputFile)) {
+  if (auto ec = inPlace ? llvm::sys::fs::copy_file(tmpExe, options.outputFile)
+                        : llvm::sys::fs::rename(tmpExe, options.outputFile)) {
     llvm::errs() << "error: cannot write '" << options.outputFile
                  << "': " << ec.message() << "\n";
     llvm::sys::fs::remove(tmpExe);
     return 1;
   }
+  if (inPlace)
+    llvm::sys::fs::remove(tmpExe);
   progress.done("build the trainer");
   progress.say(describeOutput(module, options));
   return 0;

@@ -62,9 +62,26 @@ Error cannotWrite(const std::string &path, int err) {
   return Error("cannot write '" + path + "': " + std::strerror(err));
 }
 
+/// Whether `path` names something other than a regular file or a directory
+/// (/dev/null, a pipe, a terminal): written in place, never replaced. A
+/// temporary renamed over /dev/null replaced the device itself with a
+/// regular file when the trainer ran as root (and failed for anyone else,
+/// who may not create files in /dev).
+bool isSpecialFile(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) &&
+         !S_ISDIR(st.st_mode);
+}
+
 } // namespace
 
 AtomicFile::AtomicFile(std::string destination) : path(std::move(destination)) {
+  if (isSpecialFile(path)) {
+    handle = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (handle < 0)
+      throw cannotWrite(path, errno);
+    return;
+  }
   tmpPath = temporaryPathFor(path);
   handle =
       ::open(tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -76,7 +93,7 @@ AtomicFile::AtomicFile(std::string destination) : path(std::move(destination)) {
 AtomicFile::~AtomicFile() {
   if (handle >= 0)
     ::close(handle);
-  if (!committed)
+  if (!committed && !tmpPath.empty())
     ::unlink(tmpPath.c_str());
 }
 
@@ -96,6 +113,14 @@ void AtomicFile::write(const void *data, size_t size) {
 }
 
 void AtomicFile::commit() {
+  if (tmpPath.empty()) { // written in place (isSpecialFile): nothing to sync
+    int fd = handle;
+    handle = -1;
+    if (::close(fd) != 0)
+      throw Error(path + ": close failed: " + std::strerror(errno));
+    committed = true;
+    return;
+  }
   if (::fsync(handle) != 0)
     throw Error(path + ": fsync failed: " + std::strerror(errno));
   if (::close(handle) != 0) {
@@ -120,6 +145,11 @@ void checkCanWriteFile(const std::string &path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     throw cannotWrite(path, EISDIR);
+  if (isSpecialFile(path)) { // written in place: it must take writes
+    if (::access(path.c_str(), W_OK) != 0)
+      throw cannotWrite(path, errno);
+    return;
+  }
   // Creating the very temporary the writer will create checks the
   // directory, the permissions and the length of the longest name.
   const std::string tmp = temporaryPathFor(path);

@@ -7,7 +7,9 @@
 // Outputs of a trainer (gradient dumps, exported models, logs that tools
 // poll) must never be seen half-written, even when the run is killed: they
 // are written to a temporary file in the same directory and renamed over
-// the destination.
+// the destination. A destination that exists and is neither a regular file
+// nor a directory (/dev/null, a pipe) is written in place instead: renaming
+// over it would replace the device.
 //
 //===----------------------------------------------------------------------===//
 
