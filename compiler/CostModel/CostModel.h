@@ -90,8 +90,21 @@ struct DeviceSpec {
   /// Worker-to-worker bandwidth (NVLink / P2P); 0: hand-offs are staged
   /// through host memory.
   double peerBandwidth = 0;
-  /// Host AdamW throughput (parameters per second, all cores).
+  /// Host AdamW throughput (parameters per second, all cores), alone on
+  /// the host.
   double optimizerParamsPerSecond = 4.6e9;
+  /// The host memory bandwidth (bytes/s) that the host AdamW, the
+  /// trainer's other passes over host-held gradients and the pinned
+  /// host<->device copies of every worker (of every replica process on the
+  /// host) share: when what they would move alone exceeds it, each slows in
+  /// proportion (planner::PlanProblem::hostMemoryBytesPerSecond). 0: each
+  /// runs at its own rate as if alone.
+  double hostMemoryBandwidth = 0;
+  /// The rate (bytes/s) of the trainer thread's pass over the host-held
+  /// gradients at the end of a step (the logged norm, with the sums of a
+  /// parameter's gradient parts) alone on the host; 0: at
+  /// hostMemoryBandwidth.
+  double hostGradientPassBandwidth = 0;
   double kernelLaunchSeconds = 5e-6;
   /// Host workers are threads on the same cores: N workers share the
   /// compute and the memory bandwidth.

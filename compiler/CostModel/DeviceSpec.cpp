@@ -126,11 +126,23 @@ static DeviceSpec h200() {
   s.memoryBytes = 141 * GB;
   s.hostMemoryBytes = 256 * GiB;
   s.peerBandwidth = 390 * GB; // NVLink, measured per direction
-  // The host AdamW of the H200 machines: 453 ms a step for W1's 1.72e9
-  // parameters in the streamed 1x2 trace of
-  // bench/results/h200x4/layouts-2026-11-28 with 64 threads, as with 32 on
-  // h100x4 (452 ms): bound by the host's memory, not its cores.
-  s.optimizerParamsPerSecond = 3.8e9;
+  // The host of the 4-GPU H200 machine (64 cores), from the streamed 1x2
+  // trace of bench/results/h200x4/layouts-2026-11-28 (docs/CostModel.md,
+  // "The host's memory"): the host AdamW alone (the tasks no copy
+  // overlaps, 252M parameters in 53.5-58.6 ms) at 4.5 Gparam/s, 144 GB/s at
+  // the 32 bytes a parameter its task moves (kOptimizerHostBytesPerParam):
+  // that is the host's memory bandwidth, which the tasks and the gradient
+  // downloads they overlap reach together (~142 GB/s) and which the
+  // simulation shares between them (a task's 453 ms a step, the figure
+  // before, is what it took with them); and the trainer's end-of-step pass
+  // over the gradients for the logged norm at 60 GB/s alone (the step's
+  // last worker op to the next step's issue: 206-250 ms, beside the last
+  // AdamW task). Hosts of the other H200 machines differ (one H200 with 16
+  // cores: the one-worker task takes 674-780 ms for W1's 1.72e9 parameters,
+  // bench/results/h200x1/w1-head-groups-2026-11-28).
+  s.optimizerParamsPerSecond = 4.5e9;
+  s.hostMemoryBandwidth = 144 * GB;
+  s.hostGradientPassBandwidth = 60 * GB;
   return s;
 }
 
@@ -302,6 +314,8 @@ rondo::cost::lookupDeviceSpec(llvm::StringRef nameOrPath) {
       {"host_link_aggregate_bandwidth", &spec.hostLinkAggregateBandwidth},
       {"peer_bandwidth", &spec.peerBandwidth},
       {"optimizer_params_per_second", &spec.optimizerParamsPerSecond},
+      {"host_memory_bandwidth", &spec.hostMemoryBandwidth},
+      {"host_gradient_pass_bandwidth", &spec.hostGradientPassBandwidth},
       {"kernel_launch_seconds", &spec.kernelLaunchSeconds},
       {"cores", &spec.cores},
       {"concurrent_slowdown", &spec.concurrentSlowdown},

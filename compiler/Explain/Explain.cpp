@@ -26,6 +26,7 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -121,10 +122,16 @@ static void explainBound(PlanOp plan, const planner::Plan &partition,
   DenseI64ArrayAttr balanced = bound.getBalancedForward();
   if (!balanced && bound.getBalancedUnfit().empty())
     return;
+  // The search ranks plans by their slowest stage-job, where splitting
+  // cheap forward stages gains nothing; the replay may still find the split
+  // faster (a step's jobs start only once the previous step's have ended).
+  const bool splitIsFaster =
+      balanced && num(bound.getBalancedStepSeconds()) < step;
   os << " Forward stages: " << partition.forward.size() << " for " << workers
      << " workers, because forward stage-jobs are cheap (no recompute, no "
         "gradients) and splitting them adds stage-jobs without shortening "
-        "the slowest one";
+        "the slowest one"
+     << (splitIsFaster ? " (the search's measure)" : "");
   if (!balanced) {
     os << "; " << workers << " forward stages would not fit ("
        << bound.getBalancedUnfit() << ").";
@@ -137,7 +144,9 @@ static void explainBound(PlanOp plan, const planner::Plan &partition,
   for (auto [i, st] : llvm::enumerate(partition.backward))
     os << (i ? "+" : "") << st.end - st.first;
   os << ") is predicted at " << ms2(num(bound.getBalancedStepSeconds()))
-     << " per step against " << ms2(step) << ".";
+     << " per step against " << ms2(step)
+     << (splitIsFaster ? ", faster in the replay; --stages forces it" : "")
+     << ".";
 }
 
 /// How the partitioner chose the plan (#pipe.search), in words.
@@ -426,6 +435,31 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
                         "cores: a step takes at least their work spread over "
                         "them)\n",
                         problem.sharedCores);
+  if (problem.hostMemoryBytesPerSecond > 0) {
+    // What the host's shared memory does to the host work of the step.
+    planner::SimOptions overlapped;
+    overlapped.firstWorker =
+        static_cast<int>(plan.getSchedule().getFirstWorker());
+    planner::SimResult sim = planner::simulate(problem, partition, overlapped);
+    if (sim.stepEndPassSecondsPerStep > 0) {
+      const int64_t processes = std::clamp<int64_t>(
+          problem.replicasPerHost, 1, std::max(problem.replicas, 1));
+      os << llvm::formatv(
+          "  (host memory {0:f0} GB/s, shared by the host AdamW ({1:f0} B a "
+          "parameter), the trainer's pass over the gradients for the logged "
+          "norm and the host copies of {2} worker(s){3}: the optimizer's "
+          "tasks take {4} ms a step ({5} ms alone), the end-of-step pass {6} "
+          "ms)\n",
+          problem.hostMemoryBytesPerSecond / 1e9,
+          planner::kOptimizerHostBytesPerParam, n,
+          processes > 1
+              ? llvm::formatv(" in each of {0} replica processes", processes)
+                    .str()
+              : std::string(),
+          ms(sim.optimizerSecondsPerStep), ms(sim.optimizerAloneSecondsPerStep),
+          ms(sim.stepEndPassSecondsPerStep));
+    }
+  }
   if (auto replicas = plan.getReplicas()) {
     // The same plan with 1, 2, 4, ... replicas: each one adds its tokens,
     // and its share of the gradient traffic lengthens every optimizer task.

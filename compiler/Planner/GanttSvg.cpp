@@ -97,6 +97,7 @@ const char *kBackwardColor = "#59a14f";
 const char *kUploadColor = "#76b7b2";
 const char *kDownloadColor = "#e15759";
 const char *kOptimizerColor = "#b07aa1";
+const char *kTrainerColor = "#9c755f";
 
 /// Odd steps are drawn slightly darker so that consecutive steps separate.
 std::string stepColor(const std::string &base, int step) {
@@ -145,7 +146,16 @@ void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
   const double axisY = 74, rowsTop = axisY + 14;
   const double hostTop = rowsTop + numWorkers * rowHeight;
   const double hostHeight = 16;
-  const double legendY = hostTop + hostHeight + 28;
+  // The trainer thread's end-of-step pass (a lane of its own under the
+  // optimizer's, when the plan prices one).
+  bool trainerLane = false;
+  for (const TimelineEvent &ev : result.timeline)
+    trainerLane |= ev.lane == Lane::Trainer && ev.end > ev.start;
+  const double trainerTop = hostTop + hostHeight + laneGap;
+  const double trainerHeight = trainerLane ? laneSmall : 0;
+  const double hostBottom =
+      trainerLane ? trainerTop + trainerHeight : hostTop + hostHeight;
+  const double legendY = hostBottom + 28;
   const double height = legendY + 36;
   auto x = [&](double t) { return left + t / tEnd * plotWidth; };
   auto uploadY = [&](int w) { return rowsTop + w * rowHeight; };
@@ -200,7 +210,7 @@ void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
   out << "<g stroke=\"#dddddd\" stroke-width=\"1\">\n";
   for (double t = 0; t <= tEnd * (1 + 1e-9); t += tickStep)
     out << "<line x1=\"" << num(x(t)) << "\" y1=\"" << num(axisY) << "\" x2=\""
-        << num(x(t)) << "\" y2=\"" << num(hostTop + hostHeight) << "\"/>\n";
+        << num(x(t)) << "\" y2=\"" << num(hostBottom) << "\"/>\n";
   out << "</g>\n";
   out << "<line x1=\"" << num(left) << "\" y1=\"" << num(axisY) << "\" x2=\""
       << num(left + plotWidth) << "\" y2=\"" << num(axisY)
@@ -242,6 +252,14 @@ void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
       << num(hostTop + hostHeight / 2 + 3)
       << "\" font-size=\"8\" text-anchor=\"end\" fill=\"#666666\">optimizer"
       << "</text>\n";
+  if (trainerLane)
+    out << "<rect x=\"" << num(left) << "\" y=\"" << num(trainerTop)
+        << "\" width=\"" << num(plotWidth) << "\" height=\""
+        << num(trainerHeight) << "\" fill=\"#f4f4f4\"/>\n"
+        << "<text x=\"" << num(left - 4) << "\" y=\""
+        << num(trainerTop + trainerHeight - 1)
+        << "\" font-size=\"8\" text-anchor=\"end\" fill=\"#666666\">"
+        << "trainer</text>\n";
 
   auto kindColor = [&](int job) -> std::string {
     if (job < 0 || job >= int(jobs.size()))
@@ -338,6 +356,12 @@ void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
       color = stepColor(kDownloadColor, ev.step);
       what = "download " + stageName(plan, ev.job);
       break;
+    case Lane::Trainer:
+      y0 = trainerTop;
+      h = trainerHeight;
+      color = stepColor(kTrainerColor, ev.step);
+      what = "gradient norm for the log (trainer thread)";
+      break;
     default:
       y0 = hostTop;
       h = hostHeight;
@@ -367,12 +391,14 @@ void writeGanttSvg(std::ostream &os, const PlanProblem &problem,
     const char *label;
     const char *color;
   };
-  const Entry legend[] = {{"forward", kForwardColor},
-                          {"fused tail", kTailColor},
-                          {"backward", kBackwardColor},
-                          {"upload (parameters)", kUploadColor},
-                          {"download (gradients)", kDownloadColor},
-                          {"optimizer", kOptimizerColor}};
+  std::vector<Entry> legend = {{"forward", kForwardColor},
+                               {"fused tail", kTailColor},
+                               {"backward", kBackwardColor},
+                               {"upload (parameters)", kUploadColor},
+                               {"download (gradients)", kDownloadColor},
+                               {"optimizer", kOptimizerColor}};
+  if (trainerLane)
+    legend.push_back({"gradient norm", kTrainerColor});
   double lx = left;
   out << "<g font-size=\"11\">\n";
   for (const Entry &e : legend) {

@@ -128,9 +128,26 @@ struct PlanProblem {
   /// reduce-scattered and the weights all-gathered (the bytes of one
   /// all-reduce) and each replica's optimizer does 1/R of the work.
   bool shardOptimizer = true;
-  /// Replicas that share one host (and its cores for the optimizer): the
-  /// optimizer throughput is split between them.
+  /// Replicas that share one host: they split its cores, so each one's
+  /// host optimizer (and end-of-step pass) runs at 1/replicasPerHost of its
+  /// rate, and with a host memory bandwidth they share that too (below).
   int replicasPerHost = 1;
+  /// The host's memory bandwidth (bytes/s), shared by everything that
+  /// streams host memory at once: the host optimizer's tasks
+  /// (kOptimizerHostBytesPerParam a parameter, the sums of a parameter's
+  /// gradient parts, the replica sum's host crossings), the trainer's
+  /// end-of-step pass over the gradients for the logged norm, and every
+  /// worker's parameter uploads and gradient downloads; the replicasPerHost
+  /// processes of one host run the same schedule at once, so each of them
+  /// demands as much. While the demand exceeds it, every one of them
+  /// progresses at bandwidth / demand of its own rate (simulate). 0: each
+  /// runs at its own rate as if alone, and the end-of-step pass is free.
+  double hostMemoryBytesPerSecond = 0;
+  /// The rate of the trainer's end-of-step pass over the host-held
+  /// gradients alone on the host (bytes/s; 0: hostMemoryBytesPerSecond).
+  /// Like the host optimizer, it is split between the replicasPerHost
+  /// processes, which share the host's cores.
+  double stepEndPassBytesPerSecond = 0;
   /// Residency (docs/CostModel.md, "Residency"): resident[l] keeps layer
   /// l's parameters, their gradients and AdamW moments in the worker's
   /// memory for the whole run (one worker holds them: plans with N = 1), so
@@ -270,10 +287,27 @@ std::optional<Plan> exactSearch(const PlanProblem &problem);
 /// Every plan, for tests on small tables (L <= 10).
 std::optional<Plan> bruteForce(const PlanProblem &problem);
 
+/// Host memory one host optimizer task moves per parameter it updates:
+/// AdamW's one fused pass reads the weight, the gradient and both moments
+/// and writes three of them (28 bytes), after the finiteness check has read
+/// the gradient (4) (runtime/src/trainer/ProgramStep.cpp, optimizeStage).
+inline constexpr double kOptimizerHostBytesPerParam = 32;
+/// The logged gradient norm reads every host-held gradient once
+/// (ProgramGrads::normForLog).
+inline constexpr double kNormHostBytesPerParam = 4;
+/// Summing a parameter's gradient parts (a tied embedding's two) moves 12
+/// bytes an element for every part after the first: two read and the sum
+/// written, then the sum and the next part read and the sum written
+/// (ProgramGrads::sumParts).
+inline constexpr double kPartSumHostBytesPerElement = 12;
+
 /// One interval of the predicted timeline.
 struct TimelineEvent {
-  enum class Lane { Upload, Compute, Download, Optimizer } lane;
-  int worker = 0; // -1 for the host optimizer
+  /// Trainer: the trainer thread's pass over the host-held gradients at the
+  /// end of a step (the logged norm, overlap mode), which the next step's
+  /// issue waits for.
+  enum class Lane { Upload, Compute, Download, Optimizer, Trainer } lane;
+  int worker = 0; // -1 for the host optimizer and the trainer thread
   int step = 0;
   int job = 0;         // index into Plan::jobs()
   int microbatch = -1; // -1 for job-level events (uploads, downloads)
@@ -314,6 +348,12 @@ struct SimResult {
   /// 1 - sum of worker compute-busy time per step / (N * stepSeconds).
   double bubbleFraction = 0;
   double computeSecondsPerStep = 0; // sum over workers
+  /// The host optimizer's tasks per step in the steady state, as the
+  /// schedule runs them (with the host's memory shared) and as each would
+  /// take alone; and the trainer's end-of-step pass (Lane::Trainer).
+  double optimizerSecondsPerStep = 0;
+  double optimizerAloneSecondsPerStep = 0;
+  double stepEndPassSecondsPerStep = 0;
   std::vector<TimelineEvent> timeline;
 };
 
@@ -330,8 +370,14 @@ double optimizerShards(const PlanProblem &problem);
 /// one upload lane (two parameter slots: a job's upload may start when the
 /// job two before it on the same worker has finished) and one download
 /// lane; microbatch m of job n starts after microbatch m of job n-1 ended
-/// and its hand-off (hopSeconds) arrived; one host optimizer lane updates
-/// each tail/backward stage's parameters when its gradients landed.
+/// and its hand-off (hopSeconds) arrived, and a job with gradients after
+/// the worker's previous gradient download (one gradient slot); one host
+/// optimizer lane updates each tail/backward stage's parameters when its
+/// gradients landed; a step is issued once the previous one's worker ops
+/// have ended and the trainer's end-of-step pass is done. With a host
+/// memory bandwidth the host-bound intervals (copies, optimizer tasks, the
+/// end-of-step pass) share it, and the replay is repeated until their
+/// lengths agree with what they overlap.
 SimResult simulate(const PlanProblem &problem, const Plan &plan,
                    const SimOptions &options);
 

@@ -96,10 +96,13 @@ TEST(SimulateTest, OneWorkerUploadBound) {
   //   up F0 [0,3]  F0 [3,4]
   //   up T  [3,6]  T  [6,8]
   //   up B1 [6,9]  (F0, two before, ended at 4)  B1 [9,11]
-  //   up F0 [9,12] (T ended at 8)  F0 [12,13]
-  //   up T  [12,15] (B1 ended at 11) T [15,17]
-  //   up B1 [15,18] B1 [18,20]
-  // Steady state: 9 s per step, the sum of the upload-bound job times.
+  // The trainer issues step 1 once step 0's ops have ended (its barrier),
+  // so its first upload is not prefetched behind B1:
+  //   up F0 [11,14]  F0 [14,15]
+  //   up T  [14,17]  T  [17,19]
+  //   up B1 [17,20]  B1 [20,22]
+  // Steady state: 11 s per step, the sum of the upload-bound job times and
+  // the last job's compute.
   PlanProblem p;
   p.layers = {layer(1, 1, 3), layer(1, 1, 3)};
   p.workers = 1;
@@ -111,16 +114,17 @@ TEST(SimulateTest, OneWorkerUploadBound) {
   for (const TimelineEvent &ev : r.timeline)
     if (ev.lane == Lane::Upload && ev.step < 2)
       uploads.emplace_back(ev.start, ev.end);
-  EXPECT_EQ(uploads, (std::vector<std::pair<double, double>>{
-                         {0, 3}, {3, 6}, {6, 9}, {9, 12}, {12, 15}, {15, 18}}));
+  EXPECT_EQ(uploads,
+            (std::vector<std::pair<double, double>>{
+                {0, 3}, {3, 6}, {6, 9}, {11, 14}, {14, 17}, {17, 20}}));
   EXPECT_EQ(computeStarts(r, 0, 2), (std::vector<double>{9}));
-  EXPECT_EQ(computeStarts(r, 1, 2), (std::vector<double>{18}));
-  EXPECT_DOUBLE_EQ(r.stepSeconds, 9);
+  EXPECT_EQ(computeStarts(r, 1, 2), (std::vector<double>{20}));
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 11);
   double jobSum = 0;
   for (const Stage &st : plan.jobs())
     jobSum += costStage(p, st).jobSeconds;
-  EXPECT_DOUBLE_EQ(r.stepSeconds, jobSum);
-  EXPECT_DOUBLE_EQ(r.bubbleFraction, 1 - 5.0 / 9.0);
+  EXPECT_DOUBLE_EQ(r.stepSeconds, jobSum + 2);
+  EXPECT_DOUBLE_EQ(r.bubbleFraction, 1 - 5.0 / 11.0);
 }
 
 namespace {
@@ -139,18 +143,21 @@ Plan balancedPlan() {
 }
 } // namespace
 
-TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
+TEST(SimulateTest, TwoWorkersBalancedDrainOnlyBetweenSteps) {
   // Step 0: F0 w0 [0,6]; T w1 from 2: [2,8]; B1 w0 from 6: [6,12];
-  // B2 w1 from 8: [8,14]. Step 1: F0 w0 from 12 ... B2 w1 ends at 26:
-  // 12 s per step = 4 jobs * 6 s / 2 workers.
+  // B2 w1 from 8: [8,14]. Within the step the workers never wait after the
+  // fill; step 1 is issued once step 0's ops have ended (14), so F0 w0 runs
+  // [14,20] ... B2 w1 ends at 28: 14 s per step, 4 jobs * 6 s / 2 workers
+  // and the pipeline's fill (2 s).
   PlanProblem p = balancedProblem();
   Plan plan = balancedPlan();
   SimResult r = simulate(p, plan, {4, 0, OptimizerMode::Stale});
   EXPECT_EQ(computeStarts(r, 0, 1), (std::vector<double>{2, 4, 6}));
   EXPECT_EQ(computeStarts(r, 0, 3), (std::vector<double>{8, 10, 12}));
-  EXPECT_DOUBLE_EQ(r.stepSeconds, 12);
+  EXPECT_EQ(computeStarts(r, 1, 0), (std::vector<double>{14, 16, 18}));
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 14);
   EXPECT_DOUBLE_EQ(r.computeSecondsPerStep, 24);
-  EXPECT_NEAR(r.bubbleFraction, 0, 1e-12);
+  EXPECT_NEAR(r.bubbleFraction, 1 - 24.0 / 28.0, 1e-12);
 
   // Round-robin placement: job n of step s on (c0 + s*K + n) mod N.
   SimResult shifted = simulate(p, plan, {2, 1, OptimizerMode::Stale});
@@ -159,7 +166,7 @@ TEST(SimulateTest, TwoWorkersBalancedHaveNoBubble) {
       EXPECT_EQ(ev.worker, (1 + ev.step * 4 + ev.job) % 2);
     }
   }
-  EXPECT_DOUBLE_EQ(shifted.stepSeconds, 12);
+  EXPECT_DOUBLE_EQ(shifted.stepSeconds, 14);
 }
 
 TEST(SimulateTest, SharedCoresBoundTheStep) {
@@ -188,10 +195,10 @@ TEST(SimulateTest, OptimizerModes) {
   //     step 0, so it starts at 15 and every step takes 15 s (14 s of
   //     pipeline plus the last stage's update).
   //   sync: one task after the last gradient, [14, 17]: 17 s per step.
-  //   stale: step 1 runs on the initial weights and keeps the 12 s
-  //     pipeline; update 0 waits for step 1's last upload (B2's, at 14,
-  //     once B2 of step 0 has freed its slot) and ends at 17, long before
-  //     step 2's first upload (24) needs it.
+  //   stale: step 1 runs on the initial weights, issued when step 0 ends
+  //     (14 s a step: the pipeline); update 0 waits for step 1's last
+  //     upload (at 14, step 1's issue) and ends at 17, long before step
+  //     2's first upload (28) needs it.
   PlanProblem p = balancedProblem();
   p.trainableParams = {1e9, 1e9, 1e9};
   p.optimizerParamsPerSecond = 1e9;
@@ -201,7 +208,7 @@ TEST(SimulateTest, OptimizerModes) {
   SimResult stale = simulate(p, plan, {5, 0, OptimizerMode::Stale});
   EXPECT_DOUBLE_EQ(overlap.stepSeconds, 15);
   EXPECT_DOUBLE_EQ(sync.stepSeconds, 17);
-  EXPECT_DOUBLE_EQ(stale.stepSeconds, 12);
+  EXPECT_DOUBLE_EQ(stale.stepSeconds, 14);
   int overlapTasks = 0;
   for (const TimelineEvent &ev : overlap.timeline)
     if (ev.lane == Lane::Optimizer) {
@@ -328,6 +335,20 @@ TEST(SimulateTest, RandomPlansInvariants) {
       }
     }
 
+    // A step is issued once the previous step's worker ops have ended.
+    std::map<int, double> lastWorkerOp, firstOp;
+    for (const TimelineEvent &ev : r.timeline) {
+      if (ev.worker >= 0)
+        lastWorkerOp[ev.step] = std::max(lastWorkerOp[ev.step], ev.end);
+      if (ev.lane != Lane::Optimizer && !firstOp.count(ev.step))
+        firstOp[ev.step] = ev.start;
+      if (ev.lane != Lane::Optimizer)
+        firstOp[ev.step] = std::min(firstOp[ev.step], ev.start);
+    }
+    for (auto &[s, first] : firstOp)
+      if (s > 0 && lastWorkerOp.count(s - 1))
+        EXPECT_GE(first, lastWorkerOp[s - 1] - 1e-12) << "iteration " << iter;
+
     // Steady state (steps chosen by the simulator): work is conserved, so a
     // step can never be shorter than its compute spread over N workers,
     // even when consecutive steps overlap (fewer jobs than workers).
@@ -345,6 +366,123 @@ TEST(SimulateTest, RandomPlansInvariants) {
               simulate(p, plan, overlap).stepSeconds * (1 - 1e-12))
         << "iteration " << iter;
   }
+}
+
+TEST(SimulateTest, GradientSlotWaitsForItsDownload) {
+  // One worker, M = 1, 3 gradient bytes a layer at link 1 (downloads of 3
+  // s), no parameters: F0 [0,1), T [1,2), B1 [0,1). F0 [0,1], T [1,3], its
+  // download [3,6]; B1 computes into the worker's one gradient buffer, so
+  // it starts when T's download has read it: [6,8], download [8,11].
+  PlanProblem p;
+  p.layers = {layer(1, 1, 0, 3), layer(1, 1, 0, 3)};
+  p.workers = 1;
+  p.microbatches = 1;
+  p.linkBytesPerSecond = 1;
+  Plan plan = makePlan({fwd(0, 1)}, tailStage(1, 2), {bwd(0, 1)});
+  SimResult r = simulate(p, plan, {2, 0, OptimizerMode::Stale});
+  EXPECT_EQ(computeStarts(r, 0, 1), (std::vector<double>{1}));
+  EXPECT_EQ(computeStarts(r, 0, 2), (std::vector<double>{6}));
+  EXPECT_EQ(computeStarts(r, 1, 0), (std::vector<double>{11}));
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 11);
+}
+
+namespace {
+/// One worker, one stage: compute 2 s, a 1 s gradient download, 1e9
+/// trainable parameters whose host AdamW takes 1 s alone and streams
+/// kOptimizerHostBytesPerParam bytes each (32 GB/s), on a host of 32 GB/s.
+PlanProblem hostBoundProblem() {
+  PlanProblem p;
+  p.layers = {layer(1, 1, 0, 10)};
+  p.workers = 1;
+  p.microbatches = 1;
+  p.linkBytesPerSecond = 10;
+  p.trainableParams = {1e9};
+  p.optimizerParamsPerSecond = 1e9;
+  p.hostMemoryBytesPerSecond = kOptimizerHostBytesPerParam * 1e9;
+  return p;
+}
+} // namespace
+
+TEST(SimulateTest, HostMemoryIsSharedWithTheEndOfStepPass) {
+  // Compute [0,2], download [2,3]. The AdamW task and the trainer's pass
+  // over the gradients (4 GB for the logged norm: 0.125 s alone at the
+  // host's bandwidth) both start at 3 and each would fill the host's
+  // memory alone, so both run at half speed: the pass ends at 3.25, the
+  // task does the rest of its 1 s alone and ends at 4.125, and the next
+  // step's upload waits for it. Without a host bandwidth the pass is free
+  // and the task takes its 1 s.
+  PlanProblem p = hostBoundProblem();
+  Plan plan = makePlan({}, tailStage(0, 1), {});
+  SimResult r = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  EXPECT_NEAR(r.stepSeconds, 4.125, 1e-3);
+  EXPECT_NEAR(r.optimizerSecondsPerStep, 1.125, 1e-3);
+  EXPECT_DOUBLE_EQ(r.optimizerAloneSecondsPerStep, 1);
+  EXPECT_NEAR(r.stepEndPassSecondsPerStep, 0.25, 1e-3);
+  for (const TimelineEvent &ev : r.timeline)
+    if (ev.lane == Lane::Trainer && ev.step == 0) {
+      EXPECT_DOUBLE_EQ(ev.start, 3);
+      EXPECT_NEAR(ev.end, 3.25, 1e-3);
+    }
+
+  p.hostMemoryBytesPerSecond = 0;
+  SimResult alone = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  EXPECT_DOUBLE_EQ(alone.stepSeconds, 4);
+  EXPECT_DOUBLE_EQ(alone.optimizerSecondsPerStep, 1);
+  EXPECT_EQ(alone.stepEndPassSecondsPerStep, 0);
+
+  // Sync computes the norm inside its one task: 1 s of AdamW and 0.125 s
+  // of the norm, one after the other, each alone.
+  p.hostMemoryBytesPerSecond = kOptimizerHostBytesPerParam * 1e9;
+  SimResult sync = simulate(p, plan, {4, 0, OptimizerMode::Sync});
+  EXPECT_NEAR(sync.stepSeconds, 4.125, 1e-9);
+}
+
+TEST(SimulateTest, CopiesAndTheOptimizerShareTheHost) {
+  // Two workers: the AdamW task of the tail (T on worker 1) runs while
+  // worker 0 downloads B1's gradients; the host cannot serve both at their
+  // own rates, so the task and the download both take longer than alone,
+  // and a host twice as fast gives them back.
+  PlanProblem p;
+  p.layers = {layer(1, 1, 0, 40), layer(1, 1, 0, 40)};
+  p.workers = 2;
+  p.microbatches = 2;
+  p.linkBytesPerSecond = 40;
+  p.trainableParams = {1e9, 1e9};
+  p.optimizerParamsPerSecond = 1e9;
+  Plan plan = makePlan({fwd(0, 1)}, tailStage(1, 2), {bwd(0, 1)});
+  SimResult alone = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  p.hostMemoryBytesPerSecond = kOptimizerHostBytesPerParam * 1e9;
+  SimResult shared = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  EXPECT_GT(shared.optimizerSecondsPerStep,
+            alone.optimizerSecondsPerStep * 1.01);
+  EXPECT_DOUBLE_EQ(shared.optimizerAloneSecondsPerStep,
+                   alone.optimizerSecondsPerStep);
+  EXPECT_GT(shared.stepSeconds, alone.stepSeconds);
+  p.hostMemoryBytesPerSecond *= 1e6;
+  SimResult roomy = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  EXPECT_NEAR(roomy.optimizerSecondsPerStep, alone.optimizerSecondsPerStep,
+              1e-6);
+}
+
+TEST(SimulateTest, ReplicaProcessesShareTheHost) {
+  // The same plan in each of two replica processes on one host, optimizer
+  // sharded: each updates half the parameters at half the host's AdamW
+  // rate (they split its cores), 1 s, and together they fill its memory
+  // exactly; with replicas the end-of-step pass waits for the tasks, then
+  // both processes read their halves of the gradients at half the pass
+  // rate each: 2 GB at 16 GB/s, 0.125 s.
+  PlanProblem p = hostBoundProblem();
+  p.replicas = 2;
+  p.replicasPerHost = 2;
+  p.replicaBytesPerSecond = 0; // the sum itself is free here
+  Plan plan = makePlan({}, tailStage(0, 1), {});
+  SimResult r = simulate(p, plan, {4, 0, OptimizerMode::Overlap});
+  EXPECT_NEAR(r.optimizerSecondsPerStep, 1, 1e-9);
+  EXPECT_NEAR(r.stepEndPassSecondsPerStep, 0.125, 1e-9);
+  for (const TimelineEvent &ev : r.timeline)
+    if (ev.lane == Lane::Trainer && ev.step == 0)
+      EXPECT_NEAR(ev.start, 4, 1e-9);
+  EXPECT_NEAR(r.stepSeconds, 4.125, 1e-9);
 }
 
 TEST(GanttTest, SvgHasRowsStagesAndEscapedTitle) {

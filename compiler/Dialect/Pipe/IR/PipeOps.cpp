@@ -295,6 +295,10 @@ rondo::planner::PlanProblem PlanOp::buildProblem() {
       getOptimizerParamsPerSecond().convertToDouble();
   if (std::optional<uint64_t> cores = getSharedCores())
     problem.sharedCores = static_cast<int>(*cores);
+  if (std::optional<APFloat> bandwidth = getHostMemoryBandwidth())
+    problem.hostMemoryBytesPerSecond = bandwidth->convertToDouble();
+  if (std::optional<APFloat> rate = getStepEndPassBandwidth())
+    problem.stepEndPassBytesPerSecond = rate->convertToDouble();
   if (auto r = getReplicas()) {
     problem.replicas = static_cast<int>(*r);
     if (auto bw = getReplicaLinkBandwidth())

@@ -182,8 +182,11 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
     updates resident parameters (the fused AdamW), and
     `replica_host_crossing_bandwidth` the rate at which a GPU trainer's
     replicas move host-held gradients and weights to their GPUs and back
-    for the replica sum; `pipe-verify-plan` and `--explain` simulate with
-    them.
+    for the replica sum, and `host_memory_bandwidth` the host memory
+    bandwidth that the host optimizer, the trainer's end-of-step gradient
+    pass and every worker's host copies share, with
+    `step_end_pass_bandwidth` the rate of that end-of-step pass alone;
+    `pipe-verify-plan` and `--explain` simulate with them.
 
     `shared_cores` (calibrated host specs): the cores the host workers and
     the host optimizer share; the predicted step is at least their CPU work
@@ -259,7 +262,9 @@ def Pipe_PlanOp : Pipe_Op<"plan", [Symbol, SymbolTable, NoTerminator,
                        OptionalAttr<F64Attr>:$local_copy_bandwidth,
                        OptionalAttr<StrArrayAttr>:$frozen_bf16,
                        OptionalAttr<F64Attr>:$device_optimizer_params_per_second,
-                       OptionalAttr<F64Attr>:$replica_host_crossing_bandwidth);
+                       OptionalAttr<F64Attr>:$replica_host_crossing_bandwidth,
+                       OptionalAttr<F64Attr>:$host_memory_bandwidth,
+                       OptionalAttr<F64Attr>:$step_end_pass_bandwidth);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name `for` $function `workers` $workers `microbatches` $microbatches

@@ -549,6 +549,8 @@ struct PipePartitionPass
     p.localCopyBytesPerSecond =
         spec.memoryBandwidth * spec.memoryEfficiency / 2.0;
     p.optimizerParamsPerSecond = spec.optimizerParamsPerSecond;
+    p.hostMemoryBytesPerSecond = spec.hostMemoryBandwidth;
+    p.stepEndPassBytesPerSecond = spec.hostGradientPassBandwidth;
     // A calibrated host's op times hold its concurrency (measured ops,
     // concurrentSlowdown); the cores bound the step (PlanProblem).
     if (spec.sharedCompute && spec.measureOps && spec.cores > 0)

@@ -146,11 +146,16 @@ PlanOp rondo::pipe::buildPlanOp(OpBuilder &b, func::FuncOp func,
       /*layout_chosen=*/nullptr, /*layouts_unfit=*/nullptr,
       /*local_copy_bandwidth=*/nullptr, /*frozen_bf16=*/nullptr,
       /*device_optimizer_params_per_second=*/nullptr,
-      /*replica_host_crossing_bandwidth=*/nullptr);
+      /*replica_host_crossing_bandwidth=*/nullptr,
+      /*host_memory_bandwidth=*/nullptr, /*step_end_pass_bandwidth=*/nullptr);
   if (p.localCopyBytesPerSecond > 0)
     plan.setLocalCopyBandwidthAttr(f64(p.localCopyBytesPerSecond));
   if (p.sharedCores > 0)
     plan.setSharedCoresAttr(i64(p.sharedCores));
+  if (p.hostMemoryBytesPerSecond > 0)
+    plan.setHostMemoryBandwidthAttr(f64(p.hostMemoryBytesPerSecond));
+  if (p.stepEndPassBytesPerSecond > 0)
+    plan.setStepEndPassBandwidthAttr(f64(p.stepEndPassBytesPerSecond));
   if (llvm::is_contained(p.resident, 1)) {
     SmallVector<int64_t> layers;
     for (size_t l = 0; l < p.resident.size(); ++l)
