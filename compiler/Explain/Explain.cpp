@@ -300,7 +300,7 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
 
   double worker = plan.getMemory().getWorkerPeak().convertToDouble();
   double host = plan.getMemory().getHostPeak().convertToDouble();
-  double fixed = plan.getHostFixedBytes().convertToDouble();
+  double fixed = planner::hostStateBytes(problem);
   os << "\nMemory:\n";
   os << "  per worker: " << gb(worker) << " of a "
      << gb(plan.getMemory().getWorkerBudget().convertToDouble())
@@ -309,7 +309,7 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
         "temporaries)\n";
   os << "  host:       " << gb(host) << " of a "
      << gb(plan.getMemory().getHostBudget().convertToDouble()) << " budget ("
-     << gb(fixed) << " weights, moments, gradients and upload copies; "
+     << gb(fixed) << " weights, moments, streamed gradients and upload copies; "
      << gb(host - fixed) << " checkpoints and hand-off staging)\n";
   if (std::optional<APFloat> mapped = plan.getMappedWeightBytes())
     os << "  mapped:     " << gb(mapped->convertToDouble())

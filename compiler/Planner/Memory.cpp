@@ -32,8 +32,35 @@ double maxInputBytes(const PlanProblem &problem) {
 
 } // namespace
 
+double hostStateBytes(const PlanProblem &problem) {
+  double bytes = problem.hostFixedBytes;
+  for (int l = 0; l < int(problem.layers.size()); ++l)
+    if (isResident(problem, l))
+      bytes -= problem.layers[l].gradBytes;
+  // The gradient of a parameter used by several layers comes in a part per
+  // layer (OutlineStages splits it across layers), each in the host image;
+  // the trainer sums them into two buffers (ProgramGrads: partSums and
+  // normSums). A streamed W1's tied embedding: 3.7 GB its plan missed
+  // (bench/results/h200x1/host-rss-streamed-2026-11-28/).
+  // Each using layer's gradBytes counts the parameter: what the loop above
+  // took for its resident layers is given back first.
+  for (const SharedParam &shared : problem.sharedParams) {
+    if (shared.gradBytes <= 0)
+      continue;
+    int resident = 0;
+    for (int l : shared.layers)
+      resident += isResident(problem, l);
+    bytes += resident * shared.gradBytes;
+    if (resident == int(shared.layers.size()))
+      bytes -= shared.gradBytes;
+    else
+      bytes += (double(shared.layers.size()) + 1) * shared.gradBytes;
+  }
+  return bytes;
+}
+
 double detail::hostBaseBytes(const PlanProblem &problem) {
-  return problem.hostFixedBytes +
+  return hostStateBytes(problem) +
          2.0 * problem.workers * maxInputBytes(problem);
 }
 
@@ -128,7 +155,7 @@ double workerArenaBytes(const PlanProblem &problem, const Plan &plan) {
 }
 
 double hostPeakBytes(const PlanProblem &problem, const Plan &plan) {
-  double bytes = problem.hostFixedBytes;
+  double bytes = hostStateBytes(problem);
   for (const Stage &st : plan.backward)
     bytes += checkpointBytes(problem, st.first);
   return bytes + 2.0 * problem.workers * maxInputBytes(problem);
@@ -154,8 +181,8 @@ bool fitsBudgets(const PlanProblem &problem, const Plan &plan,
   if (problem.hostMemoryBytes > 0 && host > problem.hostMemoryBytes) {
     if (why) {
       std::ostringstream os;
-      os << "host memory: the plan needs " << host << " bytes (fixed "
-         << problem.hostFixedBytes << " + checkpoints and staging), the "
+      os << "host memory: the plan needs " << host << " bytes (state "
+         << hostStateBytes(problem) << " + checkpoints and staging), the "
          << "budget is " << problem.hostMemoryBytes << " bytes";
       *why = os.str();
     }

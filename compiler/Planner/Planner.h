@@ -238,10 +238,17 @@ double workerPeakBytes(const PlanProblem &problem, const Plan &plan);
 /// stage, so this exceeds workerPeakBytes, the stage-local bound the search
 /// prunes with; the partition pass checks plans against it.
 double workerArenaBytes(const PlanProblem &problem, const Plan &plan);
-/// Host memory: the fixed part plus the checkpoints of every backward
-/// stage's first-layer input for all M microbatches (layer 0's input is the
-/// token data and costs nothing) and the hand-off staging buffers.
+/// Host memory: the training state (hostStateBytes) plus the checkpoints of
+/// every backward stage's first-layer input for all M microbatches (layer
+/// 0's input is the token data and costs nothing) and the hand-off staging
+/// buffers.
 double hostPeakBytes(const PlanProblem &problem, const Plan &plan);
+/// The host's share of the training state, whatever the partition:
+/// hostFixedBytes without the fp32 gradients of device-resident parameters
+/// (their worker holds them), and for a streamed parameter that several
+/// layers use (a tied embedding) a gradient part per use, which the trainer
+/// sums into two more fp32 copies (AdamW's and the logged norm's).
+double hostStateBytes(const PlanProblem &problem);
 
 /// The planner's objective, RoundPipe's (section 2.2) with Rondo's stage
 /// costs: max(K, N, minJobs) * max_j jobSeconds / N, an estimate of one

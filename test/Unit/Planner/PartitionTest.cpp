@@ -309,6 +309,33 @@ TEST(CostTest, ResidentStateCountsWhatTheWorkerKeeps) {
                    (150 + 100 + 200) + (420 + 300 + 600) + 2 * 2 - 8);
 }
 
+TEST(CostTest, HostStateFollowsResidencyAndSharedGradientParts) {
+  // The tiny problem's layers carry 100, 0 and 300 bytes of gradient;
+  // 1000 bytes of fixed host state count every gradient once.
+  PlanProblem p = tinyProblem();
+  p.hostFixedBytes = 1000;
+  EXPECT_DOUBLE_EQ(hostStateBytes(p), 1000);
+  // A resident layer's gradient is its worker's, not the host's.
+  p.resident = {true, false, false};
+  EXPECT_DOUBLE_EQ(hostStateBytes(p), 1000 - p.layers[0].gradBytes);
+  // A streamed parameter of two layers (2 bytes of gradient, counted in
+  // both layers' gradBytes): a part per layer in the host image and the
+  // trainer's two sums of them, 3 x 2 bytes beyond the one gradient.
+  p.resident.clear();
+  p.sharedParams.push_back({5, 2, {0, 2}});
+  EXPECT_DOUBLE_EQ(hostStateBytes(p), 1000 + 3 * 2);
+  // Resident in both of its layers: none of its gradient on the host (the
+  // two layers' gradBytes both counted it; it leaves the host once).
+  p.resident = {true, false, true};
+  EXPECT_DOUBLE_EQ(hostStateBytes(p), 1000 - (100 - 2) - (300 - 2) - 2);
+  // hostPeakBytes builds on it.
+  Plan tail = makePlan({}, tailStage(0, 3), {});
+  PlanProblem streamed = p;
+  streamed.resident.clear();
+  EXPECT_DOUBLE_EQ(hostPeakBytes(streamed, tail) - hostPeakBytes(p, tail),
+                   hostStateBytes(streamed) - hostStateBytes(p));
+}
+
 //===----------------------------------------------------------------------===//
 // RoundPipe's greedy, by hand (research/roundpipe.md 2.2)
 //===----------------------------------------------------------------------===//

@@ -829,7 +829,12 @@ struct PipePartitionPass
                    : std::string())
            << ", AdamW moments " << gb(8 * trainable) << ", fp32 gradients "
            << gb(4 * trainable);
-      diag << ", hand-off staging " << gb(hostFloor - p.hostFixedBytes);
+      double state = planner::hostStateBytes(p);
+      if (state > p.hostFixedBytes)
+        diag << ", the per-layer gradient parts of shared weights and their "
+                "sums "
+             << gb(state - p.hostFixedBytes);
+      diag << ", hand-off staging " << gb(hostFloor - state);
       diag << ") but the host budget is " << gb(p.hostMemoryBytes)
            << "; the smallest configuration that fits needs a host budget "
               "of at least "
