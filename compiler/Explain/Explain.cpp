@@ -26,7 +26,6 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/Path.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -300,7 +299,7 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
 
   double worker = plan.getMemory().getWorkerPeak().convertToDouble();
   double host = plan.getMemory().getHostPeak().convertToDouble();
-  double fixed = planner::hostStateBytes(problem);
+  double state = planner::hostStateBytes(problem);
   os << "\nMemory:\n";
   os << "  per worker: " << gb(worker) << " of a "
      << gb(plan.getMemory().getWorkerBudget().convertToDouble())
@@ -309,8 +308,8 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
         "temporaries)\n";
   os << "  host:       " << gb(host) << " of a "
      << gb(plan.getMemory().getHostBudget().convertToDouble()) << " budget ("
-     << gb(fixed) << " weights, moments, streamed gradients and upload copies; "
-     << gb(host - fixed) << " checkpoints and hand-off staging)\n";
+     << gb(state) << " weights, moments, streamed gradients and upload copies; "
+     << gb(host - state) << " checkpoints and hand-off staging)\n";
   if (std::optional<APFloat> mapped = plan.getMappedWeightBytes())
     os << "  mapped:     " << gb(mapped->convertToDouble())
        << " of frozen fp32 weights used in place from their external-data "
@@ -442,8 +441,7 @@ static void explainPlan(PlanOp plan, llvm::raw_ostream &os) {
         static_cast<int>(plan.getSchedule().getFirstWorker());
     planner::SimResult sim = planner::simulate(problem, partition, overlapped);
     if (sim.stepEndPassSecondsPerStep > 0) {
-      const int64_t processes = std::clamp<int64_t>(
-          problem.replicasPerHost, 1, std::max(problem.replicas, 1));
+      const int processes = planner::processesPerHost(problem);
       os << llvm::formatv(
           "  (host memory {0:f0} GB/s, shared by the host AdamW ({1:f0} B a "
           "parameter), the trainer's pass over the gradients for the logged "

@@ -372,6 +372,9 @@ double replicaSumSeconds(const PlanProblem &problem, double params,
 /// How many ways the optimizer's work is split: R when the replicas shard
 /// it, else 1.
 double optimizerShards(const PlanProblem &problem);
+/// How many replica processes run a plan's schedule on one host at once
+/// (they split its cores and demand its memory together).
+int processesPerHost(const PlanProblem &problem);
 
 /// Replays the job order with the stage costs: per worker one compute lane,
 /// one upload lane (two parameter slots: a job's upload may start when the

@@ -82,14 +82,13 @@ double optimizerShards(const PlanProblem &problem) {
   return problem.replicas > 1 && problem.shardOptimizer ? problem.replicas : 1;
 }
 
-namespace {
-
-using Lane = TimelineEvent::Lane;
-
-/// How many replica processes run this schedule on one host at once.
 int processesPerHost(const PlanProblem &problem) {
   return std::clamp(problem.replicasPerHost, 1, std::max(problem.replicas, 1));
 }
+
+namespace {
+
+using Lane = TimelineEvent::Lane;
 
 /// An optimizer task in two parts: the replica sum's copies through the
 /// host (half before the update, the summed gradients' way in, and half
@@ -246,8 +245,8 @@ Setup setUp(const PlanProblem &problem, const Plan &plan,
     }
   }
 
+  const double normBytes = kNormHostBytesPerParam * hostParams / shards;
   // Forward stages have no optimizer seconds.
-  double normBytes = kNormHostBytesPerParam * hostParams / shards;
   for (int n = 0; n < su.numJobs; ++n) {
     su.updates.push_back(
         su.jobs[n].kind != StageKind::Forward &&
